@@ -1,0 +1,102 @@
+//! Key naming: every key of a group carries the Redis Cluster hash tag `{group}`.
+
+use std::fmt;
+
+/// Names one lockable resource: `name` inside `group`.
+///
+/// All resources of a group live in one Redis Cluster hash slot (the group is the hash
+/// tag), which is what lets one script grant a lease, bump the group's fencing counter and
+/// record the holding atomically, and lets [`crate::LeaseClient::holders`] list a whole
+/// group in one round trip. Choose the group as the unit you shard by and list by; for
+/// seatlock it is one event (`event:42`), and the name is the seat id.
+///
+/// Neither part may contain `{`, `}` or whitespace, and `name` may not start with `~`
+/// (reserved for the group's own bookkeeping keys).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LeaseKey {
+    group: String,
+    name: String,
+}
+
+/// A group or resource name that would break the key layout.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid lease key part {0:?}: must be non-empty, without braces or whitespace, and a name may not start with '~'")]
+pub struct InvalidKey(pub String);
+
+fn valid(part: &str) -> bool {
+    !part.is_empty() && !part.contains(['{', '}']) && !part.contains(char::is_whitespace)
+}
+
+impl LeaseKey {
+    /// Builds a key, or [`InvalidKey`] if a part is empty, has braces or whitespace, or
+    /// `name` starts with `~`.
+    pub fn new(group: impl Into<String>, name: impl Into<String>) -> Result<Self, InvalidKey> {
+        let (group, name) = (group.into(), name.into());
+        if !valid(&group) {
+            return Err(InvalidKey(group));
+        }
+        if !valid(&name) || name.starts_with('~') {
+            return Err(InvalidKey(name));
+        }
+        Ok(LeaseKey { group, name })
+    }
+
+    /// The group (hash tag) part.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The resource name inside the group.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `lease:{group}:<name>`: the string key holding the owner token, with a PX TTL.
+    pub fn lease_key(&self) -> String {
+        format!("lease:{{{}}}:{}", self.group, self.name)
+    }
+
+    /// `lease:{group}:~fence`: the group's fencing counter and ceiling.
+    pub fn fence_key(&self) -> String {
+        fence_key(&self.group)
+    }
+
+    /// `lease:{group}:~holders`: the group's live holdings.
+    pub fn holders_key(&self) -> String {
+        holders_key(&self.group)
+    }
+}
+
+pub(crate) fn fence_key(group: &str) -> String {
+    format!("lease:{{{group}}}:~fence")
+}
+
+pub(crate) fn holders_key(group: &str) -> String {
+    format!("lease:{{{group}}}:~holders")
+}
+
+impl fmt::Debug for LeaseKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.lease_key())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_share_the_group_hash_tag() {
+        let key = LeaseKey::new("event:7", "1234").unwrap();
+        assert_eq!(key.lease_key(), "lease:{event:7}:1234");
+        assert_eq!(key.fence_key(), "lease:{event:7}:~fence");
+        assert_eq!(key.holders_key(), "lease:{event:7}:~holders");
+    }
+
+    #[test]
+    fn rejects_parts_that_would_break_the_layout() {
+        for (group, name) in [("", "a"), ("a{b", "c"), ("g", "x}"), ("g", "~fence"), ("g h", "a")] {
+            assert!(LeaseKey::new(group, name).is_err(), "{group:?} {name:?}");
+        }
+    }
+}

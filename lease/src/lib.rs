@@ -1,0 +1,327 @@
+//! # lease: Redis leases with owner tokens and fencing tokens
+//!
+//! A distributed lock is a record in a store that every contender can reach: "I hold
+//! `seat 14C`", created by one process and refused to the others. This crate implements
+//! the five steps of the article *Distributed locks and leases* (see the project README)
+//! on a single Redis node:
+//!
+//! 1. **Create-if-absent**: a grant is `SET key owner NX` (the Redis `SET` documentation,
+//!    "distributed locks" pattern). Only one caller's `SET` succeeds.
+//! 2. **Lease**: the same `SET` carries `PX ttl_ms`, so a crashed holder blocks others for
+//!    at most one TTL. A long task renews ([`LeaseClient::renew`]), typically every TTL/3
+//!    ([`Watchdog`]).
+//! 3. **Owner-checked release**: the key's value is a random [`OwnerToken`] (128 bits);
+//!    [`LeaseClient::release`] is a compare-and-delete and [`LeaseClient::renew`] a
+//!    compare-and-pexpire, each one Lua script, so a slow holder can never delete or
+//!    extend a lease that has passed to someone else, and never recreates an expired key.
+//! 4. **Fencing token**: every grant also increments a counter in the same script and
+//!    returns it as a [`FencingToken`] (Kleppmann, "How to do distributed locking", 2016;
+//!    Chubby calls them *sequencers*). The protected resource must reject a write whose
+//!    token is lower than the last one it accepted: that, not the lease, is what stops a
+//!    holder that paused past its TTL.
+//! 5. **A store that survives**: a single Redis can lose everything on restart. Leases
+//!    are then simply lost (holders are told [`LeaseError::Lost`] when they next act), but
+//!    fencing tokens must never go backwards. Tokens are therefore handed out from blocks
+//!    reserved in a durable [`FenceLedger`] (the application backs it with Postgres): Redis
+//!    may issue tokens only up to the reserved *ceiling*, and after Redis loses its data
+//!    the next block starts above every token ever issued (the hi/lo allocation pattern).
+//!
+//! ## Keys
+//! A [`LeaseKey`] names a resource inside a *group* (for seatlock: the seats of one
+//! event). All keys of a group share the Redis Cluster hash tag `{group}`, so the scripts
+//! touch one slot and the design survives sharding:
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `lease:{group}:<name>` | string, with PX TTL | the holder's owner token |
+//! | `lease:{group}:~fence` | hash | `counter` (last token issued), `ceiling` (highest token the ledger allows) |
+//! | `lease:{group}:~holders` | hash | `<name>` → `"<fencing token> <expires_at_ms> <holder label>"` |
+//!
+//! The holders hash lets a reader list every live lease of a group in one round trip
+//! ([`LeaseClient::holders`]) instead of one `GET` per resource. Its entries carry their
+//! own expiry (Redis clock) and are filtered on read; a lapsed entry is overwritten by the
+//! next grant of that resource.
+//!
+//! ## Clocks
+//! Every time in this crate is read from the Redis server (`TIME`, `PTTL`), never from
+//! the caller's clock: `expires_at_ms` is Unix milliseconds on the Redis clock.
+//!
+//! ## Round trips
+//! `acquire`, `release`, `renew` and `holders` are one round trip each. `acquire` costs one
+//! more Redis round trip and one ledger call once per [`LeaseClient::with_block_size`]
+//! grants per group, and after Redis has lost its data.
+
+mod keys;
+mod scripts;
+mod watchdog;
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use rand::RngCore;
+use redis::aio::ConnectionManager;
+
+pub use keys::LeaseKey;
+pub use watchdog::{Watchdog, WatchdogEvent};
+
+/// A random secret naming one grant of a lease: 128 bits from the OS-seeded thread RNG,
+/// as 32 lowercase hex digits. Stored as the lease key's value; release and renew succeed
+/// only when the caller presents it. Never show it to other users.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct OwnerToken(String);
+
+impl OwnerToken {
+    /// A fresh random token (128 bits).
+    pub fn random() -> Self {
+        let mut bytes = [0u8; 16];
+        rand::rng().fill_bytes(&mut bytes);
+        OwnerToken(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    }
+
+    /// Wraps a token previously obtained from [`OwnerToken::as_str`] (for example, kept
+    /// in a server-side session between two requests).
+    pub fn from_string(token: String) -> Self {
+        OwnerToken(token)
+    }
+
+    /// The token's text (32 hex digits).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    /// Shows only the first 8 hex digits, so logs do not leak a usable secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OwnerToken({}…)", &self.0[..self.0.len().min(8)])
+    }
+}
+
+/// A fencing token: a number that strictly increases with every grant in a lease group
+/// (Kleppmann's fencing tokens, Chubby's sequencers). The protected resource accepts a
+/// write only if its token is not lower than the highest token it has already accepted.
+/// Tokens stay below 2^53, so they fit a Postgres `bigint`, a JSON number and a Lua number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FencingToken(pub u64);
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A granted lease: what the holder needs to act on it and to fence its writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The resource this lease is on.
+    pub key: LeaseKey,
+    /// The secret that proves ownership to `release` and `renew`.
+    pub owner: OwnerToken,
+    /// The grant's fencing token; send it with every write to the protected resource.
+    pub fencing_token: FencingToken,
+    /// The lease length asked for.
+    pub ttl: Duration,
+    /// When the lease ends, in Unix milliseconds on the Redis clock (updated by renew).
+    pub expires_at_ms: u64,
+}
+
+/// A live lease as seen by anyone reading the group: who holds it, not the secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    /// The resource name inside the group.
+    pub name: String,
+    /// The public label the holder gave to `acquire` (for seatlock, a buyer id).
+    pub holder: String,
+    /// The fencing token of the grant.
+    pub fencing_token: FencingToken,
+    /// When the lease ends, Unix milliseconds on the Redis clock.
+    pub expires_at_ms: u64,
+}
+
+/// The live leases of one group, read in one round trip with the Redis clock.
+#[derive(Clone, Debug, Default)]
+pub struct GroupSnapshot {
+    /// Redis server time when the snapshot was taken, Unix milliseconds.
+    pub now_ms: u64,
+    /// Every lease whose expiry is after `now_ms`, in no particular order.
+    pub holdings: Vec<Holding>,
+}
+
+/// Why a lease operation failed. Callers usually map `Held` to "try again later",
+/// `Lost` to "your hold is gone", and `Unavailable`/`Ledger` to "service unavailable".
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// Another holder has the lease. `holder` is the public label it gave (empty if the
+    /// store no longer knows it), `remaining` the lease's remaining time (Redis `PTTL`).
+    #[error("lease is held by {holder:?} for another {remaining:?}")]
+    Held {
+        /// Public label of the current holder.
+        holder: String,
+        /// Time left on the current holder's lease.
+        remaining: Duration,
+    },
+    /// The caller's lease is gone: it expired, was released, or Redis lost it.
+    #[error("lease is no longer held by this owner")]
+    Lost,
+    /// Redis did not answer or answered with an error: guarded work must stop.
+    #[error("lease store unavailable: {0}")]
+    Unavailable(#[from] redis::RedisError),
+    /// The durable fence ledger could not reserve a block of tokens.
+    #[error("fence ledger unavailable: {0}")]
+    Ledger(String),
+}
+
+/// Durable storage for fencing-token ceilings: the part of the fencing scheme that must
+/// survive Redis losing its data (the article's step 5).
+///
+/// `raise_ceiling(group, block)` must atomically add `block` to the group's stored ceiling
+/// (starting from 0) and return the new value, durably, before returning. Seatlock's
+/// implementation is one Postgres `INSERT … ON CONFLICT DO UPDATE … RETURNING`. Any store
+/// with an atomic durable increment works (etcd, ZooKeeper, a SQL sequence per group).
+pub trait FenceLedger: Send + Sync {
+    /// Reserves the next `block` tokens of `group`; returns the new ceiling.
+    fn raise_ceiling(
+        &self,
+        group: &str,
+        block: u64,
+    ) -> impl Future<Output = Result<u64, String>> + Send;
+}
+
+/// The lease client: one Redis connection (multiplexed, reconnecting) plus the fence
+/// ledger. Cheap to share behind an `Arc`; every method is `&self`.
+pub struct LeaseClient<L> {
+    redis: ConnectionManager,
+    ledger: L,
+    block_size: u64,
+}
+
+/// Default number of fencing tokens reserved from the ledger at a time.
+pub const DEFAULT_BLOCK_SIZE: u64 = 10_000;
+
+impl<L: FenceLedger> LeaseClient<L> {
+    /// A client over an existing connection manager (see [`connect`]) and ledger.
+    pub fn new(redis: ConnectionManager, ledger: L) -> Self {
+        LeaseClient {
+            redis,
+            ledger,
+            block_size: DEFAULT_BLOCK_SIZE,
+        }
+    }
+
+    /// Sets how many tokens one ledger call reserves (default [`DEFAULT_BLOCK_SIZE`]).
+    /// Larger blocks mean fewer ledger writes and larger jumps after a Redis loss.
+    pub fn with_block_size(mut self, block_size: u64) -> Self {
+        self.block_size = block_size.max(1);
+        self
+    }
+
+    /// The Redis connection, for callers that want to run their own commands on it.
+    pub fn redis(&self) -> &ConnectionManager {
+        &self.redis
+    }
+
+    /// Tries once to take the lease on `key` for `ttl`, labelled with the public `holder`
+    /// string (shown to readers of [`LeaseClient::holders`]).
+    ///
+    /// One atomic Lua script: `SET key owner NX PX ttl_ms`, and only if that succeeded,
+    /// increment the group's fencing counter and record the holding. Returns the
+    /// [`Lease`], or [`LeaseError::Held`] with the current holder's label and remaining
+    /// time. `ttl` is rounded down to whole milliseconds and must be at least 1 ms.
+    pub async fn acquire(
+        &self,
+        key: &LeaseKey,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<Lease, LeaseError> {
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        let owner = OwnerToken::random();
+        loop {
+            let reply = scripts::acquire(&mut self.redis.clone(), key, &owner, ttl_ms, holder)
+                .await?;
+            match reply {
+                scripts::AcquireReply::Granted {
+                    fencing_token,
+                    expires_at_ms,
+                } => {
+                    return Ok(Lease {
+                        key: key.clone(),
+                        owner,
+                        fencing_token: FencingToken(fencing_token),
+                        ttl: Duration::from_millis(ttl_ms),
+                        expires_at_ms,
+                    });
+                }
+                scripts::AcquireReply::Held { holder, remaining_ms } => {
+                    return Err(LeaseError::Held {
+                        holder,
+                        remaining: Duration::from_millis(remaining_ms),
+                    });
+                }
+                scripts::AcquireReply::NeedsCeiling => self.reserve_block(key).await?,
+            }
+        }
+    }
+
+    /// Reserves a new block of fencing tokens in the ledger and hands it to Redis.
+    async fn reserve_block(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+        let ceiling = self
+            .ledger
+            .raise_ceiling(key.group(), self.block_size)
+            .await
+            .map_err(LeaseError::Ledger)?;
+        scripts::raise_ceiling(&mut self.redis.clone(), key, ceiling, self.block_size).await?;
+        Ok(())
+    }
+
+    /// Releases `lease` if the caller still owns it (compare-and-delete). Returns `true` if
+    /// this call deleted it, `false` if it had already expired or passed to another owner,
+    /// in which case nothing is touched.
+    pub async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        scripts::release(&mut self.redis.clone(), &lease.key, &lease.owner).await
+    }
+
+    /// Extends `lease` to `lease.ttl` from now if the caller still owns it
+    /// (compare-and-pexpire) and updates `lease.expires_at_ms`. Returns `false`, touching
+    /// nothing, if the lease expired or passed to another owner: an expired key is never
+    /// recreated.
+    pub async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {
+        let ttl_ms = lease.ttl.as_millis() as u64;
+        match scripts::renew(&mut self.redis.clone(), &lease.key, &lease.owner, ttl_ms).await? {
+            Some(expires_at_ms) => {
+                lease.expires_at_ms = expires_at_ms;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Every live lease in `group`, with the Redis time of the read: one round trip
+    /// (`TIME` and `HGETALL` pipelined), whatever the number of resources.
+    pub async fn holders(&self, group: &str) -> Result<GroupSnapshot, LeaseError> {
+        Ok(scripts::holders(&mut self.redis.clone(), group).await?)
+    }
+
+    /// Remaining time of the lease on `key` as Redis sees it (`PTTL`), or `None` if no
+    /// lease exists.
+    pub async fn remaining(&self, key: &LeaseKey) -> Result<Option<Duration>, LeaseError> {
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(key.lease_key())
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
+    }
+}
+
+/// Opens a lazily connecting, auto-reconnecting Redis connection manager for `url`
+/// (`redis://host:port/db`). `timeout` bounds both connecting and each response, so a
+/// lost Redis turns into [`LeaseError::Unavailable`] quickly instead of a hung request.
+pub fn connect(url: &str, timeout: Duration) -> Result<ConnectionManager, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let config = redis::aio::ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(500));
+    ConnectionManager::new_lazy_with_config(client, config)
+}

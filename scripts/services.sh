@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Private Redis and Postgres for seatlock, on loopback ports, under .run/ in the repo.
+#
+#   scripts/services.sh up     install if missing (apt, as root), start, migrate-ready;
+#                              writes .run/env (DATABASE_URL, REDIS_URL) and prints it
+#   scripts/services.sh down   stop what `up` started
+#   scripts/services.sh env    print the exports of a running set
+#
+# When DATABASE_URL and REDIS_URL are both set already, `up` starts nothing and writes
+# those into .run/env instead. Ports: SEATLOCK_REDIS_PORT (default 16379) and
+# SEATLOCK_PG_PORT (default 15432).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUN="$PWD/.run"
+REDIS_PORT="${SEATLOCK_REDIS_PORT:-16379}"
+PG_PORT="${SEATLOCK_PG_PORT:-15432}"
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+PG_PASSWORD=seatlock
+
+need() { # need COMMAND APT_PACKAGE
+  if command -v "$1" >/dev/null 2>&1 || [ -x "$PG_BIN/$1" ]; then return; fi
+  if [ "$(id -u)" = 0 ]; then
+    echo "installing $2 ..." >&2
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2") >/dev/null
+  else
+    echo "missing $1: run  sudo apt-get install -y $2" >&2; exit 1
+  fi
+}
+
+pg() { # run a Postgres binary as the postgres user (it refuses to run as root)
+  local bin="$1"; shift
+  [ -x "$PG_BIN/$bin" ] || PG_BIN="$(dirname "$(command -v "$bin")")"
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$PG_BIN/$bin" "$@"; else "$PG_BIN/$bin" "$@"; fi
+}
+
+write_env() {
+  mkdir -p "$RUN"
+  printf 'export DATABASE_URL=%q\nexport REDIS_URL=%q\n' "$1" "$2" >"$RUN/env"
+  cat "$RUN/env"
+}
+
+up_redis() {
+  need redis-server redis-server
+  mkdir -p "$RUN/redis"
+  if redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then return; fi
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "" --appendonly no \
+    --daemonize yes --pidfile "$RUN/redis/redis.pid" --logfile "$RUN/redis/redis.log" --dir "$RUN/redis"
+  for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return; sleep 0.1; done
+  echo "redis did not start: see $RUN/redis/redis.log" >&2; exit 1
+}
+
+up_postgres() {
+  [ -x "$PG_BIN/initdb" ] || need initdb postgresql
+  id postgres >/dev/null 2>&1 || need initdb postgresql
+  local dir="$RUN/pg"
+  mkdir -p "$dir/sock"
+  if [ ! -f "$dir/data/PG_VERSION" ]; then
+    printf '%s\n' "$PG_PASSWORD" >"$dir/pwfile"
+    [ "$(id -u)" = 0 ] && chown -R postgres "$dir"
+    pg initdb -D "$dir/data" -U postgres -E UTF8 --locale=C.UTF-8 --auth-local=trust \
+      --auth-host=scram-sha-256 --pwfile="$dir/pwfile" >/dev/null
+  fi
+  [ "$(id -u)" = 0 ] && chown -R postgres "$dir"
+  if ! pg pg_ctl -D "$dir/data" status >/dev/null 2>&1; then
+    pg pg_ctl -D "$dir/data" -l "$dir/log" -w -o \
+      "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$dir/sock -c max_connections=300 -c fsync=off" \
+      start >/dev/null
+  fi
+  pg psql -h "$dir/sock" -p "$PG_PORT" -U postgres -tAc \
+    "SELECT 1 FROM pg_database WHERE datname = 'seatlock'" | grep -q 1 ||
+    pg psql -h "$dir/sock" -p "$PG_PORT" -U postgres -qc "CREATE DATABASE seatlock"
+}
+
+case "${1:-}" in
+  up)
+    if [ -n "${DATABASE_URL:-}" ] && [ -n "${REDIS_URL:-}" ]; then
+      write_env "$DATABASE_URL" "$REDIS_URL"; exit 0
+    fi
+    up_redis
+    up_postgres
+    write_env "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/seatlock" "redis://127.0.0.1:$REDIS_PORT/"
+    ;;
+  down)
+    if [ -f "$RUN/redis/redis.pid" ]; then
+      redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || kill "$(cat "$RUN/redis/redis.pid")" 2>/dev/null || true
+    fi
+    if [ -f "$RUN/pg/data/PG_VERSION" ]; then
+      pg pg_ctl -D "$RUN/pg/data" -m fast stop >/dev/null 2>&1 || true
+    fi
+    ;;
+  env) cat "$RUN/env" ;;
+  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+esac

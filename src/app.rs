@@ -1,0 +1,126 @@
+//! The one place that builds the application, used by `seatlock serve`, the integration
+//! tests, the end-to-end suite and the load test (zero-to-production's
+//! `Application::build`).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use sqlx::postgres::PgPoolOptions;
+use tokio::net::TcpListener;
+use tower_http::trace::TraceLayer;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+use tower_sessions_sqlx_store::PostgresStore;
+
+use crate::config::Settings;
+use crate::ledger::PgFenceLedger;
+use crate::state::AppState;
+use crate::{buyer, csrf, events, health, orders, seats};
+
+/// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
+pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
+
+/// A built, bound, not yet running server.
+pub struct Application {
+    listener: TcpListener,
+    router: Router,
+    state: AppState,
+}
+
+impl Application {
+    /// Connects to Postgres and Redis (lazily: the server starts even if they are down,
+    /// and `/healthz` says so), builds the router and binds `settings.bind`.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        lease::LeaseKey::new(format!("{}:event:1", settings.lease_namespace), "1")
+            .context("SEATLOCK_LEASE_NAMESPACE may not contain braces or spaces")?;
+        let db = PgPoolOptions::new()
+            .max_connections(32)
+            .acquire_timeout(settings.store_timeout())
+            .connect_lazy(&settings.database_url)
+            .context("parsing DATABASE_URL")?;
+        let redis = lease::connect(&settings.redis_url, settings.store_timeout())
+            .context("parsing REDIS_URL")?;
+        let leases = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
+        if let Some(secret) = &settings.secret {
+            csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
+        }
+        let csrf = csrf::config(settings.secret.as_deref());
+        let state = AppState {
+            db,
+            leases,
+            settings: Arc::new(settings),
+            csrf,
+        };
+        let router = router(state.clone());
+        let listener = TcpListener::bind(&state.settings.bind)
+            .await
+            .with_context(|| format!("binding {}", state.settings.bind))?;
+        Ok(Application {
+            listener,
+            router,
+            state,
+        })
+    }
+
+    /// The address actually bound (with `bind = 127.0.0.1:0`, the port picked).
+    pub fn address(&self) -> std::net::SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// The shared state (pool, lease client, settings).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves until `shutdown` completes, then finishes in-flight requests.
+    pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(shutdown)
+            .await
+    }
+}
+
+/// The routes and middleware. Sessions live in Postgres (tower-sessions-sqlx-store);
+/// cookies are HttpOnly and SameSite=Lax; every POST is CSRF-checked by
+/// [`csrf::CsrfForm`] and refused if its Origin is foreign.
+pub fn router(state: AppState) -> Router {
+    let sessions = SessionManagerLayer::new(PostgresStore::new(state.db.clone()))
+        .with_name("seatlock.sid")
+        .with_http_only(true)
+        .with_same_site(SameSite::Lax)
+        .with_secure(false)
+        .with_expiry(Expiry::OnInactivity(time::Duration::days(1)));
+    Router::new()
+        .route("/", get(events::index))
+        .route("/healthz", get(health::healthz))
+        .route("/static/app.js", get(app_js))
+        .route("/static/app.css", get(app_css))
+        .merge(seats::router())
+        .merge(orders::router())
+        .merge(buyer::router())
+        .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
+        .layer(sessions)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn app_js() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("../web/app.js"),
+    )
+}
+
+async fn app_css() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("../web/app.css"),
+    )
+}

@@ -1,0 +1,187 @@
+//! The buyer: an anonymous browser session (tower-sessions, stored in Postgres) with a
+//! public id, a display name, and the buyer's current holds.
+//!
+//! A hold's owner token is kept here, server side, and never sent to the browser: the
+//! session is what proves that a release or confirm comes from the holder.
+
+use std::collections::BTreeMap;
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Redirect};
+use axum::routing::post;
+use axum::{Router, http::HeaderMap};
+use lease::{FencingToken, Lease, LeaseKey, OwnerToken};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tower_sessions::Session;
+
+use crate::csrf::CsrfForm;
+use crate::error::{Error, Result};
+use crate::state::AppState;
+
+const BUYER: &str = "buyer";
+const HOLDS: &str = "holds";
+
+/// Who is buying: the public part of the session.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BuyerProfile {
+    /// Public random id (16 hex digits). Shown to other buyers' pages only as "someone".
+    pub id: String,
+    /// Display name, 1 to 40 characters.
+    pub name: String,
+}
+
+/// A hold as the session remembers it: enough to rebuild the [`Lease`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HeldSeat {
+    /// The lease's owner token (secret).
+    pub owner_token: String,
+    /// The grant's fencing token.
+    pub fencing_token: u64,
+    /// The hold TTL asked for, in milliseconds.
+    pub ttl_ms: u64,
+    /// Expiry at grant time, Unix ms on the Redis clock.
+    pub expires_at_ms: u64,
+}
+
+impl HeldSeat {
+    /// Remembers a freshly granted lease.
+    pub fn from_lease(lease: &Lease) -> Self {
+        HeldSeat {
+            owner_token: lease.owner.as_str().to_owned(),
+            fencing_token: lease.fencing_token.0,
+            ttl_ms: lease.ttl.as_millis() as u64,
+            expires_at_ms: lease.expires_at_ms,
+        }
+    }
+
+    /// The lease this hold stands for, on `key`.
+    pub fn lease(&self, key: LeaseKey) -> Lease {
+        Lease {
+            key,
+            owner: OwnerToken::from_string(self.owner_token.clone()),
+            fencing_token: FencingToken(self.fencing_token),
+            ttl: std::time::Duration::from_millis(self.ttl_ms),
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+}
+
+/// The current buyer, extracted from the session; created on first visit.
+pub struct Buyer {
+    /// Public id and name.
+    pub profile: BuyerProfile,
+    session: Session,
+}
+
+fn random_id() -> String {
+    format!("{:016x}", rand::rng().random::<u64>())
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Buyer {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
+        let session = Session::from_request_parts(parts, state)
+            .await
+            .map_err(|_| Error::Unavailable("the session store"))?;
+        let profile = match session.get::<BuyerProfile>(BUYER).await.map_err(session_error)? {
+            Some(profile) => profile,
+            None => {
+                let id = random_id();
+                let profile = BuyerProfile {
+                    name: format!("Guest {}", &id[..4].to_uppercase()),
+                    id,
+                };
+                session.insert(BUYER, &profile).await.map_err(session_error)?;
+                profile
+            }
+        };
+        Ok(Buyer { profile, session })
+    }
+}
+
+fn session_error(err: tower_sessions::session::Error) -> Error {
+    tracing::warn!(error = %err, "session store failed");
+    Error::Unavailable("Postgres")
+}
+
+/// Session key of one hold: `"<event>/<seat>"`.
+fn hold_key(event_id: i64, seat_id: i64) -> String {
+    format!("{event_id}/{seat_id}")
+}
+
+impl Buyer {
+    /// The public id.
+    pub fn id(&self) -> &str {
+        &self.profile.id
+    }
+
+    async fn holds(&self) -> Result<BTreeMap<String, HeldSeat>> {
+        Ok(self.session.get(HOLDS).await.map_err(session_error)?.unwrap_or_default())
+    }
+
+    /// The buyer's hold on a seat, if the session has one (it may have lapsed in Redis).
+    pub async fn hold(&self, event_id: i64, seat_id: i64) -> Result<Option<HeldSeat>> {
+        Ok(self.holds().await?.remove(&hold_key(event_id, seat_id)))
+    }
+
+    /// Records a granted hold.
+    pub async fn remember_hold(&self, event_id: i64, seat_id: i64, held: HeldSeat) -> Result<()> {
+        let mut holds = self.holds().await?;
+        holds.insert(hold_key(event_id, seat_id), held);
+        self.session.insert(HOLDS, holds).await.map_err(session_error)
+    }
+
+    /// Forgets a hold (released, confirmed or lapsed).
+    pub async fn forget_hold(&self, event_id: i64, seat_id: i64) -> Result<()> {
+        let mut holds = self.holds().await?;
+        if holds.remove(&hold_key(event_id, seat_id)).is_some() {
+            self.session.insert(HOLDS, holds).await.map_err(session_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// `POST /me`: set the display name. The session id is rotated at the same time, so a
+/// session id planted before the buyer named themselves is worthless afterwards
+/// (session fixation).
+#[derive(Deserialize)]
+pub struct RenameForm {
+    name: String,
+}
+
+async fn rename(buyer: Buyer, headers: HeaderMap, CsrfForm(form): CsrfForm<RenameForm>) -> Result<impl IntoResponse> {
+    let name = form.name.trim();
+    if name.is_empty() || name.chars().count() > 40 || name.chars().any(char::is_control) {
+        return Err(Error::BadRequest(
+            "A display name is 1 to 40 characters, without control characters.".into(),
+        ));
+    }
+    buyer.session.cycle_id().await.map_err(session_error)?;
+    let profile = BuyerProfile {
+        id: buyer.profile.id.clone(),
+        name: name.to_owned(),
+    };
+    buyer.session.insert(BUYER, profile).await.map_err(session_error)?;
+    Ok(Redirect::to(&back_to(&headers)))
+}
+
+/// Where to send the browser after a form: the page it came from if that is on this
+/// site (a path), else `/`.
+pub fn back_to(headers: &HeaderMap) -> String {
+    headers
+        .get(axum::http::header::REFERER)
+        .and_then(|r| r.to_str().ok())
+        .and_then(|r| r.split_once("://").map(|(_, rest)| rest))
+        .and_then(|rest| rest.find('/').map(|i| rest[i..].to_owned()))
+        .filter(|path| path.starts_with('/') && !path.starts_with("//"))
+        .unwrap_or_else(|| "/".into())
+}
+
+/// `POST /me`.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/me", post(rename))
+}
+

@@ -1,0 +1,81 @@
+//! Events: the list on the home page, and one event's heading.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::State;
+use axum::response::IntoResponse;
+use axum_csrf::CsrfToken;
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use crate::buyer::Buyer;
+use crate::error::{Error, Result};
+use crate::state::AppState;
+
+/// An event with its venue and seat counts.
+#[derive(Debug, sqlx::FromRow)]
+pub struct EventSummary {
+    pub id: i64,
+    pub name: String,
+    pub venue: String,
+    pub city: String,
+    pub starts_at: DateTime<Utc>,
+}
+
+impl EventSummary {
+    /// "Sat 12 Dec 2026, 19:30 UTC".
+    pub fn when(&self) -> String {
+        self.starts_at.format("%a %-d %b %Y, %H:%M UTC").to_string()
+    }
+}
+
+/// One event, or `None`.
+pub async fn find(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventSummary>> {
+    sqlx::query_as(
+        "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at
+           FROM events e JOIN venues v ON v.id = e.venue_id WHERE e.id = $1",
+    )
+    .bind(event_id)
+    .fetch_optional(db)
+    .await
+}
+
+/// A line of the home page.
+#[derive(Debug, sqlx::FromRow)]
+pub struct EventListing {
+    #[sqlx(flatten)]
+    pub event: EventSummary,
+    pub seats: i64,
+    pub unsold: i64,
+}
+
+/// The home page: every event, soonest first.
+#[derive(Template, WebTemplate)]
+#[template(path = "index.html")]
+pub struct IndexPage {
+    pub events: Vec<EventListing>,
+    pub buyer_name: String,
+    pub authenticity_token: String,
+}
+
+/// `GET /`.
+pub async fn index(State(state): State<AppState>, buyer: Buyer, csrf: CsrfToken) -> Result<impl IntoResponse> {
+    let events = sqlx::query_as(
+        "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at,
+                count(*) AS seats, count(*) FILTER (WHERE NOT es.sold) AS unsold
+           FROM events e JOIN venues v ON v.id = e.venue_id
+           JOIN event_seats es ON es.event_id = e.id
+          GROUP BY e.id, v.id ORDER BY e.starts_at, e.id",
+    )
+    .fetch_all(&state.db)
+    .await?;
+    let authenticity_token = csrf.authenticity_token().map_err(|_| Error::Unavailable("CSRF"))?;
+    Ok((
+        csrf,
+        IndexPage {
+            events,
+            buyer_name: buyer.profile.name.clone(),
+            authenticity_token,
+        },
+    ))
+}

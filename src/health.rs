@@ -1,0 +1,33 @@
+//! `GET /healthz`: 200 `ok` when Redis and Postgres both answer, else 503 naming the ones
+//! that do not (each check bounded by the store timeout).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+
+use crate::state::AppState;
+
+/// Pings both stores concurrently.
+pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
+    let timeout = state.settings.store_timeout();
+    let redis = async {
+        let mut conn = state.leases.redis().clone();
+        let cmd = redis::cmd("PING");
+        let ping = cmd.query_async::<String>(&mut conn);
+        matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_)))
+    };
+    let postgres = async {
+        let ping = sqlx::query("SELECT 1").execute(&state.db);
+        matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_)))
+    };
+    let (redis_ok, postgres_ok) = tokio::join!(redis, postgres);
+    let down: Vec<&str> = [(redis_ok, "redis"), (postgres_ok, "postgres")]
+        .into_iter()
+        .filter(|(ok, _)| !ok)
+        .map(|(_, name)| name)
+        .collect();
+    if down.is_empty() {
+        (StatusCode::OK, "ok".into())
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, format!("unavailable: {}", down.join(", ")))
+    }
+}

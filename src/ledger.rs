@@ -1,0 +1,28 @@
+//! The Postgres side of the fencing scheme: [`lease::FenceLedger`] over the
+//! `fence_ceilings` table (migrations/0002). Redis may only issue fencing tokens below a
+//! ceiling reserved here, so tokens never go backwards even if Redis restarts empty.
+
+use lease::FenceLedger;
+use sqlx::PgPool;
+
+/// Reserves blocks of fencing tokens in Postgres: one `INSERT … ON CONFLICT DO UPDATE`
+/// per block (one round trip, durable once it returns).
+#[derive(Clone)]
+pub struct PgFenceLedger(pub PgPool);
+
+impl FenceLedger for PgFenceLedger {
+    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, String> {
+        let block = i64::try_from(block).map_err(|e| e.to_string())?;
+        let ceiling: i64 = sqlx::query_scalar(
+            "INSERT INTO fence_ceilings (lease_group, ceiling) VALUES ($1, $2)
+             ON CONFLICT (lease_group) DO UPDATE SET ceiling = fence_ceilings.ceiling + $2
+             RETURNING ceiling",
+        )
+        .bind(group)
+        .bind(block)
+        .fetch_one(&self.0)
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(ceiling as u64)
+    }
+}

@@ -1,0 +1,35 @@
+//! The `seatlock` binary: `serve`, `migrate`, `seed`.
+
+use clap::Parser;
+use seatlock::app::Application;
+use seatlock::config::{Cli, Command};
+use sqlx::postgres::PgPoolOptions;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "seatlock=info,warn".into()))
+        .init();
+    match Cli::parse().command {
+        Command::Serve(settings) => {
+            let app = Application::build(*settings).await?;
+            println!("seatlock is serving at http://{}", app.address());
+            app.run_until(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await?;
+        }
+        Command::Migrate(db) => {
+            let pool = PgPoolOptions::new().max_connections(1).connect(&db.database_url).await?;
+            sqlx::migrate!("./migrations").run(&pool).await?;
+            println!("migrations applied");
+        }
+        Command::Seed(args) => {
+            let pool = PgPoolOptions::new().max_connections(2).connect(&args.database.database_url).await?;
+            let (venues, seats) = seatlock::seed::seed(&pool, &args.venues).await?;
+            println!("seeded {venues} new venue(s) with {seats} seats");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,68 @@
+//! `GET /orders/{id}`: a buyer's confirmation page. Only the buyer who placed the order
+//! can see it; anyone else gets 404.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::routing::get;
+use chrono::{DateTime, Utc};
+
+use crate::buyer::Buyer;
+use crate::error::{Error, Result};
+use crate::money::format_cents;
+use crate::seats::parse_id;
+use crate::state::AppState;
+
+/// A confirmed order with what it bought.
+#[derive(Debug, sqlx::FromRow)]
+pub struct Order {
+    pub id: i64,
+    pub event_id: i64,
+    pub event_name: String,
+    pub venue: String,
+    pub seat: String,
+    pub price_cents: i64,
+    pub fence_token: i64,
+    pub buyer_name: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The confirmation page.
+#[derive(Template, WebTemplate)]
+#[template(path = "order.html")]
+pub struct OrderPage {
+    pub order: Order,
+}
+
+impl OrderPage {
+    fn price(&self) -> String {
+        format_cents(self.order.price_cents)
+    }
+}
+
+async fn show(State(state): State<AppState>, buyer: Buyer, Path(id): Path<String>) -> Result<OrderPage> {
+    let id = parse_id(&id, "order")?;
+    let order = sqlx::query_as(
+        "SELECT o.id, o.event_id, e.name AS event_name, v.name AS venue,
+                sec.name || ', row ' || s.row_label || ', seat ' || s.number AS seat,
+                o.price_cents, o.fence_token, o.buyer_name, o.created_at
+           FROM orders o
+           JOIN events e ON e.id = o.event_id
+           JOIN venues v ON v.id = e.venue_id
+           JOIN seats s ON s.id = o.seat_id
+           JOIN sections sec ON sec.id = s.section_id
+          WHERE o.id = $1 AND o.buyer_id = $2",
+    )
+    .bind(id)
+    .bind(buyer.id())
+    .fetch_optional(&state.db)
+    .await?
+    .ok_or_else(|| Error::NotFound("There is no such order for you.".into()))?;
+    Ok(OrderPage { order })
+}
+
+/// `GET /orders/{id}`.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/orders/{id}", get(show))
+}

@@ -1,0 +1,191 @@
+//! The seat map of one event: the seats from Postgres (one query) overlaid with the live
+//! holds from Redis (one round trip for the whole event, whatever its size: the lease
+//! group's holders hash).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use lease::Holding;
+
+use super::queries::{self, MapSeat, Zone};
+use crate::error::Result;
+use crate::events::{self, EventSummary};
+use crate::money::format_cents;
+use crate::state::AppState;
+
+/// What a buyer sees of one seat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeatState {
+    /// Free to hold.
+    Available,
+    /// Another buyer holds it.
+    Held,
+    /// The viewer holds it.
+    HeldByYou,
+    /// Sold to someone else.
+    Sold,
+    /// Sold to the viewer.
+    SoldToYou,
+}
+
+impl SeatState {
+    /// CSS class and legend word.
+    pub fn css(&self) -> &'static str {
+        match self {
+            SeatState::Available => "available",
+            SeatState::Held => "held",
+            SeatState::HeldByYou => "mine",
+            SeatState::Sold => "sold",
+            SeatState::SoldToYou => "bought",
+        }
+    }
+}
+
+/// One seat on the map.
+pub struct SeatView {
+    pub id: i64,
+    pub number: i32,
+    pub aisle_before: bool,
+    pub zone: String,
+    pub state: SeatState,
+    /// "Orchestra, row C, seat 14 ($85.00)".
+    pub title: String,
+}
+
+/// One row of a section.
+pub struct RowView {
+    pub label: String,
+    pub seats: Vec<SeatView>,
+}
+
+/// One section.
+pub struct SectionView {
+    pub code: String,
+    pub name: String,
+    pub rows: Vec<RowView>,
+}
+
+/// A seat the viewer holds, with its countdown.
+pub struct MyHold {
+    pub seat_id: i64,
+    pub title: String,
+    /// Time left, in milliseconds, by the Redis clock.
+    pub remaining_ms: u64,
+    /// Expiry as "20:41:07 UTC" (the page's script shows local time).
+    pub until: String,
+    pub fencing_token: u64,
+}
+
+/// Everything the event page shows.
+pub struct SeatMap {
+    pub event: EventSummary,
+    pub zones: Vec<Zone>,
+    pub sections: Vec<SectionView>,
+    pub my_holds: Vec<MyHold>,
+    /// Seats bought by the viewer: (seat title).
+    pub my_seats: Vec<String>,
+    pub available: usize,
+    pub total: usize,
+}
+
+/// Builds the map of `event_id` for `buyer_id`. Round trips: event, seats and zones
+/// from Postgres (three small queries, run concurrently) and one Redis round trip.
+/// `None` if the event does not exist.
+pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Option<SeatMap>> {
+    let group = state.event_group(event_id);
+    let (event, seats, zones, holds) = tokio::join!(
+        events::find(&state.db, event_id),
+        queries::map_seats(&state.db, event_id, buyer_id),
+        queries::zones(&state.db, event_id),
+        state.leases.holders(&group),
+    );
+    let Some(event) = event? else { return Ok(None) };
+    let holds = holds?;
+    let held: HashMap<&str, &Holding> = holds.holdings.iter().map(|h| (h.name.as_str(), h)).collect();
+    let (seats, zones) = (seats?, zones?);
+    let total = seats.len();
+    let mut map = SeatMap {
+        event,
+        zones,
+        sections: Vec::new(),
+        my_holds: Vec::new(),
+        my_seats: Vec::new(),
+        available: 0,
+        total,
+    };
+    for seat in seats {
+        let holding = held.get(seat.seat_id.to_string().as_str()).copied();
+        let state = seat_state(&seat, holding, buyer_id);
+        let title = title(&seat);
+        match state {
+            SeatState::Available => map.available += 1,
+            SeatState::HeldByYou => {
+                let h = holding.expect("held seats have a holding");
+                map.my_holds.push(MyHold {
+                    seat_id: seat.seat_id,
+                    title: title.clone(),
+                    remaining_ms: h.expires_at_ms.saturating_sub(holds.now_ms),
+                    until: clock_time(h.expires_at_ms),
+                    fencing_token: h.fencing_token.0,
+                });
+            }
+            SeatState::SoldToYou => map.my_seats.push(title.clone()),
+            SeatState::Held | SeatState::Sold => {}
+        }
+        push_seat(&mut map.sections, seat, state, title);
+    }
+    Ok(Some(map))
+}
+
+fn seat_state(seat: &MapSeat, holding: Option<&Holding>, buyer_id: &str) -> SeatState {
+    match (seat.sold, seat.mine, holding) {
+        (true, true, _) => SeatState::SoldToYou,
+        (true, false, _) => SeatState::Sold,
+        (false, _, Some(h)) if h.holder == buyer_id => SeatState::HeldByYou,
+        (false, _, Some(_)) => SeatState::Held,
+        (false, _, None) => SeatState::Available,
+    }
+}
+
+fn title(seat: &MapSeat) -> String {
+    format!(
+        "{}, row {}, seat {} ({})",
+        seat.section_name,
+        seat.row_label,
+        seat.number,
+        format_cents(seat.price_cents)
+    )
+}
+
+/// Appends a seat, opening a new section or row when it changes (seats arrive sorted).
+fn push_seat(sections: &mut Vec<SectionView>, seat: MapSeat, state: SeatState, title: String) {
+    if sections.last().is_none_or(|s| s.code != seat.section_code) {
+        sections.push(SectionView {
+            code: seat.section_code.clone(),
+            name: seat.section_name.clone(),
+            rows: Vec::new(),
+        });
+    }
+    let section = sections.last_mut().expect("just pushed");
+    if section.rows.last().is_none_or(|r| r.label != seat.row_label) {
+        section.rows.push(RowView {
+            label: seat.row_label.clone(),
+            seats: Vec::new(),
+        });
+    }
+    section.rows.last_mut().expect("just pushed").seats.push(SeatView {
+        id: seat.seat_id,
+        number: seat.number,
+        aisle_before: seat.aisle_before,
+        zone: seat.zone_code,
+        state,
+        title,
+    });
+}
+
+/// Unix milliseconds as "HH:MM:SS UTC".
+pub fn clock_time(unix_ms: u64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(unix_ms as i64)
+        .map(|t| t.format("%H:%M:%S UTC").to_string())
+        .unwrap_or_default()
+}

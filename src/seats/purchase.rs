@@ -1,0 +1,136 @@
+//! The seat picker's rules, along the article's steps:
+//!
+//! * [`hold`]: step 1 and 2: create-if-absent with a lease (`SET … NX PX`), one Redis
+//!   round trip, plus the grant's fencing token (step 4).
+//! * [`release`]: step 3: compare-and-delete with the owner token kept in the session.
+//! * [`confirm`]: step 4: the fenced, conditional write in Postgres, and the hold's
+//!   release before commit, so a purchase whose hold lapsed is rolled back.
+
+use lease::{Lease, LeaseError};
+
+use super::{SeatRef, queries};
+use crate::buyer::{Buyer, HeldSeat};
+use crate::error::{Error, HOLD_EXPIRED, Result};
+use crate::state::AppState;
+
+/// Shown when the seat is sold.
+pub const ALREADY_SOLD: &str = "This seat has already been sold.";
+
+/// What a hold request ended in.
+#[derive(Debug)]
+pub enum HoldOutcome {
+    /// A new lease: the seat is held for the buyer until `lease.expires_at_ms`.
+    Granted(Lease),
+    /// The buyer already held this seat; nothing changed.
+    AlreadyYours,
+}
+
+/// Holds `seat` for `buyer` for the configured TTL.
+///
+/// Round trips: one Postgres read (the seat exists and is unsold), one Redis script
+/// (the lease), one session write. Errors: 404 unknown seat, 409 sold or "someone is
+/// buying this seat", 503 store unavailable.
+pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<HoldOutcome> {
+    let status = queries::seat_status(&state.db, seat)
+        .await?
+        .ok_or_else(|| Error::NotFound("This event has no such seat.".into()))?;
+    if status.sold {
+        return Err(Error::Conflict(ALREADY_SOLD.into()));
+    }
+    let key = state.seat_key(seat.event_id, seat.seat_id);
+    match state.leases.acquire(&key, buyer.id(), state.settings.hold_ttl()).await {
+        Ok(lease) => {
+            buyer
+                .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
+                .await?;
+            tracing::info!(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(),
+                fencing_token = lease.fencing_token.0, "hold granted");
+            Ok(HoldOutcome::Granted(lease))
+        }
+        Err(LeaseError::Held { holder, .. }) if holder == buyer.id() => Ok(HoldOutcome::AlreadyYours),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The buyer's hold on `seat`, from the session, as a lease; 403 if the session has none.
+async fn held_lease(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Option<Lease>> {
+    let held = buyer.hold(seat.event_id, seat.seat_id).await?;
+    Ok(held.map(|h| h.lease(state.seat_key(seat.event_id, seat.seat_id))))
+}
+
+fn not_your_hold() -> Error {
+    Error::Forbidden("You do not hold this seat. Pick it on the seat map first.".into())
+}
+
+/// Releases the buyer's hold on `seat` (owner-checked). A hold that already lapsed is
+/// simply forgotten. Errors: 403 if the buyer has no hold on it, 503 Redis unavailable.
+pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
+    let lease = held_lease(state, buyer, seat).await?.ok_or_else(not_your_hold)?;
+    state.leases.release(&lease).await?;
+    buyer.forget_hold(seat.event_id, seat.seat_id).await
+}
+
+/// Buys `seat` for `buyer` with the fencing token of the buyer's hold; returns the
+/// order id.
+///
+/// 1. Simulated payment (the configured delay; no provider is called).
+/// 2. In one Postgres transaction: [`queries::sell`], the conditional fenced write.
+/// 3. Before committing: release the hold in Redis (compare-and-delete). If the hold had
+///    lapsed, roll back: a confirm after the buyer's own hold lapsed is refused even if
+///    nobody else bought the seat.
+///
+/// Round trips: one Redis script, one Postgres transaction (BEGIN, the statement,
+/// COMMIT). Confirming twice returns the same order (the second finds the seat sold to
+/// this buyer). Errors: 403 no hold, 409 sold or hold lapsed or token stale, 503.
+pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> {
+    let Some(lease) = held_lease(state, buyer, seat).await? else {
+        // A second submit after the first completed: the session no longer has the hold.
+        return match queries::order_of(&state.db, seat, buyer.id()).await? {
+            Some(order_id) => Ok(order_id),
+            None => Err(not_your_hold()),
+        };
+    };
+    tokio::time::sleep(state.settings.payment_delay()).await;
+
+    let mut tx = state.db.begin().await?;
+    let token = lease.fencing_token.0 as i64;
+    let sold = queries::sell(&mut tx, seat, token, buyer.id(), &buyer.profile.name).await?;
+    let Some(order_id) = sold else {
+        tx.rollback().await?;
+        return refused(state, buyer, seat, &lease).await;
+    };
+    if !state.leases.release(&lease).await? {
+        tx.rollback().await?;
+        buyer.forget_hold(seat.event_id, seat.seat_id).await?;
+        tracing::info!(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(),
+            fencing_token = token, "confirm refused: hold lapsed");
+        return Err(Error::Conflict(HOLD_EXPIRED.into()));
+    }
+    tx.commit().await?;
+    buyer.forget_hold(seat.event_id, seat.seat_id).await?;
+    tracing::info!(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(),
+        fencing_token = token, order = order_id, "seat sold");
+    Ok(order_id)
+}
+
+/// Explains a refused [`queries::sell`]: already bought by this buyer (a double submit:
+/// returns the order), sold to someone else, or a stale fencing token.
+async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) -> Result<i64> {
+    if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
+        return Ok(order_id);
+    }
+    // The hold is worthless now; free it if it is still ours (owner-checked).
+    let _ = state.leases.release(lease).await;
+    buyer.forget_hold(seat.event_id, seat.seat_id).await?;
+    let status = queries::seat_status(&state.db, seat).await?;
+    match status {
+        Some(s) if s.sold => Err(Error::Conflict(ALREADY_SOLD.into())),
+        _ => {
+            tracing::warn!(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(),
+                fencing_token = lease.fencing_token.0, "confirm refused: stale fencing token");
+            Err(Error::Conflict(
+                "Your hold was superseded by a newer one (its fencing token is stale).".into(),
+            ))
+        }
+    }
+}

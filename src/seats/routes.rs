@@ -1,0 +1,118 @@
+//! HTTP handlers of the seat picker: parse, call [`super::purchase`], redirect or render.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
+use axum::Router;
+use axum_csrf::CsrfToken;
+
+use super::map::{self, SeatMap};
+use super::purchase;
+use super::{SeatRef, parse_id};
+use crate::buyer::Buyer;
+use crate::csrf::{CsrfForm, Empty};
+use crate::error::{Error, Result};
+use crate::money::format_cents;
+use crate::state::AppState;
+
+/// `GET /events/{id}` and the seat actions.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/events/{event}", get(show))
+        .route("/events/{event}/seats/{seat}/hold", post(hold))
+        .route("/events/{event}/seats/{seat}/release", post(release))
+        .route("/events/{event}/seats/{seat}/confirm", post(confirm))
+}
+
+/// The seat map page.
+#[derive(Template, WebTemplate)]
+#[template(path = "event.html")]
+pub struct EventPage {
+    pub map: SeatMap,
+    pub buyer_name: String,
+    pub authenticity_token: String,
+    /// The hold length in words ("10 minutes").
+    pub hold_for: String,
+}
+
+impl EventPage {
+    fn price(&self, cents: &i64) -> String {
+        format_cents(*cents)
+    }
+}
+
+async fn show(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    csrf: CsrfToken,
+    Path(event): Path<String>,
+) -> Result<impl IntoResponse> {
+    let event_id = parse_id(&event, "event")?;
+    let map = map::load(&state, event_id, buyer.id())
+        .await?
+        .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
+    let authenticity_token = csrf.authenticity_token().map_err(|_| Error::Unavailable("CSRF"))?;
+    let page = EventPage {
+        map,
+        buyer_name: buyer.profile.name.clone(),
+        authenticity_token,
+        hold_for: in_words(state.settings.hold_ttl()),
+    };
+    Ok((csrf, page))
+}
+
+fn seat_ref(event: &str, seat: &str) -> Result<SeatRef> {
+    Ok(SeatRef {
+        event_id: parse_id(event, "event")?,
+        seat_id: parse_id(seat, "seat")?,
+    })
+}
+
+fn back_to_map(seat: SeatRef) -> Redirect {
+    Redirect::to(&format!("/events/{}#seat-{}", seat.event_id, seat.seat_id))
+}
+
+async fn hold(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path((event, seat)): Path<(String, String)>,
+    CsrfForm(Empty {}): CsrfForm<Empty>,
+) -> Result<Redirect> {
+    let seat = seat_ref(&event, &seat)?;
+    purchase::hold(&state, &buyer, seat).await?;
+    Ok(back_to_map(seat))
+}
+
+async fn release(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path((event, seat)): Path<(String, String)>,
+    CsrfForm(Empty {}): CsrfForm<Empty>,
+) -> Result<Redirect> {
+    let seat = seat_ref(&event, &seat)?;
+    purchase::release(&state, &buyer, seat).await?;
+    Ok(back_to_map(seat))
+}
+
+async fn confirm(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path((event, seat)): Path<(String, String)>,
+    CsrfForm(Empty {}): CsrfForm<Empty>,
+) -> Result<Redirect> {
+    let seat = seat_ref(&event, &seat)?;
+    let order_id = purchase::confirm(&state, &buyer, seat).await?;
+    Ok(Redirect::to(&format!("/orders/{order_id}")))
+}
+
+/// A duration in words: "10 minutes", "90 seconds".
+fn in_words(d: std::time::Duration) -> String {
+    let secs = d.as_secs();
+    match secs {
+        s if s >= 120 && s % 60 == 0 => format!("{} minutes", s / 60),
+        1 => "1 second".into(),
+        s => format!("{s} seconds"),
+    }
+}

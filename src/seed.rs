@@ -1,0 +1,229 @@
+//! `seatlock seed`: loads venue files (data/venues/*.json) and creates one demo event per
+//! venue. Idempotent: a venue whose slug exists is left as it is.
+//!
+//! A venue file names price zones and sections; a section lists row groups, each a range
+//! of row labels (`"A-M"`, `"AA-DD"` or `"1-20"`) with the same seat blocks (`[8, 16, 8]`:
+//! 32 seats numbered 1 to 32 left to right, with an aisle after seats 8 and 24) and zone.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use chrono::{Days, NaiveTime, Utc};
+use serde::Deserialize;
+use sqlx::PgPool;
+
+/// A venue file.
+#[derive(Debug, Deserialize)]
+pub struct VenueFile {
+    pub slug: String,
+    pub name: String,
+    pub city: String,
+    pub event: EventSpec,
+    pub zones: Vec<ZoneSpec>,
+    pub sections: Vec<SectionSpec>,
+}
+
+/// The demo event created on the venue.
+#[derive(Debug, Deserialize)]
+pub struct EventSpec {
+    pub name: String,
+    /// Days from the day of seeding.
+    pub starts_in_days: u64,
+    /// "HH:MM", UTC.
+    pub time: String,
+}
+
+/// A price zone.
+#[derive(Debug, Deserialize)]
+pub struct ZoneSpec {
+    pub code: String,
+    pub name: String,
+    pub price_cents: i64,
+    pub colour: String,
+}
+
+/// A section and its row groups.
+#[derive(Debug, Deserialize)]
+pub struct SectionSpec {
+    pub code: String,
+    pub name: String,
+    pub rows: Vec<RowGroup>,
+}
+
+/// Rows sharing one layout and zone.
+#[derive(Debug, Deserialize)]
+pub struct RowGroup {
+    /// Inclusive label range: letters (`A-M`, `AA-DD`) or numbers (`1-20`).
+    pub rows: String,
+    /// Seats per block, left to right; an aisle separates blocks.
+    pub blocks: Vec<u32>,
+    /// Zone code.
+    pub zone: String,
+}
+
+/// Expands a label range: `"A-C"` → A, B, C; `"AA-CC"` → AA, BB, CC; `"8-10"` → 8, 9, 10.
+pub fn row_labels(range: &str) -> anyhow::Result<Vec<String>> {
+    let (from, to) = range.split_once('-').context("a row range looks like A-M or 1-20")?;
+    if let (Ok(a), Ok(b)) = (from.parse::<u32>(), to.parse::<u32>()) {
+        return Ok((a..=b).map(|n| n.to_string()).collect());
+    }
+    let letter = |s: &str| -> anyhow::Result<(char, usize)> {
+        let c = s.chars().next().context("empty row label")?;
+        if !c.is_ascii_uppercase() || s.chars().any(|x| x != c) {
+            bail!("row label {s:?} must be one repeated capital letter");
+        }
+        Ok((c, s.len()))
+    };
+    let ((a, width), (b, width_b)) = (letter(from)?, letter(to)?);
+    if width != width_b || a > b {
+        bail!("row range {range:?} is not ascending");
+    }
+    Ok((a..=b).map(|c| c.to_string().repeat(width)).collect())
+}
+
+/// Loads every `*.json` venue in `dir` into `db`; returns (venues added, seats added).
+pub async fn seed(db: &PgPool, dir: &Path) -> anyhow::Result<(usize, usize)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let (mut venues, mut seats) = (0, 0);
+    for path in files {
+        let text = std::fs::read_to_string(&path)?;
+        let venue: VenueFile =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        if let Some(n) = load_venue(db, &venue).await? {
+            venues += 1;
+            seats += n;
+        }
+    }
+    Ok((venues, seats))
+}
+
+/// Inserts one venue, its seats and its demo event in one transaction; `None` if the
+/// venue was already there.
+async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<usize>> {
+    let mut tx = db.begin().await?;
+    let venue_id: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO venues (slug, name, city) VALUES ($1, $2, $3)
+         ON CONFLICT (slug) DO NOTHING RETURNING id",
+    )
+    .bind(&venue.slug)
+    .bind(&venue.name)
+    .bind(&venue.city)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(venue_id) = venue_id else { return Ok(None) };
+    for zone in &venue.zones {
+        sqlx::query("INSERT INTO price_zones (venue_id, code, name, price_cents, colour) VALUES ($1, $2, $3, $4, $5)")
+            .bind(venue_id)
+            .bind(&zone.code)
+            .bind(&zone.name)
+            .bind(zone.price_cents)
+            .bind(&zone.colour)
+            .execute(&mut *tx)
+            .await?;
+    }
+    let mut total = 0;
+    for (position, section) in venue.sections.iter().enumerate() {
+        let section_id: i64 = sqlx::query_scalar(
+            "INSERT INTO sections (venue_id, code, name, position) VALUES ($1, $2, $3, $4) RETURNING id",
+        )
+        .bind(venue_id)
+        .bind(&section.code)
+        .bind(&section.name)
+        .bind(position as i32)
+        .fetch_one(&mut *tx)
+        .await?;
+        let (mut rows, mut positions, mut numbers, mut aisles, mut zones) = (vec![], vec![], vec![], vec![], vec![]);
+        let mut row_position = 0;
+        for group in &section.rows {
+            for label in row_labels(&group.rows)? {
+                row_position += 1;
+                let mut number = 0;
+                for (block, size) in group.blocks.iter().enumerate() {
+                    for i in 0..*size {
+                        number += 1;
+                        rows.push(label.clone());
+                        positions.push(row_position);
+                        numbers.push(number);
+                        aisles.push(block > 0 && i == 0);
+                        zones.push(group.zone.clone());
+                    }
+                }
+            }
+        }
+        total += rows.len();
+        let inserted = sqlx::query(
+            "INSERT INTO seats (section_id, zone_id, row_label, row_position, number, aisle_before)
+             SELECT $1, z.id, r.label, r.pos, r.num, r.aisle
+               FROM unnest($2::text[], $3::int[], $4::int[], $5::bool[], $6::text[])
+                    AS r(label, pos, num, aisle, zone)
+               JOIN price_zones z ON z.venue_id = $7 AND z.code = r.zone",
+        )
+        .bind(section_id)
+        .bind(&rows)
+        .bind(&positions)
+        .bind(&numbers)
+        .bind(&aisles)
+        .bind(&zones)
+        .bind(venue_id)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() as usize != rows.len() {
+            bail!("section {} of {} names an unknown zone", section.code, venue.slug);
+        }
+    }
+    let time = NaiveTime::parse_from_str(&venue.event.time, "%H:%M").context("event time is HH:MM")?;
+    let starts_at = Utc::now()
+        .date_naive()
+        .checked_add_days(Days::new(venue.event.starts_in_days))
+        .context("event date")?
+        .and_time(time)
+        .and_utc();
+    let event_id: i64 = sqlx::query_scalar(
+        "INSERT INTO events (venue_id, name, starts_at) VALUES ($1, $2, $3) RETURNING id",
+    )
+    .bind(venue_id)
+    .bind(&venue.event.name)
+    .bind(starts_at)
+    .fetch_one(&mut *tx)
+    .await?;
+    create_event_seats(&mut tx, event_id).await?;
+    tx.commit().await?;
+    Ok(Some(total))
+}
+
+/// Gives an event one unsold `event_seats` row per seat of its venue, priced by zone.
+pub async fn create_event_seats(tx: &mut sqlx::PgConnection, event_id: i64) -> sqlx::Result<u64> {
+    let done = sqlx::query(
+        "INSERT INTO event_seats (event_id, seat_id, price_cents)
+         SELECT e.id, s.id, z.price_cents
+           FROM events e
+           JOIN sections sec ON sec.venue_id = e.venue_id
+           JOIN seats s ON s.section_id = sec.id
+           JOIN price_zones z ON z.id = s.zone_id
+          WHERE e.id = $1",
+    )
+    .bind(event_id)
+    .execute(tx)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::row_labels;
+
+    #[test]
+    fn expands_row_ranges() {
+        assert_eq!(row_labels("A-C").unwrap(), ["A", "B", "C"]);
+        assert_eq!(row_labels("AA-BB").unwrap(), ["AA", "BB"]);
+        assert_eq!(row_labels("9-11").unwrap(), ["9", "10", "11"]);
+        assert!(row_labels("C-A").is_err());
+        assert!(row_labels("A").is_err());
+        assert!(row_labels("A-BB").is_err());
+    }
+}

@@ -1,0 +1,48 @@
+//! Shared application state, handed to every handler.
+
+use std::sync::Arc;
+
+use axum::extract::FromRef;
+use axum_csrf::CsrfConfig;
+use lease::{LeaseClient, LeaseKey};
+use sqlx::PgPool;
+
+use crate::config::Settings;
+use crate::ledger::PgFenceLedger;
+
+/// The lease client as the application uses it: Redis plus the Postgres fence ledger.
+pub type Leases = LeaseClient<PgFenceLedger>;
+
+/// Handles to the stores and the settings. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    /// Postgres pool (orders, seat state, sessions, fence ceilings).
+    pub db: PgPool,
+    /// Redis leases (holds, bid locks).
+    pub leases: Arc<Leases>,
+    /// The settings the server was started with.
+    pub settings: Arc<Settings>,
+    /// CSRF token signing.
+    pub csrf: CsrfConfig,
+}
+
+impl AppState {
+    /// The lease group of one event's seats: `<namespace>:event:<id>`. All seats of an
+    /// event share it (one Redis Cluster slot), so the seat map lists every hold of the
+    /// event in one round trip.
+    pub fn event_group(&self, event_id: i64) -> String {
+        format!("{}:event:{event_id}", self.settings.lease_namespace)
+    }
+
+    /// The lease key of one seat of one event.
+    pub fn seat_key(&self, event_id: i64, seat_id: i64) -> LeaseKey {
+        LeaseKey::new(self.event_group(event_id), seat_id.to_string())
+            .expect("namespace and ids make a valid key")
+    }
+}
+
+impl FromRef<AppState> for CsrfConfig {
+    fn from_ref(state: &AppState) -> Self {
+        state.csrf.clone()
+    }
+}
