@@ -22,3 +22,4 @@ pub mod orders;
 pub mod seats;
 pub mod seed;
 pub mod state;
+pub mod testkit;

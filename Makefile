@@ -1,0 +1,38 @@
+# seatlock: two commands.
+#   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
+#   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
+CARGO ?= cargo
+
+.PHONY: demo test services stop e2e-driver lint
+
+services:
+	scripts/services.sh up >/dev/null
+
+stop:
+	scripts/services.sh down
+
+demo: services
+	source .run/env
+	$(CARGO) build --release --bin seatlock
+	trap 'scripts/services.sh down' EXIT
+	./target/release/seatlock migrate
+	./target/release/seatlock seed
+	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000} in two browsers and race for a seat. Ctrl-C stops everything."
+	./target/release/seatlock serve
+
+e2e-driver:
+	scripts/e2e-driver.sh
+
+test: services e2e-driver
+	source .run/env
+	source e2e/driver.env
+	$(CARGO) test --workspace --all-targets
+	$(MAKE) lint
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings

@@ -1,0 +1,226 @@
+//! Test support shared by the integration tests, the end-to-end suite and the load test:
+//! a fresh Postgres database per test, an application server on port 0, and a buyer that
+//! drives the real HTTP flow (session cookie, CSRF token, forms).
+//!
+//! The stores come from `DATABASE_URL` (a role allowed to create databases) and
+//! `REDIS_URL`, which `make test` exports after starting private instances.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rand::Rng;
+use reqwest::StatusCode;
+use reqwest::redirect::Policy;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+
+use crate::app::Application;
+use crate::config::Settings;
+use crate::state::AppState;
+
+/// `DATABASE_URL` and `REDIS_URL`, or an error saying to run under `make test`.
+pub fn store_urls() -> anyhow::Result<(String, String)> {
+    let db = std::env::var("DATABASE_URL").context("DATABASE_URL is not set: run the tests with `make test`")?;
+    let redis = std::env::var("REDIS_URL").context("REDIS_URL is not set: run the tests with `make test`")?;
+    Ok((db, redis))
+}
+
+/// A random lowercase name with `prefix`, e.g. `t_3f9a1c20b7`.
+pub fn unique_name(prefix: &str) -> String {
+    format!("{prefix}_{:010x}", rand::rng().random::<u64>() & 0xff_ffff_ffff)
+}
+
+/// Creates an empty database next to the one `admin_url` names, applies the migrations,
+/// and returns its URL.
+pub async fn fresh_database(admin_url: &str) -> anyhow::Result<String> {
+    let name = unique_name("t");
+    let mut admin = PgConnection::connect(admin_url).await.context("connecting to DATABASE_URL")?;
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
+    let url = match admin_url.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{name}"),
+        None => bail!("DATABASE_URL has no database name"),
+    };
+    let pool = PgPoolOptions::new().max_connections(1).connect(&url).await?;
+    sqlx::migrate!("./migrations").run(&pool).await?;
+    pool.close().await;
+    Ok(url)
+}
+
+/// Loads the venues of `dir` into the database at `url`.
+pub async fn seed(url: &str, dir: &str) -> anyhow::Result<()> {
+    let pool = PgPoolOptions::new().max_connections(1).connect(url).await?;
+    crate::seed::seed(&pool, std::path::Path::new(dir)).await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// The tiny test venue (one event, 32 seats): tests/venues.
+pub const TINY_VENUES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/venues");
+/// The real venues (the 1,642-seat hall and the 11,056-seat arena): data/venues.
+pub const DEMO_VENUES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/venues");
+/// A CSRF secret shared by every server of one test, so forms cross processes.
+pub const TEST_SECRET: &str = "seatlock-test-secret-at-least-32-bytes";
+
+/// Settings for a test server on port 0 over `database_url`, with its own lease
+/// namespace (tests share one Redis) and the shared test secret.
+pub fn settings(database_url: &str, redis_url: &str) -> Settings {
+    let mut settings = Settings::new(database_url, redis_url, "127.0.0.1:0");
+    settings.lease_namespace = unique_name("test");
+    settings.secret = Some(TEST_SECRET.into());
+    settings
+}
+
+/// A running application server inside the test process.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT`.
+    pub address: String,
+    /// The server's state (pool, lease client, settings).
+    pub state: AppState,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    /// Builds the application with `settings` and serves it on a background task.
+    pub async fn spawn(settings: Settings) -> anyhow::Result<TestApp> {
+        let app = Application::build(settings).await?;
+        let address = format!("http://{}", app.address());
+        let state = app.state().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        tokio::spawn(app.run_until(async {
+            let _ = stopped.await;
+        }));
+        Ok(TestApp {
+            address,
+            state,
+            stop: Some(stop),
+        })
+    }
+
+    /// A fresh database seeded with `venues`, and a server over it.
+    pub async fn with_venues(venues: &str) -> anyhow::Result<TestApp> {
+        let (admin, redis) = store_urls()?;
+        let url = fresh_database(&admin).await?;
+        seed(&url, venues).await?;
+        TestApp::spawn(settings(&url, &redis)).await
+    }
+
+    /// The pool of the test database.
+    pub fn db(&self) -> &PgPool {
+        &self.state.db
+    }
+
+    /// The first event's id and the ids of its seats, in map order.
+    pub async fn first_event_seats(&self) -> anyhow::Result<(i64, Vec<i64>)> {
+        let event: i64 = sqlx::query_scalar("SELECT min(id) FROM events").fetch_one(self.db()).await?;
+        let seats = sqlx::query_scalar(
+            "SELECT es.seat_id FROM event_seats es JOIN seats s ON s.id = es.seat_id
+              WHERE es.event_id = $1 ORDER BY s.section_id, s.row_position, s.number",
+        )
+        .bind(event)
+        .fetch_all(self.db())
+        .await?;
+        Ok((event, seats))
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// One browser's worth of HTTP: a cookie jar (session and CSRF cookies), no automatic
+/// redirects (tests look at the 303s), and the CSRF token of the last page read.
+pub struct HttpBuyer {
+    client: reqwest::Client,
+    token: String,
+}
+
+/// A response reduced to what tests look at.
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// `Location` header of a redirect, if any.
+    pub location: Option<String>,
+    /// Body text.
+    pub body: String,
+}
+
+impl HttpBuyer {
+    /// A new buyer with an empty cookie jar.
+    pub fn new() -> Self {
+        let client = reqwest::Client::builder()
+            .cookie_store(true)
+            .redirect(Policy::none())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("a plain HTTP client builds");
+        HttpBuyer {
+            client,
+            token: String::new(),
+        }
+    }
+
+    async fn reply(response: reqwest::Response) -> anyhow::Result<Reply> {
+        let status = response.status();
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .map(str::to_owned);
+        Ok(Reply {
+            status,
+            location,
+            body: response.text().await?,
+        })
+    }
+
+    /// GETs `url` and remembers the page's CSRF token, if it has a form.
+    pub async fn get(&mut self, url: &str) -> anyhow::Result<Reply> {
+        let reply = Self::reply(self.client.get(url).send().await?).await?;
+        if let Some(token) = authenticity_token(&reply.body) {
+            self.token = token;
+        }
+        Ok(reply)
+    }
+
+    /// POSTs a form to `url` with the remembered CSRF token and the extra `fields`.
+    pub async fn post(&self, url: &str, fields: &[(&str, &str)]) -> anyhow::Result<Reply> {
+        let mut form: Vec<(&str, &str)> = vec![("authenticity_token", &self.token)];
+        form.extend_from_slice(fields);
+        let body = serde_urlencoded::to_string(&form)?;
+        let response = self
+            .client
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await?;
+        Self::reply(response).await
+    }
+
+    /// Opens the event page (session + CSRF token) then POSTs `action` (`hold`, `release`
+    /// or `confirm`) for one seat.
+    pub async fn seat_action(&mut self, base: &str, event: i64, seat: i64, action: &str) -> anyhow::Result<Reply> {
+        if self.token.is_empty() {
+            self.get(&format!("{base}/events/{event}")).await?;
+        }
+        self.post(&format!("{base}/events/{event}/seats/{seat}/{action}"), &[]).await
+    }
+}
+
+impl Default for HttpBuyer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The value of the first `authenticity_token` hidden field in an HTML page.
+pub fn authenticity_token(html: &str) -> Option<String> {
+    let start = html.find("name=\"authenticity_token\" value=\"")? + 33;
+    let end = html[start..].find('"')?;
+    Some(html[start..start + end].to_owned())
+}
