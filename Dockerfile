@@ -17,7 +17,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
-  && groupadd --system --gid 10001 seatlock \
+ && groupadd --system --gid 10001 seatlock \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin seatlock
 COPY --from=build /usr/local/bin/seatlock /usr/local/bin/seatlock
 COPY data/venues /usr/local/share/seatlock/venues
