@@ -25,7 +25,5 @@ ENV SEATLOCK_BIND=0.0.0.0:3000 \
     SEATLOCK_VENUES=/usr/local/share/seatlock/venues
 USER 10001:10001
 EXPOSE 3000
-# `serve` shuts down gracefully on Ctrl-C (SIGINT) only; PID 1 would ignore SIGTERM.
-STOPSIGNAL SIGINT
 ENTRYPOINT ["seatlock"]
 CMD ["serve"]

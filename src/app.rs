@@ -104,11 +104,16 @@ pub fn router(state: AppState) -> Router {
         .merge(seats::router())
         .merge(orders::router())
         .merge(buyer::router())
+        .fallback(not_found)
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
         .layer(sessions)
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+async fn not_found() -> crate::error::Error {
+    crate::error::Error::NotFound("There is no such page.".into())
 }
 
 async fn app_js() -> impl IntoResponse {

@@ -15,10 +15,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(settings) => {
             let app = Application::build(*settings).await?;
             println!("seatlock is serving at http://{}", app.address());
-            app.run_until(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+            app.run_until(shutdown_signal()).await?;
         }
         Command::Migrate(db) => {
             let pool = PgPoolOptions::new().max_connections(1).connect(&db.database_url).await?;
@@ -32,4 +29,14 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Ctrl-C or SIGTERM (`docker stop`, `kill`): stop accepting, finish in-flight requests.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

@@ -224,3 +224,64 @@ pub fn authenticity_token(html: &str) -> Option<String> {
     let end = html[start..].find('"')?;
     Some(html[start..start + end].to_owned())
 }
+
+/// A private `redis-server` on a free loopback port, owned by one test: for tests that
+/// kill or restart the lock store. Stopped when dropped.
+pub struct RedisServer {
+    /// The port it listens on.
+    pub port: u16,
+    dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl RedisServer {
+    /// Starts one (no persistence: a restart comes back empty) and waits until it answers.
+    pub async fn start() -> anyhow::Result<RedisServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let dir = std::env::temp_dir().join(unique_name("seatlock-redis"));
+        std::fs::create_dir_all(&dir)?;
+        let mut server = RedisServer { port, dir, child: None };
+        server.restart_empty().await?;
+        Ok(server)
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (SIGKILL: nothing is saved).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server if running and starts a new, empty one on the same port.
+    pub async fn restart_empty(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("starting redis-server (apt-get install redis-server)")?;
+        self.child = Some(child);
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bail!("redis-server did not start on port {}", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
