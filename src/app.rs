@@ -70,7 +70,9 @@ impl Application {
 
     /// The address actually bound (with `bind = 127.0.0.1:0`, the port picked).
     pub fn address(&self) -> std::net::SocketAddr {
-        self.listener.local_addr().expect("a bound listener has an address")
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
     }
 
     /// The shared state (pool, lease client, settings).
@@ -79,7 +81,10 @@ impl Application {
     }
 
     /// Serves until `shutdown` completes, then finishes in-flight requests.
-    pub async fn run_until(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
             .await

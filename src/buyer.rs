@@ -86,7 +86,11 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
         let session = Session::from_request_parts(parts, state)
             .await
             .map_err(|_| Error::Unavailable("the session store"))?;
-        let profile = match session.get::<BuyerProfile>(BUYER).await.map_err(session_error)? {
+        let profile = match session
+            .get::<BuyerProfile>(BUYER)
+            .await
+            .map_err(session_error)?
+        {
             Some(profile) => profile,
             None => {
                 let id = random_id();
@@ -94,7 +98,10 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
                     name: format!("Guest {}", &id[..4].to_uppercase()),
                     id,
                 };
-                session.insert(BUYER, &profile).await.map_err(session_error)?;
+                session
+                    .insert(BUYER, &profile)
+                    .await
+                    .map_err(session_error)?;
                 profile
             }
         };
@@ -119,7 +126,12 @@ impl Buyer {
     }
 
     async fn holds(&self) -> Result<BTreeMap<String, HeldSeat>> {
-        Ok(self.session.get(HOLDS).await.map_err(session_error)?.unwrap_or_default())
+        Ok(self
+            .session
+            .get(HOLDS)
+            .await
+            .map_err(session_error)?
+            .unwrap_or_default())
     }
 
     /// The buyer's hold on a seat, if the session has one (it may have lapsed in Redis).
@@ -131,14 +143,20 @@ impl Buyer {
     pub async fn remember_hold(&self, event_id: i64, seat_id: i64, held: HeldSeat) -> Result<()> {
         let mut holds = self.holds().await?;
         holds.insert(hold_key(event_id, seat_id), held);
-        self.session.insert(HOLDS, holds).await.map_err(session_error)
+        self.session
+            .insert(HOLDS, holds)
+            .await
+            .map_err(session_error)
     }
 
     /// Forgets a hold (released, confirmed or lapsed).
     pub async fn forget_hold(&self, event_id: i64, seat_id: i64) -> Result<()> {
         let mut holds = self.holds().await?;
         if holds.remove(&hold_key(event_id, seat_id)).is_some() {
-            self.session.insert(HOLDS, holds).await.map_err(session_error)?;
+            self.session
+                .insert(HOLDS, holds)
+                .await
+                .map_err(session_error)?;
         }
         Ok(())
     }
@@ -152,7 +170,11 @@ pub struct RenameForm {
     name: String,
 }
 
-async fn rename(buyer: Buyer, headers: HeaderMap, CsrfForm(form): CsrfForm<RenameForm>) -> Result<impl IntoResponse> {
+async fn rename(
+    buyer: Buyer,
+    headers: HeaderMap,
+    CsrfForm(form): CsrfForm<RenameForm>,
+) -> Result<impl IntoResponse> {
     let name = form.name.trim();
     if name.is_empty() || name.chars().count() > 40 || name.chars().any(char::is_control) {
         return Err(Error::BadRequest(
@@ -164,7 +186,11 @@ async fn rename(buyer: Buyer, headers: HeaderMap, CsrfForm(form): CsrfForm<Renam
         id: buyer.profile.id.clone(),
         name: name.to_owned(),
     };
-    buyer.session.insert(BUYER, profile).await.map_err(session_error)?;
+    buyer
+        .session
+        .insert(BUYER, profile)
+        .await
+        .map_err(session_error)?;
     Ok(Redirect::to(&back_to(&headers)))
 }
 
@@ -184,4 +210,3 @@ pub fn back_to(headers: &HeaderMap) -> String {
 pub fn router() -> Router<AppState> {
     Router::new().route("/me", post(rename))
 }
-

@@ -7,7 +7,11 @@ use clap::{Args, Parser, Subcommand};
 
 /// `seatlock serve | migrate | seed`.
 #[derive(Debug, Parser)]
-#[command(name = "seatlock", version, about = "Seat holds as Redis leases, purchases fenced in Postgres")]
+#[command(
+    name = "seatlock",
+    version,
+    about = "Seat holds as Redis leases, purchases fenced in Postgres"
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

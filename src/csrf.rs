@@ -64,17 +64,22 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = req.into_parts();
-        let token = <CsrfToken as axum::extract::FromRequestParts<S>>::from_request_parts(&mut parts, state)
-            .await
-            .map_err(|_| forbidden())?;
+        let token = <CsrfToken as axum::extract::FromRequestParts<S>>::from_request_parts(
+            &mut parts, state,
+        )
+        .await
+        .map_err(|_| forbidden())?;
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(|rejection| match rejection.status().as_u16() {
                 413 => Error::TooLarge,
                 _ => Error::BadRequest("The form could not be read.".into()),
             })?;
-        let sent: AuthenticityToken = serde_urlencoded::from_bytes(&bytes).map_err(|_| forbidden())?;
-        token.verify(&sent.authenticity_token).map_err(|_| forbidden())?;
+        let sent: AuthenticityToken =
+            serde_urlencoded::from_bytes(&bytes).map_err(|_| forbidden())?;
+        token
+            .verify(&sent.authenticity_token)
+            .map_err(|_| forbidden())?;
         let form = serde_urlencoded::from_bytes(&bytes)
             .map_err(|e| Error::BadRequest(format!("The form is not valid: {e}.")))?;
         Ok(CsrfForm(form))
@@ -98,14 +103,18 @@ pub async fn refuse_foreign_origin(req: Request, next: Next) -> Response {
     if req.method() == Method::POST
         && let Some(origin) = req.headers().get(header::ORIGIN)
     {
-        let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok());
+        let host = req
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok());
         let origin_host = origin
             .to_str()
             .ok()
             .and_then(|o| o.split_once("://"))
             .map(|(_, rest)| rest);
         if host.is_none() || origin_host != host {
-            return Error::Forbidden("Cross-site form posts are not accepted.".into()).into_response();
+            return Error::Forbidden("Cross-site form posts are not accepted.".into())
+                .into_response();
         }
     }
     next.run(req).await

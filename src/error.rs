@@ -71,9 +71,11 @@ impl From<LeaseError> for Error {
 }
 
 /// Shown when a seat is held by another buyer.
-pub const SOMEONE_IS_BUYING: &str = "Someone is buying this seat. It may come free again if they do not complete their purchase.";
+pub const SOMEONE_IS_BUYING: &str =
+    "Someone is buying this seat. It may come free again if they do not complete their purchase.";
 /// Shown when the buyer's own hold has lapsed.
-pub const HOLD_EXPIRED: &str = "Your hold on this seat has expired. Pick the seat again if it is still available.";
+pub const HOLD_EXPIRED: &str =
+    "Your hold on this seat has expired. Pick the seat again if it is still available.";
 
 impl Error {
     /// The HTTP status for this error.

@@ -59,7 +59,11 @@ pub struct IndexPage {
 }
 
 /// `GET /`.
-pub async fn index(State(state): State<AppState>, buyer: Buyer, csrf: CsrfToken) -> Result<impl IntoResponse> {
+pub async fn index(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    csrf: CsrfToken,
+) -> Result<impl IntoResponse> {
     let events = sqlx::query_as(
         "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at,
                 count(*) AS seats, count(*) FILTER (WHERE NOT es.sold) AS unsold
@@ -69,7 +73,9 @@ pub async fn index(State(state): State<AppState>, buyer: Buyer, csrf: CsrfToken)
     )
     .fetch_all(&state.db)
     .await?;
-    let authenticity_token = csrf.authenticity_token().map_err(|_| Error::Unavailable("CSRF"))?;
+    let authenticity_token = csrf
+        .authenticity_token()
+        .map_err(|_| Error::Unavailable("CSRF"))?;
     Ok((
         csrf,
         IndexPage {

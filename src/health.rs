@@ -28,6 +28,9 @@ pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
     if down.is_empty() {
         (StatusCode::OK, "ok".into())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, format!("unavailable: {}", down.join(", ")))
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("unavailable: {}", down.join(", ")),
+        )
     }
 }

@@ -9,7 +9,9 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| "seatlock=info,warn".into()))
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| "seatlock=info,warn".into()),
+        )
         .init();
     match Cli::parse().command {
         Command::Serve(settings) => {
@@ -18,12 +20,18 @@ async fn main() -> anyhow::Result<()> {
             app.run_until(shutdown_signal()).await?;
         }
         Command::Migrate(db) => {
-            let pool = PgPoolOptions::new().max_connections(1).connect(&db.database_url).await?;
+            let pool = PgPoolOptions::new()
+                .max_connections(1)
+                .connect(&db.database_url)
+                .await?;
             sqlx::migrate!("./migrations").run(&pool).await?;
             println!("migrations applied");
         }
         Command::Seed(args) => {
-            let pool = PgPoolOptions::new().max_connections(2).connect(&args.database.database_url).await?;
+            let pool = PgPoolOptions::new()
+                .max_connections(2)
+                .connect(&args.database.database_url)
+                .await?;
             let (venues, seats) = seatlock::seed::seed(&pool, &args.venues).await?;
             println!("seeded {venues} new venue(s) with {seats} seats");
         }

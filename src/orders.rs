@@ -41,7 +41,11 @@ impl OrderPage {
     }
 }
 
-async fn show(State(state): State<AppState>, buyer: Buyer, Path(id): Path<String>) -> Result<OrderPage> {
+async fn show(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path(id): Path<String>,
+) -> Result<OrderPage> {
     let id = parse_id(&id, "order")?;
     let order = sqlx::query_as(
         "SELECT o.id, o.event_id, e.name AS event_name, v.name AS venue,

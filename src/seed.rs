@@ -63,7 +63,9 @@ pub struct RowGroup {
 
 /// Expands a label range: `"A-C"` → A, B, C; `"AA-CC"` → AA, BB, CC; `"8-10"` → 8, 9, 10.
 pub fn row_labels(range: &str) -> anyhow::Result<Vec<String>> {
-    let (from, to) = range.split_once('-').context("a row range looks like A-M or 1-20")?;
+    let (from, to) = range
+        .split_once('-')
+        .context("a row range looks like A-M or 1-20")?;
     if let (Ok(a), Ok(b)) = (from.parse::<u32>(), to.parse::<u32>()) {
         return Ok((a..=b).map(|n| n.to_string()).collect());
     }
@@ -115,7 +117,9 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<usi
     .bind(&venue.city)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(venue_id) = venue_id else { return Ok(None) };
+    let Some(venue_id) = venue_id else {
+        return Ok(None);
+    };
     for zone in &venue.zones {
         sqlx::query("INSERT INTO price_zones (venue_id, code, name, price_cents, colour) VALUES ($1, $2, $3, $4, $5)")
             .bind(venue_id)
@@ -137,7 +141,8 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<usi
         .bind(position as i32)
         .fetch_one(&mut *tx)
         .await?;
-        let (mut rows, mut positions, mut numbers, mut aisles, mut zones) = (vec![], vec![], vec![], vec![], vec![]);
+        let (mut rows, mut positions, mut numbers, mut aisles, mut zones) =
+            (vec![], vec![], vec![], vec![], vec![]);
         let mut row_position = 0;
         for group in &section.rows {
             for label in row_labels(&group.rows)? {
@@ -173,10 +178,15 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<usi
         .execute(&mut *tx)
         .await?;
         if inserted.rows_affected() as usize != rows.len() {
-            bail!("section {} of {} names an unknown zone", section.code, venue.slug);
+            bail!(
+                "section {} of {} names an unknown zone",
+                section.code,
+                venue.slug
+            );
         }
     }
-    let time = NaiveTime::parse_from_str(&venue.event.time, "%H:%M").context("event time is HH:MM")?;
+    let time =
+        NaiveTime::parse_from_str(&venue.event.time, "%H:%M").context("event time is HH:MM")?;
     let starts_at = Utc::now()
         .date_naive()
         .checked_add_days(Days::new(venue.event.starts_in_days))

@@ -20,27 +20,39 @@ use crate::state::AppState;
 
 /// `DATABASE_URL` and `REDIS_URL`, or an error saying to run under `make test`.
 pub fn store_urls() -> anyhow::Result<(String, String)> {
-    let db = std::env::var("DATABASE_URL").context("DATABASE_URL is not set: run the tests with `make test`")?;
-    let redis = std::env::var("REDIS_URL").context("REDIS_URL is not set: run the tests with `make test`")?;
+    let db = std::env::var("DATABASE_URL")
+        .context("DATABASE_URL is not set: run the tests with `make test`")?;
+    let redis = std::env::var("REDIS_URL")
+        .context("REDIS_URL is not set: run the tests with `make test`")?;
     Ok((db, redis))
 }
 
 /// A random lowercase name with `prefix`, e.g. `t_3f9a1c20b7`.
 pub fn unique_name(prefix: &str) -> String {
-    format!("{prefix}_{:010x}", rand::rng().random::<u64>() & 0xff_ffff_ffff)
+    format!(
+        "{prefix}_{:010x}",
+        rand::rng().random::<u64>() & 0xff_ffff_ffff
+    )
 }
 
 /// Creates an empty database next to the one `admin_url` names, applies the migrations,
 /// and returns its URL.
 pub async fn fresh_database(admin_url: &str) -> anyhow::Result<String> {
     let name = unique_name("t");
-    let mut admin = PgConnection::connect(admin_url).await.context("connecting to DATABASE_URL")?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
+    let mut admin = PgConnection::connect(admin_url)
+        .await
+        .context("connecting to DATABASE_URL")?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await?;
     let url = match admin_url.rsplit_once('/') {
         Some((server, _)) => format!("{server}/{name}"),
         None => bail!("DATABASE_URL has no database name"),
     };
-    let pool = PgPoolOptions::new().max_connections(1).connect(&url).await?;
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await?;
     sqlx::migrate!("./migrations").run(&pool).await?;
     pool.close().await;
     Ok(url)
@@ -111,7 +123,9 @@ impl TestApp {
 
     /// The first event's id and the ids of its seats, in map order.
     pub async fn first_event_seats(&self) -> anyhow::Result<(i64, Vec<i64>)> {
-        let event: i64 = sqlx::query_scalar("SELECT min(id) FROM events").fetch_one(self.db()).await?;
+        let event: i64 = sqlx::query_scalar("SELECT min(id) FROM events")
+            .fetch_one(self.db())
+            .await?;
         let seats = sqlx::query_scalar(
             "SELECT es.seat_id FROM event_seats es JOIN seats s ON s.id = es.seat_id
               WHERE es.event_id = $1 ORDER BY s.section_id, s.row_position, s.number",
@@ -195,7 +209,10 @@ impl HttpBuyer {
         let response = self
             .client
             .post(url)
-            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
             .body(body)
             .send()
             .await?;
@@ -204,11 +221,18 @@ impl HttpBuyer {
 
     /// Opens the event page (session + CSRF token) then POSTs `action` (`hold`, `release`
     /// or `confirm`) for one seat.
-    pub async fn seat_action(&mut self, base: &str, event: i64, seat: i64, action: &str) -> anyhow::Result<Reply> {
+    pub async fn seat_action(
+        &mut self,
+        base: &str,
+        event: i64,
+        seat: i64,
+        action: &str,
+    ) -> anyhow::Result<Reply> {
         if self.token.is_empty() {
             self.get(&format!("{base}/events/{event}")).await?;
         }
-        self.post(&format!("{base}/events/{event}/seats/{seat}/{action}"), &[]).await
+        self.post(&format!("{base}/events/{event}/seats/{seat}/{action}"), &[])
+            .await
     }
 }
 
@@ -237,10 +261,16 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts one (no persistence: a restart comes back empty) and waits until it answers.
     pub async fn start() -> anyhow::Result<RedisServer> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
         let dir = std::env::temp_dir().join(unique_name("seatlock-redis"));
         std::fs::create_dir_all(&dir)?;
-        let mut server = RedisServer { port, dir, child: None };
+        let mut server = RedisServer {
+            port,
+            dir,
+            child: None,
+        };
         server.restart_empty().await?;
         Ok(server)
     }
@@ -270,7 +300,10 @@ impl RedisServer {
             .context("starting redis-server (apt-get install redis-server)")?;
         self.child = Some(child);
         for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await.is_ok() {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

@@ -8,7 +8,9 @@ use seatlock::seats::{SeatRef, queries};
 use seatlock::testkit::{self, HttpBuyer, RedisServer, TestApp};
 
 async fn tiny() -> TestApp {
-    TestApp::with_venues(testkit::TINY_VENUES).await.expect("test app")
+    TestApp::with_venues(testkit::TINY_VENUES)
+        .await
+        .expect("test app")
 }
 
 /// A server over a fresh tiny database with a hold TTL of `ttl_ms`.
@@ -35,18 +37,39 @@ async fn a_hold_shows_a_countdown_and_refuses_a_second_buyer() {
     let app = tiny().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut a = HttpBuyer::new();
-    let reply = a.seat_action(&app.address, event, seats[0], "hold").await.unwrap();
+    let reply = a
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::SEE_OTHER);
-    assert_eq!(reply.location.unwrap(), format!("/events/{event}#seat-{}", seats[0]));
+    assert_eq!(
+        reply.location.unwrap(),
+        format!("/events/{event}#seat-{}", seats[0])
+    );
 
-    let page = a.get(&format!("{}/events/{event}", app.address)).await.unwrap();
+    let page = a
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
     assert!(page.body.contains("held for you until"), "{}", page.body);
-    assert!(page.body.contains(&format!("id=\"seat-{}\" class=\"seat mine", seats[0])));
+    assert!(
+        page.body
+            .contains(&format!("id=\"seat-{}\" class=\"seat mine", seats[0]))
+    );
 
     let mut b = HttpBuyer::new();
-    let page = b.get(&format!("{}/events/{event}", app.address)).await.unwrap();
-    assert!(page.body.contains(&format!("id=\"seat-{}\" class=\"seat held", seats[0])));
-    let reply = b.seat_action(&app.address, event, seats[0], "hold").await.unwrap();
+    let page = b
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    assert!(
+        page.body
+            .contains(&format!("id=\"seat-{}\" class=\"seat held", seats[0]))
+    );
+    let reply = b
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::CONFLICT);
     assert!(reply.body.contains("Someone is buying this seat"));
 }
@@ -56,15 +79,23 @@ async fn confirm_sells_once_and_a_double_submit_returns_the_same_order() {
     let app = tiny().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut a = HttpBuyer::new();
-    a.seat_action(&app.address, event, seats[1], "hold").await.unwrap();
+    a.seat_action(&app.address, event, seats[1], "hold")
+        .await
+        .unwrap();
     let url = format!("{}/events/{event}/seats/{}/confirm", app.address, seats[1]);
     let (first, second) = tokio::join!(a.post(&url, &[]), a.post(&url, &[]));
     let (first, second) = (first.unwrap(), second.unwrap());
     assert_eq!(first.status, StatusCode::SEE_OTHER, "{}", first.body);
     assert_eq!(second.status, StatusCode::SEE_OTHER, "{}", second.body);
-    assert_eq!(first.location, second.location, "both submits lead to the same order");
+    assert_eq!(
+        first.location, second.location,
+        "both submits lead to the same order"
+    );
     assert_eq!(orders_for(&app, event, seats[1]).await, 1);
-    let order = a.get(&format!("{}{}", app.address, first.location.unwrap())).await.unwrap();
+    let order = a
+        .get(&format!("{}{}", app.address, first.location.unwrap()))
+        .await
+        .unwrap();
     assert!(order.body.contains("Order confirmed"));
     // And once more, after the hold is gone from the session.
     let third = a.post(&url, &[]).await.unwrap();
@@ -77,13 +108,25 @@ async fn a_confirm_after_the_hold_lapsed_is_refused_even_if_nobody_bought() {
     let app = tiny_with_ttl(300).await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut a = HttpBuyer::new();
-    a.seat_action(&app.address, event, seats[2], "hold").await.unwrap();
+    a.seat_action(&app.address, event, seats[2], "hold")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(450)).await;
-    let reply = a.seat_action(&app.address, event, seats[2], "confirm").await.unwrap();
+    let reply = a
+        .seat_action(&app.address, event, seats[2], "confirm")
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::CONFLICT);
-    assert!(reply.body.contains("Your hold on this seat has expired"), "{}", reply.body);
+    assert!(
+        reply.body.contains("Your hold on this seat has expired"),
+        "{}",
+        reply.body
+    );
     assert_eq!(orders_for(&app, event, seats[2]).await, 0);
-    let seat = SeatRef { event_id: event, seat_id: seats[2] };
+    let seat = SeatRef {
+        event_id: event,
+        seat_id: seats[2],
+    };
     let status = queries::seat_status(app.db(), seat).await.unwrap().unwrap();
     assert!(!status.sold, "nothing half-written");
 }
@@ -92,7 +135,10 @@ async fn a_confirm_after_the_hold_lapsed_is_refused_even_if_nobody_bought() {
 async fn postgres_refuses_a_stale_fencing_token() {
     let app = tiny().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
-    let seat = SeatRef { event_id: event, seat_id: seats[3] };
+    let seat = SeatRef {
+        event_id: event,
+        seat_id: seats[3],
+    };
     // A newer holder's token (42) has been accepted by the row.
     sqlx::query("UPDATE event_seats SET fence_token = 42 WHERE event_id = $1 AND seat_id = $2")
         .bind(event)
@@ -101,9 +147,13 @@ async fn postgres_refuses_a_stale_fencing_token() {
         .await
         .unwrap();
     let mut tx = app.db().begin().await.unwrap();
-    let late = queries::sell(&mut tx, seat, 41, "late", "Late").await.unwrap();
+    let late = queries::sell(&mut tx, seat, 41, "late", "Late")
+        .await
+        .unwrap();
     assert_eq!(late, None, "41 < 42: refused");
-    let current = queries::sell(&mut tx, seat, 42, "current", "Current").await.unwrap();
+    let current = queries::sell(&mut tx, seat, 42, "current", "Current")
+        .await
+        .unwrap();
     assert!(current.is_some(), "42 = 42: accepted");
     tx.rollback().await.unwrap();
 }
@@ -118,9 +168,15 @@ async fn a_holder_whose_lease_lapsed_cannot_buy_after_a_newer_holder_did() {
     tokio::time::sleep(Duration::from_millis(450)).await; // A "pauses" past its lease
     let hold = b.seat_action(base, event, seats[4], "hold").await.unwrap();
     assert_eq!(hold.status, StatusCode::SEE_OTHER);
-    let bought = b.seat_action(base, event, seats[4], "confirm").await.unwrap();
+    let bought = b
+        .seat_action(base, event, seats[4], "confirm")
+        .await
+        .unwrap();
     assert_eq!(bought.status, StatusCode::SEE_OTHER);
-    let late = a.seat_action(base, event, seats[4], "confirm").await.unwrap();
+    let late = a
+        .seat_action(base, event, seats[4], "confirm")
+        .await
+        .unwrap();
     assert_eq!(late.status, StatusCode::CONFLICT);
     assert_eq!(orders_for(&app, event, seats[4]).await, 1);
 }
@@ -131,7 +187,11 @@ async fn buy(mut buyer: HttpBuyer, base: String, event: i64, seat: i64) -> Statu
     if hold.status != StatusCode::SEE_OTHER {
         return hold.status;
     }
-    buyer.seat_action(&base, event, seat, "confirm").await.unwrap().status
+    buyer
+        .seat_action(&base, event, seat, "confirm")
+        .await
+        .unwrap()
+        .status
 }
 
 #[tokio::test]
@@ -148,7 +208,10 @@ async fn two_servers_racing_for_a_seat_sell_it_exactly_once() {
             buy(HttpBuyer::new(), one.address.clone(), event, seat),
             buy(HttpBuyer::new(), two.address.clone(), event, seat),
         );
-        let sold = [ra, rb].iter().filter(|s| **s == StatusCode::SEE_OTHER).count();
+        let sold = [ra, rb]
+            .iter()
+            .filter(|s| **s == StatusCode::SEE_OTHER)
+            .count();
         assert_eq!(sold, 1, "seat {seat}: {ra} / {rb}");
         assert!([ra, rb].contains(&StatusCode::CONFLICT));
         assert_eq!(orders_for(&one, event, seat).await, 1);
@@ -161,7 +224,9 @@ async fn fencing_tokens_keep_growing_after_redis_restarts_empty() {
     let url = testkit::fresh_database(&admin).await.unwrap();
     testkit::seed(&url, testkit::TINY_VENUES).await.unwrap();
     let mut redis = RedisServer::start().await.unwrap();
-    let app = TestApp::spawn(testkit::settings(&url, &redis.url())).await.unwrap();
+    let app = TestApp::spawn(testkit::settings(&url, &redis.url()))
+        .await
+        .unwrap();
     let (event, seats) = app.first_event_seats().await.unwrap();
     let key = app.state.seat_key(event, seats[0]);
     let ttl = Duration::from_secs(60);
@@ -179,8 +244,14 @@ async fn fencing_tokens_keep_growing_after_redis_restarts_empty() {
         after = app.state.leases.acquire(&key, "b", ttl).await;
     }
     let after = after.expect("Redis is back");
-    assert!(after.fencing_token > before.fencing_token, "{before:?} then {after:?}");
-    assert!(!app.state.leases.release(&before).await.unwrap(), "the old lease is gone");
+    assert!(
+        after.fencing_token > before.fencing_token,
+        "{before:?} then {after:?}"
+    );
+    assert!(
+        !app.state.leases.release(&before).await.unwrap(),
+        "the old lease is gone"
+    );
 }
 
 #[tokio::test]
@@ -198,15 +269,33 @@ async fn bad_ids_and_other_buyers_holds_get_clear_4xx_pages() {
     ] {
         let reply = a.get(&format!("{base}{path}")).await.unwrap();
         assert_eq!(reply.status, status, "{path}");
-        assert!(reply.body.contains("class=\"message\""), "{path}: an HTML page with a message");
+        assert!(
+            reply.body.contains("class=\"message\""),
+            "{path}: an HTML page with a message"
+        );
     }
     a.get(&format!("{base}/events/{event}")).await.unwrap();
     for (path, status) in [
-        (format!("/events/{event}/seats/999999/hold"), StatusCode::NOT_FOUND),
-        (format!("/events/{event}/seats/x1/hold"), StatusCode::BAD_REQUEST),
-        (format!("/events/999999/seats/{}/hold", seats[0]), StatusCode::NOT_FOUND),
-        (format!("/events/{event}/seats/{}/confirm", seats[0]), StatusCode::FORBIDDEN),
-        (format!("/events/{event}/seats/{}/release", seats[0]), StatusCode::FORBIDDEN),
+        (
+            format!("/events/{event}/seats/999999/hold"),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            format!("/events/{event}/seats/x1/hold"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            format!("/events/999999/seats/{}/hold", seats[0]),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            format!("/events/{event}/seats/{}/confirm", seats[0]),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            format!("/events/{event}/seats/{}/release", seats[0]),
+            StatusCode::FORBIDDEN,
+        ),
     ] {
         let reply = a.post(&format!("{base}{path}"), &[]).await.unwrap();
         assert_eq!(reply.status, status, "{path}: {}", reply.body);
@@ -221,7 +310,10 @@ async fn bad_ids_and_other_buyers_holds_get_clear_4xx_pages() {
     }
     assert_eq!(orders_for(&app, event, seats[5]).await, 0);
     let key = app.state.seat_key(event, seats[5]);
-    assert!(app.state.leases.remaining(&key).await.unwrap().is_some(), "B still holds it");
+    assert!(
+        app.state.leases.remaining(&key).await.unwrap().is_some(),
+        "B still holds it"
+    );
 }
 
 #[tokio::test]
@@ -233,8 +325,13 @@ async fn posts_without_a_valid_csrf_token_or_from_another_site_are_refused() {
     assert_eq!(reply.status, StatusCode::FORBIDDEN);
 
     let mut b = HttpBuyer::new();
-    b.get(&format!("{}/events/{event}", app.address)).await.unwrap();
-    let wrong = b.post(&url, &[("authenticity_token", "forged")]).await.unwrap();
+    b.get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    let wrong = b
+        .post(&url, &[("authenticity_token", "forged")])
+        .await
+        .unwrap();
     assert_eq!(wrong.status, StatusCode::FORBIDDEN);
     let huge = "x".repeat(64 * 1024);
     let reply = b.post(&url, &[("padding", &huge)]).await.unwrap();
@@ -249,13 +346,24 @@ async fn posts_without_a_valid_csrf_token_or_from_another_site_are_refused() {
         .unwrap();
     assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
     let group = app.state.event_group(event);
-    assert!(app.state.leases.holders(&group).await.unwrap().holdings.is_empty());
+    assert!(
+        app.state
+            .leases
+            .holders(&group)
+            .await
+            .unwrap()
+            .holdings
+            .is_empty()
+    );
 }
 
 #[tokio::test]
 async fn healthz_names_the_store_that_is_down() {
     let app = tiny().await;
-    let reply = HttpBuyer::new().get(&format!("{}/healthz", app.address)).await.unwrap();
+    let reply = HttpBuyer::new()
+        .get(&format!("{}/healthz", app.address))
+        .await
+        .unwrap();
     assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
 
     let mut redis = RedisServer::start().await.unwrap();
@@ -264,9 +372,16 @@ async fn healthz_names_the_store_that_is_down() {
     settings.store_timeout_ms = 500;
     let app = TestApp::spawn(settings).await.unwrap();
     redis.kill();
-    let reply = HttpBuyer::new().get(&format!("{}/healthz", app.address)).await.unwrap();
+    let reply = HttpBuyer::new()
+        .get(&format!("{}/healthz", app.address))
+        .await
+        .unwrap();
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(reply.body.contains("redis") && !reply.body.contains("postgres"), "{}", reply.body);
+    assert!(
+        reply.body.contains("redis") && !reply.body.contains("postgres"),
+        "{}",
+        reply.body
+    );
 }
 
 #[tokio::test]
@@ -279,7 +394,10 @@ async fn the_arena_map_lists_eleven_thousand_seats_in_one_page() {
     .await
     .unwrap();
     let mut a = HttpBuyer::new();
-    let page = a.get(&format!("{}/events/{arena}", app.address)).await.unwrap();
+    let page = a
+        .get(&format!("{}/events/{arena}", app.address))
+        .await
+        .unwrap();
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.matches("class=\"seat available").count() >= 10_000);
 }

@@ -20,7 +20,9 @@ pub struct LeaseKey {
 
 /// A group or resource name that would break the key layout.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid lease key part {0:?}: must be non-empty, without braces or whitespace, and a name may not start with '~'")]
+#[error(
+    "invalid lease key part {0:?}: must be non-empty, without braces or whitespace, and a name may not start with '~'"
+)]
 pub struct InvalidKey(pub String);
 
 fn valid(part: &str) -> bool {
@@ -95,7 +97,13 @@ mod tests {
 
     #[test]
     fn rejects_parts_that_would_break_the_layout() {
-        for (group, name) in [("", "a"), ("a{b", "c"), ("g", "x}"), ("g", "~fence"), ("g h", "a")] {
+        for (group, name) in [
+            ("", "a"),
+            ("a{b", "c"),
+            ("g", "x}"),
+            ("g", "~fence"),
+            ("g h", "a"),
+        ] {
             assert!(LeaseKey::new(group, name).is_err(), "{group:?} {name:?}");
         }
     }

@@ -237,8 +237,8 @@ impl<L: FenceLedger> LeaseClient<L> {
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         let owner = OwnerToken::random();
         loop {
-            let reply = scripts::acquire(&mut self.redis.clone(), key, &owner, ttl_ms, holder)
-                .await?;
+            let reply =
+                scripts::acquire(&mut self.redis.clone(), key, &owner, ttl_ms, holder).await?;
             match reply {
                 scripts::AcquireReply::Granted {
                     fencing_token,
@@ -252,7 +252,10 @@ impl<L: FenceLedger> LeaseClient<L> {
                         expires_at_ms,
                     });
                 }
-                scripts::AcquireReply::Held { holder, remaining_ms } => {
+                scripts::AcquireReply::Held {
+                    holder,
+                    remaining_ms,
+                } => {
                     return Err(LeaseError::Held {
                         holder,
                         remaining: Duration::from_millis(remaining_ms),

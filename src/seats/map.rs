@@ -101,7 +101,11 @@ pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Opt
     );
     let Some(event) = event? else { return Ok(None) };
     let holds = holds?;
-    let held: HashMap<&str, &Holding> = holds.holdings.iter().map(|h| (h.name.as_str(), h)).collect();
+    let held: HashMap<&str, &Holding> = holds
+        .holdings
+        .iter()
+        .map(|h| (h.name.as_str(), h))
+        .collect();
     let (seats, zones) = (seats?, zones?);
     let total = seats.len();
     let mut map = SeatMap {
@@ -167,20 +171,29 @@ fn push_seat(sections: &mut Vec<SectionView>, seat: MapSeat, state: SeatState, t
         });
     }
     let section = sections.last_mut().expect("just pushed");
-    if section.rows.last().is_none_or(|r| r.label != seat.row_label) {
+    if section
+        .rows
+        .last()
+        .is_none_or(|r| r.label != seat.row_label)
+    {
         section.rows.push(RowView {
             label: seat.row_label.clone(),
             seats: Vec::new(),
         });
     }
-    section.rows.last_mut().expect("just pushed").seats.push(SeatView {
-        id: seat.seat_id,
-        number: seat.number,
-        aisle_before: seat.aisle_before,
-        zone: seat.zone_code,
-        state,
-        title,
-    });
+    section
+        .rows
+        .last_mut()
+        .expect("just pushed")
+        .seats
+        .push(SeatView {
+            id: seat.seat_id,
+            number: seat.number,
+            aisle_before: seat.aisle_before,
+            zone: seat.zone_code,
+            state,
+            title,
+        });
 }
 
 /// Unix milliseconds as "HH:MM:SS UTC".

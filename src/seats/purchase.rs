@@ -38,16 +38,27 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         return Err(Error::Conflict(ALREADY_SOLD.into()));
     }
     let key = state.seat_key(seat.event_id, seat.seat_id);
-    match state.leases.acquire(&key, buyer.id(), state.settings.hold_ttl()).await {
+    match state
+        .leases
+        .acquire(&key, buyer.id(), state.settings.hold_ttl())
+        .await
+    {
         Ok(lease) => {
             buyer
                 .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
                 .await?;
-            tracing::info!(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(),
-                fencing_token = lease.fencing_token.0, "hold granted");
+            tracing::info!(
+                event = seat.event_id,
+                seat = seat.seat_id,
+                buyer = buyer.id(),
+                fencing_token = lease.fencing_token.0,
+                "hold granted"
+            );
             Ok(HoldOutcome::Granted(lease))
         }
-        Err(LeaseError::Held { holder, .. }) if holder == buyer.id() => Ok(HoldOutcome::AlreadyYours),
+        Err(LeaseError::Held { holder, .. }) if holder == buyer.id() => {
+            Ok(HoldOutcome::AlreadyYours)
+        }
         Err(err) => Err(err.into()),
     }
 }
@@ -65,7 +76,9 @@ fn not_your_hold() -> Error {
 /// Releases the buyer's hold on `seat` (owner-checked). A hold that already lapsed is
 /// simply forgotten. Errors: 403 if the buyer has no hold on it, 503 Redis unavailable.
 pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
-    let lease = held_lease(state, buyer, seat).await?.ok_or_else(not_your_hold)?;
+    let lease = held_lease(state, buyer, seat)
+        .await?
+        .ok_or_else(not_your_hold)?;
     state.leases.release(&lease).await?;
     buyer.forget_hold(seat.event_id, seat.seat_id).await
 }
@@ -102,14 +115,25 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i
     if !state.leases.release(&lease).await? {
         tx.rollback().await?;
         buyer.forget_hold(seat.event_id, seat.seat_id).await?;
-        tracing::info!(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(),
-            fencing_token = token, "confirm refused: hold lapsed");
+        tracing::info!(
+            event = seat.event_id,
+            seat = seat.seat_id,
+            buyer = buyer.id(),
+            fencing_token = token,
+            "confirm refused: hold lapsed"
+        );
         return Err(Error::Conflict(HOLD_EXPIRED.into()));
     }
     tx.commit().await?;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
-    tracing::info!(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(),
-        fencing_token = token, order = order_id, "seat sold");
+    tracing::info!(
+        event = seat.event_id,
+        seat = seat.seat_id,
+        buyer = buyer.id(),
+        fencing_token = token,
+        order = order_id,
+        "seat sold"
+    );
     Ok(order_id)
 }
 
@@ -126,8 +150,13 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
     match status {
         Some(s) if s.sold => Err(Error::Conflict(ALREADY_SOLD.into())),
         _ => {
-            tracing::warn!(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(),
-                fencing_token = lease.fencing_token.0, "confirm refused: stale fencing token");
+            tracing::warn!(
+                event = seat.event_id,
+                seat = seat.seat_id,
+                buyer = buyer.id(),
+                fencing_token = lease.fencing_token.0,
+                "confirm refused: stale fencing token"
+            );
             Err(Error::Conflict(
                 "Your hold was superseded by a newer one (its fencing token is stale).".into(),
             ))

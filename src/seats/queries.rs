@@ -58,12 +58,14 @@ pub async fn sell(
 
 /// The order id if `buyer_id` bought this seat.
 pub async fn order_of(db: &PgPool, seat: SeatRef, buyer_id: &str) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar("SELECT id FROM orders WHERE event_id = $1 AND seat_id = $2 AND buyer_id = $3")
-        .bind(seat.event_id)
-        .bind(seat.seat_id)
-        .bind(buyer_id)
-        .fetch_optional(db)
-        .await
+    sqlx::query_scalar(
+        "SELECT id FROM orders WHERE event_id = $1 AND seat_id = $2 AND buyer_id = $3",
+    )
+    .bind(seat.event_id)
+    .bind(seat.seat_id)
+    .bind(buyer_id)
+    .fetch_optional(db)
+    .await
 }
 
 /// One seat of the map, in drawing order.

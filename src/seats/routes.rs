@@ -2,10 +2,10 @@
 
 use askama::Template;
 use askama_web::WebTemplate;
+use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
-use axum::Router;
 use axum_csrf::CsrfToken;
 
 use super::map::{self, SeatMap};
@@ -53,7 +53,9 @@ async fn show(
     let map = map::load(&state, event_id, buyer.id())
         .await?
         .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
-    let authenticity_token = csrf.authenticity_token().map_err(|_| Error::Unavailable("CSRF"))?;
+    let authenticity_token = csrf
+        .authenticity_token()
+        .map_err(|_| Error::Unavailable("CSRF"))?;
     let page = EventPage {
         map,
         buyer_name: buyer.profile.name.clone(),
