@@ -1,0 +1,314 @@
+//! The lease library against a real Redis (`REDIS_URL`, started by `make test`).
+//! Each test uses its own random group, so tests can share one Redis.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lease::{FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, WatchdogEvent};
+use rand::Rng;
+use redis::AsyncCommands;
+use tokio::sync::Mutex;
+
+/// A fence ledger that lives as long as the test process: enough here, where Redis does
+/// not lose its data. (The application's ledger is Postgres; see the app's tests for
+/// tokens surviving a Redis restart.)
+#[derive(Default)]
+struct ProcessLedger(std::sync::Mutex<std::collections::HashMap<String, u64>>);
+
+impl FenceLedger for ProcessLedger {
+    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, String> {
+        let mut ceilings = self.0.lock().unwrap();
+        let ceiling = ceilings.entry(group.to_owned()).or_default();
+        *ceiling += block;
+        Ok(*ceiling)
+    }
+}
+
+fn client() -> Arc<LeaseClient<ProcessLedger>> {
+    let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
+    let redis = lease::connect(&url, Duration::from_secs(2)).unwrap();
+    Arc::new(LeaseClient::new(redis, ProcessLedger::default()).with_block_size(100))
+}
+
+fn key(name: &str) -> LeaseKey {
+    let group = format!("test:{:x}", rand::rng().random::<u64>());
+    LeaseKey::new(group, name).unwrap()
+}
+
+async fn exists(client: &LeaseClient<ProcessLedger>, key: &LeaseKey) -> bool {
+    let mut conn = client.redis().clone();
+    conn.exists(key.lease_key()).await.unwrap()
+}
+
+#[tokio::test]
+async fn only_one_caller_gets_the_lease() {
+    let client = client();
+    let key = key("14C");
+    let a = client
+        .acquire(&key, "buyer-a", Duration::from_secs(10))
+        .await
+        .unwrap();
+    match client
+        .acquire(&key, "buyer-b", Duration::from_secs(10))
+        .await
+    {
+        Err(LeaseError::Held { holder, remaining }) => {
+            assert_eq!(holder, "buyer-a");
+            assert!(remaining > Duration::ZERO && remaining <= Duration::from_secs(10));
+        }
+        other => panic!("expected Held, got {other:?}"),
+    }
+    assert_eq!(a.owner.as_str().len(), 32, "128-bit owner token as hex");
+}
+
+#[tokio::test]
+async fn pttl_right_after_a_grant_is_within_the_ttl() {
+    let client = client();
+    for ttl_ms in [300, 10_000, 600_000] {
+        let key = key("1");
+        let ttl = Duration::from_millis(ttl_ms);
+        client.acquire(&key, "a", ttl).await.unwrap();
+        let remaining = client
+            .remaining(&key)
+            .await
+            .unwrap()
+            .expect("a TTL is set, never -1");
+        assert!(
+            remaining > Duration::ZERO && remaining <= ttl,
+            "{remaining:?} of {ttl:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn release_checks_the_owner() {
+    let client = client();
+    let key = key("1");
+    let mut lease = client
+        .acquire(&key, "a", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let real_owner = lease.owner.clone();
+    lease.owner = lease::OwnerToken::random();
+    assert!(
+        !client.release(&lease).await.unwrap(),
+        "a forged owner token releases nothing"
+    );
+    assert!(exists(&client, &key).await);
+    lease.owner = real_owner;
+    assert!(client.release(&lease).await.unwrap());
+    assert!(!exists(&client, &key).await);
+    assert!(
+        !client.release(&lease).await.unwrap(),
+        "a second release is a no-op"
+    );
+    assert!(
+        client
+            .holders(key.group())
+            .await
+            .unwrap()
+            .holdings
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn an_expired_lease_goes_to_the_next_caller_with_a_larger_token() {
+    let client = client();
+    let key = key("1");
+    let a = client
+        .acquire(&key, "a", Duration::from_millis(300))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let b = client
+        .acquire(&key, "b", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(b.fencing_token > a.fencing_token);
+    assert!(
+        !client.release(&a).await.unwrap(),
+        "A's late release must not delete B's lease"
+    );
+    assert!(exists(&client, &key).await);
+    let holders = client.holders(key.group()).await.unwrap();
+    assert_eq!(holders.holdings.len(), 1);
+    assert_eq!(holders.holdings[0].holder, "b");
+    assert_eq!(holders.holdings[0].fencing_token, b.fencing_token);
+}
+
+#[tokio::test]
+async fn renew_extends_a_live_lease_and_never_recreates_an_expired_one() {
+    let client = client();
+    let key = key("1");
+    let mut lease = client
+        .acquire(&key, "a", Duration::from_millis(300))
+        .await
+        .unwrap();
+    let first_expiry = lease.expires_at_ms;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(client.renew(&mut lease).await.unwrap());
+    assert!(lease.expires_at_ms > first_expiry);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        exists(&client, &key).await,
+        "renewed: still held after the first TTL"
+    );
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(!exists(&client, &key).await);
+    assert!(!client.renew(&mut lease).await.unwrap());
+    assert!(
+        !exists(&client, &key).await,
+        "renew must not recreate the key"
+    );
+}
+
+#[tokio::test]
+async fn grants_under_contention_carry_strictly_increasing_tokens() {
+    let client = client();
+    let key = key("14C");
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let inside = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..500)
+        .map(|i| {
+            let (client, key, order, inside) =
+                (client.clone(), key.clone(), order.clone(), inside.clone());
+            tokio::spawn(async move {
+                loop {
+                    match client
+                        .acquire(&key, &format!("buyer-{i}"), Duration::from_secs(5))
+                        .await
+                    {
+                        Ok(lease) => {
+                            assert_eq!(
+                                inside.fetch_add(1, Ordering::SeqCst),
+                                0,
+                                "two holders at once"
+                            );
+                            order.lock().await.push(lease.fencing_token);
+                            inside.fetch_sub(1, Ordering::SeqCst);
+                            assert!(client.release(&lease).await.unwrap());
+                            return;
+                        }
+                        Err(LeaseError::Held { .. }) => tokio::task::yield_now().await,
+                        Err(other) => panic!("{other}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let order = order.lock().await;
+    assert_eq!(order.len(), 500);
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "tokens in grant order must strictly increase"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_holds_on_different_seats_get_distinct_tokens() {
+    let client = client();
+    let group = key("x").group().to_owned();
+    let tasks: Vec<_> = (0..500)
+        .map(|seat| {
+            let client = client.clone();
+            let key = LeaseKey::new(group.clone(), seat.to_string()).unwrap();
+            tokio::spawn(async move {
+                client
+                    .acquire(&key, "a", Duration::from_secs(5))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut tokens: Vec<FencingToken> = Vec::new();
+    for task in tasks {
+        tokens.push(task.await.unwrap().fencing_token);
+    }
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 500);
+    assert_eq!(
+        client.holders(&group).await.unwrap().holdings.len(),
+        500,
+        "one round trip lists them all"
+    );
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_a_lease_past_its_ttl_and_release_stops_it() {
+    let client = client();
+    let key = key("1");
+    let lease = client
+        .acquire(&key, "a", Duration::from_millis(300))
+        .await
+        .unwrap();
+    let watchdog = client.watch(lease);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(exists(&client, &key).await, "renewed every ttl/3");
+    assert!(matches!(watchdog.status(), WatchdogEvent::Held { .. }));
+    assert!(watchdog.release(&client).await.unwrap());
+    assert!(!exists(&client, &key).await);
+}
+
+#[tokio::test]
+async fn the_watchdog_reports_a_lost_lease() {
+    let client = client();
+    let key = key("1");
+    let lease = client
+        .acquire(&key, "a", Duration::from_millis(300))
+        .await
+        .unwrap();
+    let mut watchdog = client.watch(lease.clone());
+    let _: () = client.redis().clone().del(key.lease_key()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(2), watchdog.lost())
+        .await
+        .expect("loss reported within a TTL");
+    assert_eq!(watchdog.status(), WatchdogEvent::Lost);
+    assert!(
+        !exists(&client, &key).await,
+        "the watchdog did not recreate it"
+    );
+}
+
+#[tokio::test]
+async fn a_release_racing_a_renewal_never_leaves_a_key_behind() {
+    let client = client();
+    for round in 0..200 {
+        let key = key(&round.to_string());
+        let lease = client
+            .acquire(&key, "a", Duration::from_secs(5))
+            .await
+            .unwrap();
+        let mut renewing = lease.clone();
+        let (renewed, released) = tokio::join!(client.renew(&mut renewing), client.release(&lease));
+        renewed.unwrap();
+        assert!(released.unwrap());
+        assert!(
+            !exists(&client, &key).await,
+            "round {round}: key left behind"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tokens_come_from_ledger_blocks() {
+    let client = client();
+    let key = key("1");
+    // Block size 100: 150 grants need two reservations and stay strictly increasing.
+    let mut last = FencingToken(0);
+    for _ in 0..150 {
+        let lease = client
+            .acquire(&key, "a", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(lease.fencing_token > last);
+        last = lease.fencing_token;
+        client.release(&lease).await.unwrap();
+    }
+    assert_eq!(last, FencingToken(150));
+}
