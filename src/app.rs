@@ -20,8 +20,9 @@ use tower_sessions_sqlx_store::PostgresStore;
 
 use crate::config::Settings;
 use crate::ledger::PgFenceLedger;
+use crate::racelab::PurchaseStrategy;
 use crate::state::AppState;
-use crate::{buyer, csrf, events, health, orders, seats};
+use crate::{buyer, csrf, events, health, orders, racelab, seats};
 
 /// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -47,6 +48,13 @@ impl Application {
         let redis = lease::connect(&settings.redis_url, settings.store_timeout())
             .context("parsing REDIS_URL")?;
         let leases = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
+        if settings.purchase_strategy != PurchaseStrategy::Fenced && !settings.enable_race_lab {
+            anyhow::bail!(
+                "refusing to start with --purchase-strategy {}: it can sell a seat twice and exists only \
+                 for the race lab; add --enable-race-lab if that is what you want",
+                settings.purchase_strategy.flag_value()
+            );
+        }
         if let Some(secret) = &settings.secret {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }
@@ -109,6 +117,7 @@ pub fn router(state: AppState) -> Router {
         .merge(seats::router())
         .merge(orders::router())
         .merge(buyer::router())
+        .merge(racelab::router())
         .fallback(not_found)
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
         .layer(sessions)

@@ -78,6 +78,14 @@ pub struct Settings {
     /// in milliseconds.
     #[arg(long, env = "SEATLOCK_STORE_TIMEOUT_MS", default_value_t = 2_000)]
     pub store_timeout_ms: u64,
+    /// How purchases are made. Only `fenced` is the product; the `race-lab-*` strategies
+    /// are unsafe on purpose, for `load-test race`, and need `--enable-race-lab`.
+    #[arg(long, env = "SEATLOCK_PURCHASE_STRATEGY", value_enum, default_value = "fenced")]
+    pub purchase_strategy: crate::racelab::PurchaseStrategy,
+    /// Allows the race-lab strategies and the `x-race-lab-pause-ms` header. Never in
+    /// production.
+    #[arg(long, env = "SEATLOCK_ENABLE_RACE_LAB")]
+    pub enable_race_lab: bool,
 }
 
 impl Settings {
@@ -92,6 +100,8 @@ impl Settings {
             lease_namespace: "seatlock".into(),
             secret: None,
             store_timeout_ms: 2_000,
+            purchase_strategy: crate::racelab::PurchaseStrategy::Fenced,
+            enable_race_lab: false,
         }
     }
 

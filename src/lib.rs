@@ -19,6 +19,7 @@ pub mod health;
 pub mod ledger;
 pub mod money;
 pub mod orders;
+pub mod racelab;
 pub mod seats;
 pub mod seed;
 pub mod state;

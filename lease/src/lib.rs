@@ -305,6 +305,17 @@ impl<L: FenceLedger> LeaseClient<L> {
         Ok(scripts::holders(&mut self.redis.clone(), group).await?)
     }
 
+    /// Whether `lease` is still held by its owner (one `GET`, compared here). Only a
+    /// check at one instant: the lease can expire right after it returns `true`, which
+    /// is exactly why writes must carry the fencing token.
+    pub async fn is_held(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let owner: Option<String> = redis::cmd("GET")
+            .arg(lease.key.lease_key())
+            .query_async(&mut self.redis.clone())
+            .await?;
+        Ok(owner.as_deref() == Some(lease.owner.as_str()))
+    }
+
     /// Remaining time of the lease on `key` as Redis sees it (`PTTL`), or `None` if no
     /// lease exists.
     pub async fn remaining(&self, key: &LeaseKey) -> Result<Option<Duration>, LeaseError> {

@@ -6,6 +6,8 @@
 //! * [`confirm`]: step 4: the fenced, conditional write in Postgres, and the hold's
 //!   release before commit, so a purchase whose hold lapsed is rolled back.
 
+use std::time::Duration;
+
 use lease::{Lease, LeaseError};
 
 use super::{SeatRef, queries};
@@ -15,6 +17,9 @@ use crate::state::AppState;
 
 /// Shown when the seat is sold.
 pub const ALREADY_SOLD: &str = "This seat has already been sold.";
+/// Shown when Postgres refused the purchase because the seat's row had accepted a higher
+/// fencing token: the buyer's hold lapsed and a newer holder wrote first.
+pub const STALE_TOKEN: &str = "Your hold was superseded by a newer one: its fencing token is stale, so the purchase was refused.";
 
 /// What a hold request ended in.
 #[derive(Debug)]
@@ -63,13 +68,19 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
     }
 }
 
-/// The buyer's hold on `seat`, from the session, as a lease; 403 if the session has none.
-async fn held_lease(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Option<Lease>> {
+/// The buyer's hold on `seat`, from the session, as a lease (`None` if the session has
+/// none; it may have lapsed in Redis).
+pub(crate) async fn held_lease(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+) -> Result<Option<Lease>> {
     let held = buyer.hold(seat.event_id, seat.seat_id).await?;
     Ok(held.map(|h| h.lease(state.seat_key(seat.event_id, seat.seat_id))))
 }
 
-fn not_your_hold() -> Error {
+/// 403: the buyer has no hold on this seat.
+pub(crate) fn not_your_hold() -> Error {
     Error::Forbidden("You do not hold this seat. Pick it on the seat map first.".into())
 }
 
@@ -92,10 +103,18 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 ///    lapsed, roll back: a confirm after the buyer's own hold lapsed is refused even if
 ///    nobody else bought the seat.
 ///
+/// `pause` is added to the payment delay: the race lab's "holder that pauses" (a GC
+/// pause, a stalled VM) between taking the hold and writing; zero outside the race lab.
+///
 /// Round trips: one Redis script, one Postgres transaction (BEGIN, the statement,
 /// COMMIT). Confirming twice returns the same order (the second finds the seat sold to
 /// this buyer). Errors: 403 no hold, 409 sold or hold lapsed or token stale, 503.
-pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> {
+pub async fn confirm(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+    pause: Duration,
+) -> Result<i64> {
     let Some(lease) = held_lease(state, buyer, seat).await? else {
         // A second submit after the first completed: the session no longer has the hold.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
@@ -103,7 +122,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i
             None => Err(not_your_hold()),
         };
     };
-    tokio::time::sleep(state.settings.payment_delay()).await;
+    tokio::time::sleep(state.settings.payment_delay() + pause).await;
 
     let mut tx = state.db.begin().await?;
     let token = lease.fencing_token.0 as i64;
@@ -138,7 +157,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i
 }
 
 /// Explains a refused [`queries::sell`]: already bought by this buyer (a double submit:
-/// returns the order), sold to someone else, or a stale fencing token.
+/// returns the order), a stale fencing token (the row accepted a higher one), or sold.
 async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) -> Result<i64> {
     if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
         return Ok(order_id);
@@ -148,18 +167,17 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     let status = queries::seat_status(&state.db, seat).await?;
     match status {
-        Some(s) if s.sold => Err(Error::Conflict(ALREADY_SOLD.into())),
-        _ => {
+        Some(s) if s.fence_token > lease.fencing_token.0 as i64 => {
             tracing::warn!(
                 event = seat.event_id,
                 seat = seat.seat_id,
                 buyer = buyer.id(),
                 fencing_token = lease.fencing_token.0,
+                accepted = s.fence_token,
                 "confirm refused: stale fencing token"
             );
-            Err(Error::Conflict(
-                "Your hold was superseded by a newer one (its fencing token is stale).".into(),
-            ))
+            Err(Error::Conflict(STALE_TOKEN.into()))
         }
+        _ => Err(Error::Conflict(ALREADY_SOLD.into())),
     }
 }

@@ -15,6 +15,7 @@ use crate::buyer::Buyer;
 use crate::csrf::{CsrfForm, Empty};
 use crate::error::{Error, Result};
 use crate::money::format_cents;
+use crate::racelab::{self, PurchaseStrategy, RaceLabPause};
 use crate::state::AppState;
 
 /// `GET /events/{id}` and the seat actions.
@@ -83,7 +84,10 @@ async fn hold(
     CsrfForm(Empty {}): CsrfForm<Empty>,
 ) -> Result<Redirect> {
     let seat = seat_ref(&event, &seat)?;
-    purchase::hold(&state, &buyer, seat).await?;
+    match state.settings.purchase_strategy {
+        PurchaseStrategy::Fenced => purchase::hold(&state, &buyer, seat).await.map(drop)?,
+        _ => racelab::hold(&state, &buyer, seat).await?,
+    }
     Ok(back_to_map(seat))
 }
 
@@ -101,12 +105,18 @@ async fn release(
 async fn confirm(
     State(state): State<AppState>,
     buyer: Buyer,
+    RaceLabPause(pause): RaceLabPause,
     Path((event, seat)): Path<(String, String)>,
     CsrfForm(Empty {}): CsrfForm<Empty>,
 ) -> Result<Redirect> {
     let seat = seat_ref(&event, &seat)?;
-    let order_id = purchase::confirm(&state, &buyer, seat).await?;
-    Ok(Redirect::to(&format!("/orders/{order_id}")))
+    if state.settings.purchase_strategy == PurchaseStrategy::Fenced {
+        let order_id = purchase::confirm(&state, &buyer, seat, pause).await?;
+        Ok(Redirect::to(&format!("/orders/{order_id}")))
+    } else {
+        racelab::confirm(&state, &buyer, seat, pause).await?;
+        Ok(back_to_map(seat))
+    }
 }
 
 /// A duration in words: "10 minutes", "90 seconds".
