@@ -12,6 +12,7 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| "seatlock=info,warn".into()),
         )
+        .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
         Command::Serve(settings) => {

@@ -166,7 +166,13 @@ pub struct Reply {
 impl HttpBuyer {
     /// A new buyer with an empty cookie jar.
     pub fn new() -> Self {
+        Self::with_headers(reqwest::header::HeaderMap::new())
+    }
+
+    /// A new buyer that sends `headers` with every request (the race lab's pause header).
+    pub fn with_headers(headers: reqwest::header::HeaderMap) -> Self {
         let client = reqwest::Client::builder()
+            .default_headers(headers)
             .cookie_store(true)
             .redirect(Policy::none())
             .timeout(Duration::from_secs(30))
@@ -316,5 +322,93 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `seatlock serve` child process on a free loopback port: for tests and the load test
+/// that need separate server processes (to pause them with SIGSTOP, or to race them).
+/// Its log (stderr) goes to [`ServerProcess::log`]. Killed when dropped.
+pub struct ServerProcess {
+    /// `http://127.0.0.1:PORT`.
+    pub address: String,
+    /// The file the server logs to.
+    pub log: std::path::PathBuf,
+    child: tokio::process::Child,
+}
+
+impl ServerProcess {
+    /// Starts `binary serve` with `settings` passed as environment variables (bind is
+    /// forced to `127.0.0.1:0`) and waits for the line announcing its address.
+    pub async fn start(
+        binary: &std::path::Path,
+        settings: &Settings,
+    ) -> anyhow::Result<ServerProcess> {
+        use tokio::io::AsyncBufReadExt;
+        let log = std::env::temp_dir().join(format!("{}.log", unique_name("seatlock-serve")));
+        let mut command = tokio::process::Command::new(binary);
+        command
+            .arg("serve")
+            .env("DATABASE_URL", &settings.database_url)
+            .env("REDIS_URL", &settings.redis_url)
+            .env("SEATLOCK_BIND", "127.0.0.1:0")
+            .env("SEATLOCK_HOLD_TTL_MS", settings.hold_ttl_ms.to_string())
+            .env(
+                "SEATLOCK_PAYMENT_DELAY_MS",
+                settings.payment_delay_ms.to_string(),
+            )
+            .env("SEATLOCK_LEASE_NAMESPACE", &settings.lease_namespace)
+            .env(
+                "SEATLOCK_STORE_TIMEOUT_MS",
+                settings.store_timeout_ms.to_string(),
+            )
+            .env(
+                "SEATLOCK_PURCHASE_STRATEGY",
+                settings.purchase_strategy.flag_value(),
+            )
+            .env(
+                "SEATLOCK_ENABLE_RACE_LAB",
+                settings.enable_race_lab.to_string(),
+            )
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log)?)
+            .kill_on_drop(true);
+        if let Some(secret) = &settings.secret {
+            command.env("SEATLOCK_SECRET", secret);
+        }
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdout = child.stdout.take().context("server stdout")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let announced = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .context("server did not announce its address within 30 s")??
+            .with_context(|| {
+                format!(
+                    "server exited before announcing its address: see {}",
+                    log.display()
+                )
+            })?;
+        let address = announced
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .with_context(|| format!("unexpected first line {announced:?}"))?
+            .to_owned();
+        // Keep draining stdout so the server never writes into a closed pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(ServerProcess {
+            address,
+            log,
+            child,
+        })
+    }
+
+    /// The child's process id (for SIGSTOP / SIGCONT / SIGKILL in fault tests).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 }

@@ -197,6 +197,11 @@ pub struct LeaseClient<L> {
 }
 
 /// Default number of fencing tokens reserved from the ledger at a time.
+    /// One block reservation at a time per client, so a burst of grants on a cold group
+    /// reserves one block, not one per caller.
+    reserving: tokio::sync::Mutex<()>,
+    /// Reservations made so far (to tell whether another task reserved while we waited).
+    reservations: std::sync::atomic::AtomicU64,
 pub const DEFAULT_BLOCK_SIZE: u64 = 10_000;
 
 impl<L: FenceLedger> LeaseClient<L> {
@@ -209,6 +214,8 @@ impl<L: FenceLedger> LeaseClient<L> {
         }
     }
 
+            reserving: tokio::sync::Mutex::new(()),
+            reservations: std::sync::atomic::AtomicU64::new(0),
     /// Sets how many tokens one ledger call reserves (default [`DEFAULT_BLOCK_SIZE`]).
     /// Larger blocks mean fewer ledger writes and larger jumps after a Redis loss.
     pub fn with_block_size(mut self, block_size: u64) -> Self {
@@ -261,7 +268,15 @@ impl<L: FenceLedger> LeaseClient<L> {
                         remaining: Duration::from_millis(remaining_ms),
                     });
                 }
-                scripts::AcquireReply::NeedsCeiling => self.reserve_block(key).await?,
+                scripts::AcquireReply::NeedsCeiling => {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    let seen = self.reservations.load(SeqCst);
+                    let _one_at_a_time = self.reserving.lock().await;
+                    if self.reservations.load(SeqCst) == seen {
+                        self.reserve_block(key).await?;
+                        self.reservations.fetch_add(1, SeqCst);
+                    }
+                }
             }
         }
     }

@@ -14,15 +14,20 @@
 //! Race-lab sales go to `race_lab_sales`, which has no unique constraint, so a double sale
 //! is visible rather than prevented.
 
+pub mod check;
+pub mod lab;
 mod queries;
+pub mod report;
 mod server;
 
-pub use server::{RaceLabPause, confirm, hold, router};
+pub use server::{PAUSE_HEADER, RaceLabPause, confirm, hold, router};
 
 use serde::{Deserialize, Serialize};
 
 /// How a server makes a purchase. Only `Fenced` is the product.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum PurchaseStrategy {
     /// Lease + fencing token checked by Postgres: the product path.
@@ -59,7 +64,10 @@ impl PurchaseStrategy {
 
     /// Whether holds take a Redis lease under this strategy.
     pub fn uses_lease(self) -> bool {
-        matches!(self, PurchaseStrategy::Fenced | PurchaseStrategy::RaceLabUnfencedLease)
+        matches!(
+            self,
+            PurchaseStrategy::Fenced | PurchaseStrategy::RaceLabUnfencedLease
+        )
     }
 
     /// All four, in report order.

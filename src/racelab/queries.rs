@@ -31,7 +31,11 @@ pub async fn sell_unconditionally(
 
 /// The article's lock-free answer: `UPDATE … WHERE sold = false`, one statement, and the
 /// sale logged in the same statement. `None` if the seat was already sold.
-pub async fn sell_if_unsold(db: &PgPool, seat: SeatRef, buyer_id: &str) -> sqlx::Result<Option<i64>> {
+pub async fn sell_if_unsold(
+    db: &PgPool,
+    seat: SeatRef,
+    buyer_id: &str,
+) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
         "WITH s AS (
              UPDATE event_seats SET sold = true

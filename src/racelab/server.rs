@@ -28,7 +28,11 @@ impl FromRequestParts<AppState> for RaceLabPause {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        let Some(value) = parts.headers.get(PAUSE_HEADER).filter(|_| state.settings.enable_race_lab) else {
+        let Some(value) = parts
+            .headers
+            .get(PAUSE_HEADER)
+            .filter(|_| state.settings.enable_race_lab)
+        else {
             return Ok(RaceLabPause(Duration::ZERO));
         };
         let ms: u64 = value
@@ -56,7 +60,12 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> 
 
 /// A purchase under the server's race-lab strategy; returns the `race_lab_sales.id`
 /// (the product's `fenced` path is [`purchase::confirm`], delegated to here too).
-pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Duration) -> Result<i64> {
+pub async fn confirm(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+    pause: Duration,
+) -> Result<i64> {
     let delay = state.settings.payment_delay() + pause;
     let strategy = state.settings.purchase_strategy;
     match strategy {
@@ -68,7 +77,14 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Dura
                 return Err(Error::Conflict(ALREADY_SOLD.into()));
             }
             tokio::time::sleep(delay).await;
-            Ok(queries::sell_unconditionally(&state.db, seat, buyer.id(), None, strategy.short_name()).await?)
+            Ok(queries::sell_unconditionally(
+                &state.db,
+                seat,
+                buyer.id(),
+                None,
+                strategy.short_name(),
+            )
+            .await?)
         }
         PurchaseStrategy::RaceLabUnfencedLease => {
             let lease = purchase::held_lease(state, buyer, seat)
@@ -82,7 +98,14 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Dura
             // ...a pause that can outlast the lease, and a write nobody fences.
             tokio::time::sleep(delay).await;
             let token = Some(lease.fencing_token.0 as i64);
-            let sale = queries::sell_unconditionally(&state.db, seat, buyer.id(), token, strategy.short_name()).await?;
+            let sale = queries::sell_unconditionally(
+                &state.db,
+                seat,
+                buyer.id(),
+                token,
+                strategy.short_name(),
+            )
+            .await?;
             state.leases.release(&lease).await?; // owner-checked: false if it lapsed
             buyer.forget_hold(seat.event_id, seat.seat_id).await?;
             Ok(sale)
@@ -100,9 +123,13 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Dura
 /// what it is racing; 404 unless the server runs with `--enable-race-lab`.
 async fn describe(State(state): State<AppState>) -> Result<Json<serde_json::Value>> {
     if !state.settings.enable_race_lab {
-        return Err(Error::NotFound("The race lab is not enabled on this server.".into()));
+        return Err(Error::NotFound(
+            "The race lab is not enabled on this server.".into(),
+        ));
     }
-    Ok(Json(serde_json::json!({ "strategy": state.settings.purchase_strategy.flag_value() })))
+    Ok(Json(
+        serde_json::json!({ "strategy": state.settings.purchase_strategy.flag_value() }),
+    ))
 }
 
 /// `GET /race-lab`.

@@ -1,0 +1,244 @@
+//! `load-test race`: reproduces the double-purchase race across several `seatlock serve`
+//! processes, one purchase strategy at a time, and checks the article's invariant on what
+//! Postgres accepted. See `seatlock::racelab`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use seatlock::racelab::lab::{self, RaceConfig};
+use seatlock::racelab::report::{self, Report, StrategyRow};
+use seatlock::racelab::{PurchaseStrategy, check};
+use seatlock::testkit::{self, ServerProcess};
+use sqlx::postgres::PgPoolOptions;
+
+#[derive(Parser)]
+#[command(
+    name = "load-test",
+    version,
+    about = "Race buyers for the same seats and check who sells a seat twice"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Race buyers across server processes under each purchase strategy.
+    Race(RaceArgs),
+}
+
+/// `--strategy` values.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Choice {
+    Naive,
+    Lease,
+    Fenced,
+    Conditional,
+    All,
+}
+
+#[derive(clap::Args)]
+struct RaceArgs {
+    /// Which strategy to race (`all`: the four side by side).
+    #[arg(long, value_enum, default_value = "all")]
+    strategy: Choice,
+    /// Server processes per strategy (buyers of one seat are spread over them).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
+    servers: u64,
+    /// Buyers racing for each seat.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=64))]
+    buyers: u64,
+    /// Contended seats per round.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=400))]
+    seats: u64,
+    /// Rounds, each on fresh seats.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=100))]
+    rounds: u64,
+    /// The pausing holder's pause between its lock check and its write, in ms. Longer
+    /// than --hold-ttl-ms, so its lease lapses while it is paused.
+    #[arg(long, default_value_t = 600)]
+    pause_ms: u64,
+    /// Simulated payment time on the servers, in ms.
+    #[arg(long, default_value_t = 20)]
+    payment_delay_ms: u64,
+    /// Hold (lease) TTL on the servers, in ms.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(100..))]
+    hold_ttl_ms: u64,
+    /// RNG seed: who pauses and when the others start.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a self-contained HTML report (table and latency charts) here.
+    #[arg(long)]
+    html: Option<PathBuf>,
+    /// Race servers already running (started with --enable-race-lab and the strategy
+    /// named by --strategy) instead of starting them.
+    #[arg(long, num_args = 1..)]
+    target: Vec<String>,
+    /// Postgres: the servers' database with --target; otherwise an admin URL under which
+    /// a fresh database is created for the run.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// Redis for the servers this command starts.
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: String,
+    /// The `seatlock` binary to start (default: next to this one).
+    #[arg(long, env = "SEATLOCK_SERVER_BIN")]
+    server_bin: Option<PathBuf>,
+}
+
+impl Choice {
+    fn strategies(self) -> Vec<PurchaseStrategy> {
+        match self {
+            Choice::All => PurchaseStrategy::ALL.to_vec(),
+            Choice::Naive => vec![PurchaseStrategy::RaceLabNaive],
+            Choice::Lease => vec![PurchaseStrategy::RaceLabUnfencedLease],
+            Choice::Fenced => vec![PurchaseStrategy::Fenced],
+            Choice::Conditional => vec![PurchaseStrategy::RaceLabConditional],
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let Command::Race(args) = Cli::parse().command;
+    let strategies = args.strategy.strategies();
+    if args.pause_ms <= args.hold_ttl_ms {
+        eprintln!(
+            "note: --pause-ms is not longer than --hold-ttl-ms, so no lease lapses mid-purchase"
+        );
+    }
+    let database_url = if args.target.is_empty() {
+        let url = testkit::fresh_database(&args.database_url).await?;
+        testkit::seed(&url, testkit::DEMO_VENUES).await?;
+        url
+    } else {
+        if strategies.len() != 1 {
+            bail!("with --target, name the one --strategy the targets run");
+        }
+        check_targets(&args.target, strategies[0]).await?;
+        args.database_url.clone()
+    };
+    let db = PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&database_url)
+        .await?;
+    let server_bin = match &args.server_bin {
+        Some(path) => path.clone(),
+        None => std::env::current_exe()?.with_file_name("seatlock"),
+    };
+    let config = RaceConfig {
+        buyers: args.buyers as usize,
+        seats: args.seats as usize,
+        rounds: args.rounds as usize,
+        pause: Duration::from_millis(args.pause_ms),
+        hold_ttl: Duration::from_millis(args.hold_ttl_ms),
+        seed: args.seed,
+    };
+    let per_strategy = (config.buyers * config.seats * config.rounds) as u64;
+    let progress = ProgressBar::new(per_strategy * strategies.len() as u64).with_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg:12} [{bar:40}] {pos}/{len} attempts, {elapsed}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    let mut report = Report::default();
+    for strategy in strategies {
+        progress.set_message(strategy.short_name());
+        let label = format!("Race lab: {} (seed {})", strategy.short_name(), args.seed);
+        let (event_id, seats) = lab::create_race_event(&db, &label).await?;
+        let (servers, _processes) = if args.target.is_empty() {
+            start_servers(&server_bin, &args, &database_url, strategy).await?
+        } else {
+            (args.target.clone(), Vec::new())
+        };
+        let numbers = lab::race(&config, strategy, &servers, event_id, &seats, &progress).await?;
+        let checked = check::check(&db, event_id).await?;
+        report
+            .strategies
+            .push(StrategyRow::new(strategy.short_name(), &numbers, checked));
+    }
+    progress.finish_and_clear();
+    println!("{}", report::table(&report));
+    let failures: usize = report.strategies.iter().map(|r| r.failures).sum();
+    if failures > 0 {
+        println!("{failures} attempt(s) ended in an unexpected status (see the servers' logs)");
+    }
+    print!("{}", report::violations(&report, 3));
+    write_outputs(&args, &report)?;
+    Ok(())
+}
+
+/// Starts `--servers` processes with `strategy` (race lab enabled) on one shared Redis
+/// namespace and database. Returns their addresses and the handles that keep them alive.
+async fn start_servers(
+    binary: &std::path::Path,
+    args: &RaceArgs,
+    database_url: &str,
+    strategy: PurchaseStrategy,
+) -> anyhow::Result<(Vec<String>, Vec<ServerProcess>)> {
+    let mut settings = testkit::settings(database_url, &args.redis_url);
+    settings.hold_ttl_ms = args.hold_ttl_ms;
+    settings.payment_delay_ms = args.payment_delay_ms;
+    settings.purchase_strategy = strategy;
+    settings.enable_race_lab = true;
+    let mut processes = Vec::new();
+    for _ in 0..args.servers {
+        processes.push(ServerProcess::start(binary, &settings).await?);
+    }
+    Ok((
+        processes.iter().map(|p| p.address.clone()).collect(),
+        processes,
+    ))
+}
+
+/// Checks that every target runs the race lab with `strategy` (`GET /race-lab`).
+async fn check_targets(targets: &[String], strategy: PurchaseStrategy) -> anyhow::Result<()> {
+    for target in targets {
+        let url = format!("{}/race-lab", target.trim_end_matches('/'));
+        let body = reqwest::get(&url)
+            .await?
+            .error_for_status()
+            .with_context(|| {
+                format!(
+                    "{url}: start the target with --enable-race-lab --purchase-strategy {}",
+                    strategy.flag_value()
+                )
+            })?;
+        let running: serde_json::Value = serde_json::from_str(&body.text().await?)?;
+        if running["strategy"] != strategy.flag_value() {
+            bail!(
+                "{target} runs {}, not {}",
+                running["strategy"],
+                strategy.flag_value()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn write_outputs(args: &RaceArgs, report: &Report) -> anyhow::Result<()> {
+    for (path, text) in [
+        (&args.json, serde_json::to_string_pretty(report)?),
+        (
+            &args.html,
+            report::html(report).map_err(anyhow::Error::msg)?,
+        ),
+    ] {
+        if let Some(path) = path {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(())
+}

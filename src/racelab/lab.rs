@@ -1,0 +1,242 @@
+//! The client side of the race lab: virtual buyers racing for the same seats through the
+//! real HTTP flow (session cookie, CSRF token, hold, confirm), spread over several server
+//! processes.
+//!
+//! Each round gives every contended seat `buyers` buyers. One of them, chosen with the
+//! seeded RNG, is the *pauser*: it starts first, so it wins the hold, and its confirm asks
+//! the server for a pause longer than the hold's lease (the article's step 4: a holder
+//! that stalls). The others keep retrying the hold and, once the lease lapses, buy.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue};
+use sqlx::PgPool;
+use tokio::sync::Barrier;
+
+use super::PurchaseStrategy;
+use super::server::PAUSE_HEADER;
+use crate::error::{HOLD_EXPIRED, SOMEONE_IS_BUYING};
+use crate::seats::purchase::{ALREADY_SOLD, STALE_TOKEN};
+use crate::testkit::{HttpBuyer, Reply};
+
+/// The shape of one race.
+#[derive(Debug, Clone)]
+pub struct RaceConfig {
+    /// Buyers per contended seat.
+    pub buyers: usize,
+    /// Contended seats per round.
+    pub seats: usize,
+    /// Rounds (each on fresh seats).
+    pub rounds: usize,
+    /// The pauser's server-side pause before its write.
+    pub pause: Duration,
+    /// The servers' hold TTL (the lease length).
+    pub hold_ttl: Duration,
+    /// RNG seed: who pauses and when the others start.
+    pub seed: u64,
+}
+
+/// How one buyer's attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The purchase was accepted.
+    Confirmed,
+    /// Refused by Postgres: the fencing token was stale.
+    StaleRejected,
+    /// Refused: the buyer's hold had lapsed.
+    HoldExpired,
+    /// Refused: the seat was sold.
+    SoldOut,
+    /// Never got the hold before the round's deadline.
+    GaveUp,
+    /// An unexpected status (counted, reported).
+    Failed(u16),
+}
+
+/// The numbers of one strategy's race, before the invariant check.
+#[derive(Debug)]
+pub struct RaceNumbers {
+    /// Purchase attempts: buyers × seats × rounds.
+    pub attempts: usize,
+    /// Every buyer's outcome.
+    pub outcomes: Vec<Outcome>,
+    /// Hold + confirm time of every attempt that reached confirm, in microseconds.
+    pub latency_us: Histogram<u64>,
+    /// Wall time of all rounds.
+    pub elapsed: Duration,
+}
+
+impl RaceNumbers {
+    /// How many outcomes equal `outcome`.
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.outcomes.iter().filter(|o| **o == outcome).count()
+    }
+}
+
+/// Creates a new event on the grand hall for one race and returns its id and the seat
+/// ids in map order.
+pub async fn create_race_event(db: &PgPool, label: &str) -> anyhow::Result<(i64, Vec<i64>)> {
+    let mut tx = db.begin().await?;
+    let event_id: i64 = sqlx::query_scalar(
+        "INSERT INTO events (venue_id, name, starts_at)
+         SELECT id, $1, now() + interval '1 day' FROM venues WHERE slug = 'grand-hall'
+         RETURNING id",
+    )
+    .bind(label)
+    .fetch_optional(&mut *tx)
+    .await?
+    .context("the grand hall is not seeded: run `seatlock seed` on this database")?;
+    crate::seed::create_event_seats(&mut tx, event_id).await?;
+    tx.commit().await?;
+    let seats = sqlx::query_scalar(
+        "SELECT es.seat_id FROM event_seats es JOIN seats s ON s.id = es.seat_id
+          WHERE es.event_id = $1 ORDER BY s.section_id, s.row_position, s.number",
+    )
+    .bind(event_id)
+    .fetch_all(db)
+    .await?;
+    Ok((event_id, seats))
+}
+
+/// Runs every round against `servers` for `event_id`, whose first `seats × rounds` seats
+/// are raced. `strategy` only decides whether buyers must win a hold before confirming.
+pub async fn race(
+    config: &RaceConfig,
+    strategy: PurchaseStrategy,
+    servers: &[String],
+    event_id: i64,
+    seat_ids: &[i64],
+    progress: &ProgressBar,
+) -> anyhow::Result<RaceNumbers> {
+    let needed = config.seats * config.rounds;
+    anyhow::ensure!(
+        seat_ids.len() >= needed,
+        "the event has {} seats, the race needs {needed}",
+        seat_ids.len()
+    );
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let mut numbers = RaceNumbers {
+        attempts: 0,
+        outcomes: Vec::new(),
+        // 1 µs to 1 hour, 3 significant figures.
+        latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
+        elapsed: Duration::ZERO,
+    };
+    let started = Instant::now();
+    for round in seat_ids[..needed].chunks(config.seats) {
+        let barrier = Arc::new(Barrier::new(round.len() * config.buyers));
+        let deadline = config.hold_ttl + config.pause + Duration::from_secs(5);
+        let mut tasks = Vec::new();
+        for (seat_index, &seat) in round.iter().enumerate() {
+            let pauser = rng.random_range(0..config.buyers);
+            for i in 0..config.buyers {
+                let server = servers[(seat_index * config.buyers + i) % servers.len()].clone();
+                let start_after = if i == pauser {
+                    Duration::ZERO
+                } else {
+                    Duration::from_millis(rng.random_range(5..30))
+                };
+                let pause = (i == pauser).then_some(config.pause);
+                let barrier = barrier.clone();
+                let retry_seed = rng.random::<u64>();
+                tasks.push(tokio::spawn(async move {
+                    let buyer = Buyer {
+                        server,
+                        event_id,
+                        seat,
+                        pause,
+                        start_after,
+                        deadline,
+                        retry_seed,
+                    };
+                    buyer.run(&barrier, strategy.uses_lease()).await
+                }));
+            }
+        }
+        for task in tasks {
+            let (outcome, latency) = task.await??;
+            numbers.attempts += 1;
+            numbers.outcomes.push(outcome);
+            if let Some(latency) = latency {
+                numbers
+                    .latency_us
+                    .saturating_record(latency.as_micros() as u64);
+            }
+            progress.inc(1);
+        }
+    }
+    numbers.elapsed = started.elapsed();
+    Ok(numbers)
+}
+
+/// One virtual buyer racing for one seat.
+struct Buyer {
+    server: String,
+    event_id: i64,
+    seat: i64,
+    pause: Option<Duration>,
+    start_after: Duration,
+    deadline: Duration,
+    retry_seed: u64,
+}
+
+impl Buyer {
+    /// Opens the page, waits for the whole round, then holds (retrying while someone else
+    /// is buying) and confirms. Returns the outcome and the hold + confirm time.
+    async fn run(
+        self,
+        barrier: &Barrier,
+        holds_first: bool,
+    ) -> anyhow::Result<(Outcome, Option<Duration>)> {
+        let mut headers = HeaderMap::new();
+        if let Some(pause) = self.pause {
+            headers.insert(PAUSE_HEADER, HeaderValue::from(pause.as_millis() as u64));
+        }
+        let mut http = HttpBuyer::with_headers(headers);
+        http.get(&format!("{}/events/{}", self.server, self.event_id))
+            .await?;
+        barrier.wait().await;
+        let began = Instant::now();
+        tokio::time::sleep(self.start_after).await;
+        let mut rng = StdRng::seed_from_u64(self.retry_seed);
+        loop {
+            let attempt = Instant::now();
+            let hold = http
+                .seat_action(&self.server, self.event_id, self.seat, "hold")
+                .await?;
+            match hold.status {
+                StatusCode::SEE_OTHER => {}
+                StatusCode::CONFLICT if hold.body.contains(SOMEONE_IS_BUYING) && holds_first => {
+                    if began.elapsed() > self.deadline {
+                        return Ok((Outcome::GaveUp, None));
+                    }
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(10..30))).await;
+                    continue;
+                }
+                _ => return Ok((classify(&hold), None)),
+            }
+            let confirm = http
+                .seat_action(&self.server, self.event_id, self.seat, "confirm")
+                .await?;
+            return Ok((classify(&confirm), Some(attempt.elapsed())));
+        }
+    }
+}
+
+/// Reads an outcome from a response: 303 is a purchase; a 409 says why not.
+fn classify(reply: &Reply) -> Outcome {
+    match reply.status {
+        StatusCode::SEE_OTHER => Outcome::Confirmed,
+        StatusCode::CONFLICT if reply.body.contains(STALE_TOKEN) => Outcome::StaleRejected,
+        StatusCode::CONFLICT if reply.body.contains(HOLD_EXPIRED) => Outcome::HoldExpired,
+        StatusCode::CONFLICT if reply.body.contains(ALREADY_SOLD) => Outcome::SoldOut,
+        status => Outcome::Failed(status.as_u16()),
+    }
+}

@@ -1,0 +1,214 @@
+//! The race lab's report: a table for the terminal, JSON for machines, and a
+//! self-contained HTML page with a latency chart per strategy (plotters, SVG).
+
+use plotters::prelude::*;
+use serde::Serialize;
+
+use super::check::{CheckReport, Violation};
+use super::lab::{Outcome, RaceNumbers};
+
+/// Latency percentiles of a purchase attempt (hold + confirm), in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub p50: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+/// One strategy's row (the JSON shape `load-test --json` promises).
+#[derive(Debug, Clone, Serialize)]
+pub struct StrategyRow {
+    pub strategy: String,
+    pub attempts: usize,
+    pub confirmed: usize,
+    pub double_sold_seats: usize,
+    pub stale_rejected: usize,
+    pub invariant_violations: usize,
+    pub throughput_per_s: f64,
+    pub latency_ms: Latency,
+    /// Percentile curve for the chart: (percentile, ms). Not in the JSON.
+    #[serde(skip)]
+    pub curve: Vec<(f64, f64)>,
+    /// What the checker found. Not in the JSON; printed and in the HTML.
+    #[serde(skip)]
+    pub violations: Vec<Violation>,
+    /// Outcomes that were neither a purchase nor a clean refusal. Not in the JSON.
+    #[serde(skip)]
+    pub failures: usize,
+}
+
+/// `{"strategies": [...]}`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Report {
+    pub strategies: Vec<StrategyRow>,
+}
+
+impl StrategyRow {
+    /// Combines the race's numbers with the invariant check.
+    pub fn new(strategy: &str, numbers: &RaceNumbers, check: CheckReport) -> Self {
+        let h = &numbers.latency_us;
+        let ms = |q: f64| {
+            if h.is_empty() {
+                0.0
+            } else {
+                h.value_at_quantile(q) as f64 / 1000.0
+            }
+        };
+        let confirmed = numbers.count(Outcome::Confirmed);
+        let curve = (0..=100)
+            .map(|p| (p as f64, ms(p as f64 / 100.0)))
+            .collect();
+        StrategyRow {
+            strategy: strategy.to_owned(),
+            attempts: numbers.attempts,
+            confirmed,
+            double_sold_seats: check.double_sold_seats,
+            stale_rejected: numbers.count(Outcome::StaleRejected),
+            invariant_violations: check.violations.len(),
+            throughput_per_s: confirmed as f64 / numbers.elapsed.as_secs_f64().max(1e-9),
+            latency_ms: Latency {
+                p50: ms(0.50),
+                p95: ms(0.95),
+                p99: ms(0.99),
+            },
+            curve,
+            violations: check.violations,
+            failures: numbers
+                .outcomes
+                .iter()
+                .filter(|o| matches!(o, Outcome::Failed(_)))
+                .count(),
+        }
+    }
+}
+
+const HEADER: [&str; 9] = [
+    "strategy",
+    "attempts",
+    "confirmed",
+    "sold twice",
+    "stale rejected",
+    "violations",
+    "purchases/s",
+    "p50 ms",
+    "p95 / p99 ms",
+];
+
+fn cells(row: &StrategyRow) -> [String; 9] {
+    [
+        row.strategy.clone(),
+        row.attempts.to_string(),
+        row.confirmed.to_string(),
+        row.double_sold_seats.to_string(),
+        row.stale_rejected.to_string(),
+        row.invariant_violations.to_string(),
+        format!("{:.1}", row.throughput_per_s),
+        format!("{:.1}", row.latency_ms.p50),
+        format!("{:.1} / {:.1}", row.latency_ms.p95, row.latency_ms.p99),
+    ]
+}
+
+/// The table as Markdown (readable in a terminal, pasteable into the README).
+pub fn table(report: &Report) -> String {
+    let mut out = format!(
+        "| {} |\n|{}\n",
+        HEADER.join(" | "),
+        "---|".repeat(HEADER.len())
+    );
+    for row in &report.strategies {
+        out.push_str(&format!("| {} |\n", cells(row).join(" | ")));
+    }
+    out
+}
+
+/// The first `limit` violations of each strategy, one line per accepted write.
+pub fn violations(report: &Report, limit: usize) -> String {
+    let mut out = String::new();
+    for row in &report.strategies {
+        if row.violations.len() > limit {
+            out.push_str(&format!(
+                "{}: {} violations, the first {limit}:\n",
+                row.strategy,
+                row.violations.len()
+            ));
+        }
+        for v in row.violations.iter().take(limit) {
+            out.push_str(&format!(
+                "{}: {} on seat {}\n",
+                row.strategy, v.kind, v.seat_id
+            ));
+            for w in &v.writes {
+                let token = w.fence_token.map_or("none".into(), |t| t.to_string());
+                out.push_str(&format!(
+                    "    accepted {} buyer {} fencing token {}\n",
+                    w.accepted_at.format("%H:%M:%S%.3f"),
+                    w.buyer_id,
+                    token
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// An SVG chart of one strategy's latency percentiles.
+fn chart(row: &StrategyRow) -> Result<String, String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (520, 260)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let top = row.curve.iter().map(|(_, ms)| *ms).fold(1.0, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                format!("{}: latency by percentile", row.strategy),
+                ("sans-serif", 16),
+            )
+            .margin(10)
+            .x_label_area_size(30)
+            .y_label_area_size(50)
+            .build_cartesian_2d(0f64..100f64, 0f64..top)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("percentile")
+            .y_desc("ms")
+            .draw()
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(LineSeries::new(row.curve.iter().copied(), &BLUE))
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
+/// A self-contained HTML report: the table, the violations, a chart per strategy.
+pub fn html(report: &Report) -> Result<String, String> {
+    let escape = |s: &str| {
+        s.replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+    };
+    let mut rows = String::new();
+    for row in &report.strategies {
+        let tds: String = cells(row)
+            .iter()
+            .map(|c| format!("<td>{}</td>", escape(c)))
+            .collect();
+        rows.push_str(&format!("<tr>{tds}</tr>\n"));
+    }
+    let head: String = HEADER.iter().map(|h| format!("<th>{h}</th>")).collect();
+    let mut charts = String::new();
+    for row in &report.strategies {
+        charts.push_str(&format!("<figure>{}</figure>\n", chart(row)?));
+    }
+    Ok(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>seatlock race lab</title>\
+         <style>body{{font:15px system-ui,sans-serif;margin:2rem}}table{{border-collapse:collapse}}\
+         td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}td:first-child{{text-align:left}}\
+         figure{{display:inline-block;margin:.5rem}}pre{{background:#f4f4f4;padding:.6rem}}</style></head><body>\
+         <h1>Race lab: who sells a seat twice?</h1><table><tr>{head}</tr>\n{rows}</table>\
+         <h2>Invariant violations</h2><pre>{}</pre><h2>Latency</h2>{charts}</body></html>",
+        escape(&violations(report, usize::MAX))
+    ))
+}
