@@ -21,8 +21,10 @@ RUN apt-get update \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin seatlock
 COPY --from=build /usr/local/bin/seatlock /usr/local/bin/seatlock
 COPY data/venues /usr/local/share/seatlock/venues
+COPY data/auctions.json /usr/local/share/seatlock/auctions.json
 ENV SEATLOCK_BIND=0.0.0.0:3000 \
-    SEATLOCK_VENUES=/usr/local/share/seatlock/venues
+    SEATLOCK_VENUES=/usr/local/share/seatlock/venues \
+    SEATLOCK_AUCTIONS=/usr/local/share/seatlock/auctions.json
 USER 10001:10001
 EXPOSE 3000
 ENTRYPOINT ["seatlock"]

@@ -22,7 +22,7 @@ use crate::config::Settings;
 use crate::ledger::PgFenceLedger;
 use crate::racelab::PurchaseStrategy;
 use crate::state::AppState;
-use crate::{buyer, csrf, events, health, orders, racelab, seats};
+use crate::{auction, buyer, csrf, events, health, orders, racelab, seats};
 
 /// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -88,11 +88,13 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` completes, then finishes in-flight requests.
+    /// Serves until `shutdown` completes, then finishes in-flight requests. The auction
+    /// closer ([`auction::close`]) runs alongside for exactly as long.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
+        let _closer = auction::close::spawn(self.state.clone());
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
             .await
@@ -116,6 +118,7 @@ pub fn router(state: AppState) -> Router {
         .route("/static/app.css", get(app_css))
         .merge(seats::router())
         .merge(orders::router())
+        .merge(auction::router())
         .merge(buyer::router())
         .merge(racelab::router())
         .fallback(not_found)

@@ -25,7 +25,8 @@ pub enum Command {
     Serve(Box<Settings>),
     /// Apply the database migrations in migrations/ and exit.
     Migrate(DatabaseArgs),
-    /// Load the venues in data/venues/ and create a demo event on each (idempotent).
+    /// Load the venues in data/venues/ and create a demo event on each, and open the
+    /// auctions in data/auctions.json (idempotent).
     Seed(SeedArgs),
 }
 
@@ -46,6 +47,9 @@ pub struct SeedArgs {
     /// Folder of venue files (*.json).
     #[arg(long, env = "SEATLOCK_VENUES", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/data/venues"))]
     pub venues: std::path::PathBuf,
+    /// Auction items file (JSON), see [`crate::seed::AuctionSpec`].
+    #[arg(long, env = "SEATLOCK_AUCTIONS", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/data/auctions.json"))]
+    pub auctions: std::path::PathBuf,
 }
 
 /// Everything `seatlock serve` needs; also what tests and the load test pass to
@@ -80,12 +84,39 @@ pub struct Settings {
     pub store_timeout_ms: u64,
     /// How purchases are made. Only `fenced` is the product; the `race-lab-*` strategies
     /// are unsafe on purpose, for `load-test race`, and need `--enable-race-lab`.
-    #[arg(long, env = "SEATLOCK_PURCHASE_STRATEGY", value_enum, default_value = "fenced")]
+    #[arg(
+        long,
+        env = "SEATLOCK_PURCHASE_STRATEGY",
+        value_enum,
+        default_value = "fenced"
+    )]
     pub purchase_strategy: crate::racelab::PurchaseStrategy,
     /// Allows the race-lab strategies and the `x-race-lab-pause-ms` header. Never in
     /// production.
     #[arg(long, env = "SEATLOCK_ENABLE_RACE_LAB")]
     pub enable_race_lab: bool,
+    /// Length of an auction item's bid lock (the lease TTL), in milliseconds. A bid holds
+    /// it for one read and one write, a few milliseconds; the TTL bounds how long a
+    /// crashed bidder blocks the item. Default: two seconds.
+    #[arg(long, env = "SEATLOCK_BID_LOCK_TTL_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(10..))]
+    pub bid_lock_ttl_ms: u64,
+    /// How bids are serialised: `lease` (the per-item bid lock and a fenced write) or
+    /// `conditional` (one conditional UPDATE, no lock service).
+    #[arg(
+        long,
+        env = "SEATLOCK_BID_STRATEGY",
+        value_enum,
+        default_value = "lease"
+    )]
+    pub bid_strategy: crate::auction::BidStrategy,
+    /// How often this process looks for auctions past their end to close, in
+    /// milliseconds; 0 = never (leave closing to other processes).
+    #[arg(long, env = "SEATLOCK_CLOSE_INTERVAL_MS", default_value_t = 1_000)]
+    pub close_interval_ms: u64,
+    /// Length of the lease on an auction's closing job, in milliseconds; its watchdog
+    /// renews it every third of that while the closer works.
+    #[arg(long, env = "SEATLOCK_CLOSE_LEASE_TTL_MS", default_value_t = 6_000, value_parser = clap::value_parser!(u64).range(30..))]
+    pub close_lease_ttl_ms: u64,
 }
 
 impl Settings {
@@ -102,6 +133,10 @@ impl Settings {
             store_timeout_ms: 2_000,
             purchase_strategy: crate::racelab::PurchaseStrategy::Fenced,
             enable_race_lab: false,
+            bid_lock_ttl_ms: 2_000,
+            bid_strategy: crate::auction::BidStrategy::Lease,
+            close_interval_ms: 1_000,
+            close_lease_ttl_ms: 6_000,
         }
     }
 
@@ -118,5 +153,20 @@ impl Settings {
     /// The store timeout as a `Duration`.
     pub fn store_timeout(&self) -> Duration {
         Duration::from_millis(self.store_timeout_ms)
+    }
+
+    /// The bid lock's TTL as a `Duration`.
+    pub fn bid_lock_ttl(&self) -> Duration {
+        Duration::from_millis(self.bid_lock_ttl_ms)
+    }
+
+    /// The closer's interval, or `None` when this process does not close auctions.
+    pub fn close_interval(&self) -> Option<Duration> {
+        (self.close_interval_ms > 0).then(|| Duration::from_millis(self.close_interval_ms))
+    }
+
+    /// The closing job's lease TTL as a `Duration`.
+    pub fn close_lease_ttl(&self) -> Duration {
+        Duration::from_millis(self.close_lease_ttl_ms)
     }
 }

@@ -40,9 +40,9 @@ impl From<sqlx::Error> for Error {
     /// Maps constraint violations to friendly conflicts and lost connections to 503.
     fn from(err: sqlx::Error) -> Self {
         if let sqlx::Error::Database(db) = &err
-            && db.constraint() == Some("orders_one_per_seat")
+            && let Some(friendly) = db.constraint().and_then(constraint_error)
         {
-            return Error::Conflict("This seat has already been sold.".into());
+            return friendly;
         }
         match err {
             sqlx::Error::Io(_)
@@ -68,6 +68,25 @@ impl From<LeaseError> for Error {
             LeaseError::Ledger(_) => Error::Unavailable("Postgres"),
         }
     }
+}
+
+/// The friendly error for a violated constraint that users can run into (names from
+/// migrations/), or `None` for one that only a bug could violate.
+fn constraint_error(constraint: &str) -> Option<Error> {
+    Some(match constraint {
+        "orders_one_per_seat" => Error::Conflict("This seat has already been sold.".into()),
+        "bids_one_per_amount" => Error::Conflict(
+            "Another bid of this amount was accepted first, so your bid is no longer high enough."
+                .into(),
+        ),
+        "bids_one_per_fencing_token" => {
+            Error::Conflict("This bid lock was already used for a bid. Please try again.".into())
+        }
+        "bids_amount_in_range" => {
+            Error::BadRequest("A bid must be between $0.01 and $1000000.00.".into())
+        }
+        _ => return None,
+    })
 }
 
 /// Shown when a seat is held by another buyer.

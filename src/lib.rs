@@ -10,6 +10,7 @@
 //! is the anonymous browser session; [`error`] maps every failure to a status and a page.
 
 pub mod app;
+pub mod auction;
 pub mod buyer;
 pub mod config;
 pub mod csrf;

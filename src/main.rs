@@ -35,6 +35,8 @@ async fn main() -> anyhow::Result<()> {
                 .await?;
             let (venues, seats) = seatlock::seed::seed(&pool, &args.venues).await?;
             println!("seeded {venues} new venue(s) with {seats} seats");
+            let auctions = seatlock::seed::seed_auctions(&pool, &args.auctions).await?;
+            println!("opened {auctions} new auction(s)");
         }
     }
     Ok(())

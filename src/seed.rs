@@ -1,5 +1,7 @@
 //! `seatlock seed`: loads venue files (data/venues/*.json) and creates one demo event per
-//! venue. Idempotent: a venue whose slug exists is left as it is.
+//! venue, and opens the auctions of data/auctions.json. Idempotent: a venue whose slug
+//! exists is left as it is, and so is an auction item whose slug has an open round (once
+//! a round has closed, seeding again opens a fresh one).
 //!
 //! A venue file names price zones and sections; a section lists row groups, each a range
 //! of row labels (`"A-M"`, `"AA-DD"` or `"1-20"`) with the same seat blocks (`[8, 16, 8]`:
@@ -8,9 +10,11 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use chrono::{Days, NaiveTime, Utc};
+use chrono::{Days, NaiveTime, TimeDelta, Utc};
 use serde::Deserialize;
 use sqlx::PgPool;
+
+use crate::auction::queries::{self, ItemTerms, NewItem};
 
 /// A venue file.
 #[derive(Debug, Deserialize)]
@@ -206,6 +210,45 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<usi
     Ok(Some(total))
 }
 
+/// An auction item in data/auctions.json (a JSON array of these): a slug, the item's
+/// terms ([`ItemTerms`]: title, description, money in cents) and how long it stays open.
+#[derive(Debug, Deserialize)]
+pub struct AuctionSpec {
+    /// Stable name: seeding adds the item only if no open item has this slug.
+    pub slug: String,
+    #[serde(flatten)]
+    pub terms: ItemTerms,
+    /// Hours from the moment of seeding until the auction ends; it opens at once.
+    pub open_hours: u32,
+}
+
+/// Opens the auction items of the JSON file at `path`, each for `open_hours` from now,
+/// in one transaction; returns how many were added (items with an open round are left
+/// as they are).
+pub async fn seed_auctions(db: &PgPool, path: &Path) -> anyhow::Result<usize> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let specs: Vec<AuctionSpec> =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let now = Utc::now();
+    let mut tx = db.begin().await?;
+    let mut added = 0;
+    for spec in specs {
+        let item = NewItem {
+            slug: spec.slug,
+            terms: spec.terms,
+            starts_at: now,
+            ends_at: now + TimeDelta::hours(spec.open_hours.into()),
+        };
+        let id = queries::insert_item(&mut *tx, &item)
+            .await
+            .with_context(|| format!("auction {:?} in {}", item.slug, path.display()))?;
+        added += usize::from(id.is_some());
+    }
+    tx.commit().await?;
+    Ok(added)
+}
+
 /// Gives an event one unsold `event_seats` row per seat of its venue, priced by zone.
 pub async fn create_event_seats(tx: &mut sqlx::PgConnection, event_id: i64) -> sqlx::Result<u64> {
     let done = sqlx::query(
@@ -225,7 +268,23 @@ pub async fn create_event_seats(tx: &mut sqlx::PgConnection, event_id: i64) -> s
 
 #[cfg(test)]
 mod tests {
-    use super::row_labels;
+    use super::{AuctionSpec, row_labels};
+
+    #[test]
+    fn the_seeded_auctions_stay_open_a_day_with_small_increments() {
+        let text = include_str!("../data/auctions.json");
+        let specs: Vec<AuctionSpec> = serde_json::from_str(text).unwrap();
+        assert!((3..=10).contains(&specs.len()), "a handful");
+        for spec in &specs {
+            assert!(spec.open_hours >= 24, "{}", spec.slug);
+            assert!(
+                (1..=1_000).contains(&spec.terms.min_increment_cents),
+                "{}",
+                spec.slug
+            );
+            assert!(spec.terms.starting_price_cents > 0, "{}", spec.slug);
+        }
+    }
 
     #[test]
     fn expands_row_ranges() {

@@ -39,6 +39,26 @@ impl AppState {
         LeaseKey::new(self.event_group(event_id), seat_id.to_string())
             .expect("namespace and ids make a valid key")
     }
+
+    /// The lease group of one auction item: `<namespace>:auction:<id>`. The item's bid
+    /// lock and its closing job's lease share it, hence one fencing counter per item, so
+    /// the item row's `fence_token` orders both kinds of writer.
+    pub fn auction_group(&self, item_id: i64) -> String {
+        format!("{}:auction:{item_id}", self.settings.lease_namespace)
+    }
+
+    /// The bid lock of one auction item: name `bid` in [`AppState::auction_group`].
+    pub fn bid_lock_key(&self, item_id: i64) -> LeaseKey {
+        LeaseKey::new(self.auction_group(item_id), "bid")
+            .expect("namespace and ids make a valid key")
+    }
+
+    /// The closing job's lease of one auction item: name `close` in
+    /// [`AppState::auction_group`].
+    pub fn closing_key(&self, item_id: i64) -> LeaseKey {
+        LeaseKey::new(self.auction_group(item_id), "close")
+            .expect("namespace and ids make a valid key")
+    }
 }
 
 impl FromRef<AppState> for CsrfConfig {

@@ -82,6 +82,27 @@ pub fn settings(database_url: &str, redis_url: &str) -> Settings {
     settings
 }
 
+/// A plain auction item for tests, `title`, with a fresh slug: open from an hour ago for
+/// another hour, starting price $10.00, minimum increment $1.00, no reserve, no soft
+/// close. Change what a test needs, then insert it with
+/// [`crate::auction::queries::insert_item`].
+pub fn auction_item(title: &str) -> crate::auction::queries::NewItem {
+    let now = chrono::Utc::now();
+    crate::auction::queries::NewItem {
+        slug: unique_name("item"),
+        terms: crate::auction::queries::ItemTerms {
+            title: title.into(),
+            description: format!("{title}, for a test."),
+            starting_price_cents: 1_000,
+            min_increment_cents: 100,
+            reserve_price_cents: 0,
+            soft_close_secs: 0,
+        },
+        starts_at: now - chrono::TimeDelta::hours(1),
+        ends_at: now + chrono::TimeDelta::hours(1),
+    }
+}
+
 /// A running application server inside the test process.
 pub struct TestApp {
     /// `http://127.0.0.1:PORT`.

@@ -47,10 +47,12 @@
 //! the caller's clock: `expires_at_ms` is Unix milliseconds on the Redis clock.
 //!
 //! ## Round trips
-//! `acquire`, `release`, `renew` and `holders` are one round trip each. `acquire` costs one
+//! `acquire`, `release`, `renew` and `holders` are one round trip each
+//! ([`LeaseClient::acquire_with_backoff`]: one per attempt). `acquire` costs one
 //! more Redis round trip and one ledger call once per [`LeaseClient::with_block_size`]
 //! grants per group, and after Redis has lost its data.
 
+mod backoff;
 mod keys;
 mod scripts;
 mod watchdog;
@@ -62,6 +64,7 @@ use std::time::Duration;
 use rand::RngCore;
 use redis::aio::ConnectionManager;
 
+pub use backoff::Backoff;
 pub use keys::LeaseKey;
 pub use watchdog::{Watchdog, WatchdogEvent};
 
@@ -194,14 +197,14 @@ pub struct LeaseClient<L> {
     redis: ConnectionManager,
     ledger: L,
     block_size: u64,
-}
-
-/// Default number of fencing tokens reserved from the ledger at a time.
     /// One block reservation at a time per client, so a burst of grants on a cold group
     /// reserves one block, not one per caller.
     reserving: tokio::sync::Mutex<()>,
     /// Reservations made so far (to tell whether another task reserved while we waited).
     reservations: std::sync::atomic::AtomicU64,
+}
+
+/// Default number of fencing tokens reserved from the ledger at a time.
 pub const DEFAULT_BLOCK_SIZE: u64 = 10_000;
 
 impl<L: FenceLedger> LeaseClient<L> {
@@ -211,11 +214,11 @@ impl<L: FenceLedger> LeaseClient<L> {
             redis,
             ledger,
             block_size: DEFAULT_BLOCK_SIZE,
+            reserving: tokio::sync::Mutex::new(()),
+            reservations: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-            reserving: tokio::sync::Mutex::new(()),
-            reservations: std::sync::atomic::AtomicU64::new(0),
     /// Sets how many tokens one ledger call reserves (default [`DEFAULT_BLOCK_SIZE`]).
     /// Larger blocks mean fewer ledger writes and larger jumps after a Redis loss.
     pub fn with_block_size(mut self, block_size: u64) -> Self {

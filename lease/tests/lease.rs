@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease::{FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, WatchdogEvent};
+use lease::{Backoff, FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, WatchdogEvent};
 use rand::Rng;
 use redis::AsyncCommands;
 use tokio::sync::Mutex;
@@ -311,4 +311,37 @@ async fn tokens_come_from_ledger_blocks() {
         client.release(&lease).await.unwrap();
     }
     assert_eq!(last, FencingToken(150));
+}
+
+#[tokio::test]
+async fn a_busy_lease_is_retried_with_backoff_then_given_up_or_granted() {
+    let client = client();
+    let key = key("item-7");
+    let ttl = Duration::from_secs(10);
+    let a = client.acquire(&key, "a", ttl).await.unwrap();
+    let brief = Backoff {
+        first: Duration::from_millis(1),
+        cap: Duration::from_millis(10),
+        attempts: 4,
+        budget: Duration::from_secs(5),
+    };
+    match client.acquire_with_backoff(&key, "b", ttl, brief).await {
+        Err(LeaseError::Held { holder, .. }) => assert_eq!(holder, "a"),
+        other => panic!("expected Held after the attempts, got {other:?}"),
+    }
+    assert!(exists(&client, &key).await, "A still holds it");
+
+    // B keeps retrying while A works, and gets the lease once A releases it.
+    let patient = Backoff {
+        attempts: 1_000,
+        ..brief
+    };
+    let waiting = {
+        let (client, key) = (Arc::clone(&client), key.clone());
+        tokio::spawn(async move { client.acquire_with_backoff(&key, "b", ttl, patient).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(client.release(&a).await.unwrap());
+    let b = waiting.await.unwrap().expect("granted after A's release");
+    assert!(b.fencing_token > a.fencing_token);
 }

@@ -1,0 +1,202 @@
+//! The bid path, along the article's steps:
+//!
+//! 1. [`lock_item`]: the item's bid lock, a short lease (`--bid-lock-ttl-ms`, default
+//!    2 s) from the `lease` crate: `SET … NX PX` plus a fencing token, one Redis round
+//!    trip. A busy lock is retried with full-jitter exponential backoff, bounded in
+//!    attempts and time ([`lock_backoff`]), then refused with 409 "busy, try again".
+//! 2. [`bid_under_lease`]: in one Postgres transaction, read the item, check the rules
+//!    ([`super::rules`]), then ONE statement writes the bid and the new high bid, checking
+//!    the fencing token and the high bid again ([`queries::place_bid`]).
+//! 3. Release, owner-checked (compare-and-delete), one Redis round trip.
+//!
+//! The lease alone does not make this safe: a bidder that stalls past the lease (a GC
+//! pause, a slow network) still holds a lock in its own eyes. The fencing token is what
+//! makes Postgres refuse its late write once a newer grant has written.
+//!
+//! [`bid_conditionally`] is the lock-free alternative (`--bid-strategy conditional`): the
+//! same statement without a token, one round trip.
+
+use std::time::Duration;
+
+use lease::{Backoff, Lease, LeaseError};
+
+use super::{Bid, BidStrategy, queries, rules};
+use crate::error::{Error, Result};
+use crate::state::AppState;
+
+/// Shown when the bid lock stayed busy through every retry.
+pub const BID_LOCK_BUSY: &str =
+    "Bidding on this item is busy right now, so your bid was not placed. Please try again.";
+/// Shown when Postgres refused the write because the item had accepted a higher fencing
+/// token: this bid's lock lapsed mid-bid and a newer bid lock was granted and used.
+pub const STALE_BID_LOCK: &str = "Your bid took longer than its bid lock's lease and a newer bid was placed meanwhile \
+     (the lock's fencing token is stale), so your bid was refused. Please try again.";
+
+/// Retries of a busy bid lock: delays drawn from `[0, 5 ms · 2^n]`, capped at 100 ms, at
+/// most 10 attempts and at most `min(lock ttl, 1 s)` of waiting. A bid holds the lock for
+/// a few milliseconds, so a contender normally gets it on the first or second retry; the
+/// bounds only matter when the holder crashed (its lease then lapses within one TTL) or
+/// the item is swamped.
+pub fn lock_backoff(ttl: Duration) -> Backoff {
+    Backoff {
+        first: Duration::from_millis(5),
+        cap: Duration::from_millis(100),
+        attempts: 10,
+        budget: ttl.min(Duration::from_secs(1)),
+    }
+}
+
+/// A bid that was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcceptedBid {
+    /// `bids.id`.
+    pub bid_id: i64,
+    /// The amount, in cents.
+    pub amount_cents: i64,
+    /// The bid lock's fencing token; `None` under the conditional strategy.
+    pub fencing_token: Option<u64>,
+}
+
+/// Places `bid` with the server's strategy. `pause` is the race lab's "bidder that
+/// stalls" between checking and writing (zero outside the race lab).
+///
+/// Round trips, lease strategy: lock (1 Redis script, more only while busy) + 1 Postgres
+/// transaction (BEGIN, read, the fenced write, COMMIT) + release (1 Redis script).
+/// Conditional strategy: 1 Postgres statement. A refused write costs one more read, to
+/// say why.
+///
+/// Errors: 404 no such item; 409 ended, not open yet, too low, bid lock busy, or stale
+/// fencing token; 503 Redis or Postgres unavailable.
+pub async fn place_bid(state: &AppState, bid: &Bid<'_>, pause: Duration) -> Result<AcceptedBid> {
+    match state.settings.bid_strategy {
+        BidStrategy::Lease => {
+            let lease = lock_item(state, bid.item_id, &bid.bidder.id).await?;
+            let outcome = bid_under_lease(state, &lease, bid, pause).await;
+            release(state, &lease).await;
+            outcome
+        }
+        BidStrategy::Conditional => bid_conditionally(state, bid, pause).await,
+    }
+}
+
+/// Takes item `item_id`'s bid lock for the configured TTL, labelled with the bidder's
+/// public id, retrying while busy ([`lock_backoff`]). Errors: 409 [`BID_LOCK_BUSY`] when
+/// the retries are used up, 503 Redis (or the fence ledger) unavailable.
+pub async fn lock_item(state: &AppState, item_id: i64, bidder_id: &str) -> Result<Lease> {
+    let ttl = state.settings.bid_lock_ttl();
+    state
+        .leases
+        .acquire_with_backoff(
+            &state.bid_lock_key(item_id),
+            bidder_id,
+            ttl,
+            lock_backoff(ttl),
+        )
+        .await
+        .map_err(|err| match err {
+            LeaseError::Held { .. } => Error::Conflict(BID_LOCK_BUSY.into()),
+            other => other.into(),
+        })
+}
+
+/// Releases a bid lock, owner-checked. Never fails the bid: the bid is already decided,
+/// and a lock that cannot be released (Redis down, or it lapsed) expires within its TTL.
+async fn release(state: &AppState, lease: &Lease) {
+    match state.leases.release(lease).await {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            lease = ?lease.key,
+            fencing_token = lease.fencing_token.0,
+            "bid lock had lapsed before its release"
+        ),
+        Err(err) => tracing::warn!(lease = ?lease.key, error = %err, "bid lock release failed"),
+    }
+}
+
+/// `bid` under a held bid lock: in one transaction, read the item, check the rules, then
+/// [`queries::place_bid`] with the lease's fencing token. Commits only a write that
+/// Postgres accepted. Errors as [`place_bid`]; a write refused although the rules passed
+/// means the token was stale: 409 [`STALE_BID_LOCK`].
+pub async fn bid_under_lease(
+    state: &AppState,
+    lease: &Lease,
+    bid: &Bid<'_>,
+    pause: Duration,
+) -> Result<AcceptedBid> {
+    let mut tx = state.db.begin().await?;
+    let item = queries::item(&mut *tx, bid.item_id)
+        .await?
+        .ok_or_else(no_such_item)?;
+    rules::check_bid(&item, bid.amount_cents).map_err(|r| Error::Conflict(r.to_string()))?;
+    tokio::time::sleep(pause).await;
+    let token = Some(lease.fencing_token.0 as i64);
+    let Some(placed) = queries::place_bid(&mut *tx, bid, token).await? else {
+        tx.rollback().await?;
+        return Err(refused(state, bid, token).await);
+    };
+    tx.commit().await?;
+    Ok(accepted(bid, placed, token))
+}
+
+/// The lock-free `bid`: [`queries::place_bid`] without a token, one statement. Errors as
+/// [`place_bid`] (never busy, never stale).
+pub async fn bid_conditionally(
+    state: &AppState,
+    bid: &Bid<'_>,
+    pause: Duration,
+) -> Result<AcceptedBid> {
+    tokio::time::sleep(pause).await;
+    match queries::place_bid(&state.db, bid, None).await? {
+        Some(placed) => Ok(accepted(bid, placed, None)),
+        None => Err(refused(state, bid, None).await),
+    }
+}
+
+fn accepted(bid: &Bid<'_>, placed: queries::PlacedBid, fencing_token: Option<i64>) -> AcceptedBid {
+    tracing::info!(
+        item = bid.item_id,
+        bidder = bid.bidder.id,
+        amount_cents = bid.amount_cents,
+        fencing_token,
+        ends_at = %placed.ends_at,
+        "bid accepted"
+    );
+    AcceptedBid {
+        bid_id: placed.bid_id,
+        amount_cents: bid.amount_cents,
+        fencing_token: fencing_token.map(|t| t as u64),
+    }
+}
+
+fn no_such_item() -> Error {
+    Error::NotFound("There is no such auction.".into())
+}
+
+/// Explains a write that [`queries::place_bid`] refused, from a fresh read: no such item,
+/// a rule (ended, too low: another bid got in first), or, with a token, a stale token.
+async fn refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Error {
+    let item = match queries::item(&state.db, bid.item_id).await {
+        Ok(Some(item)) => item,
+        Ok(None) => return no_such_item(),
+        Err(err) => return err.into(),
+    };
+    if let Err(refusal) = rules::check_bid(&item, bid.amount_cents) {
+        return Error::Conflict(refusal.to_string());
+    }
+    match token {
+        Some(token) if item.fence_token > token => {
+            tracing::warn!(
+                item = bid.item_id,
+                fencing_token = token,
+                accepted = item.fence_token,
+                "bid refused: stale fencing token"
+            );
+            Error::Conflict(STALE_BID_LOCK.into())
+        }
+        // The row changed between the write and this read (say a soft-close bid moved
+        // the end); the rules decide on the next try.
+        _ => Error::Conflict(
+            "The auction changed while your bid was placed. Please try again.".into(),
+        ),
+    }
+}

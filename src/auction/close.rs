@@ -1,0 +1,137 @@
+//! The closer: a background task in every server process that closes auctions whose end
+//! has passed, each exactly once however many processes run it.
+//!
+//! Every `--close-interval-ms` (default 1 s; 0 = this process never closes) it lists the
+//! open items past their end ([`queries::due_items`]) and for each one:
+//!
+//! 1. claims the closing job: a lease on `<namespace>:auction:<id>` / `close`
+//!    (`--close-lease-ttl-ms`, default 6 s) from the `lease` crate. Another process that
+//!    holds it is left to do the job;
+//! 2. starts a [`lease::Watchdog`] that renews the lease every TTL/3 and reports its loss;
+//! 3. writes the result with the lease's fencing token in ONE statement
+//!    ([`queries::close_item`]: still open, end passed, no higher token accepted), unless
+//!    the watchdog reports the lease lost first;
+//! 4. stops the watchdog and releases the lease, owner-checked.
+//!
+//! Two processes never both close an item (the statement requires `status = 'open'`), and
+//! a closer that paused past its lease cannot write over a newer holder's write (the
+//! fence). The result is computed inside the statement from the row at that instant, so
+//! it cannot be stale either.
+
+use lease::{Lease, LeaseError};
+use rand::Rng;
+use tokio::task::JoinHandle;
+
+use super::queries;
+use crate::error::Result;
+use crate::state::AppState;
+
+/// Most items one pass closes; the rest wait for the next pass.
+const BATCH: i64 = 100;
+
+/// What one attempt to close an item ended in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CloseOutcome {
+    /// This closer wrote the result (`sold`, `reserve_not_met` or `no_bids`).
+    Closed(String),
+    /// Another closer holds the closing job's lease: it is doing the job.
+    ClaimedElsewhere,
+    /// The statement wrote nothing: already closed, the end moved later (a soft-close
+    /// bid), or the row accepted a higher fencing token (this closer's lease is stale).
+    Refused,
+    /// The watchdog reported the lease lost before the write: nothing written.
+    LeaseLost,
+}
+
+/// The running closer task; dropping it stops the task (a closing job in flight is
+/// abandoned: its lease lapses and the next pass, here or elsewhere, finishes it).
+pub struct Closer(JoinHandle<()>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Starts the closer on the Tokio runtime, or returns `None` when
+/// `--close-interval-ms` is 0. Its first pass runs one interval after the start.
+pub fn spawn(state: AppState) -> Option<Closer> {
+    let every = state.settings.close_interval()?;
+    let label = format!("closer-{:08x}", rand::rng().random::<u32>());
+    Some(Closer(tokio::spawn(async move {
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(err) = close_due(&state, &label).await {
+                tracing::warn!(closer = label, error = %err, "closing pass failed");
+            }
+        }
+    })))
+}
+
+/// One pass: tries to close every open item past its end (at most 100), one after the
+/// other; returns each item's outcome. `label` names this closer in the lease's holder
+/// entry. Errors: 503 when Postgres or Redis is unavailable (the pass stops there).
+pub async fn close_due(state: &AppState, label: &str) -> Result<Vec<(i64, CloseOutcome)>> {
+    let due = queries::due_items(&state.db, BATCH).await?;
+    let mut outcomes = Vec::with_capacity(due.len());
+    for item_id in due {
+        outcomes.push((item_id, close_item(state, item_id, label).await?));
+    }
+    Ok(outcomes)
+}
+
+/// Claims item `item_id`'s closing job: the lease, or `None` if another closer holds it.
+/// One Redis round trip.
+pub async fn claim(state: &AppState, item_id: i64, label: &str) -> Result<Option<Lease>> {
+    let key = state.closing_key(item_id);
+    match state
+        .leases
+        .acquire(&key, label, state.settings.close_lease_ttl())
+        .await
+    {
+        Ok(lease) => Ok(Some(lease)),
+        Err(LeaseError::Held { .. }) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Closes one item: claim, watchdog, fenced write (abandoned if the watchdog reports the
+/// lease lost first), release. Round trips: claim and release (1 Redis each), one renewal
+/// per TTL/3 while writing, and one Postgres statement.
+pub async fn close_item(state: &AppState, item_id: i64, label: &str) -> Result<CloseOutcome> {
+    let Some(lease) = claim(state, item_id, label).await? else {
+        return Ok(CloseOutcome::ClaimedElsewhere);
+    };
+    let token = lease.fencing_token;
+    let mut watchdog = state.leases.watch(lease);
+    let outcome = tokio::select! {
+        biased;
+        () = watchdog.lost() => Ok(CloseOutcome::LeaseLost),
+        written = write_result(state, item_id, token.0) => written,
+    };
+    if let Err(err) = watchdog.release(&state.leases).await {
+        tracing::warn!(item = item_id, error = %err, "closing lease release failed");
+    }
+    if let Ok(outcome) = &outcome {
+        tracing::info!(
+            item = item_id,
+            closer = label,
+            fencing_token = token.0,
+            ?outcome,
+            "closing job done"
+        );
+    }
+    outcome
+}
+
+/// The closing write under the fencing token `token` ([`queries::close_item`]).
+pub async fn write_result(state: &AppState, item_id: i64, token: u64) -> Result<CloseOutcome> {
+    Ok(
+        match queries::close_item(&state.db, item_id, token as i64).await? {
+            Some(result) => CloseOutcome::Closed(result),
+            None => CloseOutcome::Refused,
+        },
+    )
+}

@@ -1,0 +1,51 @@
+//! The online auction: a short per-item lease serialises bids, every bid write is fenced,
+//! and a lease-claimed closing job writes each result exactly once.
+//!
+//! * [`rules`]: the bid rules (open, minimum bid, an equal bid loses) and the messages:
+//!   pure functions.
+//! * [`bid`]: the bid path: per-item bid lock (a lease from the `lease` crate, retried
+//!   with jittered backoff), read, validate, ONE fenced conditional write, owner-checked
+//!   release; or, with `--bid-strategy conditional`, the same write without a lock.
+//! * [`close`]: the background closer: finds items past their end, claims each closing
+//!   job with a lease kept alive by a [`lease::Watchdog`], writes the result fenced.
+//! * [`queries`]: the SQL.
+//! * [`routes`]: thin HTTP handlers and the pages.
+//!
+//! Lease keys: group `<namespace>:auction:<id>` ([`crate::state::AppState::auction_group`]),
+//! names `bid` and `close`. Sharing the group gives the item one fencing counter, so the
+//! item row's `fence_token` orders bid writes and the close alike.
+
+pub mod bid;
+pub mod close;
+pub mod queries;
+mod routes;
+pub mod rules;
+
+pub use routes::router;
+
+use crate::buyer::BuyerProfile;
+
+/// A bid as placed: who offers how much for which item.
+#[derive(Clone, Copy, Debug)]
+pub struct Bid<'a> {
+    /// The bidder's public id and display name (from the session).
+    pub bidder: &'a BuyerProfile,
+    /// `auction_items.id`.
+    pub item_id: i64,
+    /// The amount, in cents (parsed by [`crate::money::parse_amount`]).
+    pub amount_cents: i64,
+}
+
+/// How bids are serialised (`seatlock serve --bid-strategy`, env `SEATLOCK_BID_STRATEGY`).
+/// Both are safe: they differ in what does the serialising, which is what the race lab
+/// compares.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum BidStrategy {
+    /// A short per-item lease in Redis (the bid lock), then read, validate and one fenced
+    /// conditional write: lock (1 Redis) + 1 Postgres transaction + release (1 Redis).
+    #[default]
+    Lease,
+    /// No lock service: one conditional `UPDATE … WHERE high bid + minimum increment <=
+    /// amount` (the article: "a single partition does the same job without a lock").
+    Conditional,
+}

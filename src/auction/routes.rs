@@ -1,0 +1,281 @@
+//! HTTP handlers of the auction: parse, call [`super::bid`], redirect or render.
+//!
+//! A refused bid (a malformed amount, too low, ended, busy) re-renders the item page with
+//! the message next to the form and the typed amount kept, with the error's 4xx status;
+//! only an unknown item or an unavailable store gets the generic error page.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum_csrf::CsrfToken;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+
+use super::queries::{self, BidRow, Item};
+use super::rules::Outcome;
+use super::{Bid, bid};
+use crate::buyer::Buyer;
+use crate::csrf::CsrfForm;
+use crate::error::{Error, Result};
+use crate::money::{format_cents, parse_amount};
+use crate::racelab::RaceLabPause;
+use crate::seats::parse_id;
+use crate::state::AppState;
+
+/// How many bids the item page lists (the highest ones).
+const BID_HISTORY: i64 = 50;
+/// How many ended auctions the list page shows.
+const RECENTLY_ENDED: i64 = 10;
+
+/// `GET /auctions`, `GET /auctions/{id}`, `POST /auctions/{id}/bids`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/auctions", get(list))
+        .route("/auctions/{item}", get(show))
+        .route("/auctions/{item}/bids", post(place_bid))
+}
+
+/// The list of auctions.
+#[derive(Template, WebTemplate)]
+#[template(path = "auctions.html")]
+pub struct ListPage {
+    /// Open items, ending soonest first.
+    pub open: Vec<Item>,
+    /// Recently closed items, with their results.
+    pub closed: Vec<Item>,
+    pub buyer_name: String,
+}
+
+/// One item: terms, high bid, bid form or result, bid history.
+#[derive(Template, WebTemplate)]
+#[template(path = "auction.html")]
+pub struct ItemPage {
+    pub item: Item,
+    pub bids: Vec<BidRow>,
+    pub buyer_id: String,
+    pub buyer_name: String,
+    pub authenticity_token: String,
+    /// The amount field's value: what the buyer typed, kept after a refused bid.
+    pub amount: String,
+    /// Why the buyer's last bid was refused, shown inside the form.
+    pub error: Option<String>,
+}
+
+impl ItemPage {
+    /// Whether the viewer holds the high bid.
+    fn leading(&self) -> bool {
+        self.item.high_bidder_id.as_deref() == Some(self.buyer_id.as_str())
+    }
+
+    /// Whether the viewer won the (closed) auction.
+    fn won(&self) -> bool {
+        self.item.winner_id.as_deref() == Some(self.buyer_id.as_str())
+    }
+}
+
+/// Display helpers for the templates.
+impl Item {
+    fn starting_price(&self) -> String {
+        format_cents(self.terms.starting_price_cents)
+    }
+
+    fn min_increment(&self) -> String {
+        format_cents(self.terms.min_increment_cents)
+    }
+
+    fn minimum_bid(&self) -> String {
+        format_cents(self.minimum_bid_cents())
+    }
+
+    /// "$125.00 by Guest 1A2B" or "no bids yet (opens at $25.00)".
+    fn high_bid_text(&self) -> String {
+        match (self.high_bid_cents, &self.high_bidder_name) {
+            (Some(high), Some(name)) => format!("{} by {name}", format_cents(high)),
+            _ => format!("no bids yet (opens at {})", self.starting_price()),
+        }
+    }
+
+    /// The reserve, without its amount (as auction houses do): whether it is met.
+    fn reserve_text(&self) -> &'static str {
+        match (self.terms.reserve_price_cents, self.reserve_met()) {
+            (0, _) => "no reserve",
+            (_, true) => "reserve met",
+            (_, false) => "reserve not met yet",
+        }
+    }
+
+    fn soft_close_text(&self) -> String {
+        match self.terms.soft_close_secs {
+            0 => "off: the auction ends at its end time".into(),
+            n => format!("a bid in the last {n} s moves the end {n} s later"),
+        }
+    }
+
+    fn ends_text(&self) -> String {
+        self.ends_at
+            .format("%a %-d %b %Y, %H:%M:%S UTC")
+            .to_string()
+    }
+
+    /// Time left by the Postgres clock: "1 d 02 h", "3 h 07 min", "4 min 05 s", "ended".
+    fn time_left(&self) -> String {
+        time_left(self.now, self.ends_at)
+    }
+
+    /// The result in words, once closed.
+    fn result_text(&self) -> String {
+        let high = self.high_bid_cents.map(format_cents).unwrap_or_default();
+        match self.outcome() {
+            Some(Outcome::Sold) => format!(
+                "Sold to {} for {high}.",
+                self.winner_name.as_deref().unwrap_or("the high bidder")
+            ),
+            Some(Outcome::ReserveNotMet) => format!(
+                "Reserve not met: the high bid of {high} was below the reserve price, so the item is not sold."
+            ),
+            Some(Outcome::NoBids) => "No bids: the item is not sold.".into(),
+            None => "Not closed yet.".into(),
+        }
+    }
+}
+
+impl BidRow {
+    fn amount(&self) -> String {
+        format_cents(self.amount_cents)
+    }
+
+    /// The bid lock's fencing token, or how the bid was serialised without one.
+    fn token(&self) -> String {
+        self.fence_token
+            .map_or_else(|| "none (conditional update)".into(), |t| t.to_string())
+    }
+
+    fn when(&self) -> String {
+        self.created_at.format("%H:%M:%S%.3f UTC").to_string()
+    }
+}
+
+/// Whole units left until `end`: "1 d 02 h", "3 h 07 min", "4 min 05 s", "9 s", "ended".
+fn time_left(now: DateTime<Utc>, end: DateTime<Utc>) -> String {
+    let secs = (end - now).num_seconds();
+    match secs {
+        s if s <= 0 => "ended".into(),
+        s if s >= 86_400 => format!("{} d {:02} h", s / 86_400, s % 86_400 / 3_600),
+        s if s >= 3_600 => format!("{} h {:02} min", s / 3_600, s % 3_600 / 60),
+        s if s >= 60 => format!("{} min {:02} s", s / 60, s % 60),
+        s => format!("{s} s"),
+    }
+}
+
+async fn list(State(state): State<AppState>, buyer: Buyer) -> Result<ListPage> {
+    let (open, closed) = tokio::join!(
+        queries::open_items(&state.db),
+        queries::closed_items(&state.db, RECENTLY_ENDED)
+    );
+    Ok(ListPage {
+        open: open?,
+        closed: closed?,
+        buyer_name: buyer.profile.name.clone(),
+    })
+}
+
+/// Loads the item page; `refused` is the typed amount and the refusal, after a bid.
+async fn item_page(
+    state: &AppState,
+    buyer: &Buyer,
+    csrf: &CsrfToken,
+    item_id: i64,
+    refused: Option<(String, String)>,
+) -> Result<ItemPage> {
+    let (item, bids) = tokio::join!(
+        queries::item(&state.db, item_id),
+        queries::bids(&state.db, item_id, BID_HISTORY)
+    );
+    let item = item?.ok_or_else(|| Error::NotFound("There is no such auction.".into()))?;
+    let authenticity_token = csrf
+        .authenticity_token()
+        .map_err(|_| Error::Unavailable("CSRF"))?;
+    let (amount, error) = match refused {
+        Some((amount, error)) => (amount, Some(error)),
+        None => (String::new(), None),
+    };
+    Ok(ItemPage {
+        item,
+        bids: bids?,
+        buyer_id: buyer.id().to_owned(),
+        buyer_name: buyer.profile.name.clone(),
+        authenticity_token,
+        amount,
+        error,
+    })
+}
+
+async fn show(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    csrf: CsrfToken,
+    Path(item): Path<String>,
+) -> Result<impl IntoResponse> {
+    let item_id = parse_id(&item, "auction")?;
+    let page = item_page(&state, &buyer, &csrf, item_id, None).await?;
+    Ok((csrf, page))
+}
+
+/// The bid form: `amount`, a decimal number of dollars such as `125.50`.
+#[derive(Deserialize)]
+pub struct BidForm {
+    amount: String,
+}
+
+async fn place_bid(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    csrf: CsrfToken,
+    RaceLabPause(pause): RaceLabPause,
+    Path(item): Path<String>,
+    CsrfForm(form): CsrfForm<BidForm>,
+) -> Result<Response> {
+    let item_id = parse_id(&item, "auction")?;
+    let placed = match parse_amount(&form.amount) {
+        Ok(amount_cents) => {
+            let new_bid = Bid {
+                bidder: &buyer.profile,
+                item_id,
+                amount_cents,
+            };
+            bid::place_bid(&state, &new_bid, pause).await
+        }
+        Err(err) => Err(Error::BadRequest(err.to_string())),
+    };
+    match placed {
+        Ok(_) => Ok(Redirect::to(&format!("/auctions/{item_id}")).into_response()),
+        Err(err @ (Error::BadRequest(_) | Error::Conflict(_))) => {
+            let refused = Some((form.amount, err.to_string()));
+            let page = item_page(&state, &buyer, &csrf, item_id, refused).await?;
+            Ok((err.status(), csrf, page).into_response())
+        }
+        Err(err) => Err(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+
+    use super::time_left;
+
+    #[test]
+    fn time_left_in_whole_units() {
+        let now = chrono::Utc::now();
+        let left = |secs| time_left(now, now + TimeDelta::seconds(secs));
+        assert_eq!(left(0), "ended");
+        assert_eq!(left(-5), "ended");
+        assert_eq!(left(9), "9 s");
+        assert_eq!(left(245), "4 min 05 s");
+        assert_eq!(left(3 * 3_600 + 7 * 60 + 30), "3 h 07 min");
+        assert_eq!(left(86_400 + 2 * 3_600 + 1), "1 d 02 h");
+    }
+}

@@ -1,0 +1,217 @@
+//! The bid rules, as pure functions of an item read at the Postgres clock's `now`:
+//!
+//! * bids are accepted while the item is open and `starts_at <= now < ends_at`;
+//! * the first bid must be at least the starting price;
+//! * every later bid must be at least the high bid plus the minimum increment, so a bid
+//!   EQUAL to the high bid loses (two buyers bidding the same amount in the same
+//!   millisecond: the first one serialised wins, the other is told it is no longer high
+//!   enough);
+//! * at the end, the high bidder wins if the high bid meets the reserve price.
+//!
+//! The bid path checks these before writing, for a precise message; the write itself
+//! ([`super::queries::place_bid`]) re-checks them in SQL and is the authority.
+
+use chrono::{DateTime, Utc};
+
+use super::queries::Item;
+use crate::money::format_cents;
+
+/// Why a bid is refused by the rules. The `Display` text is shown next to the bid form.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BidRefusal {
+    /// Before `starts_at`.
+    #[error("This auction opens at {}; bids are not accepted yet.", .starts_at.format("%Y-%m-%d %H:%M:%S UTC"))]
+    NotOpenYet {
+        /// When bidding opens.
+        starts_at: DateTime<Utc>,
+    },
+    /// At or after `ends_at`, or closed.
+    #[error("This auction has ended; no more bids are accepted.")]
+    Ended,
+    /// The first bid is below the starting price.
+    #[error("Your bid of {} is below the starting price: the first bid must be at least {}.", format_cents(*.amount_cents), format_cents(*.minimum_cents))]
+    BelowStartingPrice {
+        /// The bid, in cents.
+        amount_cents: i64,
+        /// The starting price, in cents.
+        minimum_cents: i64,
+    },
+    /// Below the high bid plus the minimum increment (an equal bid included).
+    #[error("Your bid of {} is no longer high enough: the high bid is {}, so a bid must be at least {} (the high bid plus the minimum increment of {}).", format_cents(*.amount_cents), format_cents(*.high_bid_cents), format_cents(*.minimum_cents), format_cents(*.increment_cents))]
+    TooLow {
+        /// The bid, in cents.
+        amount_cents: i64,
+        /// The current high bid, in cents.
+        high_bid_cents: i64,
+        /// The minimum increment, in cents.
+        increment_cents: i64,
+        /// High bid + increment, in cents.
+        minimum_cents: i64,
+    },
+}
+
+/// How a closed auction ended (`auction_items.result`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Sold to the high bidder at the high bid.
+    Sold,
+    /// The high bid was below the reserve price: not sold.
+    ReserveNotMet,
+    /// Nobody bid: not sold.
+    NoBids,
+}
+
+impl Outcome {
+    /// Parses the stored result; `None` for an open item.
+    pub fn from_db(result: Option<&str>) -> Option<Outcome> {
+        match result? {
+            "sold" => Some(Outcome::Sold),
+            "reserve_not_met" => Some(Outcome::ReserveNotMet),
+            "no_bids" => Some(Outcome::NoBids),
+            _ => None,
+        }
+    }
+}
+
+impl Item {
+    /// The least amount the next bid may be, in cents: the starting price before the first
+    /// bid, then the high bid plus the minimum increment.
+    pub fn minimum_bid_cents(&self) -> i64 {
+        match self.high_bid_cents {
+            None => self.terms.starting_price_cents,
+            Some(high) => high.saturating_add(self.terms.min_increment_cents),
+        }
+    }
+
+    /// Whether bids are accepted at `self.now`: open, started, not ended.
+    pub fn accepts_bids(&self) -> bool {
+        self.status == "open" && self.starts_at <= self.now && self.now < self.ends_at
+    }
+
+    /// Whether the end time has passed (the item may still await its closer).
+    pub fn has_ended(&self) -> bool {
+        self.status != "open" || self.now >= self.ends_at
+    }
+
+    /// Whether the high bid meets the reserve price (always, with no reserve).
+    pub fn reserve_met(&self) -> bool {
+        self.high_bid_cents
+            .is_some_and(|high| high >= self.terms.reserve_price_cents)
+    }
+
+    /// The stored result, once closed.
+    pub fn outcome(&self) -> Option<Outcome> {
+        Outcome::from_db(self.result.as_deref())
+    }
+}
+
+/// Checks a bid of `amount_cents` against `item` as read at `item.now`.
+pub fn check_bid(item: &Item, amount_cents: i64) -> Result<(), BidRefusal> {
+    if item.has_ended() {
+        return Err(BidRefusal::Ended);
+    }
+    if item.now < item.starts_at {
+        return Err(BidRefusal::NotOpenYet {
+            starts_at: item.starts_at,
+        });
+    }
+    let minimum_cents = item.minimum_bid_cents();
+    match item.high_bid_cents {
+        _ if amount_cents >= minimum_cents => Ok(()),
+        None => Err(BidRefusal::BelowStartingPrice {
+            amount_cents,
+            minimum_cents,
+        }),
+        Some(high_bid_cents) => Err(BidRefusal::TooLow {
+            amount_cents,
+            high_bid_cents,
+            increment_cents: item.terms.min_increment_cents,
+            minimum_cents,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeDelta;
+
+    use super::*;
+    use crate::auction::queries::ItemTerms;
+
+    /// The testkit's plain item ($10.00 start, $1.00 increment), with a $50.00 reserve
+    /// and the given high bid, read now.
+    fn item(high_bid_cents: Option<i64>) -> Item {
+        let new = crate::testkit::auction_item("Poster");
+        Item {
+            id: 1,
+            terms: ItemTerms {
+                reserve_price_cents: 5_000,
+                ..new.terms
+            },
+            starts_at: new.starts_at,
+            ends_at: new.ends_at,
+            status: "open".into(),
+            high_bid_cents,
+            high_bidder_id: high_bid_cents.map(|_| "a".into()),
+            high_bidder_name: high_bid_cents.map(|_| "A".into()),
+            bid_count: high_bid_cents.map_or(0, |_| 1),
+            fence_token: 0,
+            result: None,
+            winner_id: None,
+            winner_name: None,
+            closed_at: None,
+            now: Utc::now(),
+        }
+    }
+
+    #[test]
+    fn the_first_bid_needs_the_starting_price() {
+        let first = item(None);
+        assert_eq!(first.minimum_bid_cents(), 1_000);
+        assert!(check_bid(&first, 1_000).is_ok());
+        assert!(matches!(
+            check_bid(&first, 999),
+            Err(BidRefusal::BelowStartingPrice { .. })
+        ));
+    }
+
+    #[test]
+    fn an_equal_bid_loses_and_high_plus_increment_wins() {
+        let bid_on = item(Some(3_000));
+        assert_eq!(bid_on.minimum_bid_cents(), 3_100);
+        let refusal = check_bid(&bid_on, 3_000).unwrap_err();
+        assert!(matches!(refusal, BidRefusal::TooLow { .. }));
+        assert!(refusal.to_string().contains("no longer high enough"));
+        assert!(refusal.to_string().contains("$31.00"), "{refusal}");
+        assert!(check_bid(&bid_on, 3_099).is_err());
+        assert!(check_bid(&bid_on, 3_100).is_ok());
+    }
+
+    #[test]
+    fn bids_only_between_start_and_end() {
+        let mut ended = item(None);
+        ended.ends_at = ended.now;
+        assert_eq!(check_bid(&ended, 10_000), Err(BidRefusal::Ended));
+        let mut closed = item(None);
+        closed.status = "closed".into();
+        assert_eq!(check_bid(&closed, 10_000), Err(BidRefusal::Ended));
+        let mut early = item(None);
+        early.starts_at = early.now + TimeDelta::seconds(1);
+        assert!(matches!(
+            check_bid(&early, 10_000),
+            Err(BidRefusal::NotOpenYet { .. })
+        ));
+    }
+
+    #[test]
+    fn the_reserve_decides_a_sale() {
+        assert!(!item(None).reserve_met());
+        assert!(!item(Some(4_999)).reserve_met());
+        assert!(item(Some(5_000)).reserve_met());
+        assert_eq!(
+            Outcome::from_db(Some("reserve_not_met")),
+            Some(Outcome::ReserveNotMet)
+        );
+        assert_eq!(Outcome::from_db(None), None);
+    }
+}

@@ -1,0 +1,649 @@
+//! The online auction over HTTP and through its domain functions, against real Redis and
+//! Postgres: one fresh database per test, servers on port 0 (`seatlock::testkit`).
+
+use std::time::Duration;
+
+use chrono::{TimeDelta, Utc};
+use reqwest::StatusCode;
+use seatlock::auction::bid::AcceptedBid;
+use seatlock::auction::close::{self, CloseOutcome};
+use seatlock::auction::queries::{self, NewItem};
+use seatlock::auction::{Bid, BidStrategy, bid};
+use seatlock::buyer::BuyerProfile;
+use seatlock::config::Settings;
+use seatlock::error::Error;
+use seatlock::testkit::{self, HttpBuyer, Reply, TestApp};
+
+/// Settings over a fresh, empty database, changed by `adjust`. The background closer is
+/// off unless a test turns it on, so tests that close by hand are not raced by it.
+async fn settings(adjust: impl FnOnce(&mut Settings)) -> Settings {
+    let (admin, redis) = testkit::store_urls().unwrap();
+    let url = testkit::fresh_database(&admin).await.unwrap();
+    let mut settings = testkit::settings(&url, &redis);
+    settings.close_interval_ms = 0;
+    adjust(&mut settings);
+    settings
+}
+
+/// A server with [`settings`].
+async fn app(adjust: impl FnOnce(&mut Settings)) -> TestApp {
+    TestApp::spawn(settings(adjust).await).await.unwrap()
+}
+
+/// Two servers over one database and one lease namespace: two processes of one
+/// deployment.
+async fn two_apps(adjust: impl FnOnce(&mut Settings)) -> (TestApp, TestApp) {
+    let settings = settings(adjust).await;
+    let one = TestApp::spawn(settings.clone()).await.unwrap();
+    (one, TestApp::spawn(settings).await.unwrap())
+}
+
+/// Inserts [`testkit::auction_item`] (open for another hour, $10.00 start, $1.00
+/// increment, no reserve, no soft close) after `adjust` changed what the test needs.
+async fn item(app: &TestApp, adjust: impl FnOnce(&mut NewItem)) -> i64 {
+    let mut new = testkit::auction_item("Signed poster");
+    adjust(&mut new);
+    queries::insert_item(app.db(), &new).await.unwrap().unwrap()
+}
+
+/// Opens the item page once (session and CSRF token), then POSTs a bid of `amount`.
+async fn bid_on(buyer: &mut HttpBuyer, base: &str, item: i64, amount: &str) -> Reply {
+    let page = format!("{base}/auctions/{item}");
+    buyer.get(&page).await.unwrap();
+    buyer
+        .post(&format!("{page}/bids"), &[("amount", amount)])
+        .await
+        .unwrap()
+}
+
+/// Asserts that a bid of `amount` was refused with `status` on the item page itself: the
+/// message containing `says` inside the form, and the typed amount kept in the field.
+fn assert_refused(reply: &Reply, status: StatusCode, amount: &str, says: &str) {
+    assert_eq!(reply.status, status, "{amount:?}: {}", reply.body);
+    let error = "<p class=\"bid-error\" role=\"alert\">";
+    assert!(reply.body.contains(error), "{amount:?}: {}", reply.body);
+    assert!(reply.body.contains(says), "{amount:?}: {}", reply.body);
+    let kept = format!("name=\"amount\" value=\"{amount}\"");
+    assert!(
+        reply.body.contains(&kept),
+        "{amount:?}: the typed amount is kept"
+    );
+}
+
+async fn fetch(app: &TestApp, item: i64) -> queries::Item {
+    queries::item(app.db(), item).await.unwrap().unwrap()
+}
+
+async fn bid_count(app: &TestApp, item: i64) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM bids WHERE item_id = $1")
+        .bind(item)
+        .fetch_one(app.db())
+        .await
+        .unwrap()
+}
+
+/// Moves an item's end into the past (tests do not wait for auctions to end).
+async fn end_now(app: &TestApp, item: i64) {
+    sqlx::query(
+        "UPDATE auction_items SET ends_at = now() - interval '1 second',
+                starts_at = least(starts_at, now() - interval '2 seconds') WHERE id = $1",
+    )
+    .bind(item)
+    .execute(app.db())
+    .await
+    .unwrap();
+}
+
+/// Bidder `who`'s bid of `amount_cents` on `item` through the domain function, with the
+/// app's strategy.
+async fn place(
+    app: &TestApp,
+    who: &str,
+    item: i64,
+    amount_cents: i64,
+) -> Result<AcceptedBid, Error> {
+    let bidder = profile(who);
+    let new_bid = Bid {
+        bidder: &bidder,
+        item_id: item,
+        amount_cents,
+    };
+    bid::place_bid(&app.state, &new_bid, Duration::ZERO).await
+}
+
+fn profile(id: &str) -> BuyerProfile {
+    BuyerProfile {
+        id: id.into(),
+        name: format!("Bidder {id}"),
+    }
+}
+
+/// Waits until the lease on `key` has lapsed (no renewal: its holder is "paused").
+async fn wait_for_lapse(app: &TestApp, key: &lease::LeaseKey) {
+    eventually(Duration::from_secs(5), "the lease to lapse", || async {
+        app.state.leases.remaining(key).await.unwrap().is_none()
+    })
+    .await;
+}
+
+/// Polls `check` every 20 ms until it is true; panics after `limit`.
+async fn eventually<F: Future<Output = bool>>(limit: Duration, what: &str, check: impl Fn() -> F) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// 20 rounds of two buyers, on two server processes, bidding the same amount at once:
+/// exactly one is accepted each round, the other is told it is no longer high enough.
+async fn equal_bids_race(strategy: BidStrategy) {
+    let (one, two) = two_apps(|s| s.bid_strategy = strategy).await;
+    let id = item(&one, |_| {}).await;
+    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
+    a.get(&format!("{}/auctions/{id}", one.address))
+        .await
+        .unwrap();
+    b.get(&format!("{}/auctions/{id}", two.address))
+        .await
+        .unwrap();
+    let (url_one, url_two) = (
+        format!("{}/auctions/{id}/bids", one.address),
+        format!("{}/auctions/{id}/bids", two.address),
+    );
+    for round in 0..20 {
+        let amount = format!("{}.00", 10 + round);
+        let form = [("amount", amount.as_str())];
+        let (ra, rb) = tokio::join!(a.post(&url_one, &form), b.post(&url_two, &form));
+        let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        let accepted: Vec<&Reply> = [&ra, &rb]
+            .into_iter()
+            .filter(|r| r.status == StatusCode::SEE_OTHER)
+            .collect();
+        assert_eq!(
+            accepted.len(),
+            1,
+            "round {round}: {} / {}",
+            ra.status,
+            rb.status
+        );
+        let loser = if ra.status == StatusCode::SEE_OTHER {
+            &rb
+        } else {
+            &ra
+        };
+        assert_eq!(loser.status, StatusCode::CONFLICT, "round {round}");
+        assert!(
+            loser.body.contains("no longer high enough"),
+            "round {round}: {}",
+            loser.body
+        );
+        let item = fetch(&one, id).await;
+        assert_eq!(item.high_bid_cents, Some((1_000 + 100 * round) as i64));
+        assert_eq!(bid_count(&one, id).await, round as i64 + 1);
+    }
+    // Every accepted bid carries a strictly larger fencing token than the one below it
+    // (lease), or none at all (conditional).
+    let tokens: Vec<Option<i64>> =
+        sqlx::query_scalar("SELECT fence_token FROM bids WHERE item_id = $1 ORDER BY amount_cents")
+            .bind(id)
+            .fetch_all(one.db())
+            .await
+            .unwrap();
+    match strategy {
+        BidStrategy::Lease => {
+            let tokens: Vec<i64> = tokens.into_iter().map(Option::unwrap).collect();
+            assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+        }
+        BidStrategy::Conditional => assert!(tokens.iter().all(Option::is_none)),
+    }
+}
+
+#[tokio::test]
+async fn equal_bids_at_the_same_instant_one_wins_each_of_twenty_rounds_under_the_bid_lock() {
+    equal_bids_race(BidStrategy::Lease).await;
+}
+
+#[tokio::test]
+async fn equal_bids_at_the_same_instant_one_wins_each_of_twenty_rounds_with_the_conditional_update()
+{
+    equal_bids_race(BidStrategy::Conditional).await;
+}
+
+#[tokio::test]
+async fn an_equal_bid_loses_and_the_high_bid_plus_the_increment_wins() {
+    let app = app(|_| {}).await;
+    let id = item(&app, |_| {}).await;
+    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
+    let base = &app.address;
+
+    let low = bid_on(&mut a, base, id, "9.99").await;
+    assert_refused(
+        &low,
+        StatusCode::CONFLICT,
+        "9.99",
+        "below the starting price",
+    );
+
+    assert_eq!(
+        bid_on(&mut a, base, id, "10").await.status,
+        StatusCode::SEE_OTHER
+    );
+    let equal = bid_on(&mut b, base, id, "10.00").await;
+    assert_refused(
+        &equal,
+        StatusCode::CONFLICT,
+        "10.00",
+        "no longer high enough",
+    );
+    assert!(equal.body.contains("at least $11.00"), "{}", equal.body);
+    let short = bid_on(&mut b, base, id, "10.99").await;
+    assert_refused(&short, StatusCode::CONFLICT, "10.99", "at least $11.00");
+    let enough = bid_on(&mut b, base, id, "11.00").await;
+    assert_eq!(enough.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        enough.location.as_deref(),
+        Some(format!("/auctions/{id}").as_str())
+    );
+
+    let item = fetch(&app, id).await;
+    assert_eq!((item.high_bid_cents, item.bid_count), (Some(1_100), 2));
+    let page = b.get(&format!("{base}/auctions/{id}")).await.unwrap();
+    assert!(page.body.contains("$11.00 by Guest"), "{}", page.body);
+    assert!(page.body.contains("(you)"), "B leads");
+    assert!(page.body.contains("at least $12.00"));
+}
+
+#[tokio::test]
+async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
+    let app = app(|s| s.bid_lock_ttl_ms = 200).await;
+    let id = item(&app, |_| {}).await;
+    let key = app.state.bid_lock_key(id);
+
+    // A takes the bid lock, then stalls (a GC pause) past its lease.
+    let lease_a = bid::lock_item(&app.state, id, "a").await.unwrap();
+    wait_for_lapse(&app, &key).await;
+
+    // Meanwhile B bids through the web and is accepted under a newer grant.
+    let mut b = HttpBuyer::new();
+    let accepted = bid_on(&mut b, &app.address, id, "12.00").await;
+    assert_eq!(accepted.status, StatusCode::SEE_OTHER, "{}", accepted.body);
+
+    // A wakes up and writes a bid that is high enough, on the strength of a lock it no
+    // longer holds: Postgres refuses it by its fencing token.
+    let a = profile("a");
+    let late_bid = Bid {
+        bidder: &a,
+        item_id: id,
+        amount_cents: 2_000,
+    };
+    let late = bid::bid_under_lease(&app.state, &lease_a, &late_bid, Duration::ZERO).await;
+    match late {
+        Err(Error::Conflict(message)) => assert_eq!(message, bid::STALE_BID_LOCK),
+        other => panic!("expected a stale-token refusal, got {other:?}"),
+    }
+    let item = fetch(&app, id).await;
+    assert_eq!(item.high_bid_cents, Some(1_200), "B's bid stands");
+    assert!(item.fence_token > lease_a.fencing_token.0 as i64);
+    assert_eq!(bid_count(&app, id).await, 1);
+    assert!(
+        !app.state.leases.release(&lease_a).await.unwrap(),
+        "A's owner-checked release touches nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_busy_bid_lock_is_answered_409_busy_never_5xx() {
+    let app = app(|_| {}).await;
+    let id = item(&app, |_| {}).await;
+    let key = app.state.bid_lock_key(id);
+    let squatter = app
+        .state
+        .leases
+        .acquire(&key, "squatter", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let mut a = HttpBuyer::new();
+    let busy = bid_on(&mut a, &app.address, id, "15.00").await;
+    assert_refused(&busy, StatusCode::CONFLICT, "15.00", "busy");
+    assert_eq!(bid_count(&app, id).await, 0);
+
+    assert!(app.state.leases.release(&squatter).await.unwrap());
+    let placed = bid_on(&mut a, &app.address, id, "15.00").await;
+    assert_eq!(placed.status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn two_closers_close_each_item_once_with_the_right_result() {
+    let (one, two) = two_apps(|_| {}).await;
+    let sold = item(&one, |i| i.terms.reserve_price_cents = 1_500).await;
+    let short = item(&one, |i| i.terms.reserve_price_cents = 5_000).await;
+    let unbid = item(&one, |_| {}).await;
+    place(&one, "a", sold, 1_500).await.unwrap();
+    place(&one, "b", short, 4_999).await.unwrap();
+    let mut items = vec![sold, short, unbid];
+    for _ in 0..5 {
+        items.push(item(&one, |_| {}).await);
+    }
+    for &id in &items {
+        end_now(&one, id).await;
+    }
+
+    let (a, b) = tokio::join!(
+        close::close_due(&one.state, "closer-one"),
+        close::close_due(&two.state, "closer-two"),
+    );
+    let outcomes: Vec<(i64, CloseOutcome)> = a.unwrap().into_iter().chain(b.unwrap()).collect();
+    for &id in &items {
+        let closed = outcomes
+            .iter()
+            .filter(|(i, o)| *i == id && matches!(o, CloseOutcome::Closed(_)))
+            .count();
+        assert_eq!(closed, 1, "item {id}: {outcomes:?}");
+        assert_eq!(fetch(&one, id).await.status, "closed");
+    }
+    let result = |id| {
+        let app = &one;
+        async move { fetch(app, id).await }
+    };
+    let won = result(sold).await;
+    assert_eq!(won.result.as_deref(), Some("sold"));
+    assert_eq!(won.winner_id.as_deref(), Some("a"));
+    assert_eq!(
+        result(short).await.result.as_deref(),
+        Some("reserve_not_met")
+    );
+    assert_eq!(result(short).await.winner_id, None);
+    assert_eq!(result(unbid).await.result.as_deref(), Some("no_bids"));
+    assert!(
+        close::close_due(&one.state, "closer-one")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_closer_paused_past_its_lease_cannot_write() {
+    let app = app(|s| s.close_lease_ttl_ms = 100).await;
+    let id = item(&app, |_| {}).await;
+    end_now(&app, id).await;
+
+    // Closer A claims the job, then freezes: no watchdog runs, its lease lapses.
+    let lease_a = close::claim(&app.state, id, "closer-a")
+        .await
+        .unwrap()
+        .unwrap();
+    let key = app.state.closing_key(id);
+    wait_for_lapse(&app, &key).await;
+    // Closer B claims the job with a newer token and closes.
+    let closed = close::close_item(&app.state, id, "closer-b").await.unwrap();
+    assert_eq!(closed, CloseOutcome::Closed("no_bids".into()));
+    let token_b = fetch(&app, id).await.fence_token;
+    assert!(token_b > lease_a.fencing_token.0 as i64);
+
+    // A wakes up and writes: refused, and B's write is untouched.
+    let late = close::write_result(&app.state, id, lease_a.fencing_token.0)
+        .await
+        .unwrap();
+    assert_eq!(late, CloseOutcome::Refused);
+    let item = fetch(&app, id).await;
+    assert_eq!(
+        (item.fence_token, item.result.as_deref()),
+        (token_b, Some("no_bids"))
+    );
+
+    // The fence alone: an open, ended item whose row accepted token 42 refuses 41.
+    let other = item_ended_with_token(&app, 42).await;
+    assert_eq!(
+        queries::close_item(app.db(), other, 41).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        queries::close_item(app.db(), other, 42)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("no_bids")
+    );
+}
+
+async fn item_ended_with_token(app: &TestApp, token: i64) -> i64 {
+    let id = item(app, |_| {}).await;
+    end_now(app, id).await;
+    sqlx::query("UPDATE auction_items SET fence_token = $2 WHERE id = $1")
+        .bind(id)
+        .bind(token)
+        .execute(app.db())
+        .await
+        .unwrap();
+    id
+}
+
+#[tokio::test]
+async fn the_background_closer_shows_the_winner_or_reserve_not_met() {
+    let app = app(|s| s.close_interval_ms = 50).await;
+    let sold = item(&app, |i| i.terms.reserve_price_cents = 1_500).await;
+    let short = item(&app, |i| i.terms.reserve_price_cents = 1_500).await;
+    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
+    assert_eq!(
+        bid_on(&mut a, &app.address, sold, "20").await.status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        bid_on(&mut b, &app.address, short, "12.50").await.status,
+        StatusCode::SEE_OTHER
+    );
+    end_now(&app, sold).await;
+    end_now(&app, short).await;
+    eventually(Duration::from_secs(10), "the closer", || async {
+        fetch(&app, sold).await.status == "closed" && fetch(&app, short).await.status == "closed"
+    })
+    .await;
+
+    let page = a
+        .get(&format!("{}/auctions/{sold}", app.address))
+        .await
+        .unwrap();
+    assert!(page.body.contains("Sold to Guest"), "{}", page.body);
+    assert!(page.body.contains("for $20.00"));
+    assert!(page.body.contains("You won."));
+    assert!(
+        !page.body.contains("name=\"amount\""),
+        "no bid form once closed"
+    );
+    let theirs = b
+        .get(&format!("{}/auctions/{sold}", app.address))
+        .await
+        .unwrap();
+    assert!(!theirs.body.contains("You won."));
+    let page = b
+        .get(&format!("{}/auctions/{short}", app.address))
+        .await
+        .unwrap();
+    assert!(page.body.contains("Reserve not met"), "{}", page.body);
+    let list = b.get(&format!("{}/auctions", app.address)).await.unwrap();
+    assert!(list.body.contains("Recently ended"));
+}
+
+#[tokio::test]
+async fn bids_after_the_end_are_refused_before_and_after_the_close() {
+    let app = app(|_| {}).await;
+    let id = item(&app, |_| {}).await;
+    end_now(&app, id).await;
+    let mut a = HttpBuyer::new();
+    // The page of an ended auction has no form: take the CSRF token from the home page,
+    // as a bidder whose page was open before the end would have one.
+    a.get(&format!("{}/", app.address)).await.unwrap();
+    for when in ["ended, not yet closed", "closed"] {
+        let late = bid_on(&mut a, &app.address, id, "50.00").await;
+        assert_eq!(late.status, StatusCode::CONFLICT, "{when}");
+        assert!(
+            late.body.contains("This auction has ended"),
+            "{when}: {}",
+            late.body
+        );
+        assert_eq!(bid_count(&app, id).await, 0, "{when}");
+        let written = place(&app, "x", id, 5_000).await;
+        assert!(matches!(written, Err(Error::Conflict(_))), "{when}");
+        close::close_due(&app.state, "closer").await.unwrap();
+    }
+    assert_eq!(fetch(&app, id).await.result.as_deref(), Some("no_bids"));
+}
+
+#[tokio::test]
+async fn a_bid_in_the_soft_close_window_moves_the_end_later() {
+    let app = app(|_| {}).await;
+    let closing = item(&app, |i| {
+        i.terms.soft_close_secs = 300;
+        i.ends_at = Utc::now() + TimeDelta::seconds(120);
+    })
+    .await;
+    let far = item(&app, |i| i.terms.soft_close_secs = 300).await;
+    let (closing_end, far_end) = (
+        fetch(&app, closing).await.ends_at,
+        fetch(&app, far).await.ends_at,
+    );
+    for (id, who) in [(closing, "a"), (far, "b")] {
+        place(&app, who, id, 1_000).await.unwrap();
+    }
+    assert_eq!(
+        fetch(&app, closing).await.ends_at - closing_end,
+        TimeDelta::seconds(300)
+    );
+    assert_eq!(
+        fetch(&app, far).await.ends_at,
+        far_end,
+        "outside the window: unchanged"
+    );
+}
+
+#[tokio::test]
+async fn bad_amounts_and_ids_get_clear_4xx_pages_and_write_nothing() {
+    let app = app(|_| {}).await;
+    let id = item(&app, |_| {}).await;
+    let base = &app.address;
+    let mut a = HttpBuyer::new();
+    let huge = "9".repeat(300);
+    for (amount, says) in [
+        ("-5", "must be positive"),
+        ("0", "more than $0.00"),
+        ("0.00", "more than $0.00"),
+        ("abc", "not an amount"),
+        ("1e3", "not an amount"),
+        ("12.345", "whole cents"),
+        ("0.001", "whole cents"),
+        ("1000000.01", "not accepted"),
+        ("99999999999999999999999", "not accepted"),
+        (huge.as_str(), "not accepted"),
+        ("", "Enter an amount"),
+    ] {
+        let reply = bid_on(&mut a, base, id, amount).await;
+        assert_refused(&reply, StatusCode::BAD_REQUEST, amount, says);
+    }
+    let markup = bid_on(&mut a, base, id, "<b>5</b>").await;
+    assert_eq!(markup.status, StatusCode::BAD_REQUEST);
+    assert!(
+        !markup.body.contains("<b>5</b>"),
+        "the typed amount is escaped"
+    );
+    assert_eq!(bid_count(&app, id).await, 0);
+
+    // (path, amount): GET without an amount, POST a bid with one.
+    let page = format!("/auctions/{id}x");
+    for (path, amount, status) in [
+        ("/auctions/999999", None, StatusCode::NOT_FOUND),
+        ("/auctions/abc", None, StatusCode::BAD_REQUEST),
+        ("/auctions/-1", None, StatusCode::BAD_REQUEST),
+        ("/auctions/0", None, StatusCode::BAD_REQUEST),
+        (page.as_str(), None, StatusCode::BAD_REQUEST),
+        ("/auctions/999999/bids", Some("50"), StatusCode::NOT_FOUND),
+        ("/auctions/999999/bids", Some("-1"), StatusCode::NOT_FOUND),
+        ("/auctions/x1/bids", Some("50"), StatusCode::BAD_REQUEST),
+        (
+            "/auctions/99999999999999999999/bids",
+            Some("50"),
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        a.get(&format!("{base}/auctions/{id}")).await.unwrap();
+        let url = format!("{base}{path}");
+        let reply = match amount {
+            None => a.get(&url).await,
+            Some(amount) => a.post(&url, &[("amount", amount)]).await,
+        }
+        .unwrap();
+        assert_eq!(reply.status, status, "{path} {amount:?}: {}", reply.body);
+        assert!(
+            reply.body.contains("class=\"message\""),
+            "{path}: an HTML page with a message"
+        );
+    }
+    let missing = a
+        .post(&format!("{base}/auctions/{id}/bids"), &[])
+        .await
+        .unwrap();
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST, "no amount field");
+    let forged = HttpBuyer::new()
+        .post(&format!("{base}/auctions/{id}/bids"), &[("amount", "50")])
+        .await
+        .unwrap();
+    assert_eq!(forged.status, StatusCode::FORBIDDEN, "no CSRF token");
+    assert_eq!(bid_count(&app, id).await, 0);
+}
+
+#[tokio::test]
+async fn the_list_shows_open_items_and_seeding_is_idempotent() {
+    let app = app(|_| {}).await;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/auctions.json");
+    let added = seatlock::seed::seed_auctions(app.db(), path.as_ref())
+        .await
+        .unwrap();
+    assert!(added >= 3, "a handful: {added}");
+    let again = seatlock::seed::seed_auctions(app.db(), path.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(again, 0, "seeding twice adds nothing");
+    let open = queries::open_items(app.db()).await.unwrap();
+    assert_eq!(open.len(), added);
+    for item in &open {
+        assert!(
+            item.ends_at - item.now >= TimeDelta::hours(24),
+            "{}",
+            item.terms.title
+        );
+        assert!(
+            item.terms.min_increment_cents <= 1_000,
+            "{}",
+            item.terms.title
+        );
+    }
+
+    let first = open[0].id;
+    let mut a = HttpBuyer::new();
+    let amount = format!("{}", open[0].terms.starting_price_cents / 100);
+    assert_eq!(
+        bid_on(&mut a, &app.address, first, &amount).await.status,
+        StatusCode::SEE_OTHER
+    );
+    let list = a.get(&format!("{}/auctions", app.address)).await.unwrap();
+    assert_eq!(list.status, StatusCode::OK);
+    for item in &open {
+        let link = format!("<a href=\"/auctions/{}\"><strong>", item.id);
+        assert!(list.body.contains(&link), "{}", item.terms.title);
+    }
+    assert!(list.body.contains("Signed tour poster"));
+    assert!(list.body.contains(&format!(
+        "High bid: {} by Guest",
+        seatlock::money::format_cents(open[0].terms.starting_price_cents)
+    )));
+    assert!(list.body.contains(" left</span>"));
+    let home = a.get(&format!("{}/", app.address)).await.unwrap();
+    assert!(
+        home.body.contains("href=\"/auctions\""),
+        "the header links the auctions"
+    );
+}
