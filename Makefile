@@ -1,13 +1,14 @@
 # seatlock: two commands.
 #   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy
+#   make race   load-test race: which purchase strategies sell a seat twice
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -eu -o pipefail -c
 export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
 
-.PHONY: demo test services stop e2e-driver lint
+.PHONY: demo test race services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -23,6 +24,12 @@ demo: services
 	./target/release/seatlock seed
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000} in two browsers and race for a seat. Ctrl-C stops everything."
 	./target/release/seatlock serve
+
+# The double-purchase race, four strategies side by side (see README "Race lab").
+race: services
+	source .run/env
+	$(CARGO) build --release --bin seatlock --bin load-test
+	./target/release/load-test race --strategy all --json target/race/report.json --html target/race/report.html
 
 e2e-driver:
 	scripts/e2e-driver.sh

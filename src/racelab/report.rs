@@ -208,7 +208,9 @@ pub fn html(report: &Report) -> Result<String, String> {
          td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}td:first-child{{text-align:left}}\
          figure{{display:inline-block;margin:.5rem}}pre{{background:#f4f4f4;padding:.6rem}}</style></head><body>\
          <h1>Race lab: who sells a seat twice?</h1><table><tr>{head}</tr>\n{rows}</table>\
-         <h2>Invariant violations</h2><pre>{}</pre><h2>Latency</h2>{charts}</body></html>",
+         <h2>Latency of a purchase attempt (hold + confirm)</h2>{charts}\
+         <h2>Invariant violations</h2><details><summary>every accepted write involved</summary>\
+         <pre>{}</pre></details></body></html>",
         escape(&violations(report, usize::MAX))
     ))
 }
