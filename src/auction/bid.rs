@@ -32,15 +32,15 @@ pub const BID_LOCK_BUSY: &str =
 pub const STALE_BID_LOCK: &str = "Your bid took longer than its bid lock's lease and a newer bid was placed meanwhile \
      (the lock's fencing token is stale), so your bid was refused. Please try again.";
 
-/// Retries of a busy bid lock: delays drawn from `[0, 5 ms · 2^n]`, capped at 100 ms, at
-/// most 10 attempts and at most `min(lock ttl, 1 s)` of waiting. A bid holds the lock for
-/// a few milliseconds, so a contender normally gets it on the first or second retry; the
-/// bounds only matter when the holder crashed (its lease then lapses within one TTL) or
-/// the item is swamped.
+/// Retries of a busy bid lock: delays drawn from `[0, 5 ms · 2^n]`, capped at 200 ms, at
+/// most 10 attempts and at most `min(lock ttl, 1 s)` of waiting (about 0.45 s on average
+/// before giving up). A bid holds the lock for a few milliseconds, so a contender
+/// normally gets it on the first or second retry; the bounds only matter when the holder
+/// crashed (its lease then lapses within one TTL) or the item is swamped.
 pub fn lock_backoff(ttl: Duration) -> Backoff {
     Backoff {
         first: Duration::from_millis(5),
-        cap: Duration::from_millis(100),
+        cap: Duration::from_millis(200),
         attempts: 10,
         budget: ttl.min(Duration::from_secs(1)),
     }

@@ -90,6 +90,11 @@ impl Item {
         format_cents(self.minimum_bid_cents())
     }
 
+    /// The minimum bid as the form expects it typed: "31.00", no currency sign.
+    fn minimum_bid_typed(&self) -> String {
+        self.minimum_bid().trim_start_matches('$').to_owned()
+    }
+
     /// "$125.00 by Guest 1A2B" or "no bids yet (opens at $25.00)".
     fn high_bid_text(&self) -> String {
         match (self.high_bid_cents, &self.high_bidder_name) {
