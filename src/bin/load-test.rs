@@ -29,6 +29,48 @@ struct Cli {
 enum Command {
     /// Race buyers across server processes under each purchase strategy.
     Race(RaceArgs),
+    /// Hold throughput: concurrent buyers hold and release seats of the arena.
+    Holds(HoldsArgs),
+}
+
+#[derive(clap::Args)]
+struct HoldsArgs {
+    /// Concurrent buyers, each on its own seat.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    buyers: u64,
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    duration_s: u64,
+    /// Write the result as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The stores and the server binary, as for `race` (a fresh database is created).
+    #[command(flatten)]
+    stores: Stores,
+}
+
+/// Where the stores and the server binary are.
+#[derive(clap::Args)]
+struct Stores {
+    /// Postgres admin URL; a fresh database is created under it for the run (with
+    /// `race --target`: the targets' own database).
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: String,
+    /// Redis for the servers this command starts.
+    #[arg(long, env = "REDIS_URL")]
+    redis_url: String,
+    /// The `seatlock` binary to start (default: next to this one).
+    #[arg(long, env = "SEATLOCK_SERVER_BIN")]
+    server_bin: Option<PathBuf>,
+}
+
+impl Stores {
+    fn server_bin(&self) -> anyhow::Result<PathBuf> {
+        match &self.server_bin {
+            Some(path) => Ok(path.clone()),
+            None => Ok(std::env::current_exe()?.with_file_name("seatlock")),
+        }
+    }
 }
 
 /// `--strategy` values.
@@ -81,16 +123,8 @@ struct RaceArgs {
     /// named by --strategy) instead of starting them.
     #[arg(long, num_args = 1..)]
     target: Vec<String>,
-    /// Postgres: the servers' database with --target; otherwise an admin URL under which
-    /// a fresh database is created for the run.
-    #[arg(long, env = "DATABASE_URL")]
-    database_url: String,
-    /// Redis for the servers this command starts.
-    #[arg(long, env = "REDIS_URL")]
-    redis_url: String,
-    /// The `seatlock` binary to start (default: next to this one).
-    #[arg(long, env = "SEATLOCK_SERVER_BIN")]
-    server_bin: Option<PathBuf>,
+    #[command(flatten)]
+    stores: Stores,
 }
 
 impl Choice {
@@ -107,7 +141,62 @@ impl Choice {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Command::Race(args) = Cli::parse().command;
+    match Cli::parse().command {
+        Command::Race(args) => race(args).await,
+        Command::Holds(args) => holds(args).await,
+    }
+}
+
+async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
+    let url = testkit::fresh_database(&args.stores.database_url).await?;
+    testkit::seed(&url, testkit::DEMO_VENUES).await?;
+    let db = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await?;
+    let (event_id, seats): (i64, Vec<i64>) = {
+        let event = sqlx::query_scalar(
+            "SELECT e.id FROM events e JOIN venues v ON v.id = e.venue_id WHERE v.slug = 'harbour-arena'",
+        )
+        .fetch_one(&db)
+        .await?;
+        let seats = sqlx::query_scalar(
+            "SELECT seat_id FROM event_seats WHERE event_id = $1 ORDER BY seat_id",
+        )
+        .bind(event)
+        .fetch_all(&db)
+        .await?;
+        (event, seats)
+    };
+    let settings = testkit::settings(&url, &args.stores.redis_url);
+    let server = ServerProcess::start(&args.stores.server_bin()?, &settings).await?;
+    let duration = Duration::from_secs(args.duration_s);
+    let result = seatlock::racelab::holds::run(
+        &server.address,
+        event_id,
+        &seats,
+        args.buyers as usize,
+        duration,
+    )
+    .await?;
+    println!(
+        "{} buyers, {:.1} s: {} holds, {:.0} holds/s, hold latency p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, {} failures",
+        result.buyers,
+        result.seconds,
+        result.holds,
+        result.holds_per_s,
+        result.hold_ms.p50,
+        result.hold_ms.p95,
+        result.hold_ms.p99,
+        result.failures
+    );
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&result)?)?;
+    }
+    Ok(())
+}
+
+async fn race(args: RaceArgs) -> anyhow::Result<()> {
     let strategies = args.strategy.strategies();
     if args.pause_ms <= args.hold_ttl_ms {
         eprintln!(
@@ -115,7 +204,7 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let database_url = if args.target.is_empty() {
-        let url = testkit::fresh_database(&args.database_url).await?;
+        let url = testkit::fresh_database(&args.stores.database_url).await?;
         testkit::seed(&url, testkit::DEMO_VENUES).await?;
         url
     } else {
@@ -123,16 +212,13 @@ async fn main() -> anyhow::Result<()> {
             bail!("with --target, name the one --strategy the targets run");
         }
         check_targets(&args.target, strategies[0]).await?;
-        args.database_url.clone()
+        args.stores.database_url.clone()
     };
     let db = PgPoolOptions::new()
         .max_connections(4)
         .connect(&database_url)
         .await?;
-    let server_bin = match &args.server_bin {
-        Some(path) => path.clone(),
-        None => std::env::current_exe()?.with_file_name("seatlock"),
-    };
+    let server_bin = args.stores.server_bin()?;
     let config = RaceConfig {
         buyers: args.buyers as usize,
         seats: args.seats as usize,
@@ -184,7 +270,7 @@ async fn start_servers(
     database_url: &str,
     strategy: PurchaseStrategy,
 ) -> anyhow::Result<(Vec<String>, Vec<ServerProcess>)> {
-    let mut settings = testkit::settings(database_url, &args.redis_url);
+    let mut settings = testkit::settings(database_url, &args.stores.redis_url);
     settings.hold_ttl_ms = args.hold_ttl_ms;
     settings.payment_delay_ms = args.payment_delay_ms;
     settings.purchase_strategy = strategy;

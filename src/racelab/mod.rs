@@ -15,6 +15,7 @@
 //! is visible rather than prevented.
 
 pub mod check;
+pub mod holds;
 pub mod lab;
 mod queries;
 pub mod report;
