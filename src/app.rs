@@ -22,7 +22,7 @@ use crate::config::Settings;
 use crate::ledger::PgFenceLedger;
 use crate::racelab::PurchaseStrategy;
 use crate::state::AppState;
-use crate::{auction, buyer, csrf, events, health, orders, racelab, seats};
+use crate::{auction, buyer, csrf, events, health, live, orders, racelab, seats};
 
 /// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -59,11 +59,19 @@ impl Application {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }
         let csrf = csrf::config(settings.secret.as_deref());
+        let live = Arc::new(live::LiveHub::default());
+        live::spawn(
+            live.clone(),
+            settings.redis_url.clone(),
+            db.clone(),
+            settings.lease_namespace.clone(),
+        );
         let state = AppState {
             db,
             leases,
             settings: Arc::new(settings),
             csrf,
+            live,
         };
         let router = router(state.clone());
         let listener = TcpListener::bind(&state.settings.bind)

@@ -18,6 +18,7 @@ pub mod error;
 pub mod events;
 pub mod health;
 pub mod ledger;
+pub mod live;
 pub mod money;
 pub mod orders;
 pub mod racelab;

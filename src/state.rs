@@ -24,6 +24,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// CSRF token signing.
     pub csrf: CsrfConfig,
+    /// Live updates for the pages this process serves.
+    pub live: Arc<crate::live::LiveHub>,
 }
 
 impl AppState {

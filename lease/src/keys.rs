@@ -67,6 +67,24 @@ impl LeaseKey {
     pub fn holders_key(&self) -> String {
         holders_key(&self.group)
     }
+
+    /// `lease:{group}:~events`: the pub/sub channel announcing the group's grants and
+    /// releases (see [`crate::events`]).
+    pub fn events_channel(&self) -> String {
+        events_channel(&self.group)
+    }
+
+    /// The key named by a lease key string `lease:{group}:<name>` (for example one
+    /// reported by a Redis expiry notification), or `None` for any other key.
+    pub fn from_lease_key(key: &str) -> Option<LeaseKey> {
+        let rest = key.strip_prefix("lease:{")?;
+        let (group, name) = rest.split_once("}:")?;
+        LeaseKey::new(group, name).ok()
+    }
+}
+
+pub(crate) fn events_channel(group: &str) -> String {
+    format!("lease:{{{group}}}:~events")
 }
 
 pub(crate) fn fence_key(group: &str) -> String {
@@ -93,6 +111,14 @@ mod tests {
         assert_eq!(key.lease_key(), "lease:{event:7}:1234");
         assert_eq!(key.fence_key(), "lease:{event:7}:~fence");
         assert_eq!(key.holders_key(), "lease:{event:7}:~holders");
+    }
+
+    #[test]
+    fn lease_key_strings_parse_back() {
+        let key = LeaseKey::new("event:7", "1234").unwrap();
+        assert_eq!(LeaseKey::from_lease_key(&key.lease_key()), Some(key));
+        assert_eq!(LeaseKey::from_lease_key("lease:{event:7}:~fence"), None);
+        assert_eq!(LeaseKey::from_lease_key("session:abc"), None);
     }
 
     #[test]

@@ -37,6 +37,9 @@
 //! | `lease:{group}:~fence` | hash | `counter` (last token issued), `ceiling` (highest token the ledger allows) |
 //! | `lease:{group}:~holders` | hash | `<name>` → `"<fencing token> <expires_at_ms> <holder label>"` |
 //!
+//! Grants and releases are announced on the pub/sub channel `lease:{group}:~events` by the
+//! scripts that make them; see [`events`] for watching a group.
+//!
 //! The holders hash lets a reader list every live lease of a group in one round trip
 //! ([`LeaseClient::holders`]) instead of one `GET` per resource. Its entries carry their
 //! own expiry (Redis clock) and are filtered on read; a lapsed entry is overwritten by the
@@ -53,6 +56,7 @@
 //! grants per group, and after Redis has lost its data.
 
 mod backoff;
+pub mod events;
 mod keys;
 mod scripts;
 mod watchdog;

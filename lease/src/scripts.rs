@@ -9,7 +9,8 @@ use redis::aio::ConnectionManager;
 use crate::keys::holders_key;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
-/// KEYS: lease, fence hash, holders hash. ARGV: owner token, ttl_ms, name, holder label.
+/// KEYS: lease, fence hash, holders hash. ARGV: owner token, ttl_ms, name, holder label,
+/// events channel (a grant is announced there: `acquired <name> <token> <expires> <holder>`).
 /// Reply `{status, a, b, holder}`: `{1, token, expires_at_ms, ""}` granted;
 /// `{0, pttl_ms, 0, holder}` held by another; `{-1, 0, 0, ""}` no tokens left below the
 /// ceiling (nothing was written: reserve a block and call again).
@@ -25,7 +26,9 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local token = redis.call('HINCRBY', KEYS[2], 'counter', 1)
   local t = redis.call('TIME')
   local expires = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-  redis.call('HSET', KEYS[3], ARGV[3], string.format('%d %d %s', token, expires, ARGV[4]))
+  local entry = string.format('%d %d %s', token, expires, ARGV[4])
+  redis.call('HSET', KEYS[3], ARGV[3], entry)
+  redis.call('PUBLISH', ARGV[5], 'acquired ' .. ARGV[3] .. ' ' .. entry)
   return {1, token, expires, ''}
 end
 local entry = redis.call('HGET', KEYS[3], ARGV[3]) or ''
@@ -55,13 +58,15 @@ return 1
     )
 });
 
-/// KEYS: lease, holders hash. ARGV: owner token, name. Compare-and-delete.
+/// KEYS: lease, holders hash. ARGV: owner token, name, events channel. Compare-and-delete;
+/// a release is announced as `released <name>`.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('HDEL', KEYS[2], ARGV[2])
+  redis.call('PUBLISH', ARGV[3], 'released ' .. ARGV[2])
   return 1
 end
 return 0
@@ -117,6 +122,7 @@ pub(crate) async fn acquire(
         .arg(ttl_ms)
         .arg(key.name())
         .arg(holder)
+        .arg(key.events_channel())
         .invoke_async(redis)
         .await?;
     Ok(match status {
@@ -157,6 +163,7 @@ pub(crate) async fn release(
         .key(key.holders_key())
         .arg(owner.as_str())
         .arg(key.name())
+        .arg(key.events_channel())
         .invoke_async(redis)
         .await?;
     Ok(deleted == 1)
@@ -199,7 +206,7 @@ pub(crate) async fn holders(
 }
 
 /// Parses a holders-hash entry `"<token> <expires_at_ms> <holder>"`.
-fn parse_holding(name: String, entry: &str) -> Option<Holding> {
+pub(crate) fn parse_holding(name: String, entry: &str) -> Option<Holding> {
     let mut parts = entry.splitn(3, ' ');
     let fencing_token = FencingToken(parts.next()?.parse().ok()?);
     let expires_at_ms = parts.next()?.parse().ok()?;

@@ -3,8 +3,9 @@
 //! * [`purchase`]: the rules: hold, release, confirm.
 //! * [`map`]: the seat map of an event (one Postgres query + one Redis round trip).
 //! * [`queries`]: the SQL.
-//! * [`routes`]: thin HTTP handlers.
+//! * [`routes`]: thin HTTP handlers; `live`: the seat map's server-sent events.
 
+mod live;
 pub mod map;
 pub mod purchase;
 pub mod queries;

@@ -27,6 +27,7 @@ pub async fn seat_status(db: &PgPool, seat: SeatRef) -> sqlx::Result<Option<Seat
 /// the row's highest accepted token, only if the seat is unsold AND no higher token was
 /// accepted before (Kleppmann's fencing check); in the same statement insert the order.
 /// Returns the new order id, or `None` if either condition failed (nothing written).
+/// The same statement queues a `pg_notify` for live pages, delivered only on commit.
 ///
 /// Runs inside the caller's transaction so that the caller can release the hold
 /// (compare-and-delete in Redis) before committing: if the hold has lapsed the caller
@@ -42,10 +43,15 @@ pub async fn sell(
         "WITH sold AS (
              UPDATE event_seats SET sold = true, fence_token = $3
               WHERE event_id = $1 AND seat_id = $2 AND NOT sold AND fence_token <= $3
-          RETURNING event_id, seat_id, price_cents)
-         INSERT INTO orders (event_id, seat_id, buyer_id, buyer_name, price_cents, fence_token)
-         SELECT event_id, seat_id, $4, $5, price_cents, $3 FROM sold
-         RETURNING id",
+          RETURNING event_id, seat_id, price_cents),
+         ordered AS (
+             INSERT INTO orders (event_id, seat_id, buyer_id, buyer_name, price_cents, fence_token)
+             SELECT event_id, seat_id, $4, $5, price_cents, $3 FROM sold
+          RETURNING id, event_id, seat_id)
+         SELECT id, pg_notify('seatlock_live', json_build_object(
+                    'topic', 'event:' || event_id, 'event', 'seat',
+                    'data', json_build_object('seat', seat_id, 'state', 'sold'))::text)
+           FROM ordered",
     )
     .bind(seat.event_id)
     .bind(seat.seat_id)
@@ -123,4 +129,12 @@ pub async fn zones(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<Zone>> {
     .bind(event_id)
     .fetch_all(db)
     .await
+}
+
+/// The ids of the event's sold seats (for live snapshots).
+pub async fn sold_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar("SELECT seat_id FROM event_seats WHERE event_id = $1 AND sold")
+        .bind(event_id)
+        .fetch_all(db)
+        .await
 }

@@ -22,6 +22,7 @@ use crate::state::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/events/{event}", get(show))
+        .route("/events/{event}/stream", get(super::live::stream))
         .route("/events/{event}/seats/{seat}/hold", post(hold))
         .route("/events/{event}/seats/{seat}/release", post(release))
         .route("/events/{event}/seats/{seat}/confirm", post(confirm))
@@ -33,6 +34,8 @@ pub fn router() -> Router<AppState> {
 pub struct EventPage {
     pub map: SeatMap,
     pub buyer_name: String,
+    /// Public buyer id, so the page's script can tell its own holds in live updates.
+    pub buyer_id: String,
     pub authenticity_token: String,
     /// The hold length in words ("10 minutes").
     pub hold_for: String,
@@ -60,6 +63,7 @@ async fn show(
     let page = EventPage {
         map,
         buyer_name: buyer.profile.name.clone(),
+        buyer_id: buyer.id().to_owned(),
         authenticity_token,
         hold_for: in_words(state.settings.hold_ttl()),
     };

@@ -1,0 +1,99 @@
+//! The in-process fan-out: one broadcast channel per topic.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+/// Messages a slow page may fall behind by before it is sent a fresh snapshot instead.
+const BACKLOG: usize = 256;
+
+/// One message for the pages of a topic: the SSE event name and its JSON data.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LiveMessage {
+    /// SSE event name: `seat`, `bid`, `closed`, or `resync` (re-read everything).
+    pub event: String,
+    /// The event's JSON payload.
+    pub data: serde_json::Value,
+}
+
+impl LiveMessage {
+    /// "Your view may be stale: take a fresh snapshot."
+    pub fn resync() -> Self {
+        LiveMessage {
+            event: "resync".into(),
+            data: serde_json::Value::Null,
+        }
+    }
+}
+
+/// The topics of one server process.
+#[derive(Default)]
+pub struct LiveHub {
+    topics: Mutex<HashMap<String, broadcast::Sender<Arc<LiveMessage>>>>,
+}
+
+/// A page's subscription to one topic.
+pub type Subscription = broadcast::Receiver<Arc<LiveMessage>>;
+
+impl LiveHub {
+    /// Subscribes to `topic` (e.g. `event:12`); messages published after this call are
+    /// received, so subscribe before reading the snapshot.
+    pub fn subscribe(&self, topic: &str) -> Subscription {
+        let mut topics = self.topics.lock().expect("hub lock");
+        topics
+            .entry(topic.to_owned())
+            .or_insert_with(|| broadcast::channel(BACKLOG).0)
+            .subscribe()
+    }
+
+    /// Delivers `message` to the current subscribers of `topic`, if any; forgets topics
+    /// nobody listens to any more.
+    pub fn publish(&self, topic: &str, message: LiveMessage) {
+        let mut topics = self.topics.lock().expect("hub lock");
+        if let Some(sender) = topics.get(topic)
+            && sender.send(Arc::new(message)).is_err()
+        {
+            topics.remove(topic);
+        }
+    }
+
+    /// Tells every subscriber of every topic to take a fresh snapshot.
+    pub fn resync_all(&self) {
+        let message = Arc::new(LiveMessage::resync());
+        let mut topics = self.topics.lock().expect("hub lock");
+        topics.retain(|_, sender| sender.send(message.clone()).is_ok());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn delivers_to_subscribers_of_the_topic_only() {
+        let hub = LiveHub::default();
+        let mut one = hub.subscribe("event:1");
+        let mut two = hub.subscribe("event:2");
+        hub.publish(
+            "event:1",
+            LiveMessage {
+                event: "seat".into(),
+                data: serde_json::json!({"seat": 5}),
+            },
+        );
+        assert_eq!(one.recv().await.unwrap().data["seat"], 5);
+        assert!(two.try_recv().is_err());
+        hub.resync_all();
+        assert_eq!(two.recv().await.unwrap().event, "resync");
+    }
+
+    #[test]
+    fn forgets_topics_without_subscribers() {
+        let hub = LiveHub::default();
+        drop(hub.subscribe("event:1"));
+        hub.publish("event:1", LiveMessage::resync());
+        assert!(hub.topics.lock().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,153 @@
+//! The two listeners that feed a [`LiveHub`]: Redis pub/sub (lease events) and Postgres
+//! LISTEN (sales, bids, closes). Both reconnect on their own and send `resync` after a
+//! gap, since messages sent meanwhile are lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lease::events::{self, LeaseEvent};
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+
+use super::{LiveHub, LiveMessage};
+
+/// The Postgres NOTIFY channel. Payload: `{"topic": "event:1", "event": "seat", "data": {…}}`.
+pub const NOTIFY_CHANNEL: &str = "seatlock_live";
+
+/// Starts both listeners for `hub` on the Tokio runtime. `namespace` is the lease
+/// namespace of this deployment (only its event groups are watched).
+pub fn spawn(hub: Arc<LiveHub>, redis_url: String, db: PgPool, namespace: String) {
+    tokio::spawn(listen_redis(hub.clone(), redis_url, namespace));
+    tokio::spawn(listen_postgres(hub, db));
+}
+
+/// Redis: `PSUBSCRIBE` to the event groups' lease channels and the expiry notifications.
+async fn listen_redis(hub: Arc<LiveHub>, redis_url: String, namespace: String) {
+    let prefix = format!("{namespace}:event:");
+    let mut first = true;
+    loop {
+        match redis_session(&hub, &redis_url, &prefix, first).await {
+            Ok(()) => tracing::warn!("redis pub/sub connection closed; reconnecting"),
+            Err(err) => tracing::debug!(error = %err, "redis pub/sub unavailable; retrying"),
+        }
+        first = false;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One connection's worth of Redis messages; returns when the connection ends.
+async fn redis_session(
+    hub: &LiveHub,
+    url: &str,
+    prefix: &str,
+    first: bool,
+) -> redis::RedisResult<()> {
+    let client = redis::Client::open(url)?;
+    let mut manager = lease::connect(url, Duration::from_secs(2))?;
+    if let Err(err) = events::enable_expiry_notifications(&mut manager).await {
+        tracing::warn!(error = %err, "could not enable keyspace expiry notifications; lapsed holds show on reload only");
+    }
+    let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
+        .await
+        .map_err(|_| {
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+        })??;
+    for pattern in events::patterns(&format!("{prefix}*")) {
+        pubsub.psubscribe(pattern).await?;
+    }
+    if !first {
+        hub.resync_all();
+    }
+    let mut messages = pubsub.on_message();
+    while let Some(msg) = messages.next().await {
+        let payload: String = msg.get_payload().unwrap_or_default();
+        if let Some(event) = events::parse(msg.get_channel_name(), &payload)
+            && let Some((topic, message)) = seat_message(&event, prefix)
+        {
+            hub.publish(&topic, message);
+        }
+    }
+    Ok(())
+}
+
+/// The page message for a lease event on a seat of an event group `<prefix><event id>`.
+fn seat_message(event: &LeaseEvent, prefix: &str) -> Option<(String, LiveMessage)> {
+    let key = event.key();
+    let event_id: i64 = key.group().strip_prefix(prefix)?.parse().ok()?;
+    let seat: i64 = key.name().parse().ok()?;
+    let data = match event {
+        LeaseEvent::Acquired { holder, .. } => {
+            serde_json::json!({"seat": seat, "state": "held", "holder": holder})
+        }
+        LeaseEvent::Released { .. } => {
+            serde_json::json!({"seat": seat, "state": "available", "why": "released"})
+        }
+        LeaseEvent::Expired { .. } => {
+            serde_json::json!({"seat": seat, "state": "available", "why": "expired"})
+        }
+    };
+    Some((
+        format!("event:{event_id}"),
+        LiveMessage {
+            event: "seat".into(),
+            data,
+        },
+    ))
+}
+
+/// Postgres: `LISTEN seatlock_live`; each payload names its topic.
+async fn listen_postgres(hub: Arc<LiveHub>, db: PgPool) {
+    loop {
+        let mut listener = match PgListener::connect_with(&db).await {
+            Ok(listener) => listener,
+            Err(err) => {
+                tracing::debug!(error = %err, "postgres LISTEN unavailable; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        if listener.listen(NOTIFY_CHANNEL).await.is_err() {
+            continue;
+        }
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(notification)) => {
+                    #[derive(serde::Deserialize)]
+                    struct Payload {
+                        topic: String,
+                        #[serde(flatten)]
+                        message: LiveMessage,
+                    }
+                    match serde_json::from_str::<Payload>(notification.payload()) {
+                        Ok(p) => hub.publish(&p.topic, p.message),
+                        Err(err) => tracing::warn!(error = %err, "malformed live notification"),
+                    }
+                }
+                // The connection dropped; the listener reconnects on the next call, and
+                // whatever was sent meanwhile is lost.
+                Ok(None) => hub.resync_all(),
+                Err(err) => {
+                    tracing::debug!(error = %err, "postgres LISTEN failed; reconnecting");
+                    hub.resync_all();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_events_of_other_groups_are_ignored() {
+        let key = lease::LeaseKey::new("ns:event:3", "77").unwrap();
+        let (topic, message) = seat_message(&LeaseEvent::Expired { key }, "ns:event:").unwrap();
+        assert_eq!(topic, "event:3");
+        assert_eq!(message.data["state"], "available");
+        let other = lease::LeaseKey::new("ns:auction:3", "lock").unwrap();
+        assert!(seat_message(&LeaseEvent::Released { key: other }, "ns:event:").is_none());
+    }
+}

@@ -1,0 +1,21 @@
+//! Live updates: seat changes and auction bids pushed to open pages over server-sent
+//! events, whichever server process made the change.
+//!
+//! Each change is announced by the store that makes it, in the same atomic step:
+//!
+//! * holds and releases: the lease scripts `PUBLISH` on the group's Redis channel
+//!   ([`lease::events`]); lapsed holds: Redis keyspace expiry notifications;
+//! * sales, bids and auction closes: `pg_notify('seatlock_live', …)` inside the statement
+//!   that writes them, delivered by Postgres only if the transaction commits.
+//!
+//! Every server process runs one [`LiveHub`]: a Redis `PSUBSCRIBE` and a Postgres
+//! `LISTEN`, fanned out to the page streams of that process through in-memory broadcast
+//! channels, one per topic (`event:<id>`, `auction:<id>`). Pub/sub and NOTIFY are not
+//! durable: after either connection drops the hub sends `resync`, and pages (and every
+//! newly connected stream) get a fresh snapshot.
+
+mod hub;
+mod listeners;
+
+pub use hub::{LiveHub, LiveMessage, Subscription};
+pub use listeners::{NOTIFY_CHANNEL, spawn};
