@@ -10,7 +10,9 @@
 //!
 //! A server refuses to start with any strategy but `fenced` unless it is also given
 //! `--enable-race-lab`; the same flag enables the `x-race-lab-pause-ms` request header, a
-//! server-side pause between the lock check and the write (the article's step 4 failure).
+//! server-side pause between the lock check and the write (the article's step 4 failure),
+//! and `x-race-lab-pause-at`, which moves a fenced confirm's pause to another
+//! [`PausePoint`] (the fault tests kill a server parked there).
 //! Race-lab sales go to `race_lab_sales`, which has no unique constraint, so a double sale
 //! is visible rather than prevented.
 
@@ -21,7 +23,9 @@ mod queries;
 pub mod report;
 mod server;
 
-pub use server::{PAUSE_HEADER, RaceLabPause, confirm, hold, router};
+pub use server::{
+    PAUSE_AT_HEADER, PAUSE_HEADER, Pause, PausePoint, RaceLabPause, confirm, hold, router,
+};
 
 use serde::{Deserialize, Serialize};
 

@@ -6,13 +6,12 @@
 //! * [`confirm`]: step 4: the fenced, conditional write in Postgres, and the hold's
 //!   release before commit, so a purchase whose hold lapsed is rolled back.
 
-use std::time::Duration;
-
 use lease::{Lease, LeaseError};
 
 use super::{SeatRef, queries};
 use crate::buyer::{Buyer, HeldSeat};
 use crate::error::{Error, HOLD_EXPIRED, Result};
+use crate::racelab::{Pause, PausePoint};
 use crate::state::AppState;
 
 /// Shown when the seat is sold.
@@ -103,18 +102,15 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 ///    lapsed, roll back: a confirm after the buyer's own hold lapsed is refused even if
 ///    nobody else bought the seat.
 ///
-/// `pause` is added to the payment delay: the race lab's "holder that pauses" (a GC
-/// pause, a stalled VM) between taking the hold and writing; zero outside the race lab.
+/// `pause` is the race lab's "holder that pauses" (a GC pause, a stalled VM): by default
+/// added to the payment delay, between taking the hold and writing; the fault tests move
+/// it to the other [`PausePoint`]s to kill a server there. [`Pause::NONE`] outside the
+/// race lab.
 ///
 /// Round trips: one Redis script, one Postgres transaction (BEGIN, the statement,
 /// COMMIT). Confirming twice returns the same order (the second finds the seat sold to
 /// this buyer). Errors: 403 no hold, 409 sold or hold lapsed or token stale, 503.
-pub async fn confirm(
-    state: &AppState,
-    buyer: &Buyer,
-    seat: SeatRef,
-    pause: Duration,
-) -> Result<i64> {
+pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
     let Some(lease) = held_lease(state, buyer, seat).await? else {
         // A second submit after the first completed: the session no longer has the hold.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
@@ -122,7 +118,7 @@ pub async fn confirm(
             None => Err(not_your_hold()),
         };
     };
-    tokio::time::sleep(state.settings.payment_delay() + pause).await;
+    tokio::time::sleep(state.settings.payment_delay() + pause.at(PausePoint::BeforeWrite)).await;
 
     let mut tx = state.db.begin().await?;
     let token = lease.fencing_token.0 as i64;
@@ -131,6 +127,7 @@ pub async fn confirm(
         tx.rollback().await?;
         return refused(state, buyer, seat, &lease).await;
     };
+    pause.sleep_at(PausePoint::BeforeRelease).await;
     if !state.leases.release(&lease).await? {
         tx.rollback().await?;
         buyer.forget_hold(seat.event_id, seat.seat_id).await?;
@@ -143,7 +140,9 @@ pub async fn confirm(
         );
         return Err(Error::Conflict(HOLD_EXPIRED.into()));
     }
+    pause.sleep_at(PausePoint::BeforeCommit).await;
     tx.commit().await?;
+    pause.sleep_at(PausePoint::AfterCommit).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     tracing::info!(
         event = seat.event_id,

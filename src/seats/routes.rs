@@ -15,7 +15,7 @@ use crate::buyer::Buyer;
 use crate::csrf::{CsrfForm, Empty};
 use crate::error::{Error, Result};
 use crate::money::format_cents;
-use crate::racelab::{self, PurchaseStrategy, RaceLabPause};
+use crate::racelab::{self, Pause, PurchaseStrategy};
 use crate::state::AppState;
 
 /// `GET /events/{id}` and the seat actions.
@@ -109,7 +109,7 @@ async fn release(
 async fn confirm(
     State(state): State<AppState>,
     buyer: Buyer,
-    RaceLabPause(pause): RaceLabPause,
+    pause: Pause,
     Path((event, seat)): Path<(String, String)>,
     CsrfForm(Empty {}): CsrfForm<Empty>,
 ) -> Result<Redirect> {
