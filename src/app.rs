@@ -22,6 +22,7 @@ use crate::config::Settings;
 use crate::ledger::PgFenceLedger;
 use crate::racelab::PurchaseStrategy;
 use crate::state::AppState;
+use crate::telemetry::{self, TimedSessionStore};
 use crate::{auction, buyer, csrf, events, health, live, orders, racelab, seats};
 
 /// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
@@ -38,6 +39,7 @@ impl Application {
     /// Connects to Postgres and Redis (lazily: the server starts even if they are down,
     /// and `/healthz` says so), builds the router and binds `settings.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        telemetry::prometheus(); // installed before anything is counted
         lease::LeaseKey::new(format!("{}:event:1", settings.lease_namespace), "1")
             .context("SEATLOCK_LEASE_NAMESPACE may not contain braces or spaces")?;
         let db = PgPoolOptions::new()
@@ -109,11 +111,13 @@ impl Application {
     }
 }
 
-/// The routes and middleware. Sessions live in Postgres (tower-sessions-sqlx-store);
-/// cookies are HttpOnly and SameSite=Lax; every POST is CSRF-checked by
-/// [`csrf::CsrfForm`] and refused if its Origin is foreign.
+/// The routes and middleware. Sessions live in Postgres (tower-sessions-sqlx-store,
+/// timed by [`TimedSessionStore`]); cookies are HttpOnly and SameSite=Lax; every POST is
+/// CSRF-checked by [`csrf::CsrfForm`] and refused if its Origin is foreign.
+/// `GET /metrics` serves [`telemetry`]'s Prometheus page.
 pub fn router(state: AppState) -> Router {
-    let sessions = SessionManagerLayer::new(PostgresStore::new(state.db.clone()))
+    let store = TimedSessionStore(PostgresStore::new(state.db.clone()));
+    let sessions = SessionManagerLayer::new(store)
         .with_name("seatlock.sid")
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
@@ -122,6 +126,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(events::index))
         .route("/healthz", get(health::healthz))
+        .route("/metrics", get(telemetry::metrics_page))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .merge(seats::router())

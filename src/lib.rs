@@ -25,4 +25,5 @@ pub mod racelab;
 pub mod seats;
 pub mod seed;
 pub mod state;
+pub mod telemetry;
 pub mod testkit;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::telemetry::LOCK_WAIT_SECONDS;
 use crate::{FenceLedger, Lease, LeaseClient, LeaseError, LeaseKey};
 
 /// How a busy lease is retried: attempt `n` (0-based) that finds the lease held sleeps a
@@ -64,19 +65,26 @@ impl<L: FenceLedger> LeaseClient<L> {
     ) -> Result<Lease, LeaseError> {
         let started = tokio::time::Instant::now();
         let mut retry = 0;
-        loop {
+        let answer = loop {
             let attempt = self.acquire(key, holder, ttl).await;
             let remaining = match &attempt {
                 Err(LeaseError::Held { remaining, .. }) => *remaining,
-                _ => return attempt,
+                _ => break attempt,
             };
             let delay = backoff.delay(retry, remaining);
             retry += 1;
             if retry >= backoff.attempts.max(1) || started.elapsed() + delay > backoff.budget {
-                return attempt;
+                break attempt;
             }
             tokio::time::sleep(delay).await;
-        }
+        };
+        let outcome = match &answer {
+            Ok(_) => "granted",
+            Err(LeaseError::Held { .. }) => "busy",
+            Err(_) => "failed",
+        };
+        metrics::histogram!(LOCK_WAIT_SECONDS, "outcome" => outcome).record(started.elapsed());
+        answer
     }
 }
 

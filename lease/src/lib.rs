@@ -54,11 +54,16 @@
 //! ([`LeaseClient::acquire_with_backoff`]: one per attempt). `acquire` costs one
 //! more Redis round trip and one ledger call once per [`LeaseClient::with_block_size`]
 //! grants per group, and after Redis has lost its data.
+//!
+//! ## Metrics
+//! Round-trip latency, renewals, watchdog losses and lock wait times are reported through
+//! the `metrics` facade; see [`telemetry`] for the names.
 
 mod backoff;
 pub mod events;
 mod keys;
 mod scripts;
+pub mod telemetry;
 mod watchdog;
 
 use std::fmt;
@@ -312,7 +317,15 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// recreated.
     pub async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {
         let ttl_ms = lease.ttl.as_millis() as u64;
-        match scripts::renew(&mut self.redis.clone(), &lease.key, &lease.owner, ttl_ms).await? {
+        let renewed =
+            scripts::renew(&mut self.redis.clone(), &lease.key, &lease.owner, ttl_ms).await?;
+        let result = if renewed.is_some() {
+            "renewed"
+        } else {
+            "not_owner"
+        };
+        metrics::counter!(telemetry::RENEWALS_TOTAL, "result" => result).increment(1);
+        match renewed {
             Some(expires_at_ms) => {
                 lease.expires_at_ms = expires_at_ms;
                 Ok(true)
@@ -331,20 +344,26 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// check at one instant: the lease can expire right after it returns `true`, which
     /// is exactly why writes must carry the fencing token.
     pub async fn is_held(&self, lease: &Lease) -> Result<bool, LeaseError> {
-        let owner: Option<String> = redis::cmd("GET")
-            .arg(lease.key.lease_key())
-            .query_async(&mut self.redis.clone())
-            .await?;
+        let owner: Option<String> = telemetry::redis_round_trip(
+            "is_held",
+            redis::cmd("GET")
+                .arg(lease.key.lease_key())
+                .query_async(&mut self.redis.clone()),
+        )
+        .await?;
         Ok(owner.as_deref() == Some(lease.owner.as_str()))
     }
 
     /// Remaining time of the lease on `key` as Redis sees it (`PTTL`), or `None` if no
     /// lease exists.
     pub async fn remaining(&self, key: &LeaseKey) -> Result<Option<Duration>, LeaseError> {
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(key.lease_key())
-            .query_async(&mut self.redis.clone())
-            .await?;
+        let pttl: i64 = telemetry::redis_round_trip(
+            "remaining",
+            redis::cmd("PTTL")
+                .arg(key.lease_key())
+                .query_async(&mut self.redis.clone()),
+        )
+        .await?;
         Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
     }
 }

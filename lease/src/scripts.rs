@@ -7,6 +7,7 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 
 use crate::keys::holders_key;
+use crate::telemetry::redis_round_trip;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
 /// KEYS: lease, fence hash, holders hash. ARGV: owner token, ttl_ms, name, holder label,
@@ -114,17 +115,20 @@ pub(crate) async fn acquire(
     ttl_ms: u64,
     holder: &str,
 ) -> redis::RedisResult<AcquireReply> {
-    let (status, a, b, holder): (i64, i64, i64, String) = ACQUIRE
-        .key(key.lease_key())
-        .key(key.fence_key())
-        .key(key.holders_key())
-        .arg(owner.as_str())
-        .arg(ttl_ms)
-        .arg(key.name())
-        .arg(holder)
-        .arg(key.events_channel())
-        .invoke_async(redis)
-        .await?;
+    let (status, a, b, holder): (i64, i64, i64, String) = redis_round_trip(
+        "acquire",
+        ACQUIRE
+            .key(key.lease_key())
+            .key(key.fence_key())
+            .key(key.holders_key())
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(key.name())
+            .arg(holder)
+            .arg(key.events_channel())
+            .invoke_async(redis),
+    )
+    .await?;
     Ok(match status {
         1 => AcquireReply::Granted {
             fencing_token: a as u64,
@@ -144,12 +148,15 @@ pub(crate) async fn raise_ceiling(
     ceiling: u64,
     block: u64,
 ) -> redis::RedisResult<()> {
-    let _: i64 = RAISE_CEILING
-        .key(key.fence_key())
-        .arg(ceiling)
-        .arg(block)
-        .invoke_async(redis)
-        .await?;
+    let _: i64 = redis_round_trip(
+        "raise_ceiling",
+        RAISE_CEILING
+            .key(key.fence_key())
+            .arg(ceiling)
+            .arg(block)
+            .invoke_async(redis),
+    )
+    .await?;
     Ok(())
 }
 
@@ -158,14 +165,17 @@ pub(crate) async fn release(
     key: &LeaseKey,
     owner: &OwnerToken,
 ) -> Result<bool, crate::LeaseError> {
-    let deleted: i64 = RELEASE
-        .key(key.lease_key())
-        .key(key.holders_key())
-        .arg(owner.as_str())
-        .arg(key.name())
-        .arg(key.events_channel())
-        .invoke_async(redis)
-        .await?;
+    let deleted: i64 = redis_round_trip(
+        "release",
+        RELEASE
+            .key(key.lease_key())
+            .key(key.holders_key())
+            .arg(owner.as_str())
+            .arg(key.name())
+            .arg(key.events_channel())
+            .invoke_async(redis),
+    )
+    .await?;
     Ok(deleted == 1)
 }
 
@@ -175,14 +185,17 @@ pub(crate) async fn renew(
     owner: &OwnerToken,
     ttl_ms: u64,
 ) -> Result<Option<u64>, crate::LeaseError> {
-    let expires_at_ms: i64 = RENEW
-        .key(key.lease_key())
-        .key(key.holders_key())
-        .arg(owner.as_str())
-        .arg(ttl_ms)
-        .arg(key.name())
-        .invoke_async(redis)
-        .await?;
+    let expires_at_ms: i64 = redis_round_trip(
+        "renew",
+        RENEW
+            .key(key.lease_key())
+            .key(key.holders_key())
+            .arg(owner.as_str())
+            .arg(ttl_ms)
+            .arg(key.name())
+            .invoke_async(redis),
+    )
+    .await?;
     Ok((expires_at_ms > 0).then_some(expires_at_ms as u64))
 }
 
@@ -190,12 +203,15 @@ pub(crate) async fn holders(
     redis: &mut ConnectionManager,
     group: &str,
 ) -> redis::RedisResult<GroupSnapshot> {
-    let ((secs, micros), entries): ((u64, u64), Vec<(String, String)>) = redis::pipe()
-        .cmd("TIME")
-        .cmd("HGETALL")
-        .arg(holders_key(group))
-        .query_async(redis)
-        .await?;
+    let ((secs, micros), entries): ((u64, u64), Vec<(String, String)>) = redis_round_trip(
+        "holders",
+        redis::pipe()
+            .cmd("TIME")
+            .cmd("HGETALL")
+            .arg(holders_key(group))
+            .query_async(redis),
+    )
+    .await?;
     let now_ms = secs * 1000 + micros / 1000;
     let holdings = entries
         .into_iter()

@@ -67,6 +67,7 @@ impl<L: FenceLedger + 'static> LeaseClient<L> {
                     }
                 };
                 if lost {
+                    metrics::counter!(crate::telemetry::WATCHDOG_LOSSES_TOTAL).increment(1);
                     let _ = tx.send(WatchdogEvent::Lost);
                     return;
                 }

@@ -7,12 +7,15 @@
 //!   release before commit, so a purchase whose hold lapsed is rolled back.
 
 use lease::{Lease, LeaseError};
+use tracing::Span;
+use tracing::field::Empty;
 
 use super::{SeatRef, queries};
 use crate::buyer::{Buyer, HeldSeat};
 use crate::error::{Error, HOLD_EXPIRED, Result};
 use crate::racelab::{Pause, PausePoint};
 use crate::state::AppState;
+use crate::telemetry::{self, ConfirmOutcome, HoldRefusal};
 
 /// Shown when the seat is sold.
 pub const ALREADY_SOLD: &str = "This seat has already been sold.";
@@ -34,11 +37,16 @@ pub enum HoldOutcome {
 /// Round trips: one Postgres read (the seat exists and is unsold), one Redis script
 /// (the lease), one session write. Errors: 404 unknown seat, 409 sold or "someone is
 /// buying this seat", 503 store unavailable.
+///
+/// Traced as span `hold` with the event, seat, buyer and (once granted) fencing token;
+/// counted in [`telemetry::HOLDS_GRANTED_TOTAL`] / [`telemetry::HOLDS_REFUSED_TOTAL`].
+#[tracing::instrument(name = "hold", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<HoldOutcome> {
-    let status = queries::seat_status(&state.db, seat)
+    let status = telemetry::postgres("seat_status", queries::seat_status(&state.db, seat))
         .await?
         .ok_or_else(|| Error::NotFound("This event has no such seat.".into()))?;
     if status.sold {
+        telemetry::hold_refused(HoldRefusal::Sold);
         return Err(Error::Conflict(ALREADY_SOLD.into()));
     }
     let key = state.seat_key(seat.event_id, seat.seat_id);
@@ -48,6 +56,8 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         .await
     {
         Ok(lease) => {
+            Span::current().record("fencing_token", lease.fencing_token.0);
+            telemetry::hold_granted();
             buyer
                 .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
                 .await?;
@@ -63,7 +73,12 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         Err(LeaseError::Held { holder, .. }) if holder == buyer.id() => {
             Ok(HoldOutcome::AlreadyYours)
         }
-        Err(err) => Err(err.into()),
+        Err(err) => {
+            if matches!(err, LeaseError::Held { .. }) {
+                telemetry::hold_refused(HoldRefusal::Held);
+            }
+            Err(err.into())
+        }
     }
 }
 
@@ -85,10 +100,13 @@ pub(crate) fn not_your_hold() -> Error {
 
 /// Releases the buyer's hold on `seat` (owner-checked). A hold that already lapsed is
 /// simply forgotten. Errors: 403 if the buyer has no hold on it, 503 Redis unavailable.
+/// Traced as span `release` (event, seat, buyer, fencing token).
+#[tracing::instrument(name = "release", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
     let lease = held_lease(state, buyer, seat)
         .await?
         .ok_or_else(not_your_hold)?;
+    Span::current().record("fencing_token", lease.fencing_token.0);
     state.leases.release(&lease).await?;
     buyer.forget_hold(seat.event_id, seat.seat_id).await
 }
@@ -110,6 +128,11 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// Round trips: one Redis script, one Postgres transaction (BEGIN, the statement,
 /// COMMIT). Confirming twice returns the same order (the second finds the seat sold to
 /// this buyer). Errors: 403 no hold, 409 sold or hold lapsed or token stale, 503.
+///
+/// Traced as span `confirm` (event, seat, buyer, fencing token); outcomes counted in
+/// [`telemetry::CONFIRMS_TOTAL`], a sale stopped by `orders_one_per_seat` in
+/// [`telemetry::DOUBLE_SALES_DETECTED_TOTAL`].
+#[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
     let Some(lease) = held_lease(state, buyer, seat).await? else {
         // A second submit after the first completed: the session no longer has the hold.
@@ -118,11 +141,16 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
             None => Err(not_your_hold()),
         };
     };
-    tokio::time::sleep(state.settings.payment_delay() + pause.at(PausePoint::BeforeWrite)).await;
+    tokio::time::sleep(state.settings.payment_delay()).await;
+    pause.sleep_at(PausePoint::BeforeWrite).await;
 
     let mut tx = state.db.begin().await?;
     let token = lease.fencing_token.0 as i64;
-    let sold = queries::sell(&mut tx, seat, token, buyer.id(), &buyer.profile.name).await?;
+    Span::current().record("fencing_token", token);
+    let sell = queries::sell(&mut tx, seat, token, buyer.id(), &buyer.profile.name);
+    let sold = telemetry::postgres("sell", sell)
+        .await
+        .inspect_err(detect_double_sale)?;
     let Some(order_id) = sold else {
         tx.rollback().await?;
         return refused(state, buyer, seat, &lease).await;
@@ -131,6 +159,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
     if !state.leases.release(&lease).await? {
         tx.rollback().await?;
         buyer.forget_hold(seat.event_id, seat.seat_id).await?;
+        telemetry::confirm(ConfirmOutcome::RejectedExpired);
         tracing::info!(
             event = seat.event_id,
             seat = seat.seat_id,
@@ -141,7 +170,8 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
         return Err(Error::Conflict(HOLD_EXPIRED.into()));
     }
     pause.sleep_at(PausePoint::BeforeCommit).await;
-    tx.commit().await?;
+    telemetry::postgres("commit", tx.commit()).await?;
+    telemetry::confirm(ConfirmOutcome::Accepted);
     pause.sleep_at(PausePoint::AfterCommit).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     tracing::info!(
@@ -175,8 +205,22 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
                 accepted = s.fence_token,
                 "confirm refused: stale fencing token"
             );
+            telemetry::confirm(ConfirmOutcome::RejectedStale);
             Err(Error::Conflict(STALE_TOKEN.into()))
         }
-        _ => Err(Error::Conflict(ALREADY_SOLD.into())),
+        _ => {
+            telemetry::confirm(ConfirmOutcome::RejectedSold);
+            Err(Error::Conflict(ALREADY_SOLD.into()))
+        }
+    }
+}
+
+/// Counts a sale refused by the `orders_one_per_seat` constraint: the fenced write let a
+/// second sale of the seat through and only the constraint stopped it (a bug).
+fn detect_double_sale(err: &sqlx::Error) {
+    if let sqlx::Error::Database(db) = err
+        && db.constraint() == Some("orders_one_per_seat")
+    {
+        telemetry::double_sale_detected();
     }
 }

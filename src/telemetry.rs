@@ -1,0 +1,253 @@
+//! Observability: the metrics served at `GET /metrics` (Prometheus text format, from the
+//! `metrics` facade and `metrics-exporter-prometheus`, rendered by our own route: the
+//! exporter runs no listener of its own) and the helpers that record them.
+//!
+//! | name | kind | labels | counts or measures |
+//! |---|---|---|---|
+//! | `seatlock_holds_granted_total` | counter | | holds granted (a new lease) |
+//! | `seatlock_holds_refused_total` | counter | `reason` = `held` / `sold` | holds refused: someone else holds the seat, or it is sold |
+//! | `seatlock_confirms_total` | counter | `outcome` = `accepted` / `rejected_stale` / `rejected_expired` / `rejected_sold` | confirms by outcome: sold; refused by the fencing token; refused because the buyer's own hold lapsed; the seat was sold already |
+//! | `seatlock_double_sales_detected_total` | counter | | writes stopped by the `orders_one_per_seat` constraint: the fence let a second sale through. Must stay 0 |
+//! | `seatlock_postgres_round_trip_seconds` | histogram, seconds | `op` | Postgres calls: `session_load`, `session_save`, `session_create`, `session_delete`, `seat_status`, `sell`, `commit`, `map_seats`, `fence_ledger` |
+//! | `lease_redis_round_trip_seconds` | histogram, seconds | `op` | Redis round trips of the lease library (`acquire`, `release`, `renew`, `holders`, …) |
+//! | `lease_renewals_total` | counter | `result` = `renewed` / `not_owner` | lease renewals (the closer's watchdog) |
+//! | `lease_watchdog_losses_total` | counter | | watchdogs that reported their lease lost |
+//! | `lease_lock_wait_seconds` | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time a bid waited for the item's bid lock (backoff included) |
+//!
+//! Histograms are Prometheus histograms with the buckets [`LATENCY_BUCKETS_SECONDS`]
+//! (`_bucket`, `_sum`, `_count`); a `_count` is also the number of calls, so
+//! `seatlock_postgres_round_trip_seconds_count{op="session_load"}` is the number of
+//! session loads. The `lease_*` names are defined by the lease library
+//! ([`lease::telemetry`]).
+//!
+//! The recorder is global to the process: servers built in one process (tests) share it.
+
+use std::future::Future;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use axum::http::header;
+use axum::response::IntoResponse;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tower_sessions::session::{Id, Record};
+use tower_sessions::session_store::{self, SessionStore};
+
+/// Counter: holds granted.
+pub const HOLDS_GRANTED_TOTAL: &str = "seatlock_holds_granted_total";
+/// Counter, label `reason` (`held`, `sold`): holds refused.
+pub const HOLDS_REFUSED_TOTAL: &str = "seatlock_holds_refused_total";
+/// Counter, label `outcome` (see [`ConfirmOutcome`]): confirms by outcome.
+pub const CONFIRMS_TOTAL: &str = "seatlock_confirms_total";
+/// Counter: a sale stopped by the `orders_one_per_seat` unique constraint, i.e. one that
+/// the fenced, conditional write let through. Must stay 0.
+pub const DOUBLE_SALES_DETECTED_TOTAL: &str = "seatlock_double_sales_detected_total";
+/// Histogram (seconds), label `op`: one Postgres call, request to reply.
+pub const POSTGRES_ROUND_TRIP_SECONDS: &str = "seatlock_postgres_round_trip_seconds";
+
+/// Upper bounds of the latency histograms' buckets, in seconds (100 µs to 2.5 s).
+pub const LATENCY_BUCKETS_SECONDS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+/// How often histogram samples are folded into their buckets between scrapes, so that an
+/// unscraped server does not buffer every sample.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The process's Prometheus recorder, installed on first use (as the global `metrics`
+/// recorder) with a thread that runs its upkeep every 5 s. If another recorder was
+/// installed first, the handle renders an empty page.
+pub fn prometheus() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS_SECONDS)
+            .expect("the bucket list is not empty")
+            .build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("another metrics recorder is installed; GET /metrics stays empty");
+        }
+        describe();
+        let upkeep = handle.clone();
+        std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_INTERVAL);
+                    upkeep.run_upkeep();
+                }
+            })
+            .expect("spawning the metrics upkeep thread");
+        handle
+    })
+}
+
+/// The `# HELP` lines.
+fn describe() {
+    use metrics::{describe_counter, describe_histogram};
+    describe_counter!(HOLDS_GRANTED_TOTAL, "Seat holds granted (new leases).");
+    describe_counter!(
+        HOLDS_REFUSED_TOTAL,
+        "Seat holds refused, by reason: held by someone else, or sold."
+    );
+    describe_counter!(CONFIRMS_TOTAL, "Purchase confirms, by outcome.");
+    describe_counter!(
+        DOUBLE_SALES_DETECTED_TOTAL,
+        "Second sales of a seat stopped only by the orders_one_per_seat constraint (must stay 0)."
+    );
+    describe_histogram!(
+        POSTGRES_ROUND_TRIP_SECONDS,
+        metrics::Unit::Seconds,
+        "Postgres round trips, by operation."
+    );
+    describe_histogram!(
+        lease::telemetry::REDIS_ROUND_TRIP_SECONDS,
+        metrics::Unit::Seconds,
+        "Redis round trips of the lease library, by operation."
+    );
+    describe_counter!(
+        lease::telemetry::RENEWALS_TOTAL,
+        "Lease renewals answered by Redis, by result."
+    );
+    describe_counter!(
+        lease::telemetry::WATCHDOG_LOSSES_TOTAL,
+        "Watchdogs that reported their lease lost."
+    );
+    describe_histogram!(
+        lease::telemetry::LOCK_WAIT_SECONDS,
+        metrics::Unit::Seconds,
+        "Time spent acquiring a lock with backoff (bid locks), by outcome."
+    );
+}
+
+/// `GET /metrics`: every metric in the Prometheus text exposition format (version 0.0.4).
+pub async fn metrics_page() -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        prometheus().render(),
+    )
+}
+
+/// Awaits `call` (one Postgres round trip, or a short sequence the caller names) and
+/// records its latency under `op` in [`POSTGRES_ROUND_TRIP_SECONDS`], success or not.
+pub async fn postgres<T>(op: &'static str, call: impl Future<Output = T>) -> T {
+    let started = Instant::now();
+    let reply = call.await;
+    metrics::histogram!(POSTGRES_ROUND_TRIP_SECONDS, "op" => op).record(started.elapsed());
+    reply
+}
+
+/// Counts a granted hold.
+pub fn hold_granted() {
+    metrics::counter!(HOLDS_GRANTED_TOTAL).increment(1);
+}
+
+/// Why a hold was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldRefusal {
+    /// Another buyer holds the seat.
+    Held,
+    /// The seat is sold.
+    Sold,
+}
+
+/// Counts a refused hold.
+pub fn hold_refused(reason: HoldRefusal) {
+    let reason = match reason {
+        HoldRefusal::Held => "held",
+        HoldRefusal::Sold => "sold",
+    };
+    metrics::counter!(HOLDS_REFUSED_TOTAL, "reason" => reason).increment(1);
+}
+
+/// How a confirm ended, as counted in [`CONFIRMS_TOTAL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfirmOutcome {
+    /// The seat was sold to the buyer.
+    Accepted,
+    /// Postgres refused the write: the row had accepted a higher fencing token.
+    RejectedStale,
+    /// The buyer's own hold had lapsed (the release before commit found it gone).
+    RejectedExpired,
+    /// The seat was already sold (to someone else).
+    RejectedSold,
+}
+
+impl ConfirmOutcome {
+    /// The `outcome` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ConfirmOutcome::Accepted => "accepted",
+            ConfirmOutcome::RejectedStale => "rejected_stale",
+            ConfirmOutcome::RejectedExpired => "rejected_expired",
+            ConfirmOutcome::RejectedSold => "rejected_sold",
+        }
+    }
+}
+
+/// Counts a confirm's outcome.
+pub fn confirm(outcome: ConfirmOutcome) {
+    metrics::counter!(CONFIRMS_TOTAL, "outcome" => outcome.label()).increment(1);
+}
+
+/// Counts a write stopped by the `orders_one_per_seat` constraint (logged as an error:
+/// it means the fence let a second sale through).
+pub fn double_sale_detected() {
+    tracing::error!("orders_one_per_seat refused a second sale of a seat");
+    metrics::counter!(DOUBLE_SALES_DETECTED_TOTAL).increment(1);
+}
+
+/// A session store that times every call of the store it wraps
+/// ([`POSTGRES_ROUND_TRIP_SECONDS`], `op` = `session_load`, `session_save`,
+/// `session_create`, `session_delete`), so session traffic shows apart from the seat
+/// picker's own statements.
+#[derive(Clone, Debug)]
+pub struct TimedSessionStore<S>(pub S);
+
+#[async_trait::async_trait]
+impl<S: SessionStore> SessionStore for TimedSessionStore<S> {
+    async fn create(&self, record: &mut Record) -> session_store::Result<()> {
+        postgres("session_create", self.0.create(record)).await
+    }
+
+    async fn save(&self, record: &Record) -> session_store::Result<()> {
+        postgres("session_save", self.0.save(record)).await
+    }
+
+    async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
+        postgres("session_load", self.0.load(id)).await
+    }
+
+    async fn delete(&self, id: &Id) -> session_store::Result<()> {
+        postgres("session_delete", self.0.delete(id)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_histograms_render_in_prometheus_format() {
+        let handle = prometheus();
+        hold_granted();
+        confirm(ConfirmOutcome::RejectedStale);
+        metrics::histogram!(POSTGRES_ROUND_TRIP_SECONDS, "op" => "unit_test")
+            .record(Duration::from_micros(300));
+        let page = handle.render();
+        assert!(page.contains("seatlock_holds_granted_total"), "{page}");
+        assert!(
+            page.contains(r#"seatlock_confirms_total{outcome="rejected_stale"}"#),
+            "{page}"
+        );
+        assert!(
+            page.contains(
+                r#"seatlock_postgres_round_trip_seconds_bucket{op="unit_test",le="0.0005"} 1"#
+            ),
+            "{page}"
+        );
+    }
+}

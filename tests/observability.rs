@@ -1,0 +1,49 @@
+//! `GET /metrics`: the Prometheus page counts what the seat picker did.
+
+use reqwest::StatusCode;
+use seatlock::testkit::{self, HttpBuyer, TestApp};
+
+/// The value of the sample `name` (with its labels, exactly as rendered), 0 if absent.
+fn sample(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a number"))
+}
+
+#[tokio::test]
+async fn metrics_count_holds_confirms_and_round_trips() {
+    let app = TestApp::with_venues(testkit::TINY_VENUES).await.unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let metrics_url = format!("{}/metrics", app.address);
+    // The recorder is shared by every server in this process: compare before and after.
+    let before = reqwest::get(&metrics_url)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+
+    let mut a = HttpBuyer::new();
+    let mut b = HttpBuyer::new();
+    let hold = a.seat_action(&app.address, event, seats[0], "hold");
+    assert_eq!(hold.await.unwrap().status, StatusCode::SEE_OTHER);
+    let refused = b.seat_action(&app.address, event, seats[0], "hold");
+    assert_eq!(refused.await.unwrap().status, StatusCode::CONFLICT);
+    let confirm = a.seat_action(&app.address, event, seats[0], "confirm");
+    assert_eq!(confirm.await.unwrap().status, StatusCode::SEE_OTHER);
+
+    let response = reqwest::get(&metrics_url).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let content_type = response.headers()["content-type"].to_str().unwrap();
+    assert!(content_type.starts_with("text/plain; version=0.0.4"));
+    let after = response.text().await.unwrap();
+    let grew = |name: &str| sample(&after, name) - sample(&before, name);
+    assert!(grew("seatlock_holds_granted_total") >= 1.0, "{after}");
+    assert!(grew(r#"seatlock_holds_refused_total{reason="held"}"#) >= 1.0);
+    assert!(grew(r#"seatlock_confirms_total{outcome="accepted"}"#) >= 1.0);
+    assert!(grew(r#"lease_redis_round_trip_seconds_count{op="acquire"}"#) >= 2.0);
+    assert!(grew(r#"seatlock_postgres_round_trip_seconds_count{op="session_load"}"#) >= 3.0);
+    assert!(after.contains("# TYPE seatlock_postgres_round_trip_seconds histogram"));
+    assert!(after.contains(r#"lease_redis_round_trip_seconds_bucket{op="release",le="+Inf"}"#));
+    assert_eq!(sample(&after, "seatlock_double_sales_detected_total"), 0.0);
+}
