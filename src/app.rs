@@ -98,15 +98,20 @@ impl Application {
         &self.state
     }
 
-    /// Serves until `shutdown` completes, then finishes in-flight requests. The auction
-    /// closer ([`auction::close`]) runs alongside for exactly as long.
+    /// Serves until `shutdown` completes, then finishes in-flight requests (live page
+    /// streams are ended, else they would never finish). The auction closer
+    /// ([`auction::close`]) runs alongside for exactly as long.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let _closer = auction::close::spawn(self.state.clone());
+        let live = self.state.live.clone();
         axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                live.close();
+            })
             .await
     }
 }

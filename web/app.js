@@ -72,18 +72,52 @@
     setSeat(map, change.seat, change.state === "held" ? heldState(map, change.holder) : change.state);
   }
 
+  // Opens a server-sent event stream, calling handlers[event name](data); marks `el`
+  // data-live="connecting", then "open" (again after each automatic reconnect).
+  function subscribe(el, url, handlers) {
+    const source = new EventSource(url);
+    Object.keys(handlers).forEach(function (name) {
+      source.addEventListener(name, function (e) { handlers[name](e.data); });
+    });
+    el.dataset.live = "connecting";
+    source.addEventListener("open", function () { el.dataset.live = "open"; });
+  }
+
   function liveSeatMap() {
     const map = document.querySelector("form.seatmap");
     if (!map || !window.EventSource) return;
-    const source = new EventSource("/events/" + map.dataset.event + "/stream");
-    source.addEventListener("snapshot", function (e) { applySnapshot(map, JSON.parse(e.data)); });
-    source.addEventListener("seat", function (e) { applySeat(map, JSON.parse(e.data)); });
-    map.dataset.live = "connecting";
-    source.addEventListener("open", function () { map.dataset.live = "open"; });
+    subscribe(map, "/events/" + map.dataset.event + "/stream", {
+      snapshot: function (data) { applySnapshot(map, JSON.parse(data)); },
+      seat: function (data) { applySeat(map, JSON.parse(data)); },
+    });
+  }
+
+  // Live auction item: each event carries the page's changing part as server-rendered
+  // HTML (the same template as the page), so no text is repeated here. The bid form sits
+  // outside that part, so what the buyer is typing stays; it goes once bids are over.
+  function applyItem(live, html) {
+    live.innerHTML = html;
+    const state = live.querySelector("[data-accepts-bids]");
+    const form = document.getElementById("bid");
+    if (!state || !form) return;
+    if (state.dataset.acceptsBids !== "true") {
+      form.remove();
+      return;
+    }
+    const amount = form.querySelector("input[name=amount]");
+    if (amount) amount.placeholder = state.dataset.minimumTyped;
+  }
+
+  function liveAuction() {
+    const live = document.getElementById("auction-live");
+    if (!live || !window.EventSource) return;
+    const apply = function (html) { applyItem(live, html); };
+    subscribe(live, live.dataset.stream, { snapshot: apply, bid: apply, closed: apply });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     liveSeatMap();
+    liveAuction();
     localTimes();
     tick();
     setInterval(tick, 250);

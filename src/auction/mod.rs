@@ -10,6 +10,7 @@
 //!   job with a lease kept alive by a [`lease::Watchdog`], writes the result fenced.
 //! * [`queries`]: the SQL.
 //! * [`routes`]: thin HTTP handlers and the pages.
+//! * `live`: `GET /auctions/{id}/stream`, the item page's live updates.
 //!
 //! Lease keys: group `<namespace>:auction:<id>` ([`crate::state::AppState::auction_group`]),
 //! names `bid` and `close`. Sharing the group gives the item one fencing counter, so the
@@ -17,6 +18,7 @@
 
 pub mod bid;
 pub mod close;
+mod live;
 pub mod queries;
 mod routes;
 pub mod rules;

@@ -169,7 +169,8 @@ pub struct PlacedBid {
 /// Soft close: a bid in the last `soft_close_secs` seconds moves `ends_at` later by
 /// `soft_close_secs`. Returns the bid, or `None` if any condition failed (nothing
 /// written). The callers check the rules first ([`super::rules`]) for a precise message;
-/// this statement is the authority.
+/// this statement is the authority. It also queues a `pg_notify` for live pages (event
+/// `bid` on topic `auction:<id>`), which Postgres delivers only if the bid commits.
 pub async fn place_bid(
     db: impl PgExecutor<'_>,
     bid: &Bid<'_>,
@@ -192,7 +193,10 @@ pub async fn place_bid(
           RETURNING id, ends_at)
          INSERT INTO bids (item_id, bidder_id, bidder_name, amount_cents, fence_token)
          SELECT id, $2, $3, $4, $5 FROM high
-         RETURNING id AS bid_id, (SELECT ends_at FROM high)",
+         RETURNING id AS bid_id, (SELECT ends_at FROM high),
+                   pg_notify('seatlock_live', json_build_object(
+                       'topic', 'auction:' || item_id, 'event', 'bid',
+                       'data', json_build_object('item', item_id, 'amount_cents', amount_cents))::text)",
     )
     .bind(bid.item_id)
     .bind(&bid.bidder.id)
@@ -219,8 +223,9 @@ pub async fn due_items(db: &PgPool, limit: i64) -> sqlx::Result<Vec<i64>> {
 /// the row as it is at this instant (`sold` to the high bidder if the high bid meets the
 /// reserve, else `reserve_not_met`, or `no_bids`), only if it is still open, its end has
 /// passed (a soft-close bid may have moved it), and no higher fencing token than
-/// `fencing_token` was accepted (the closing job's lease is current). Records the token.
-/// Returns the result written, or `None` (nothing written).
+/// `fencing_token` was accepted (the closing job's lease is current). Records the token,
+/// and queues a `pg_notify` for live pages (event `closed` on topic `auction:<id>`),
+/// delivered on commit. Returns the result written, or `None` (nothing written).
 pub async fn close_item(
     db: impl PgExecutor<'_>,
     item_id: i64,
@@ -237,7 +242,10 @@ pub async fn close_item(
                 winner_name = CASE WHEN high_bid_cents >= reserve_price_cents
                                    THEN high_bidder_name END
           WHERE id = $1 AND status = 'open' AND ends_at <= now() AND fence_token <= $2
-      RETURNING result",
+      RETURNING result,
+                pg_notify('seatlock_live', json_build_object(
+                    'topic', 'auction:' || id, 'event', 'closed',
+                    'data', json_build_object('item', id, 'result', result))::text)",
     )
     .bind(item_id)
     .bind(fencing_token)

@@ -30,11 +30,13 @@ const BID_HISTORY: i64 = 50;
 /// How many ended auctions the list page shows.
 const RECENTLY_ENDED: i64 = 10;
 
-/// `GET /auctions`, `GET /auctions/{id}`, `POST /auctions/{id}/bids`.
+/// `GET /auctions`, `GET /auctions/{id}`, `GET /auctions/{id}/stream`,
+/// `POST /auctions/{id}/bids`.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/auctions", get(list))
         .route("/auctions/{item}", get(show))
+        .route("/auctions/{item}/stream", get(super::live::stream))
         .route("/auctions/{item}/bids", post(place_bid))
 }
 
@@ -49,13 +51,12 @@ pub struct ListPage {
     pub buyer_name: String,
 }
 
-/// One item: terms, high bid, bid form or result, bid history.
+/// One item: title and description, the bid form, and its [`LiveItem`].
 #[derive(Template, WebTemplate)]
 #[template(path = "auction.html")]
 pub struct ItemPage {
-    pub item: Item,
-    pub bids: Vec<BidRow>,
-    pub buyer_id: String,
+    /// The part of the page that live updates replace.
+    pub live: LiveItem,
     pub buyer_name: String,
     pub authenticity_token: String,
     /// The amount field's value: what the buyer typed, kept after a refused bid.
@@ -64,7 +65,37 @@ pub struct ItemPage {
     pub error: Option<String>,
 }
 
-impl ItemPage {
+/// The changing part of an item's page, as one viewer sees it: terms, high bid or
+/// result, bid history. Rendered inside [`ItemPage`], and alone for each live update
+/// (`GET /auctions/{id}/stream`), so both say the same thing in the same words.
+#[derive(Template)]
+#[template(path = "auction_live.html")]
+pub struct LiveItem {
+    pub item: Item,
+    /// The highest bids, highest first.
+    pub bids: Vec<BidRow>,
+    /// The viewer's public id: marks "(you)", "You won." and the viewer's bids.
+    pub buyer_id: String,
+}
+
+impl LiveItem {
+    /// Reads item `item_id` and its highest bids for viewer `buyer_id` (two queries, in
+    /// parallel); `None` if there is no such item.
+    pub async fn load(state: &AppState, item_id: i64, buyer_id: &str) -> Result<Option<Self>> {
+        let (item, bids) = tokio::join!(
+            queries::item(&state.db, item_id),
+            queries::bids(&state.db, item_id, BID_HISTORY)
+        );
+        let Some(item) = item? else {
+            return Ok(None);
+        };
+        Ok(Some(LiveItem {
+            item,
+            bids: bids?,
+            buyer_id: buyer_id.to_owned(),
+        }))
+    }
+
     /// Whether the viewer holds the high bid.
     fn leading(&self) -> bool {
         self.item.high_bidder_id.as_deref() == Some(self.buyer_id.as_str())
@@ -195,11 +226,9 @@ async fn item_page(
     item_id: i64,
     refused: Option<(String, String)>,
 ) -> Result<ItemPage> {
-    let (item, bids) = tokio::join!(
-        queries::item(&state.db, item_id),
-        queries::bids(&state.db, item_id, BID_HISTORY)
-    );
-    let item = item?.ok_or_else(|| Error::NotFound("There is no such auction.".into()))?;
+    let live = LiveItem::load(state, item_id, buyer.id())
+        .await?
+        .ok_or_else(|| Error::NotFound("There is no such auction.".into()))?;
     let authenticity_token = csrf
         .authenticity_token()
         .map_err(|_| Error::Unavailable("CSRF"))?;
@@ -208,9 +237,7 @@ async fn item_page(
         None => (String::new(), None),
     };
     Ok(ItemPage {
-        item,
-        bids: bids?,
-        buyer_id: buyer.id().to_owned(),
+        live,
         buyer_name: buyer.profile.name.clone(),
         authenticity_token,
         amount,

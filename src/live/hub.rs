@@ -1,6 +1,7 @@
 //! The in-process fan-out: one broadcast channel per topic.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,8 @@ impl LiveMessage {
 #[derive(Default)]
 pub struct LiveHub {
     topics: Mutex<HashMap<String, broadcast::Sender<Arc<LiveMessage>>>>,
+    /// Set by [`LiveHub::close`]: no more subscriptions.
+    closed: AtomicBool,
 }
 
 /// A page's subscription to one topic.
@@ -42,6 +45,9 @@ impl LiveHub {
     /// received, so subscribe before reading the snapshot.
     pub fn subscribe(&self, topic: &str) -> Subscription {
         let mut topics = self.topics.lock().expect("hub lock");
+        if self.closed.load(Ordering::SeqCst) {
+            return broadcast::channel(1).1; // already closed: ends at once
+        }
         topics
             .entry(topic.to_owned())
             .or_insert_with(|| broadcast::channel(BACKLOG).0)
@@ -57,6 +63,14 @@ impl LiveHub {
         {
             topics.remove(topic);
         }
+    }
+
+    /// Ends every page stream, now and from now on (server shutdown: a graceful shutdown
+    /// waits for open responses, and these never end by themselves).
+    pub fn close(&self) {
+        let mut topics = self.topics.lock().expect("hub lock");
+        self.closed.store(true, Ordering::SeqCst);
+        topics.clear();
     }
 
     /// Tells every subscriber of every topic to take a fresh snapshot.
@@ -87,6 +101,22 @@ mod tests {
         assert!(two.try_recv().is_err());
         hub.resync_all();
         assert_eq!(two.recv().await.unwrap().event, "resync");
+    }
+
+    #[tokio::test]
+    async fn close_ends_every_subscription_now_and_later() {
+        let hub = LiveHub::default();
+        let mut before = hub.subscribe("event:1");
+        hub.close();
+        assert!(matches!(
+            before.recv().await,
+            Err(broadcast::error::RecvError::Closed)
+        ));
+        let mut after = hub.subscribe("event:1");
+        assert!(matches!(
+            after.recv().await,
+            Err(broadcast::error::RecvError::Closed)
+        ));
     }
 
     #[test]

@@ -16,6 +16,8 @@
 
 mod hub;
 mod listeners;
+mod stream;
 
 pub use hub::{LiveHub, LiveMessage, Subscription};
 pub use listeners::{NOTIFY_CHANNEL, spawn};
+pub use stream::{Update, page_stream};

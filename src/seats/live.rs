@@ -11,14 +11,13 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 
 use axum::extract::{Path, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
-use tokio::sync::broadcast::error::RecvError;
 
 use super::{parse_id, queries};
 use crate::error::{Error, Result};
 use crate::events;
-use crate::live::Subscription;
+use crate::live::{LiveMessage, Update, page_stream};
 use crate::state::AppState;
 
 /// Every held and sold seat of the event, as a `snapshot` event; `None` if no such event.
@@ -46,26 +45,18 @@ async fn snapshot(state: &AppState, event_id: i64) -> Result<Option<Event>> {
     ))
 }
 
-/// The next event for a page: a change, or a fresh snapshot after a gap.
-async fn next(state: &AppState, event_id: i64, subscription: &mut Subscription) -> Option<Event> {
-    loop {
-        match subscription.recv().await {
-            Ok(message) if message.event != "resync" => {
-                return Some(
-                    Event::default()
-                        .event(&message.event)
-                        .json_data(&message.data)
-                        .expect("JSON"),
-                );
-            }
-            Ok(_) | Err(RecvError::Lagged(_)) => match snapshot(state, event_id).await {
-                Ok(Some(event)) => return Some(event),
-                Ok(None) => return None,
-                Err(_) => continue, // a store is down; the next resync will retry
-            },
-            Err(RecvError::Closed) => return None,
-        }
+/// The page event for a hub message: a seat change as it is, or a fresh snapshot after
+/// a gap.
+async fn update(state: &AppState, event_id: i64, message: &LiveMessage) -> Update {
+    if message.event == "resync" {
+        return Update::from_snapshot(snapshot(state, event_id).await);
     }
+    Update::Send(
+        Event::default()
+            .event(&message.event)
+            .json_data(&message.data)
+            .expect("JSON"),
+    )
 }
 
 /// `GET /events/{id}/stream`. 404 for an unknown event, 400 for a malformed id.
@@ -79,15 +70,8 @@ pub async fn stream(
     let first = snapshot(&state, event_id)
         .await?
         .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
-    let stream = futures_util::stream::unfold(
-        (state, subscription, Some(first)),
-        move |(state, mut subscription, pending)| async move {
-            let event = match pending {
-                Some(event) => event,
-                None => next(&state, event_id, &mut subscription).await?,
-            };
-            Some((Ok(event), (state, subscription, None)))
-        },
-    );
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(page_stream(subscription, first, move |message| {
+        let state = state.clone();
+        async move { update(&state, event_id, &message).await }
+    }))
 }
