@@ -1,0 +1,578 @@
+//! The round-trip budget: what each operation costs the lock store (Redis) and the
+//! database (Postgres), counted on the wire, through the real HTTP flow.
+//!
+//! | operation | Redis (lock store) | Postgres |
+//! |---|---|---|
+//! | hold | 1 script (`EVALSHA`) | 1 read (the seat exists, unsold) |
+//! | release | 1 script | none |
+//! | renew | 1 script | none |
+//! | confirm | at most 1 script | 1 transaction (BEGIN, the fenced write, COMMIT) |
+//! | bid | lock (1 script) + release (1 script) | 1 transaction (BEGIN, read, fenced write, COMMIT) |
+//! | seat map | 1 pipeline (`TIME` + `HGETALL`), the same for 32 and 11,056 seats | 3 reads, the same for both |
+//!
+//! Session loads and saves (tower-sessions in Postgres) are counted apart, and so are
+//! the pool's connection checks (sqlx pings a connection before handing it out).
+//!
+//! How it counts:
+//! * **Redis**: a private `redis-server` per test ([`RedisServer`]). `INFO commandstats`
+//!   deltas count the scripts (`evalsha` + `eval` calls). Redis also counts there every
+//!   command a script runs inside the server, so the *top-level* commands, the ones the
+//!   client sent, come from the slow log with a 0 µs threshold: each entry names the
+//!   client, and commands run by a script carry the Lua pseudo-client (address `?:0`).
+//! * **Postgres**: the server under test reaches Postgres through a TCP proxy
+//!   ([`PgWire`]) that reads the client half of the wire protocol (v3): simple queries
+//!   (`Q`), extended-protocol executions (`Parse`/`Bind`/`Execute`, resolved to their SQL)
+//!   and `Sync`s. A `Sync` with nothing before it is a ping. Statements on
+//!   `tower_sessions` are session traffic. This counts what was sent, whatever the
+//!   statistics collector has flushed, and tells each statement apart.
+//!
+//! Run with `--nocapture` to see the table.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use seatlock::config::Settings;
+use seatlock::testkit::{self, HttpBuyer, RedisServer, TestApp};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One message of the client half of the Postgres protocol, as logged by [`PgWire`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PgMessage {
+    /// A simple query (`Q`), e.g. `BEGIN`.
+    Query(String),
+    /// An `Execute` of a prepared statement, with its SQL.
+    Execute(String),
+    /// A `Sync` ending a batch of extended-protocol messages: one round trip.
+    Sync,
+    /// A `Sync` with nothing before it: a connection check (sqlx's ping).
+    Ping,
+}
+
+/// A TCP proxy in front of Postgres that logs what its clients send.
+struct PgWire {
+    address: SocketAddr,
+    log: Arc<Mutex<Vec<PgMessage>>>,
+}
+
+impl PgWire {
+    /// Listens on a free loopback port and forwards every connection to `upstream`.
+    async fn start(upstream: SocketAddr) -> PgWire {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let accepted = log.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = TcpStream::connect(upstream).await.unwrap();
+                tokio::spawn(relay(client, server, accepted.clone()));
+            }
+        });
+        PgWire { address, log }
+    }
+
+    /// Messages logged so far.
+    fn len(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+
+    /// Messages logged since `from`.
+    fn since(&self, from: usize) -> Vec<PgMessage> {
+        self.log.lock().unwrap()[from..].to_vec()
+    }
+
+    /// Waits until nothing new has arrived for 100 ms (sqlx checks a connection in a
+    /// background task after it is returned), at most 3 s.
+    async fn settle(&self) {
+        let mut seen = self.len();
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if self.len() == seen {
+                return;
+            }
+            seen = self.len();
+        }
+    }
+}
+
+/// Copies both directions; parses the client's.
+async fn relay(client: TcpStream, server: TcpStream, log: Arc<Mutex<Vec<PgMessage>>>) {
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
+    let mut parser = Parser::default();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = match client_read.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if server_write.write_all(&chunk[..n]).await.is_err() {
+            return;
+        }
+        let messages = parser.feed(&chunk[..n]);
+        log.lock().unwrap().extend(messages);
+    }
+}
+
+/// The client half of one connection: startup message first (no type byte; the URL
+/// says `sslmode=disable`, so no SSL request), then typed messages.
+#[derive(Default)]
+struct Parser {
+    buffer: Vec<u8>,
+    started: bool,
+    /// Prepared statement name → SQL.
+    statements: HashMap<String, String>,
+    /// Portal name → SQL of its statement.
+    portals: HashMap<String, String>,
+    /// Extended-protocol messages since the last `Sync`.
+    pending: bool,
+}
+
+/// The NUL-terminated string at the start of `bytes`, and what follows it.
+fn cstring(bytes: &[u8]) -> (String, &[u8]) {
+    let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+    let rest = bytes.get(end + 1..).unwrap_or_default();
+    (String::from_utf8_lossy(&bytes[..end]).into_owned(), rest)
+}
+
+impl Parser {
+    fn feed(&mut self, bytes: &[u8]) -> Vec<PgMessage> {
+        self.buffer.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        loop {
+            let header = if self.started { 5 } else { 4 };
+            if self.buffer.len() < header {
+                return out;
+            }
+            let at = header - 4;
+            let length = u32::from_be_bytes(self.buffer[at..at + 4].try_into().unwrap()) as usize;
+            let total = at + length;
+            if self.buffer.len() < total {
+                return out;
+            }
+            let message: Vec<u8> = self.buffer.drain(..total).collect();
+            if !self.started {
+                self.started = true;
+                continue;
+            }
+            out.extend(self.message(message[0], &message[5..]));
+        }
+    }
+
+    fn message(&mut self, kind: u8, body: &[u8]) -> Option<PgMessage> {
+        match kind {
+            b'Q' => Some(PgMessage::Query(cstring(body).0)),
+            b'P' => {
+                let (name, rest) = cstring(body);
+                self.statements.insert(name, cstring(rest).0);
+                self.pending = true;
+                None
+            }
+            b'B' => {
+                let (portal, rest) = cstring(body);
+                let sql = self.statements.get(&cstring(rest).0).cloned();
+                self.portals.insert(portal, sql.unwrap_or_default());
+                self.pending = true;
+                None
+            }
+            b'E' => {
+                self.pending = true;
+                let sql = self.portals.get(&cstring(body).0).cloned();
+                Some(PgMessage::Execute(sql.unwrap_or_default()))
+            }
+            b'S' => Some(if std::mem::take(&mut self.pending) {
+                PgMessage::Sync
+            } else {
+                PgMessage::Ping
+            }),
+            b'D' | b'C' | b'H' => {
+                self.pending = true;
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What one operation cost Postgres.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct PgCost {
+    /// `BEGIN`s.
+    transactions: usize,
+    /// Statements of the application, in order (transaction control and sessions apart).
+    statements: Vec<String>,
+    /// Statements inside a transaction (between BEGIN and COMMIT/ROLLBACK).
+    in_transaction: usize,
+    /// Session loads (`select data from tower_sessions…`).
+    session_loads: usize,
+    /// Session writes (insert/update/delete on tower_sessions).
+    session_writes: usize,
+    /// Round trips: simple queries plus `Sync`s, pings included.
+    round_trips: usize,
+    /// Connection checks.
+    pings: usize,
+}
+
+impl PgCost {
+    fn of(messages: &[PgMessage]) -> PgCost {
+        let mut cost = PgCost::default();
+        let mut in_transaction = false;
+        for message in messages {
+            let sql = match message {
+                PgMessage::Ping => {
+                    cost.pings += 1;
+                    cost.round_trips += 1;
+                    continue;
+                }
+                PgMessage::Sync => {
+                    cost.round_trips += 1;
+                    continue;
+                }
+                PgMessage::Query(sql) => {
+                    cost.round_trips += 1;
+                    sql
+                }
+                PgMessage::Execute(sql) => sql,
+            };
+            let flat = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+            let upper = flat.to_uppercase();
+            if upper.starts_with("BEGIN") {
+                cost.transactions += 1;
+                in_transaction = true;
+            } else if upper.starts_with("COMMIT") || upper.starts_with("ROLLBACK") {
+                in_transaction = false;
+            } else if flat.contains("tower_sessions") {
+                if upper.starts_with("SELECT DATA") {
+                    cost.session_loads += 1;
+                } else {
+                    cost.session_writes += 1;
+                }
+            } else {
+                cost.in_transaction += usize::from(in_transaction);
+                cost.statements.push(flat.chars().take(60).collect());
+            }
+        }
+        cost
+    }
+}
+
+/// What one operation cost Redis.
+#[derive(Debug, Default)]
+struct RedisCost {
+    /// Commands the clients sent, lowercase, in order (slow log).
+    commands: Vec<String>,
+    /// `evalsha` + `eval` calls (INFO commandstats).
+    scripts: u64,
+    /// Commands run inside scripts (INFO commandstats minus the top-level ones).
+    inside_scripts: u64,
+}
+
+/// The private Redis and a connection that reads its counters.
+struct RedisCounter {
+    conn: redis::aio::MultiplexedConnection,
+}
+
+const COUNTER_NAME: &str = "round-trip-counter";
+
+impl RedisCounter {
+    async fn new(server: &RedisServer) -> RedisCounter {
+        let client = redis::Client::open(server.url()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        for (setting, value) in [
+            ("slowlog-log-slower-than", "0"),
+            ("slowlog-max-len", "100000"),
+        ] {
+            let () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(setting)
+                .arg(value)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let () = redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(COUNTER_NAME)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        RedisCounter { conn }
+    }
+
+    /// Zeroes the command statistics and the slow log.
+    async fn reset(&mut self) {
+        let () = redis::pipe()
+            .cmd("CONFIG")
+            .arg("RESETSTAT")
+            .ignore()
+            .cmd("SLOWLOG")
+            .arg("RESET")
+            .ignore()
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+    }
+
+    /// What clients other than this one made Redis do since [`RedisCounter::reset`].
+    async fn cost(&mut self) -> RedisCost {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        let calls: HashMap<String, u64> = info
+            .lines()
+            .filter_map(|line| {
+                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let calls = stats.strip_prefix("calls=")?.split(',').next()?;
+                Some((name.to_owned(), calls.parse().ok()?))
+            })
+            .collect();
+        let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(&mut self.conn)
+            .await
+            .unwrap();
+        let mut commands = Vec::new();
+        let mut lua = 0;
+        for entry in entries.into_iter().rev() {
+            let (args, client, name): (Vec<String>, String, String) = match entry {
+                redis::Value::Array(fields) if fields.len() >= 6 => (
+                    redis::from_redis_value(fields[3].clone()).unwrap(),
+                    redis::from_redis_value(fields[4].clone()).unwrap(),
+                    redis::from_redis_value(fields[5].clone()).unwrap(),
+                ),
+                other => panic!("unexpected slow log entry {other:?}"),
+            };
+            if name == COUNTER_NAME {
+                continue;
+            }
+            if client.starts_with('?') {
+                lua += 1;
+            } else {
+                commands.push(args[0].to_lowercase());
+            }
+        }
+        let scripts = ["evalsha", "eval"]
+            .iter()
+            .map(|c| calls.get(*c).copied().unwrap_or(0))
+            .sum();
+        RedisCost {
+            commands,
+            scripts,
+            inside_scripts: lua,
+        }
+    }
+}
+
+/// A server over a fresh database (tiny venue and the demo venues) whose Postgres
+/// traffic goes through a [`PgWire`] and whose Redis is private.
+struct Harness {
+    app: TestApp,
+    pg: PgWire,
+    redis: RedisCounter,
+    _redis_server: RedisServer,
+    rows: Vec<String>,
+}
+
+impl Harness {
+    async fn start(venues: &str) -> Harness {
+        let (admin, _) = testkit::store_urls().unwrap();
+        let url = testkit::fresh_database(&admin).await.unwrap();
+        testkit::seed(&url, venues).await.unwrap();
+        let parsed = reqwest::Url::parse(&url).unwrap();
+        let upstream: SocketAddr = format!(
+            "{}:{}",
+            parsed.host_str().unwrap(),
+            parsed.port().unwrap_or(5432)
+        )
+        .parse()
+        .unwrap();
+        let pg = PgWire::start(upstream).await;
+        let mut proxied = parsed.clone();
+        proxied.set_host(Some("127.0.0.1")).unwrap();
+        proxied.set_port(Some(pg.address.port())).unwrap();
+        proxied.set_query(Some("sslmode=disable"));
+        let redis_server = RedisServer::start().await.unwrap();
+        let redis = RedisCounter::new(&redis_server).await;
+        let mut settings: Settings = testkit::settings(proxied.as_str(), &redis_server.url());
+        settings.close_interval_ms = 0; // no closer polling in the background
+        let app = TestApp::spawn(settings).await.unwrap();
+        Harness {
+            app,
+            pg,
+            redis,
+            _redis_server: redis_server,
+            rows: Vec::new(),
+        }
+    }
+
+    /// Runs `operation` and returns what it cost each store; adds a row to the report.
+    async fn measure<T>(
+        &mut self,
+        label: &str,
+        operation: impl std::future::Future<Output = T>,
+    ) -> (T, RedisCost, PgCost) {
+        self.pg.settle().await;
+        self.redis.reset().await;
+        let from = self.pg.len();
+        let out = operation.await;
+        self.pg.settle().await;
+        let redis = self.redis.cost().await;
+        let pg = PgCost::of(&self.pg.since(from));
+        self.rows.push(format!(
+            "| {label} | {} ({}) | {} | {} | {} | {} / {} | {} ({} pings) |",
+            redis.commands.len(),
+            redis.commands.join(", "),
+            redis.inside_scripts,
+            pg.transactions,
+            pg.statements.len(),
+            pg.session_loads,
+            pg.session_writes,
+            pg.round_trips,
+            pg.pings,
+        ));
+        (out, redis, pg)
+    }
+
+    fn print(&self) {
+        println!(
+            "| operation | Redis commands sent | run inside scripts | Postgres transactions | Postgres statements | session loads / writes | Postgres round trips |"
+        );
+        println!("|---|---|---|---|---|---|---|");
+        for row in &self.rows {
+            println!("{row}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn seat_operations_stay_within_their_round_trip_budget() {
+    let mut h = Harness::start(testkit::TINY_VENUES).await;
+    let (event, seats) = h.app.first_event_seats().await.unwrap();
+    let base = h.app.address.clone();
+    let mut buyer = HttpBuyer::new();
+    // Warm up: the session, the scripts loaded in this Redis, the first fence block.
+    buyer.get(&format!("{base}/events/{event}")).await.unwrap();
+    for action in ["hold", "release"] {
+        let reply = buyer.seat_action(&base, event, seats[1], action).await;
+        assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
+    }
+
+    let hold = buyer.seat_action(&base, event, seats[0], "hold");
+    let (reply, redis, pg) = h.measure("hold", hold).await;
+    assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
+    assert_eq!(redis.commands, ["evalsha"], "hold: one script");
+    assert_eq!(redis.scripts, 1);
+    assert_eq!(pg.statements.len(), 1, "hold: the seat read {pg:?}");
+    assert_eq!(pg.transactions, 0);
+    assert_eq!(pg.session_loads, 1);
+
+    let release = buyer.seat_action(&base, event, seats[0], "release");
+    let (reply, redis, pg) = h.measure("release", release).await;
+    assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
+    assert_eq!(redis.commands, ["evalsha"], "release: one script");
+    assert_eq!(pg.statements, Vec::<String>::new(), "release: no statement");
+    assert_eq!(pg.session_loads, 1);
+
+    let hold = buyer.seat_action(&base, event, seats[0], "hold").await;
+    assert_eq!(hold.unwrap().status, StatusCode::SEE_OTHER);
+    let confirm = buyer.seat_action(&base, event, seats[0], "confirm");
+    let (reply, redis, pg) = h.measure("confirm", confirm).await;
+    assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
+    assert!(redis.commands.len() <= 1, "confirm: {:?}", redis.commands);
+    assert_eq!(pg.transactions, 1, "confirm: one transaction {pg:?}");
+    assert_eq!(pg.statements.len(), 1, "confirm: the fenced write {pg:?}");
+    assert_eq!(pg.in_transaction, 1, "confirm: inside the transaction");
+
+    let key = h.app.state.seat_key(event, seats[2]);
+    let ttl = Duration::from_secs(60);
+    let leases = h.app.state.leases.clone();
+    // The first call of a script on a Redis server costs two more round trips (NOSCRIPT,
+    // then SCRIPT LOAD): renew once so its script is loaded.
+    let mut warm = leases.acquire(&key, "b", ttl).await.unwrap();
+    assert!(leases.renew(&mut warm).await.unwrap());
+    assert!(leases.release(&warm).await.unwrap());
+    let (lease, redis, pg) = h
+        .measure("lease acquire (library)", leases.acquire(&key, "b", ttl))
+        .await;
+    let mut lease = lease.unwrap();
+    assert_eq!(redis.commands, ["evalsha"]);
+    assert_eq!(pg, PgCost::default(), "the fence block is reserved already");
+    let (renewed, redis, _) = h.measure("renew", leases.renew(&mut lease)).await;
+    assert!(renewed.unwrap());
+    assert_eq!(redis.commands, ["evalsha"], "renew: one script");
+    let (released, redis, _) = h
+        .measure("lease release (library)", leases.release(&lease))
+        .await;
+    assert!(released.unwrap());
+    assert_eq!(redis.commands, ["evalsha"]);
+    h.print();
+}
+
+#[tokio::test]
+async fn a_seat_map_costs_the_same_round_trips_for_32_and_11056_seats() {
+    let mut tiny = Harness::start(testkit::TINY_VENUES).await;
+    let mut demo = Harness::start(testkit::DEMO_VENUES).await;
+    let arena: i64 = sqlx::query_scalar(
+        "SELECT e.id FROM events e JOIN venues v ON v.id = e.venue_id WHERE v.slug = 'harbour-arena'",
+    )
+    .fetch_one(demo.app.db())
+    .await
+    .unwrap();
+    let (tiny_event, _) = tiny.app.first_event_seats().await.unwrap();
+    let mut costs = Vec::new();
+    for (h, event, label) in [
+        (&mut tiny, tiny_event, "seat map, 32 seats"),
+        (&mut demo, arena, "seat map, 11,056 seats"),
+    ] {
+        let mut buyer = HttpBuyer::new();
+        let url = format!("{}/events/{event}", h.app.address);
+        buyer.get(&url).await.unwrap(); // the session exists from here on
+        let (page, redis, pg) = h.measure(label, buyer.get(&url)).await;
+        assert_eq!(page.unwrap().status, StatusCode::OK);
+        assert_eq!(redis.commands, ["time", "hgetall"], "one pipeline");
+        assert_eq!(pg.transactions, 0);
+        assert_eq!(pg.session_loads, 1);
+        costs.push((redis.commands, pg.statements.len()));
+        h.print();
+    }
+    assert_eq!(
+        costs[0], costs[1],
+        "a seat map's round trips do not grow with its size"
+    );
+}
+
+#[tokio::test]
+async fn a_bid_is_a_lock_one_transaction_and_a_release() {
+    let mut h = Harness::start(testkit::TINY_VENUES).await;
+    let item = testkit::auction_item("Round-trip lamp");
+    let id = seatlock::auction::queries::insert_item(h.app.db(), &item)
+        .await
+        .unwrap()
+        .unwrap();
+    let url = format!("{}/auctions/{id}", h.app.address);
+    let mut bidder = HttpBuyer::new();
+    bidder.get(&url).await.unwrap();
+    let bids = format!("{url}/bids");
+    let warm_up = bidder.post(&bids, &[("amount", "10.00")]);
+    assert_eq!(warm_up.await.unwrap().status, StatusCode::SEE_OTHER);
+
+    let bid = bidder.post(&bids, &[("amount", "11.00")]);
+    let (reply, redis, pg) = h.measure("bid", bid).await;
+    assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
+    assert_eq!(redis.commands, ["evalsha", "evalsha"], "lock and release");
+    assert_eq!(pg.transactions, 1, "one transaction {pg:?}");
+    assert_eq!(
+        pg.in_transaction,
+        pg.statements.len(),
+        "every statement inside it {pg:?}"
+    );
+    assert_eq!(pg.session_loads, 1);
+    h.print();
+}
