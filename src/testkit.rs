@@ -144,17 +144,42 @@ impl TestApp {
 
     /// The first event's id and the ids of its seats, in map order.
     pub async fn first_event_seats(&self) -> anyhow::Result<(i64, Vec<i64>)> {
-        let event: i64 = sqlx::query_scalar("SELECT min(id) FROM events")
-            .fetch_one(self.db())
-            .await?;
-        let seats = sqlx::query_scalar(
-            "SELECT es.seat_id FROM event_seats es JOIN seats s ON s.id = es.seat_id
-              WHERE es.event_id = $1 ORDER BY s.section_id, s.row_position, s.number",
-        )
-        .bind(event)
-        .fetch_all(self.db())
+        first_event_seats(self.db()).await
+    }
+}
+
+/// The first event's id in `db` and the ids of its seats, in map order.
+pub async fn first_event_seats(db: &PgPool) -> anyhow::Result<(i64, Vec<i64>)> {
+    let event: i64 = sqlx::query_scalar("SELECT min(id) FROM events")
+        .fetch_one(db)
         .await?;
-        Ok((event, seats))
+    Ok((event, event_seats(db, event).await?))
+}
+
+/// The ids of the seats of `event`, in map order.
+pub async fn event_seats(db: &PgPool, event: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT es.seat_id FROM event_seats es JOIN seats s ON s.id = es.seat_id
+          WHERE es.event_id = $1 ORDER BY s.section_id, s.row_position, s.number",
+    )
+    .bind(event)
+    .fetch_all(db)
+    .await
+}
+
+/// Polls `check` every 20 ms until it is true; panics naming `what` after `limit`.
+pub async fn eventually<F: std::future::Future<Output = bool>>(
+    limit: Duration,
+    what: &str,
+    check: impl Fn() -> F,
+) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -170,6 +195,7 @@ impl Drop for TestApp {
 /// redirects (tests look at the 303s), and the CSRF token of the last page read.
 pub struct HttpBuyer {
     client: reqwest::Client,
+    jar: std::sync::Arc<reqwest::cookie::Jar>,
     token: String,
 }
 
@@ -192,17 +218,73 @@ impl HttpBuyer {
 
     /// A new buyer that sends `headers` with every request (the race lab's pause header).
     pub fn with_headers(headers: reqwest::header::HeaderMap) -> Self {
+        Self::build(headers, Default::default(), String::new())
+    }
+
+    /// Another client of the same browser (the same cookie jar and CSRF token, like a
+    /// second tab) that sends `headers` with every request.
+    pub fn another_tab(&self, headers: reqwest::header::HeaderMap) -> Self {
+        Self::build(headers, self.jar.clone(), self.token.clone())
+    }
+
+    fn build(
+        headers: reqwest::header::HeaderMap,
+        jar: std::sync::Arc<reqwest::cookie::Jar>,
+        token: String,
+    ) -> Self {
         let client = reqwest::Client::builder()
             .default_headers(headers)
-            .cookie_store(true)
+            .cookie_provider(jar.clone())
             .redirect(Policy::none())
             .timeout(Duration::from_secs(30))
             .build()
             .expect("a plain HTTP client builds");
-        HttpBuyer {
-            client,
-            token: String::new(),
-        }
+        HttpBuyer { client, jar, token }
+    }
+
+    /// The value of cookie `name` this buyer would send to `base` (`http://host:port`).
+    pub fn cookie(&self, base: &str, name: &str) -> Option<String> {
+        self.cookie_header(base)?.split("; ").find_map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            (key == name).then(|| value.to_owned())
+        })
+    }
+
+    /// The `Cookie` header this buyer would send to `base`, if it has cookies there.
+    pub fn cookie_header(&self, base: &str) -> Option<String> {
+        use reqwest::cookie::CookieStore;
+        let header = self.jar.cookies(&base.parse().ok()?)?;
+        header.to_str().ok().map(str::to_owned)
+    }
+
+    /// Puts cookie `name=value` in the jar for `base`, as if the site had set it (a
+    /// planted or stolen cookie, in session tests).
+    pub fn set_cookie(&self, base: &str, name: &str, value: &str) -> anyhow::Result<()> {
+        let url = base.parse()?;
+        self.jar
+            .add_cookie_str(&format!("{name}={value}; Path=/; HttpOnly"), &url);
+        Ok(())
+    }
+
+    /// The CSRF token of the last page read (empty before any).
+    pub fn csrf_token(&self) -> &str {
+        &self.token
+    }
+
+    /// POSTs `body` to `url` as a urlencoded form, exactly as given (no token added):
+    /// for oversized or hand-made bodies.
+    pub async fn post_raw(&self, url: &str, body: String) -> anyhow::Result<Reply> {
+        let response = self
+            .client
+            .post(url)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(body)
+            .send()
+            .await?;
+        Self::reply(response).await
     }
 
     async fn reply(response: reqwest::Response) -> anyhow::Result<Reply> {
@@ -232,18 +314,8 @@ impl HttpBuyer {
     pub async fn post(&self, url: &str, fields: &[(&str, &str)]) -> anyhow::Result<Reply> {
         let mut form: Vec<(&str, &str)> = vec![("authenticity_token", &self.token)];
         form.extend_from_slice(fields);
-        let body = serde_urlencoded::to_string(&form)?;
-        let response = self
-            .client
-            .post(url)
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                "application/x-www-form-urlencoded",
-            )
-            .body(body)
-            .send()
-            .await?;
-        Self::reply(response).await
+        self.post_raw(url, serde_urlencoded::to_string(&form)?)
+            .await
     }
 
     /// Opens the event page (session + CSRF token) then POSTs `action` (`hold`, `release`
@@ -276,6 +348,17 @@ pub fn authenticity_token(html: &str) -> Option<String> {
     Some(html[start..start + end].to_owned())
 }
 
+/// A free loopback port (free when asked) and a new, empty temporary folder named after
+/// `prefix`, for a private server.
+fn port_and_folder(prefix: &str) -> anyhow::Result<(u16, std::path::PathBuf)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = std::env::temp_dir().join(unique_name(prefix));
+    std::fs::create_dir_all(&dir)?;
+    Ok((port, dir))
+}
+
 /// A private `redis-server` on a free loopback port, owned by one test: for tests that
 /// kill or restart the lock store. Stopped when dropped.
 pub struct RedisServer {
@@ -288,11 +371,7 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts one (no persistence: a restart comes back empty) and waits until it answers.
     pub async fn start() -> anyhow::Result<RedisServer> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let dir = std::env::temp_dir().join(unique_name("seatlock-redis"));
-        std::fs::create_dir_all(&dir)?;
+        let (port, dir) = port_and_folder("seatlock-redis")?;
         let mut server = RedisServer {
             port,
             dir,
@@ -364,6 +443,16 @@ impl ServerProcess {
         binary: &std::path::Path,
         settings: &Settings,
     ) -> anyhow::Result<ServerProcess> {
+        Self::start_with_env(binary, settings, &[]).await
+    }
+
+    /// [`ServerProcess::start`] with extra environment variables (e.g. `LD_PRELOAD` of
+    /// libfaketime, to run the server with an offset clock).
+    pub async fn start_with_env(
+        binary: &std::path::Path,
+        settings: &Settings,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<ServerProcess> {
         use tokio::io::AsyncBufReadExt;
         let log = std::env::temp_dir().join(format!("{}.log", unique_name("seatlock-serve")));
         let mut command = tokio::process::Command::new(binary);
@@ -400,6 +489,7 @@ impl ServerProcess {
         if let Some(secret) = &settings.secret {
             command.env("SEATLOCK_SECRET", secret);
         }
+        command.envs(env.iter().copied());
         let mut child = command
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
@@ -432,4 +522,178 @@ impl ServerProcess {
     pub fn pid(&self) -> Option<u32> {
         self.child.id()
     }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`, …) to the server with `kill(1)`.
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self.pid().context("the server has exited")?;
+        send_signal(pid, signal)
+    }
+
+    /// Kills the server at once (SIGKILL: no graceful shutdown, in-flight requests die)
+    /// and reaps it.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `KILL`, …) to process `pid` with `kill(1)`.
+pub fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .context("running kill")?;
+    anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
+    Ok(())
+}
+
+/// A private PostgreSQL server on a free loopback port, owned by one test: for tests that
+/// stop or restart the database under a running application. Made like
+/// `scripts/services.sh` does (`initdb`, `pg_ctl`, as the `postgres` user through
+/// `runuser` when the tests run as root), trusting loopback connections, `fsync=off`.
+/// Stopped (immediate mode) and deleted when dropped.
+pub struct PostgresServer {
+    /// The port it listens on.
+    pub port: u16,
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+}
+
+impl PostgresServer {
+    /// Creates a cluster in a temporary folder and starts it.
+    pub async fn start() -> anyhow::Result<PostgresServer> {
+        let (port, dir) = port_and_folder("seatlock-pg")?;
+        std::fs::create_dir_all(dir.join("sock"))?;
+        let server = PostgresServer {
+            port,
+            bin: postgres_bin_dir()?,
+            dir,
+        };
+        if running_as_root() {
+            let chown = tokio::process::Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(&server.dir)
+                .status()
+                .await?;
+            anyhow::ensure!(chown.success(), "chown to postgres failed");
+        }
+        server
+            .run(
+                "initdb",
+                &[
+                    "-U",
+                    "postgres",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                    "--auth=trust",
+                ],
+            )
+            .await?;
+        server.start_again().await?;
+        Ok(server)
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`, a role that may create databases
+    /// (for [`fresh_database`]).
+    pub fn admin_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server: `mode` is `pg_ctl`'s `fast` (roll back open transactions,
+    /// disconnect everyone) or `immediate` (like a crash: recovery on the next start).
+    pub async fn stop(&self, mode: &str) -> anyhow::Result<()> {
+        self.run("pg_ctl", &["-m", mode, "-w", "stop"]).await
+    }
+
+    /// Starts the (stopped) server again on the same port and waits until it accepts
+    /// connections.
+    pub async fn start_again(&self) -> anyhow::Result<()> {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories={} -c fsync=off",
+            self.port,
+            self.dir.join("sock").display()
+        );
+        let log = self.dir.join("log");
+        let log = log.to_str().context("temporary folder path is not UTF-8")?;
+        self.run("pg_ctl", &["-l", log, "-w", "-o", &options, "start"])
+            .await
+    }
+
+    /// Runs `bin` (`initdb`, `pg_ctl`) of the Postgres installation on the data folder,
+    /// as `postgres` when root.
+    async fn run(&self, bin: &str, args: &[&str]) -> anyhow::Result<()> {
+        let program = self.bin.join(bin);
+        let mut command = if running_as_root() {
+            let mut c = tokio::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&program);
+            c
+        } else {
+            tokio::process::Command::new(&program)
+        };
+        command.arg("-D").arg(self.dir.join("data"));
+        let output = command
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .with_context(|| format!("running {}", program.display()))?;
+        anyhow::ensure!(
+            output.status.success(),
+            "{bin} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(())
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        let program = self.bin.join("pg_ctl");
+        let mut command = if running_as_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(&program);
+            c
+        } else {
+            std::process::Command::new(&program)
+        };
+        let _ = command
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether this process runs as root (Postgres refuses to, hence `runuser`).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// The folder of `initdb` and `pg_ctl`: `PG_BIN`, else the newest
+/// `/usr/lib/postgresql/*/bin` (Debian), else the folder of `initdb` on the `PATH`.
+fn postgres_bin_dir() -> anyhow::Result<std::path::PathBuf> {
+    if let Ok(dir) = std::env::var("PG_BIN") {
+        return Ok(dir.into());
+    }
+    let mut versions: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin)| bin.join("initdb").exists())
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").exists()))
+        .context("initdb not found: apt-get install postgresql (or set PG_BIN)")
 }

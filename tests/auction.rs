@@ -12,7 +12,7 @@ use seatlock::auction::{Bid, BidStrategy, bid};
 use seatlock::buyer::BuyerProfile;
 use seatlock::config::Settings;
 use seatlock::error::Error;
-use seatlock::testkit::{self, HttpBuyer, Reply, TestApp};
+use seatlock::testkit::{self, HttpBuyer, Reply, TestApp, eventually};
 
 /// Settings over a fresh, empty database, changed by `adjust`. The background closer is
 /// off unless a test turns it on, so tests that close by hand are not raced by it.
@@ -124,18 +124,6 @@ async fn wait_for_lapse(app: &TestApp, key: &lease::LeaseKey) {
         app.state.leases.remaining(key).await.unwrap().is_none()
     })
     .await;
-}
-
-/// Polls `check` every 20 ms until it is true; panics after `limit`.
-async fn eventually<F: Future<Output = bool>>(limit: Duration, what: &str, check: impl Fn() -> F) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// 20 rounds of two buyers, on two server processes, bidding the same amount at once:

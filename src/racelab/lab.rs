@@ -95,14 +95,7 @@ pub async fn create_race_event(db: &PgPool, label: &str) -> anyhow::Result<(i64,
     .context("the grand hall is not seeded: run `seatlock seed` on this database")?;
     crate::seed::create_event_seats(&mut tx, event_id).await?;
     tx.commit().await?;
-    let seats = sqlx::query_scalar(
-        "SELECT es.seat_id FROM event_seats es JOIN seats s ON s.id = es.seat_id
-          WHERE es.event_id = $1 ORDER BY s.section_id, s.row_position, s.number",
-    )
-    .bind(event_id)
-    .fetch_all(db)
-    .await?;
-    Ok((event_id, seats))
+    Ok((event_id, crate::testkit::event_seats(db, event_id).await?))
 }
 
 /// Runs every round against `servers` for `event_id`, whose first `seats × rounds` seats
