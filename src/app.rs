@@ -142,6 +142,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
         .layer(sessions)
+        .layer(axum::middleware::from_fn(buyer::session_save_failures))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)

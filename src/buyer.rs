@@ -7,8 +7,11 @@
 use std::collections::BTreeMap;
 
 use axum::extract::FromRequestParts;
+use axum::extract::Request;
 use axum::http::request::Parts;
-use axum::response::{IntoResponse, Redirect};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::post;
 use axum::{Router, http::HeaderMap};
 use lease::{FencingToken, Lease, LeaseKey, OwnerToken};
@@ -107,6 +110,20 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
         };
         Ok(Buyer { profile, session })
     }
+}
+
+/// Middleware, outside the session layer. When tower-sessions cannot save a session after
+/// the handler ran (Postgres down or too slow), it answers a bare, bodiless 500; this turns
+/// that into the same 503 page as any other unavailable store, so a buyer is told to try
+/// again (a confirm tried again finds its order).
+pub async fn session_save_failures(req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    if response.status() == StatusCode::INTERNAL_SERVER_ERROR
+        && !response.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return Error::Unavailable("Postgres").into_response();
+    }
+    response
 }
 
 fn session_error(err: tower_sessions::session::Error) -> Error {
