@@ -78,6 +78,7 @@ case "${1:-}" in
     fi
     up_redis
     up_postgres
+    need faketime faketime # libfaketime: the fault tests run a server with an offset clock
     write_env "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/seatlock" "redis://127.0.0.1:$REDIS_PORT/"
     ;;
   down)
