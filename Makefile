@@ -37,6 +37,7 @@ e2e-driver:
 test: services e2e-driver
 	source .run/env
 	source e2e/driver.env
+	$(CARGO) build --workspace --bins # the e2e suite starts target/debug/seatlock
 	$(CARGO) test --workspace --all-targets
 	$(MAKE) lint
 

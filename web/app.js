@@ -39,7 +39,9 @@
     const el = document.getElementById("seat-" + id);
     if (!el) return;
     const was = seatState(el);
-    if (was === state || was === "bought") return;
+    // A sale is final. Its "sold" (Postgres NOTIFY) may overtake the hold's "released"
+    // (Redis pub/sub): the two travel separately, so the later one must not undo it.
+    if (was === state || was === "sold" || was === "bought") return;
     const next = document.createElement(state === "available" ? "button" : "span");
     next.id = el.id;
     next.title = el.title;

@@ -1,21 +1,33 @@
-//! Harness of the browser tests: the application in-process over a fresh database, Debian's
-//! chromium driven by playwright-rs, and artifacts under `target/e2e/`.
+//! Harness of the browser tests. Each test gets its own world: a fresh database seeded
+//! with the demo venues (the 1,642-seat hall and the 11,056-seat arena), TWO
+//! `seatlock serve` processes over it (one deployment: same secret, same lease
+//! namespace), and Debian's chromium driven by playwright-rs, in which every buyer is a
+//! browser context of its own (its own cookies, so its own session).
 //!
-//! Needs `DATABASE_URL` and `REDIS_URL` (`scripts/services.sh up && source .run/env`) and a
-//! Playwright driver (`scripts/e2e-driver.sh && source e2e/driver.env`); `make test` does
-//! both. `E2E_SCREENSHOTS=1` saves screenshots of the main pages; a failing test always
-//! saves a screenshot and the page's HTML.
+//! Needs `DATABASE_URL` and `REDIS_URL` (`scripts/services.sh up && source .run/env`), a
+//! Playwright driver (`scripts/e2e-driver.sh && source e2e/driver.env`) and the server
+//! binary (`cargo build --workspace --bins`); `make test` does all three.
+//! `E2E_SCREENSHOTS=1` saves screenshots of the main pages; a failing test always saves
+//! a screenshot and the HTML of every buyer's page, and the servers' logs, under
+//! `target/e2e/`.
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-use playwright_rs::{Browser, LaunchOptions, Page, Playwright, ScreenshotOptions};
-use seatlock::testkit::{DEMO_VENUES, TestApp};
+use anyhow::{Context as _, ensure};
+use playwright_rs::{
+    Browser, BrowserContext, BrowserContextOptions, LaunchOptions, Locator, Page, Playwright,
+    ScreenshotOptions, expect,
+};
+use seatlock::config::Settings;
+use seatlock::testkit::{self, DEMO_VENUES, ServerProcess};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 
 /// Flags for a headless Debian chromium in a container: no sandbox (we run as root), no GPU,
 /// and none of the background traffic a first run starts.
@@ -31,60 +43,235 @@ const CHROMIUM_ARGS: &[&str] = &[
 
 /// How long an action or a navigation may take before the test fails.
 pub const ACTION_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a change may take to reach another buyer's open page (it normally takes a
+/// few milliseconds; this is generous for a loaded 2-core machine).
+pub const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One test's world: the application and a page in a fresh browser.
-pub struct Session {
-    /// The application server, over its own database.
-    pub app: TestApp,
-    /// A page of a fresh browser (its own cookies, so its own buyer).
-    pub page: Page,
+/// One test's world: the database, two server processes and a browser.
+pub struct World {
     name: &'static str,
+    /// The test database (to check what was written).
+    pub db: PgPool,
+    /// The settings both servers were started with.
+    pub settings: Settings,
+    servers: Vec<ServerProcess>,
+    browser: Browser,
+    buyers: Mutex<Vec<Buyer>>,
 }
 
-impl Session {
-    /// The absolute URL of `path` on the test server.
+/// One buyer: a browser context (its own cookies) with one page, on one server.
+#[derive(Clone)]
+pub struct Buyer {
+    /// "A", "B", …: names the buyer in artifacts.
+    pub label: &'static str,
+    /// The buyer's page.
+    pub page: Page,
+    context: BrowserContext,
+    base: String,
+}
+
+impl Buyer {
+    /// The absolute URL of `path` on this buyer's server.
     pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.app.address)
+        format!("{}{path}", self.base)
     }
 
-    /// With `E2E_SCREENSHOTS=1`, saves a full-page screenshot as
-    /// `target/e2e/<test>-<label>.png`; otherwise does nothing.
-    pub async fn snapshot(&self, label: &str) -> anyhow::Result<()> {
+    /// Opens `path` on this buyer's server and checks that it answered 200.
+    pub async fn open(&self, path: &str) -> anyhow::Result<()> {
+        let response = self.page.goto(&self.url(path), None).await?;
+        let status = response.map(|r| r.status()).unwrap_or(0);
+        ensure!(
+            status == 200,
+            "{}: GET {path} answered {status}",
+            self.label
+        );
+        Ok(())
+    }
+
+    /// Opens `path` and waits until its live stream is connected (the element carrying
+    /// `data-live`, the seat map or the auction item, says "open").
+    pub async fn open_live(&self, path: &str) -> anyhow::Result<()> {
+        self.open(path).await?;
+        expect(self.page.locator("[data-live]"))
+            .with_timeout(LIVE_TIMEOUT)
+            .to_have_attribute("data-live", "open")
+            .await
+            .with_context(|| format!("{}: the live stream of {path} did not open", self.label))
+    }
+
+    /// Seat `seat_id` on the seat map.
+    pub fn seat(&self, seat_id: i64) -> Locator {
+        self.page.locator(format!("#seat-{seat_id}"))
+    }
+
+    /// Waits up to [`LIVE_TIMEOUT`] until seat `seat_id` has the class `state`
+    /// (`available`, `held`, `mine`, `sold` or `bought`).
+    pub async fn wait_for_seat(&self, seat_id: i64, state: &str) -> anyhow::Result<()> {
+        self.wait_for_seat_within(seat_id, state, LIVE_TIMEOUT)
+            .await
+    }
+
+    /// Waits up to `timeout` until seat `seat_id` has the class `state`.
+    pub async fn wait_for_seat_within(
+        &self,
+        seat_id: i64,
+        state: &str,
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
+        expect(self.seat(seat_id))
+            .with_timeout(timeout)
+            .to_have_class_regex(&format!(r"(^|\s){state}(\s|$)"))
+            .await
+            .with_context(|| format!("{}: seat {seat_id} never showed {state}", self.label))
+    }
+}
+
+impl World {
+    /// A new buyer (a fresh browser context, JavaScript on) on server `server` (0 or 1).
+    pub async fn buyer(&self, label: &'static str, server: usize) -> anyhow::Result<Buyer> {
+        self.new_buyer(label, server, true).await
+    }
+
+    /// A new buyer whose browser has JavaScript disabled, on server `server`.
+    pub async fn buyer_without_javascript(
+        &self,
+        label: &'static str,
+        server: usize,
+    ) -> anyhow::Result<Buyer> {
+        self.new_buyer(label, server, false).await
+    }
+
+    async fn new_buyer(
+        &self,
+        label: &'static str,
+        server: usize,
+        javascript: bool,
+    ) -> anyhow::Result<Buyer> {
+        let options = BrowserContextOptions::builder()
+            .javascript_enabled(javascript)
+            .build();
+        let context = self.browser.new_context_with_options(options).await?;
+        let page = context.new_page().await?;
+        page.set_default_timeout(ACTION_TIMEOUT.as_millis() as f64)
+            .await;
+        page.set_default_navigation_timeout(ACTION_TIMEOUT.as_millis() as f64)
+            .await;
+        let buyer = Buyer {
+            label,
+            page,
+            context,
+            base: self.servers[server].address.clone(),
+        };
+        self.buyers.lock().expect("buyers").push(buyer.clone());
+        Ok(buyer)
+    }
+
+    /// The id of the event whose name contains `name` (the hall's is "Mahler's Fifth…",
+    /// the arena's "Championship Finals Night").
+    pub async fn event_id(&self, name: &str) -> anyhow::Result<i64> {
+        sqlx::query_scalar("SELECT id FROM events WHERE name LIKE '%' || $1 || '%'")
+            .bind(name)
+            .fetch_one(&self.db)
+            .await
+            .with_context(|| format!("no event named like {name:?}"))
+    }
+
+    /// Orders for one seat of one event, as written in the database.
+    pub async fn orders_for(&self, event_id: i64, seat_id: i64) -> anyhow::Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT count(*) FROM orders WHERE event_id = $1 AND seat_id = $2")
+                .bind(event_id)
+                .bind(seat_id)
+                .fetch_one(&self.db)
+                .await?,
+        )
+    }
+
+    /// With `E2E_SCREENSHOTS=1`, saves what `buyer` sees at the top of the page (the
+    /// browser window, not the whole page) as `target/e2e/<test>-<label>.png`; otherwise
+    /// does nothing.
+    pub async fn screenshot(&self, buyer: &Buyer, label: &str) -> anyhow::Result<()> {
         if std::env::var("E2E_SCREENSHOTS").as_deref() != Ok("1") {
             return Ok(());
         }
         let path = artifact_path(&format!("{}-{label}.png", self.name))?;
-        let options = ScreenshotOptions::builder().full_page(true).build();
-        self.page
+        // From the top (a hold's redirect scrolls to its seat), so the header shows.
+        buyer
+            .page
+            .evaluate_expression("window.scrollTo(0, 0)")
+            .await?;
+        let options = ScreenshotOptions::builder().full_page(false).build();
+        buyer
+            .page
             .screenshot_to_file(&path, Some(options))
             .await
             .with_context(|| format!("screenshot {}", path.display()))?;
         eprintln!("e2e: screenshot {}", path.display());
         Ok(())
     }
+
+    /// Saves `target/e2e/<test>-<buyer>-failure.png` and `.html` for every buyer, and
+    /// `<test>-server-<n>.log`; reports, never fails.
+    async fn save_failure(&self) {
+        let name = self.name;
+        let buyers = self.buyers.lock().expect("buyers").clone();
+        for buyer in buyers {
+            let label = buyer.label;
+            eprintln!("e2e: {name} failed; {label} is at {}", buyer.page.url());
+            let options = ScreenshotOptions::builder().full_page(true).build();
+            save_artifact(&format!("{name}-{label}-failure.png"), async {
+                Ok(buyer.page.screenshot(Some(options)).await?)
+            })
+            .await;
+            save_artifact(&format!("{name}-{label}-failure.html"), async {
+                Ok(buyer.page.content().await?.into_bytes())
+            })
+            .await;
+        }
+        for (n, server) in self.servers.iter().enumerate() {
+            save_artifact(&format!("{name}-server-{n}.log"), async {
+                Ok(std::fs::read(&server.log)?)
+            })
+            .await;
+        }
+    }
+
+    /// Closes every context, then the browser.
+    async fn close(&self) {
+        let buyers = std::mem::take(&mut *self.buyers.lock().expect("buyers"));
+        for buyer in buyers {
+            if let Err(e) = buyer.context.close().await {
+                eprintln!("e2e: {}: closing {}'s context: {e}", self.name, buyer.label);
+            }
+        }
+        if let Err(e) = self.browser.close().await {
+            eprintln!("e2e: {}: closing the browser: {e}", self.name);
+        }
+    }
 }
 
-/// Runs `body` against the demo venues (the hall and the arena) in a fresh database.
-pub async fn run(name: &'static str, body: impl AsyncFnOnce(&Session) -> anyhow::Result<()>) {
-    run_with_venues(name, DEMO_VENUES, body).await
+/// Runs `body` in a fresh world with the default settings (ten-minute holds).
+pub async fn run(name: &'static str, body: impl AsyncFnOnce(&World) -> anyhow::Result<()>) {
+    run_with(name, |_| {}, body).await
 }
 
-/// Starts the application over `venues` and a browser, runs `body`, saves a screenshot and
-/// the HTML when it fails (an error or a panic), then closes the browser and the Playwright
-/// driver whatever happened, so no chromium or node process outlives the test.
-pub async fn run_with_venues(
+/// Starts a world whose servers run with the settings `adjust` makes, runs `body`, saves
+/// artifacts when it fails (an error or a panic), then closes the browser and the
+/// Playwright driver and stops the servers whatever happened, so no chromium, node or
+/// server process outlives the test.
+pub async fn run_with(
     name: &'static str,
-    venues: &str,
-    body: impl AsyncFnOnce(&Session) -> anyhow::Result<()>,
+    adjust: impl FnOnce(&mut Settings),
+    body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
     let clock = Instant::now();
-    let app = TestApp::with_venues(venues)
+    let (db, settings, servers) = start_servers(adjust)
         .await
-        .expect("test application (needs `scripts/services.sh up && source .run/env`)");
+        .unwrap_or_else(|e| panic!("{name}: starting the servers: {e:?}"));
+    let servers_ready = clock.elapsed();
     let playwright = Playwright::launch()
         .await
         .expect("Playwright driver (run `scripts/e2e-driver.sh && source e2e/driver.env`)");
-    let app_ready = clock.elapsed();
     let browser = match launch_chromium(&playwright).await {
         Ok(browser) => browser,
         Err(e) => {
@@ -92,41 +279,75 @@ pub async fn run_with_venues(
             panic!("{name}: {e:?}");
         }
     };
-
-    let outcome = match browser.new_page().await {
-        Ok(page) => {
-            let timeout_ms = ACTION_TIMEOUT.as_millis() as f64;
-            page.set_default_timeout(timeout_ms).await;
-            let session = Session { app, page, name };
-            let browser_ready = clock.elapsed();
-            let outcome = CatchUnwind(Box::pin(body(&session))).await;
-            let body_done = clock.elapsed();
-            eprintln!(
-                "e2e: {name}: app + driver {:.1}s, browser {:.1}s, test {:.1}s",
-                app_ready.as_secs_f64(),
-                (browser_ready - app_ready).as_secs_f64(),
-                (body_done - browser_ready).as_secs_f64()
-            );
-            if !matches!(outcome, Ok(Ok(()))) {
-                save_failure(&session).await;
-            }
-            outcome
-        }
-        Err(e) => Ok(Err(anyhow::Error::new(e).context("opening a page"))),
+    let world = World {
+        name,
+        db,
+        settings,
+        servers,
+        browser,
+        buyers: Mutex::new(Vec::new()),
     };
-
-    if let Err(e) = browser.close().await {
-        eprintln!("e2e: {name}: closing the browser: {e}");
+    let browser_ready = clock.elapsed();
+    let outcome = CatchUnwind(Box::pin(body(&world))).await;
+    eprintln!(
+        "e2e: {name}: database + 2 servers {:.1}s, driver + browser {:.1}s, test {:.1}s",
+        servers_ready.as_secs_f64(),
+        (browser_ready - servers_ready).as_secs_f64(),
+        (clock.elapsed() - browser_ready).as_secs_f64()
+    );
+    if !matches!(outcome, Ok(Ok(()))) {
+        world.save_failure().await;
     }
+    world.close().await;
     if let Err(e) = playwright.shutdown().await {
         eprintln!("e2e: {name}: shutting down Playwright: {e}");
     }
+    world.db.close().await;
+    drop(world); // kills the servers
 
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(e)) => panic!("{name}: {e:?}"),
         Err(panic) => resume_unwind(panic),
     }
+}
+
+/// A fresh database seeded with the demo venues, and two `seatlock serve` processes over
+/// it with one secret and one lease namespace ([`testkit::settings`]), as `adjust` sets.
+async fn start_servers(
+    adjust: impl FnOnce(&mut Settings),
+) -> anyhow::Result<(PgPool, Settings, Vec<ServerProcess>)> {
+    let binary = seatlock_binary()?;
+    let (admin, redis) = testkit::store_urls()?;
+    let url = testkit::fresh_database(&admin).await?;
+    testkit::seed(&url, DEMO_VENUES).await?;
+    let mut settings = testkit::settings(&url, &redis);
+    // A store call that is slow only because the machine is busy (two browsers, four
+    // servers, cargo) must not fail a page with 503.
+    settings.store_timeout_ms = 10_000;
+    adjust(&mut settings);
+    let (one, two) = tokio::try_join!(
+        ServerProcess::start(&binary, &settings),
+        ServerProcess::start(&binary, &settings)
+    )?;
+    let db = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await?;
+    Ok((db, settings, vec![one, two]))
+}
+
+/// `<target dir>/debug/seatlock`, built beforehand (cargo builds no binary of another
+/// package for this crate's tests).
+fn seatlock_binary() -> anyhow::Result<PathBuf> {
+    let binary = target_dir().join("debug").join("seatlock");
+    ensure!(
+        binary.is_file(),
+        "the server binary {} is missing: run `cargo build --workspace --bins` first \
+         (`make test` does)",
+        binary.display()
+    );
+    Ok(binary)
 }
 
 async fn launch_chromium(playwright: &Playwright) -> anyhow::Result<Browser> {
@@ -142,46 +363,40 @@ async fn launch_chromium(playwright: &Playwright) -> anyhow::Result<Browser> {
         .with_context(|| format!("launching {executable} (scripts/e2e-driver.sh installs it)"))
 }
 
+/// The workspace's target directory: `CARGO_TARGET_DIR` (a relative one is taken from
+/// the workspace root), else `<workspace>/target`.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => workspace_dir().join(dir),
+        None => workspace_dir().join("target"),
+    }
+}
+
 /// `target/e2e/<file>` of the workspace, created if needed.
 fn artifact_path(file: &str) -> anyhow::Result<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_dir().join("target"));
-    let dir = target.join("e2e");
+    let dir = target_dir().join("e2e");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     Ok(dir.join(file))
+}
+
+/// Writes `target/e2e/<file>` with what `bytes` yields; reports, never fails.
+async fn save_artifact(file: &str, bytes: impl Future<Output = anyhow::Result<Vec<u8>>>) {
+    let saved = async {
+        let path = artifact_path(file)?;
+        std::fs::write(&path, bytes.await?)?;
+        anyhow::Ok(path)
+    };
+    match saved.await {
+        Ok(path) => eprintln!("e2e: saved {}", path.display()),
+        Err(e) => eprintln!("e2e: could not save {file}: {e:?}"),
+    }
 }
 
 /// The workspace root: the parent of this crate.
 fn workspace_dir() -> PathBuf {
     let e2e = Path::new(env!("CARGO_MANIFEST_DIR"));
     e2e.parent().unwrap_or(e2e).to_path_buf()
-}
-
-/// Saves `target/e2e/<test>-failure.png` and `.html`; reports, never fails.
-async fn save_failure(session: &Session) {
-    let name = session.name;
-    eprintln!("e2e: {name} failed at {}", session.page.url());
-    match artifact_path(&format!("{name}-failure.png")) {
-        Ok(path) => {
-            let options = ScreenshotOptions::builder().full_page(true).build();
-            match session.page.screenshot_to_file(&path, Some(options)).await {
-                Ok(_) => eprintln!("e2e: screenshot {}", path.display()),
-                Err(e) => eprintln!("e2e: no screenshot: {e}"),
-            }
-        }
-        Err(e) => eprintln!("e2e: no screenshot: {e:?}"),
-    }
-    match artifact_path(&format!("{name}-failure.html")) {
-        Ok(path) => match session.page.content().await {
-            Ok(html) => match std::fs::write(&path, html) {
-                Ok(()) => eprintln!("e2e: page HTML {}", path.display()),
-                Err(e) => eprintln!("e2e: no page HTML: {e}"),
-            },
-            Err(e) => eprintln!("e2e: no page HTML: {e}"),
-        },
-        Err(e) => eprintln!("e2e: no page HTML: {e:?}"),
-    }
 }
 
 /// A future that turns a panic while it is polled into `Err`, so the harness can still
