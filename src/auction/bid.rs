@@ -60,8 +60,9 @@ pub struct AcceptedBid {
 /// Places `bid` with the server's strategy. `pause` is the race lab's "bidder that
 /// stalls" between checking and writing (zero outside the race lab).
 ///
-/// Round trips, lease strategy: lock (1 Redis script, more only while busy) + 1 Postgres
-/// transaction (BEGIN, read, the fenced write, COMMIT) + release (1 Redis script).
+/// Round trips, lease strategy: 1 Postgres read (the item exists, so an unknown id takes
+/// no lock) + lock (1 Redis script, more only while busy) + 1 Postgres transaction
+/// (BEGIN, read, the fenced write, COMMIT) + release (1 Redis script).
 /// Conditional strategy: 1 Postgres statement. A refused write costs one more read, to
 /// say why.
 ///
@@ -70,6 +71,11 @@ pub struct AcceptedBid {
 pub async fn place_bid(state: &AppState, bid: &Bid<'_>, pause: Duration) -> Result<AcceptedBid> {
     match state.settings.bid_strategy {
         BidStrategy::Lease => {
+            // An unknown id must not take a lock: each distinct id would leave a fence
+            // ceiling row in Postgres and a fence hash in Redis behind.
+            if !queries::item_exists(&state.db, bid.item_id).await? {
+                return Err(no_such_item());
+            }
             let lease = lock_item(state, bid.item_id, &bid.bidder.id).await?;
             let outcome = bid_under_lease(state, &lease, bid, pause).await;
             release(state, &lease).await;

@@ -67,6 +67,14 @@ pub async fn item(db: impl PgExecutor<'_>, item_id: i64) -> sqlx::Result<Option<
     .await
 }
 
+/// Whether an item with this id exists (one primary-key probe).
+pub async fn item_exists(db: &PgPool, item_id: i64) -> sqlx::Result<bool> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM auction_items WHERE id = $1)")
+        .bind(item_id)
+        .fetch_one(db)
+        .await
+}
+
 /// Open items, ending soonest first (including ones past their end that the closer has
 /// not reached yet).
 pub async fn open_items(db: &PgPool) -> sqlx::Result<Vec<Item>> {
