@@ -1,0 +1,457 @@
+//! Hostile input over HTTP: each attack gets a clear 4xx page and leaves nothing
+//! half-written (no hold, no order, no bid, no fence ceiling, no renamed buyer). Cases
+//! already covered elsewhere are not repeated here: bad ids on the seat pages and others'
+//! holds (`tests/seats.rs`: `bad_ids_and_other_buyers_holds_get_clear_4xx_pages`), a
+//! missing or forged CSRF token and one foreign Origin on a hold
+//! (`posts_without_a_valid_csrf_token_or_from_another_site_are_refused`), and bad bid
+//! amounts (`tests/auction.rs`: `bad_amounts_and_ids_get_clear_4xx_pages_and_write_nothing`).
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue, ORIGIN};
+use seatlock::app::BODY_LIMIT_BYTES;
+use seatlock::auction::queries::insert_item;
+use seatlock::config::Settings;
+use seatlock::error::HOLD_EXPIRED;
+use seatlock::testkit::{self, HttpBuyer, Reply, TestApp, eventually};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SESSION_COOKIE: &str = "seatlock.sid";
+
+/// A server over a fresh tiny database, its settings changed by `adjust`, with one open
+/// auction item; returns the app, the event, its seats and the item.
+async fn app(adjust: impl FnOnce(&mut Settings)) -> (TestApp, i64, Vec<i64>, i64) {
+    let (admin, redis) = testkit::store_urls().unwrap();
+    let url = testkit::fresh_database(&admin).await.unwrap();
+    testkit::seed(&url, testkit::TINY_VENUES).await.unwrap();
+    let mut settings = testkit::settings(&url, &redis);
+    settings.close_interval_ms = 0;
+    adjust(&mut settings);
+    let app = TestApp::spawn(settings).await.unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let item = insert_item(app.db(), &testkit::auction_item("Hostile lamp"))
+        .await
+        .unwrap()
+        .unwrap();
+    (app, event, seats, item)
+}
+
+/// A buyer who has read the event page (session and CSRF token).
+async fn visitor(app: &TestApp, event: i64) -> HttpBuyer {
+    let mut buyer = HttpBuyer::new();
+    let page = buyer
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    assert_eq!(page.status, StatusCode::OK);
+    buyer
+}
+
+/// A [`visitor`] who holds `seat`.
+async fn holding(app: &TestApp, event: i64, seat: i64) -> HttpBuyer {
+    let mut buyer = visitor(app, event).await;
+    let held = buyer
+        .seat_action(&app.address, event, seat, "hold")
+        .await
+        .unwrap();
+    assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+    buyer
+}
+
+/// Every form of the site, as (path, extra fields): hold, release, confirm, rename, bid.
+fn forms(event: i64, seat: i64, item: i64) -> Vec<(String, Vec<(&'static str, &'static str)>)> {
+    let seat = format!("/events/{event}/seats/{seat}");
+    vec![
+        (format!("{seat}/hold"), vec![]),
+        (format!("{seat}/release"), vec![]),
+        (format!("{seat}/confirm"), vec![]),
+        ("/me".into(), vec![("name", "Mallory")]),
+        (format!("/auctions/{item}/bids"), vec![("amount", "50.00")]),
+    ]
+}
+
+/// `reply` is an HTML page with a message and status `status`.
+fn assert_page(reply: &Reply, status: StatusCode, what: &str) {
+    assert_eq!(reply.status, status, "{what}: {}", reply.body);
+    assert!(
+        reply.body.contains("class=\"message\""),
+        "{what}: a page with a message: {}",
+        reply.body
+    );
+}
+
+/// Nothing was written anywhere for this app: no live hold in the event, no order, no
+/// bid, no fence ceiling, and no buyer renamed.
+async fn assert_nothing_written(app: &TestApp, event: i64) {
+    let holds = app
+        .state
+        .leases
+        .holders(&app.state.event_group(event))
+        .await
+        .unwrap();
+    assert!(holds.holdings.is_empty(), "{:?}", holds.holdings);
+    for table in ["orders", "bids"] {
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+        assert_eq!(rows, 0, "{table}");
+    }
+    let renamed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM tower_sessions.session WHERE position('Mallory' in encode(data, 'escape')) > 0",
+    )
+    .fetch_one(app.db())
+    .await
+    .unwrap();
+    assert_eq!(renamed, 0, "no buyer is named Mallory");
+}
+
+/// The lease groups that have a fence ceiling, and the Redis keys of this app's
+/// namespace.
+async fn lock_state(app: &TestApp) -> (Vec<String>, Vec<String>) {
+    let ceilings = sqlx::query_scalar("SELECT lease_group FROM fence_ceilings")
+        .fetch_all(app.db())
+        .await
+        .unwrap();
+    let keys = redis::cmd("KEYS")
+        .arg(format!("lease:{{{}:*", app.state.settings.lease_namespace))
+        .query_async(&mut app.state.leases.redis().clone())
+        .await
+        .unwrap();
+    (ceilings, keys)
+}
+
+#[tokio::test]
+async fn unknown_and_malformed_ids_get_4xx_pages_and_take_no_lock() {
+    let (app, event, seats, item) = app(|_| {}).await;
+    let base = &app.address;
+    let mut buyer = visitor(&app, event).await;
+    for (path, status) in [
+        ("/events/99999999999999999999", StatusCode::BAD_REQUEST),
+        ("/events/1.5", StatusCode::BAD_REQUEST),
+        ("/events/%20", StatusCode::BAD_REQUEST),
+        ("/events/0x10", StatusCode::BAD_REQUEST),
+        ("/orders/abc", StatusCode::BAD_REQUEST),
+        ("/orders/0", StatusCode::BAD_REQUEST),
+        ("/orders/999999", StatusCode::NOT_FOUND),
+    ] {
+        let reply = buyer.get(&format!("{base}{path}")).await.unwrap();
+        assert_page(&reply, status, path);
+    }
+    buyer.get(&format!("{base}/events/{event}")).await.unwrap();
+    let known = seats[0];
+    for (path, status) in [
+        (
+            format!("/events/{event}/seats/{known}x/hold"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            format!("/events/{event}/seats/-{known}/release"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            format!("/events/{event}/seats/0/confirm"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            format!("/events/99999999999999999999/seats/{known}/hold"),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            format!("/events/{}/seats/{known}/hold", event + 1),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            format!("/events/{}/seats/{known}/confirm", event + 1),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            format!("/events/{}/seats/{known}/release", event + 1),
+            StatusCode::FORBIDDEN,
+        ),
+        ("/auctions/999999/bids".into(), StatusCode::NOT_FOUND),
+        ("/auctions/999998/bids".into(), StatusCode::NOT_FOUND),
+        (
+            format!("/auctions/{}/bids", item + 1),
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        let reply = buyer
+            .post(&format!("{base}{path}"), &[("amount", "50")])
+            .await
+            .unwrap();
+        assert_page(&reply, status, &path);
+    }
+    // Unknown ids took no lock: no fence ceiling reserved, no lease key made.
+    let (ceilings, keys) = lock_state(&app).await;
+    assert!(ceilings.is_empty(), "{ceilings:?}");
+    assert!(keys.is_empty(), "{keys:?}");
+    assert_nothing_written(&app, event).await;
+}
+
+/// POSTs `body` to `url` with `Transfer-Encoding: chunked` (no `Content-Length`, so the
+/// limit can only be enforced while reading) and the given `Cookie` header; returns the
+/// status code.
+async fn post_chunked(url: &str, cookie: &str, body: &[u8]) -> u16 {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\nConnection: close\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    let mut request = head.into_bytes();
+    for chunk in body.chunks(4096) {
+        request.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        request.extend_from_slice(chunk);
+        request.extend_from_slice(b"\r\n");
+    }
+    request.extend_from_slice(b"0\r\n\r\n");
+    // The server may answer and close before reading it all: a failed write is fine.
+    let _ = stream.write_all(&request).await;
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut response)).await;
+    let response = String::from_utf8_lossy(&response);
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status in {response:?}"))
+}
+
+#[tokio::test]
+async fn oversized_bodies_get_413_on_every_form_and_change_nothing() {
+    let (app, event, seats, item) = app(|_| {}).await;
+    let buyer = visitor(&app, event).await;
+    let token = buyer.csrf_token().to_owned();
+    let cookie = buyer.cookie_header(&app.address).unwrap();
+    for (path, fields) in forms(event, seats[0], item) {
+        let url = format!("{}{path}", app.address);
+        let mut form = vec![("authenticity_token", token.as_str())];
+        form.extend(fields);
+        let fields = serde_urlencoded::to_string(&form).unwrap();
+        let body = format!("{fields}&padding={}", "x".repeat(BODY_LIMIT_BYTES));
+        let reply = buyer.post_raw(&url, body.clone()).await.unwrap();
+        assert_page(&reply, StatusCode::PAYLOAD_TOO_LARGE, &path);
+        assert!(reply.body.contains("too large"), "{}", reply.body);
+        assert_eq!(
+            post_chunked(&url, &cookie, body.as_bytes()).await,
+            413,
+            "{path} chunked"
+        );
+    }
+    assert_nothing_written(&app, event).await;
+    // Just under the limit is an ordinary form.
+    let fields = format!("authenticity_token={}", urlencode(&token));
+    let padding = "x".repeat(BODY_LIMIT_BYTES - fields.len() - "&padding=".len());
+    let url = format!("{}/events/{event}/seats/{}/hold", app.address, seats[0]);
+    let reply = buyer
+        .post_raw(&url, format!("{fields}&padding={padding}"))
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+}
+
+fn urlencode(value: &str) -> String {
+    serde_urlencoded::to_string([("v", value)]).unwrap()[2..].to_owned()
+}
+
+/// The fencing token of the viewer's hold as the event page shows it.
+async fn shown_token(buyer: &mut HttpBuyer, app: &TestApp, event: i64) -> i64 {
+    let page = buyer
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap()
+        .body;
+    let from = page.find("fencing token ").expect("a hold on the page") + 14;
+    let to = page[from..].find('<').unwrap();
+    page[from..from + to].trim().parse().unwrap()
+}
+
+#[tokio::test]
+async fn a_fencing_token_in_the_form_is_ignored_forged_or_replayed() {
+    let (app, event, seats, _) = app(|s| s.hold_ttl_ms = 300).await;
+    let base = &app.address;
+    let seat = seats[0];
+    let url = |action: &str| format!("{base}/events/{event}/seats/{seat}/{action}");
+    let mut a = visitor(&app, event).await;
+    let hold = a
+        .post(&url("hold"), &[("fencing_token", "999999999")])
+        .await
+        .unwrap();
+    assert_eq!(hold.status, StatusCode::SEE_OTHER);
+    let a_token = shown_token(&mut a, &app, event).await;
+    assert!(a_token < 999_999_999, "the grant's token comes from Redis");
+    let key = app.state.seat_key(event, seat);
+    eventually(Duration::from_secs(5), "A's hold to lapse", || async {
+        app.state.leases.remaining(&key).await.unwrap().is_none()
+    })
+    .await;
+    let mut b = visitor(&app, event).await;
+    b.post(&url("hold"), &[]).await.unwrap();
+    let b_token = shown_token(&mut b, &app, event).await;
+
+    // A claims a token above B's: ignored, A's own (lapsed) hold decides.
+    let forged = (b_token + 1_000).to_string();
+    let claims = [
+        ("fencing_token", forged.as_str()),
+        ("fence_token", forged.as_str()),
+    ];
+    let late = a.post(&url("confirm"), &claims).await.unwrap();
+    assert_page(&late, StatusCode::CONFLICT, "forged high token");
+    assert!(late.body.contains(HOLD_EXPIRED), "{}", late.body);
+    // B claims a token below its own: ignored too, B's grant is what Postgres records.
+    let bought = b
+        .post(&url("confirm"), &[("fencing_token", "1")])
+        .await
+        .unwrap();
+    assert_eq!(bought.status, StatusCode::SEE_OTHER, "{}", bought.body);
+    // A replays its confirm, token claims and all: still nothing.
+    let replayed = a.post(&url("confirm"), &claims).await.unwrap();
+    assert!(replayed.status.is_client_error(), "{}", replayed.body);
+    let orders: Vec<(String, i64)> =
+        sqlx::query_as("SELECT buyer_name, fence_token FROM orders WHERE seat_id = $1")
+            .bind(seat)
+            .fetch_all(app.db())
+            .await
+            .unwrap();
+    assert_eq!(orders.len(), 1);
+    assert_eq!(
+        orders[0].1, b_token,
+        "the order carries B's grant, not a claim"
+    );
+}
+
+#[tokio::test]
+async fn csrf_tokens_of_another_session_and_foreign_origins_are_refused_on_every_form() {
+    let (app, event, seats, item) = app(|_| {}).await;
+    let a = visitor(&app, event).await;
+    let b = visitor(&app, event).await;
+    let port = app.address.rsplit(':').next().unwrap().to_owned();
+    let origins = [
+        "null".to_owned(),
+        "http://evil.example".to_owned(),
+        format!("http://127.0.0.1:{port}.evil.example"),
+        "http://127.0.0.1:1".to_owned(),
+    ];
+    for (path, fields) in forms(event, seats[0], item) {
+        let url = format!("{}{path}", app.address);
+        // B's token is valid, but for B's CSRF cookie, not A's.
+        let mut form = vec![("authenticity_token", b.csrf_token())];
+        form.extend(fields.iter().copied());
+        let body = serde_urlencoded::to_string(&form).unwrap();
+        let reply = a.post_raw(&url, body).await.unwrap();
+        assert_page(&reply, StatusCode::FORBIDDEN, &format!("{path}, B's token"));
+        // A's own valid token, from another site.
+        for origin in &origins {
+            let mut headers = HeaderMap::new();
+            headers.insert(ORIGIN, HeaderValue::from_str(origin).unwrap());
+            let reply = a.another_tab(headers).post(&url, &fields).await.unwrap();
+            assert_page(
+                &reply,
+                StatusCode::FORBIDDEN,
+                &format!("{path} from {origin}"),
+            );
+            assert!(reply.body.contains("Cross-site"), "{}", reply.body);
+        }
+    }
+    assert_nothing_written(&app, event).await;
+}
+
+#[tokio::test]
+async fn naming_yourself_changes_the_session_id_and_the_old_cookie_gets_nothing() {
+    let (app, event, seats, _) = app(|_| {}).await;
+    let base = &app.address;
+    let seat = seats[0];
+    let mut victim = holding(&app, event, seat).await;
+    let planted = victim.cookie(base, SESSION_COOKIE).unwrap();
+    // The attacker knows the session id (planted it, say) and sees the hold as its own.
+    let mut attacker = visitor(&app, event).await;
+    attacker.set_cookie(base, SESSION_COOKIE, &planted).unwrap();
+    let page = attacker
+        .get(&format!("{base}/events/{event}"))
+        .await
+        .unwrap();
+    assert!(
+        page.body.contains("held for you"),
+        "the premise: a shared session"
+    );
+
+    let renamed = victim
+        .post(&format!("{base}/me"), &[("name", "Alice")])
+        .await
+        .unwrap();
+    assert_eq!(renamed.status, StatusCode::SEE_OTHER, "{}", renamed.body);
+    let fresh = victim.cookie(base, SESSION_COOKIE).unwrap();
+    assert_ne!(fresh, planted, "a new session id");
+    let old_rows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM tower_sessions.session WHERE id = $1")
+            .bind(&planted)
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert_eq!(old_rows, 0, "the old session is deleted");
+
+    // The old cookie now gets a stranger's empty session.
+    attacker.set_cookie(base, SESSION_COOKIE, &planted).unwrap();
+    let page = attacker
+        .get(&format!("{base}/events/{event}"))
+        .await
+        .unwrap();
+    assert!(!page.body.contains("held for you") && !page.body.contains("Alice"));
+    for action in ["confirm", "release"] {
+        attacker.set_cookie(base, SESSION_COOKIE, &planted).unwrap();
+        let reply = attacker
+            .seat_action(base, event, seat, action)
+            .await
+            .unwrap();
+        assert_page(&reply, StatusCode::FORBIDDEN, action);
+    }
+    // The victim keeps its hold under the new id, and buys.
+    let bought = victim
+        .seat_action(base, event, seat, "confirm")
+        .await
+        .unwrap();
+    assert_eq!(bought.status, StatusCode::SEE_OTHER, "{}", bought.body);
+    let name: String = sqlx::query_scalar("SELECT buyer_name FROM orders WHERE seat_id = $1")
+        .bind(seat)
+        .fetch_one(app.db())
+        .await
+        .unwrap();
+    assert_eq!(name, "Alice");
+}
+
+#[tokio::test]
+async fn an_expired_session_is_a_new_stranger_who_cannot_touch_the_old_hold() {
+    let (app, event, seats, _) = app(|_| {}).await;
+    let base = &app.address;
+    let seat = seats[0];
+    let mut buyer = holding(&app, event, seat).await;
+    let sid = buyer.cookie(base, SESSION_COOKIE).unwrap();
+    let expired = sqlx::query(
+        "UPDATE tower_sessions.session SET expiry_date = now() - interval '1 minute' WHERE id = $1",
+    )
+    .bind(&sid)
+    .execute(app.db())
+    .await
+    .unwrap();
+    assert_eq!(expired.rows_affected(), 1);
+
+    for action in ["confirm", "release"] {
+        let reply = buyer.seat_action(base, event, seat, action).await.unwrap();
+        assert_page(&reply, StatusCode::FORBIDDEN, action);
+    }
+    let page = buyer.get(&format!("{base}/events/{event}")).await.unwrap();
+    assert!(!page.body.contains("held for you"), "a stranger now");
+    assert!(
+        page.body
+            .contains(&format!("id=\"seat-{seat}\" class=\"seat held")),
+        "the old hold stands until its TTL, held by nobody the buyer can act as"
+    );
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
+        .fetch_one(app.db())
+        .await
+        .unwrap();
+    assert_eq!(orders, 0);
+}
