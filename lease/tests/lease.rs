@@ -275,9 +275,19 @@ async fn the_watchdog_reports_a_lost_lease() {
     );
 }
 
+/// Whether `key` still has an entry in its group's holders hash.
+async fn listed(client: &LeaseClient<ProcessLedger>, key: &LeaseKey) -> bool {
+    let mut conn = client.redis().clone();
+    conn.hexists(key.holders_key(), key.name()).await.unwrap()
+}
+
+/// The release and the renewal go out on two connections, one of them after a random
+/// head start of up to 300 µs, so either can reach Redis first.
 #[tokio::test]
 async fn a_release_racing_a_renewal_never_leaves_a_key_behind() {
     let client = client();
+    let renewer = self::client();
+    let mut renewed_first = 0;
     for round in 0..200 {
         let key = key(&round.to_string());
         let lease = client
@@ -285,12 +295,54 @@ async fn a_release_racing_a_renewal_never_leaves_a_key_behind() {
             .await
             .unwrap();
         let mut renewing = lease.clone();
-        let (renewed, released) = tokio::join!(client.renew(&mut renewing), client.release(&lease));
-        renewed.unwrap();
-        assert!(released.unwrap());
+        let head_start = Duration::from_micros(rand::rng().random_range(0..300));
+        let release_late = round % 2 == 0;
+        let renew = async {
+            if !release_late {
+                tokio::time::sleep(head_start).await;
+            }
+            renewer.renew(&mut renewing).await.unwrap()
+        };
+        let release = async {
+            if release_late {
+                tokio::time::sleep(head_start).await;
+            }
+            client.release(&lease).await.unwrap()
+        };
+        let (renewed, released) = tokio::join!(renew, release);
+        renewed_first += u32::from(renewed);
         assert!(
-            !exists(&client, &key).await,
-            "round {round}: key left behind"
+            released,
+            "round {round}: the owner's release always deletes"
+        );
+        assert!(
+            !exists(&client, &key).await && !listed(&client, &key).await,
+            "round {round}: key or holding left behind"
+        );
+    }
+    println!("renewal reached Redis first in {renewed_first} of 200 rounds");
+}
+
+/// A watchdog renewing every 10 ms while someone releases its lease at a random moment:
+/// the watchdog reports the loss and never brings the key back.
+#[tokio::test]
+async fn a_watchdog_renewing_while_its_lease_is_released_never_recreates_it() {
+    let client = client();
+    for round in 0..50 {
+        let key = key(&round.to_string());
+        let lease = client
+            .acquire(&key, "a", Duration::from_millis(30))
+            .await
+            .unwrap();
+        let mut watchdog = client.watch(lease.clone());
+        tokio::time::sleep(Duration::from_micros(rand::rng().random_range(0..25_000))).await;
+        assert!(client.release(&lease).await.unwrap(), "round {round}");
+        tokio::time::timeout(Duration::from_secs(2), watchdog.lost())
+            .await
+            .expect("the loss is reported");
+        assert!(
+            !exists(&client, &key).await && !listed(&client, &key).await,
+            "round {round}: the watchdog recreated the lease"
         );
     }
 }
