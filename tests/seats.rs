@@ -401,3 +401,38 @@ async fn the_arena_map_lists_eleven_thousand_seats_in_one_page() {
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.body.matches("class=\"seat available").count() >= 10_000);
 }
+
+#[tokio::test]
+async fn concurrent_holds_from_one_session_can_all_be_bought() {
+    let app = tiny().await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut a = HttpBuyer::new();
+    a.get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    let url = |seat: i64| format!("{}/events/{event}/seats/{seat}/hold", app.address);
+    let (u0, u1, u2, u3) = (url(seats[8]), url(seats[9]), url(seats[10]), url(seats[11]));
+    // Four requests of one session at once: each saves its own copy of the session's holds.
+    let held = tokio::join!(
+        a.post(&u0, &[]),
+        a.post(&u1, &[]),
+        a.post(&u2, &[]),
+        a.post(&u3, &[])
+    );
+    for reply in [held.0, held.1, held.2, held.3] {
+        assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
+    }
+    for &seat in &seats[8..12] {
+        let reply = a
+            .seat_action(&app.address, event, seat, "confirm")
+            .await
+            .unwrap();
+        assert_eq!(
+            reply.status,
+            StatusCode::SEE_OTHER,
+            "seat {seat}: {}",
+            reply.body
+        );
+        assert_eq!(orders_for(&app, event, seat).await, 1);
+    }
+}

@@ -340,6 +340,29 @@ impl<L: FenceLedger> LeaseClient<L> {
         Ok(scripts::holders(&mut self.redis.clone(), group).await?)
     }
 
+    /// The live lease on `key` if its holder label is `holder`, owner token included: one
+    /// script. For a holder that lost its own copy of the owner token (a web session
+    /// saved concurrently by two requests, or not saved at all). Whoever can present the
+    /// label can then act as the owner, so use it only where the label is itself
+    /// authenticated (seatlock: the buyer id from the server-side session). The returned
+    /// lease's `ttl` is its remaining time.
+    pub async fn owned_by(
+        &self,
+        key: &LeaseKey,
+        holder: &str,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let current = scripts::current(&mut self.redis.clone(), key).await?;
+        Ok(current
+            .filter(|(_, holding, _)| holding.holder == holder)
+            .map(|(owner, holding, now_ms)| Lease {
+                key: key.clone(),
+                owner,
+                fencing_token: holding.fencing_token,
+                ttl: Duration::from_millis(holding.expires_at_ms - now_ms),
+                expires_at_ms: holding.expires_at_ms,
+            }))
+    }
+
     /// Whether `lease` is still held by its owner (one `GET`, compared here). Only a
     /// check at one instant: the lease can expire right after it returns `true`, which
     /// is exactly why writes must carry the fencing token.

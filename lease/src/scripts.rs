@@ -199,6 +199,40 @@ pub(crate) async fn renew(
     Ok((expires_at_ms > 0).then_some(expires_at_ms as u64))
 }
 
+/// KEYS: lease, holders hash. ARGV: name. Reads the owner token and the holders entry
+/// together (atomically), with the Redis time: `{owner or false, entry or false, now_ms}`.
+static CURRENT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local t = redis.call('TIME')
+return {redis.call('GET', KEYS[1]), redis.call('HGET', KEYS[2], ARGV[1]),
+        tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+",
+    )
+});
+
+/// The live lease on `key` with its owner token and holding, if any.
+pub(crate) async fn current(
+    redis: &mut ConnectionManager,
+    key: &LeaseKey,
+) -> redis::RedisResult<Option<(OwnerToken, Holding, u64)>> {
+    let (owner, entry, now_ms): (Option<String>, Option<String>, u64) = redis_round_trip(
+        "current",
+        CURRENT
+            .key(key.lease_key())
+            .key(key.holders_key())
+            .arg(key.name())
+            .invoke_async(redis),
+    )
+    .await?;
+    Ok(match (owner, entry) {
+        (Some(owner), Some(entry)) => parse_holding(key.name().to_owned(), &entry)
+            .filter(|h| h.expires_at_ms > now_ms)
+            .map(|h| (OwnerToken::from_string(owner), h, now_ms)),
+        _ => None,
+    })
+}
+
 pub(crate) async fn holders(
     redis: &mut ConnectionManager,
     group: &str,

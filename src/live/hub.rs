@@ -48,6 +48,9 @@ impl LiveHub {
         if self.closed.load(Ordering::SeqCst) {
             return broadcast::channel(1).1; // already closed: ends at once
         }
+        // Forget topics whose pages have all gone (including streams refused with 404
+        // right after subscribing), so abandoned topics cannot pile up.
+        topics.retain(|_, sender| sender.receiver_count() > 0);
         topics
             .entry(topic.to_owned())
             .or_insert_with(|| broadcast::channel(BACKLOG).0)
@@ -125,5 +128,18 @@ mod tests {
         drop(hub.subscribe("event:1"));
         hub.publish("event:1", LiveMessage::resync());
         assert!(hub.topics.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn abandoned_topics_do_not_pile_up() {
+        let hub = LiveHub::default();
+        let _watched = hub.subscribe("event:1");
+        for id in 2..10_000 {
+            drop(hub.subscribe(&format!("event:{id}"))); // e.g. a 404 for an unknown event
+        }
+        assert!(
+            hub.topics.lock().unwrap().len() <= 2,
+            "only live topics are kept"
+        );
     }
 }

@@ -71,6 +71,8 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
             Ok(HoldOutcome::Granted(lease))
         }
         Err(LeaseError::Held { holder, .. }) if holder == buyer.id() => {
+            // Make sure the session knows this hold (it may have lost it).
+            held_lease(state, buyer, seat).await?;
             Ok(HoldOutcome::AlreadyYours)
         }
         Err(err) => {
@@ -89,8 +91,26 @@ pub(crate) async fn held_lease(
     buyer: &Buyer,
     seat: SeatRef,
 ) -> Result<Option<Lease>> {
-    let held = buyer.hold(seat.event_id, seat.seat_id).await?;
-    Ok(held.map(|h| h.lease(state.seat_key(seat.event_id, seat.seat_id))))
+    let key = state.seat_key(seat.event_id, seat.seat_id);
+    if let Some(held) = buyer.hold(seat.event_id, seat.seat_id).await? {
+        return Ok(Some(held.lease(key)));
+    }
+    recover_hold(state, buyer, seat).await
+}
+
+/// The buyer's live hold from Redis when the session lost its record of it (two
+/// concurrent requests of one session each saved their own copy of the holds; or the
+/// session save after a grant failed), written back to the session. One Redis script;
+/// `None` if Redis has no live hold of this buyer on the seat.
+async fn recover_hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Option<Lease>> {
+    let key = state.seat_key(seat.event_id, seat.seat_id);
+    let Some(lease) = state.leases.owned_by(&key, buyer.id()).await? else {
+        return Ok(None);
+    };
+    buyer
+        .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
+        .await?;
+    Ok(Some(lease))
 }
 
 /// 403: the buyer has no hold on this seat.
