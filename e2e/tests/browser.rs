@@ -23,7 +23,7 @@ use anyhow::{Context as _, ensure};
 use playwright_rs::expect;
 use seatlock::auction::queries;
 use seatlock::testkit;
-use support::{Buyer, LIVE_TIMEOUT, World};
+use support::{Buyer, LIVE_TIMEOUT, World, unix_ms};
 
 /// Seconds left in a countdown's `.left` text, "(mm:ss left)".
 fn seconds_left(text: &str) -> anyhow::Result<u64> {
@@ -127,12 +127,14 @@ async fn a_hold_shows_on_the_other_buyers_open_map_and_refuses_their_attempt() {
         mark_page(&b).await?;
 
         let seat = available_seat(&a, 0).await?;
-        let clicked = Instant::now();
+        b.record_seat_changes().await?;
+        let clicked = unix_ms();
         a.seat(seat).click(None).await?;
         b.wait_for_seat(seat, "held").await?;
+        let shown = b.shown_at(seat, "held").await?.context("recorded")?;
         eprintln!(
             "e2e: B's map (other server) showed A's hold {} ms after A's click",
-            clicked.elapsed().as_millis()
+            shown.saturating_sub(clicked)
         );
         not_reloaded(&b).await?;
         a.wait_for_seat(seat, "mine").await?;
@@ -227,17 +229,19 @@ async fn a_lapsed_hold_turns_the_seat_available_on_both_maps() {
             mark_page(&b).await?;
 
             let seat = available_seat(&a, 0).await?;
+            b.record_seat_changes().await?;
             a.seat(seat).click(None).await?;
             b.wait_for_seat(seat, "held").await?;
-            let held = Instant::now();
 
             // Nobody releases it: Redis expires the lease, and its expiry notification
             // reaches both processes.
             let lapse = w.settings.hold_ttl() + LIVE_TIMEOUT;
             b.wait_for_seat_within(seat, "available", lapse).await?;
+            let held = b.shown_at(seat, "held").await?.context("recorded")?;
+            let freed = b.shown_at(seat, "available").await?.context("recorded")?;
             eprintln!(
-                "e2e: B's map showed the seat available again {} ms after it showed held",
-                held.elapsed().as_millis()
+                "e2e: B's map showed the 3 s hold lapse {} ms after it showed the hold",
+                freed.saturating_sub(held)
             );
             a.wait_for_seat_within(seat, "available", lapse).await?;
             not_reloaded(&b).await?;

@@ -65,10 +65,36 @@ async fn redis_session(
         if let Some(event) = events::parse(msg.get_channel_name(), &payload)
             && let Some((topic, message)) = seat_message(&event, prefix)
         {
+            if let LeaseEvent::Acquired {
+                key, expires_at_ms, ..
+            } = &event
+            {
+                touch_at_expiry(manager.clone(), key.lease_key(), *expires_at_ms);
+            }
             hub.publish(&topic, message);
         }
     }
     Ok(())
+}
+
+/// Reads the TTL of lease `key` just after `expires_at_ms` (Unix ms, Redis clock; this
+/// clock is assumed close). A read makes Redis expire a key that is due, and so send its
+/// expiry notification, at once: left alone, Redis finds due keys by sampling ten times
+/// a second, which takes seconds when many keys have a TTL. A released or renewed lease
+/// is read harmlessly; the notification stays the fallback.
+fn touch_at_expiry(mut redis: redis::aio::ConnectionManager, key: String, expires_at_ms: u64) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let wait = Duration::from_millis(expires_at_ms.saturating_sub(now_ms) + 20);
+    tokio::spawn(async move {
+        tokio::time::sleep(wait).await;
+        let touched: redis::RedisResult<i64> =
+            redis::cmd("PTTL").arg(&key).query_async(&mut redis).await;
+        if let Err(err) = touched {
+            tracing::debug!(key, error = %err, "could not touch a lapsing lease");
+        }
+    });
 }
 
 /// The page message for a lease event on a seat of an event group `<prefix><event id>`.

@@ -104,6 +104,32 @@ impl Buyer {
         self.page.locator(format!("#seat-{seat_id}"))
     }
 
+    /// Starts recording in the page when each seat is first shown in each state (the
+    /// live script replaces a seat's element on every change), for [`Buyer::shown_at`].
+    pub async fn record_seat_changes(&self) -> anyhow::Result<()> {
+        Ok(self
+            .page
+            .evaluate_expression(
+                "window.e2eShown = {}; new MutationObserver(changes => changes.forEach(c => \
+                 c.addedNodes.forEach(n => (n.classList || []).forEach(state => { \
+                   const key = n.id + ' ' + state; \
+                   if (!(key in window.e2eShown)) window.e2eShown[key] = Date.now(); \
+                 })))).observe(document.querySelector('form.seatmap'), \
+                 { childList: true, subtree: true })",
+            )
+            .await?)
+    }
+
+    /// When (Unix time, ms) seat `seat_id` was first shown in `state` since
+    /// [`Buyer::record_seat_changes`]; `None` if it was not.
+    pub async fn shown_at(&self, seat_id: i64, state: &str) -> anyhow::Result<Option<u64>> {
+        let key = format!("seat-{seat_id} {state}");
+        Ok(self
+            .page
+            .evaluate("key => window.e2eShown[key] ?? null", Some(&key))
+            .await?)
+    }
+
     /// Waits up to [`LIVE_TIMEOUT`] until seat `seat_id` has the class `state`
     /// (`available`, `held`, `mine`, `sold` or `bought`).
     pub async fn wait_for_seat(&self, seat_id: i64, state: &str) -> anyhow::Result<()> {
@@ -248,6 +274,13 @@ impl World {
             eprintln!("e2e: {}: closing the browser: {e}", self.name);
         }
     }
+}
+
+/// Now, in Unix milliseconds (the clock the browser's `Date.now()` reads too).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Runs `body` in a fresh world with the default settings (ten-minute holds).
