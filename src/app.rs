@@ -11,9 +11,12 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use sqlx::postgres::PgPoolOptions;
+use std::str::FromStr;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
 use tower_http::trace::TraceLayer;
+use tower_sessions::ExpiredDeletion;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
@@ -42,11 +45,19 @@ impl Application {
         telemetry::prometheus(); // installed before anything is counted
         lease::LeaseKey::new(format!("{}:event:1", settings.lease_namespace), "1")
             .context("SEATLOCK_LEASE_NAMESPACE may not contain braces or spaces")?;
+        // The store timeout bounds every statement and every lock wait too, not only the
+        // wait for a pool connection: a stalled transaction fails its request with 503.
+        let timeout_ms = settings.store_timeout_ms.to_string();
+        let options = PgConnectOptions::from_str(&settings.database_url)
+            .context("parsing DATABASE_URL")?
+            .options([
+                ("statement_timeout", timeout_ms.as_str()),
+                ("lock_timeout", timeout_ms.as_str()),
+            ]);
         let db = PgPoolOptions::new()
             .max_connections(32)
             .acquire_timeout(settings.store_timeout())
-            .connect_lazy(&settings.database_url)
-            .context("parsing DATABASE_URL")?;
+            .connect_lazy_with(options);
         let redis = lease::connect(&settings.redis_url, settings.store_timeout())
             .context("parsing REDIS_URL")?;
         let leases = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
@@ -106,6 +117,12 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let _closer = auction::close::spawn(self.state.clone());
+        // Expired sessions are deleted once a minute (anonymous buyers never log out).
+        let sweeper = tokio::spawn(
+            PostgresStore::new(self.state.db.clone())
+                .continuously_delete_expired(std::time::Duration::from_secs(60)),
+        );
+        let _sweeper = AbortOnDrop(sweeper);
         let live = self.state.live.clone();
         axum::serve(self.listener, self.router)
             .with_graceful_shutdown(async move {
@@ -164,4 +181,13 @@ async fn app_css() -> impl IntoResponse {
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
         include_str!("../web/app.css"),
     )
+}
+
+/// Aborts a background task when dropped (when the server stops).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

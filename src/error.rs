@@ -50,8 +50,13 @@ impl From<sqlx::Error> for Error {
             | sqlx::Error::PoolClosed
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_) => Error::Unavailable("Postgres"),
-            sqlx::Error::Database(ref db) if db.code().is_some_and(|c| c.starts_with("57P")) => {
-                // admin_shutdown, crash_shutdown, cannot_connect_now
+            sqlx::Error::Database(ref db)
+                if db
+                    .code()
+                    .is_some_and(|c| c.starts_with("57P") || c == "57014" || c == "55P03") =>
+            {
+                // admin_shutdown, crash_shutdown, cannot_connect_now; and our own
+                // statement_timeout (query_canceled) and lock_timeout (lock_not_available)
                 Error::Unavailable("Postgres")
             }
             other => Error::Database(other),
