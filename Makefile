@@ -2,13 +2,14 @@
 #   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy
 #   make race   load-test race: which purchase strategies sell a seat twice
+#   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -eu -o pipefail -c
 export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
 
-.PHONY: demo test race services stop e2e-driver lint
+.PHONY: demo test race bench services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -30,6 +31,12 @@ race: services
 	source .run/env
 	$(CARGO) build --release --bin seatlock --bin load-test
 	./target/release/load-test race --strategy all --json target/race/report.json --html target/race/report.html
+
+# Hot paths against their baselines in one run on the same Redis and Postgres, release
+# build: writes target/bench/report.json and prints the table (see README "Performance").
+bench: services
+	source .run/env
+	$(CARGO) bench --bench hot_paths
 
 e2e-driver:
 	scripts/e2e-driver.sh

@@ -173,6 +173,7 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
     let duration = Duration::from_secs(args.duration_s);
     let result = seatlock::racelab::holds::run(
         &server.address,
+        "/",
         event_id,
         &seats,
         args.buyers as usize,
@@ -183,11 +184,11 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
         "{} buyers, {:.1} s: {} holds, {:.0} holds/s, hold latency p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, {} failures",
         result.buyers,
         result.seconds,
-        result.holds,
-        result.holds_per_s,
-        result.hold_ms.p50,
-        result.hold_ms.p95,
-        result.hold_ms.p99,
+        result.requests,
+        result.per_s,
+        result.latency_ms.p50,
+        result.latency_ms.p95,
+        result.latency_ms.p99,
         result.failures
     );
     if let Some(path) = &args.json {

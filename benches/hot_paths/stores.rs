@@ -1,0 +1,230 @@
+//! The store-level rows: lease pairs against `redis-benchmark` and the `rslock` crate,
+//! raw `SET NX PX` from redis-rs (the HTTP rows' baseline), and `pgbench` running the
+//! fenced single-row UPDATE (the confirm rows' baseline).
+
+use std::future::Future;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use seatlock::ledger::PgFenceLedger;
+use sqlx::PgPool;
+
+/// Runs `callers` tasks, each repeating the operation `op(caller)` makes, for a short
+/// warm-up and then `duration`; returns completed operations per second (measured part).
+pub async fn per_second<F, Fut>(callers: usize, duration: Duration, op: F) -> anyhow::Result<f64>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    let op = Arc::new(op);
+    let warm_up = Duration::from_millis(500);
+    let started = Instant::now();
+    let (measure_from, deadline) = (started + warm_up, started + warm_up + duration);
+    let done = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..callers)
+        .map(|caller| {
+            let (op, done) = (op.clone(), done.clone());
+            tokio::spawn(async move {
+                loop {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return anyhow::Ok(());
+                    }
+                    op(caller).await?;
+                    if now >= measure_from {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await??;
+    }
+    Ok(done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64())
+}
+
+/// Lease acquire + release pairs per second from `callers` tasks sharing one
+/// [`lease::LeaseClient`] (one multiplexed Redis connection, as the server has), each on
+/// its own key of one group.
+pub async fn lease_pairs(
+    redis_url: &str,
+    db: &PgPool,
+    callers: usize,
+    duration: Duration,
+) -> anyhow::Result<f64> {
+    let redis = lease::connect(redis_url, Duration::from_secs(2))?;
+    let client = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
+    let group = seatlock::testkit::unique_name("bench-lease");
+    per_second(callers, duration, move |caller| {
+        let client = client.clone();
+        let key = lease::LeaseKey::new(group.clone(), caller.to_string());
+        async move {
+            let lease = client
+                .acquire(&key?, "bench", Duration::from_secs(10))
+                .await?;
+            anyhow::ensure!(
+                client.release(&lease).await?,
+                "release found the lease gone"
+            );
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// `rslock` lock + unlock pairs per second on the same Redis, `callers` tasks sharing
+/// one `LockManager`, each on its own resource.
+pub async fn rslock_pairs(
+    redis_url: &str,
+    callers: usize,
+    duration: Duration,
+) -> anyhow::Result<f64> {
+    let manager = Arc::new(rslock::LockManager::new(vec![redis_url.to_owned()]));
+    let prefix = seatlock::testkit::unique_name("bench-rslock");
+    per_second(callers, duration, move |caller| {
+        let manager = manager.clone();
+        let resource = format!("{prefix}:{caller}");
+        async move {
+            let lock = manager
+                .lock(resource.as_bytes(), Duration::from_secs(10))
+                .await
+                .map_err(|e| anyhow::anyhow!("rslock: {e:?}"))?;
+            manager.unlock(&lock).await;
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Raw `SET key 1 NX PX 2000` per second from redis-rs, `callers` tasks sharing one
+/// connection manager (as the server's lease client does), every key fresh so each SET
+/// succeeds; the keys expire on their own.
+pub async fn raw_set_nx(
+    redis_url: &str,
+    callers: usize,
+    duration: Duration,
+) -> anyhow::Result<f64> {
+    let redis = lease::connect(redis_url, Duration::from_secs(2))?;
+    let prefix = seatlock::testkit::unique_name("bench-setnx");
+    let counter = Arc::new(AtomicU64::new(0));
+    per_second(callers, duration, move |_| {
+        let mut redis = redis.clone();
+        let key = format!("{prefix}:{}", counter.fetch_add(1, Ordering::Relaxed));
+        async move {
+            let set: Option<String> = redis::cmd("SET")
+                .arg(key)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(2000)
+                .query_async(&mut redis)
+                .await?;
+            anyhow::ensure!(set.is_some(), "SET NX refused a fresh key");
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// Host and port of a `redis://host:port/` URL.
+fn redis_host_port(redis_url: &str) -> anyhow::Result<(String, u16)> {
+    let url = reqwest::Url::parse(redis_url)?;
+    let host = url.host_str().context("REDIS_URL has no host")?.to_owned();
+    Ok((host, url.port().unwrap_or(6379)))
+}
+
+/// Runs a command and returns its standard output; fails with its standard error.
+fn output(command: &mut Command) -> anyhow::Result<String> {
+    let out = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `redis-benchmark -t set -c <clients> -n <requests> --csv` against `redis_url`:
+/// SET requests per second. Leaves one key, `key:__rand_int__`, which it deletes.
+pub fn redis_benchmark_set(redis_url: &str, clients: usize, requests: u64) -> anyhow::Result<f64> {
+    let (host, port) = redis_host_port(redis_url)?;
+    let csv = output(
+        Command::new("redis-benchmark")
+            .args(["-h", &host, "-p", &port.to_string(), "-t", "set"])
+            .args([
+                "-c",
+                &clients.to_string(),
+                "-n",
+                &requests.to_string(),
+                "--csv",
+            ]),
+    )?;
+    // "test","rps",...  then  "SET","65189.77",...
+    let rps = csv
+        .lines()
+        .find_map(|line| line.strip_prefix("\"SET\",\""))
+        .and_then(|rest| rest.split('"').next())
+        .with_context(|| format!("no SET line in redis-benchmark's output: {csv}"))?;
+    let _ = output(Command::new("redis-cli").args([
+        "-h",
+        &host,
+        "-p",
+        &port.to_string(),
+        "DEL",
+        "key:__rand_int__",
+    ]));
+    Ok(rps.parse()?)
+}
+
+/// The pgbench script: the confirm's fenced write reduced to one single-row UPDATE that
+/// always writes (it flips `sold` and bumps the token, under the same fencing
+/// condition), on a random seat of `:event` between `:first` and `:last`.
+pub const PGBENCH_SCRIPT: &str = "\\set seat random(:first, :last)
+UPDATE event_seats SET sold = NOT sold, fence_token = fence_token + 1
+ WHERE event_id = :event AND seat_id = :seat AND fence_token <= 9007199254740991;
+";
+
+/// `pgbench -n -M prepared -c <clients> -j 2 -T <seconds> -f <script>` on
+/// `database_url`, the UPDATE of [`PGBENCH_SCRIPT`] over the seats `first..=last` of
+/// `event`: transactions per second (without connection time).
+pub fn pgbench_fenced_update(
+    database_url: &str,
+    event: i64,
+    (first, last): (i64, i64),
+    clients: usize,
+    seconds: u64,
+) -> anyhow::Result<f64> {
+    let script = std::env::temp_dir().join(seatlock::testkit::unique_name("pgbench-fenced.sql"));
+    std::fs::write(&script, PGBENCH_SCRIPT)?;
+    let threads = clients.min(2);
+    let text = output(
+        Command::new("pgbench")
+            .args(["-n", "-M", "prepared", "-c", &clients.to_string()])
+            .args(["-j", &threads.to_string(), "-T", &seconds.to_string()])
+            .args(["-D", &format!("event={event}")])
+            .args([
+                "-D",
+                &format!("first={first}"),
+                "-D",
+                &format!("last={last}"),
+            ])
+            .arg("-f")
+            .arg(&script)
+            .arg(database_url),
+    );
+    let _ = std::fs::remove_file(&script);
+    let text = text?;
+    let tps = text
+        .lines()
+        .find_map(|line| line.strip_prefix("tps = "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .with_context(|| format!("no tps line in pgbench's output: {text}"))?;
+    Ok(tps.parse()?)
+}
