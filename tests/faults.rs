@@ -623,7 +623,11 @@ async fn postgres_restarted_mid_confirm_fails_cleanly_and_the_pool_recovers_by_i
         confirms.push((buyer, id, seat, task));
     }
     parked(&server, 6).await;
+    let all = Arc::new(RwLock::new(vec![base.clone()]));
+    let traffic = Traffic::start(&d, all, d.seats[12..].to_vec(), 4);
+    tokio::time::sleep(Duration::from_millis(300)).await;
     postgres.stop("fast").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
     postgres.start_again().await.unwrap();
 
     for (buyer, id, seat, task) in confirms {
@@ -663,6 +667,10 @@ async fn postgres_restarted_mid_confirm_fails_cleanly_and_the_pool_recovers_by_i
     // The same process, never restarted, sells again: its pool reconnected by itself.
     let _ = buy(&d, &base, d.seats[10]).await;
     assert!(server.pid().is_some(), "still the first process");
+    let tally = traffic.stop().await;
+    println!("traffic: {:#?}", tally.outcomes.lock().unwrap());
+    assert_only_503s(&tally);
+    assert_no_acknowledged_sale_lost(&d, &tally).await;
     d.assert_invariant().await;
 }
 
