@@ -71,6 +71,7 @@ pub struct ItemPage {
 #[derive(Template)]
 #[template(path = "auction_live.html")]
 pub struct LiveItem {
+    /// The item, read at the Postgres clock.
     pub item: Item,
     /// The highest bids, highest first.
     pub bids: Vec<BidRow>,
