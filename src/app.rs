@@ -28,6 +28,10 @@ use crate::state::AppState;
 use crate::telemetry::{self, TimedSessionStore};
 use crate::{auction, buyer, csrf, events, health, live, orders, racelab, seats};
 
+/// A pooled Postgres connection idle for at least this long is pinged before use; one
+/// used more recently was checked when it was returned (sqlx pings on release).
+pub const POOL_IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 
@@ -57,6 +61,19 @@ impl Application {
         let db = PgPoolOptions::new()
             .max_connections(32)
             .acquire_timeout(settings.store_timeout())
+            // sqlx pings every connection as it goes back to the pool; pinging it again
+            // when it is handed out would cost every statement a second round trip.
+            // Only a connection idle for a while (the server may have gone meanwhile)
+            // is checked first.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= POOL_IDLE_CHECK {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_lazy_with(options);
         let redis = lease::connect(&settings.redis_url, settings.store_timeout())
             .context("parsing REDIS_URL")?;

@@ -11,7 +11,8 @@
 //! | seat map | 1 pipeline (`TIME` + `HGETALL`), the same for 32 and 11,056 seats | 3 reads, the same for both |
 //!
 //! Session loads and saves (tower-sessions in Postgres) are counted apart, and so are
-//! the pool's connection checks (sqlx pings a connection before handing it out).
+//! the pool's connection checks (sqlx pings every connection returned to the pool, and
+//! the server pings one before use only if it sat idle for a second or more).
 //!
 //! How it counts:
 //! * **Redis**: a private `redis-server` per test ([`RedisServer`]). `INFO commandstats`
