@@ -13,7 +13,9 @@
 //! | `seat_map_ms_{100..100000}_seats` | `GET /events/{id}` (criterion median) | the 100-seat figure |
 //! | `server_rss_mb_64` | the server's peak RSS (`VmHWM`) after the 64-buyer rows | |
 //!
-//! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time. Run by
+//! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time; `BENCH_ONLY`
+//! (a comma-separated list of `lease`, `http`, `sizes`, `map`) runs only those groups,
+//! to re-measure one quickly (the report then has only their rows). Run by
 //! `cargo bench` only: under `cargo test` (no `--bench` argument) it does nothing.
 
 mod report;
@@ -366,13 +368,24 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let setup = rt.block_on(Setup::start(Duration::from_secs(seconds)))?;
     let mut rows = Vec::new();
-    rt.block_on(lease_rows(&setup, &mut rows))?;
-    rt.block_on(http_rows(&setup, &mut rows))?;
-    rt.block_on(hold_size_rows(&setup, &mut rows))?;
-    seat_map_rows(&rt, &setup, &mut rows)?;
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let wanted = |group: &str| only.is_empty() || only.split(',').any(|g| g.trim() == group);
+    if wanted("lease") {
+        rt.block_on(lease_rows(&setup, &mut rows))?;
+    }
+    if wanted("http") {
+        rt.block_on(http_rows(&setup, &mut rows))?;
+    }
+    if wanted("sizes") {
+        rt.block_on(hold_size_rows(&setup, &mut rows))?;
+    }
+    if wanted("map") {
+        seat_map_rows(&rt, &setup, &mut rows)?;
+    }
     let meta = serde_json::json!({
         "command": "make bench",
         "seconds_per_row": seconds,
+        "only": only,
         "took_s": started.elapsed().as_secs_f64(),
         "uptime_before": load_before,
         "uptime_after": uptime(),
