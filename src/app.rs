@@ -59,7 +59,7 @@ impl Application {
                 ("lock_timeout", timeout_ms.as_str()),
             ]);
         let db = PgPoolOptions::new()
-            .max_connections(32)
+            .max_connections(settings.db_pool_size)
             .acquire_timeout(settings.store_timeout())
             // sqlx pings every connection as it goes back to the pool; pinging it again
             // when it is handed out would cost every statement a second round trip.

@@ -471,6 +471,7 @@ impl ServerProcess {
                 "SEATLOCK_STORE_TIMEOUT_MS",
                 settings.store_timeout_ms.to_string(),
             )
+            .env("SEATLOCK_DB_POOL_SIZE", settings.db_pool_size.to_string())
             .env(
                 "SEATLOCK_PURCHASE_STRATEGY",
                 settings.purchase_strategy.flag_value(),
