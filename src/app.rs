@@ -102,6 +102,7 @@ impl Application {
             settings: Arc::new(settings),
             csrf,
             live,
+            known_items: Arc::default(),
         };
         let router = router(state.clone());
         let listener = TcpListener::bind(&state.settings.bind)

@@ -26,6 +26,8 @@ pub struct AppState {
     pub csrf: CsrfConfig,
     /// Live updates for the pages this process serves.
     pub live: Arc<crate::live::LiveHub>,
+    /// Auction items known to exist (a bid on an unknown id takes no lock).
+    pub known_items: Arc<crate::auction::bid::KnownItems>,
 }
 
 impl AppState {

@@ -60,9 +60,10 @@ pub struct AcceptedBid {
 /// Places `bid` with the server's strategy. `pause` is the race lab's "bidder that
 /// stalls" between checking and writing (zero outside the race lab).
 ///
-/// Round trips, lease strategy: 1 Postgres read (the item exists, so an unknown id takes
-/// no lock) + lock (1 Redis script, more only while busy) + 1 Postgres transaction
-/// (BEGIN, read, the fenced write, COMMIT) + release (1 Redis script).
+/// Round trips, lease strategy: lock (1 Redis script, more only while busy) + 1 Postgres
+/// transaction (BEGIN, read, the fenced write, COMMIT) + release (1 Redis script); the
+/// first bid on an item in this process also reads whether it exists ([`KnownItems`]),
+/// so an unknown id takes no lock.
 /// Conditional strategy: 1 Postgres statement. A refused write costs one more read, to
 /// say why.
 ///
@@ -73,7 +74,7 @@ pub async fn place_bid(state: &AppState, bid: &Bid<'_>, pause: Duration) -> Resu
         BidStrategy::Lease => {
             // An unknown id must not take a lock: each distinct id would leave a fence
             // ceiling row in Postgres and a fence hash in Redis behind.
-            if !queries::item_exists(&state.db, bid.item_id).await? {
+            if !state.known_items.exists(&state.db, bid.item_id).await? {
                 return Err(no_such_item());
             }
             let lease = lock_item(state, bid.item_id, &bid.bidder.id).await?;
@@ -82,6 +83,27 @@ pub async fn place_bid(state: &AppState, bid: &Bid<'_>, pause: Duration) -> Resu
             outcome
         }
         BidStrategy::Conditional => bid_conditionally(state, bid, pause).await,
+    }
+}
+
+/// The auction items this process has seen exist, so that only the first bid on an item
+/// pays the existence probe. Only ids found in Postgres are remembered, so unknown ids
+/// cannot grow it; items are never deleted (a deleted item's id would let one bid take a
+/// lock, leaving one fence row behind).
+#[derive(Debug, Default)]
+pub struct KnownItems(std::sync::Mutex<std::collections::HashSet<i64>>);
+
+impl KnownItems {
+    /// Whether item `item_id` exists: from memory, else one primary-key probe.
+    pub async fn exists(&self, db: &sqlx::PgPool, item_id: i64) -> Result<bool> {
+        if self.0.lock().expect("not poisoned").contains(&item_id) {
+            return Ok(true);
+        }
+        let exists = queries::item_exists(db, item_id).await?;
+        if exists {
+            self.0.lock().expect("not poisoned").insert(item_id);
+        }
+        Ok(exists)
     }
 }
 
