@@ -69,6 +69,10 @@ pub struct AcceptedBid {
 ///
 /// Errors: 404 no such item; 409 ended, not open yet, too low, bid lock busy, or stale
 /// fencing token; 503 Redis or Postgres unavailable.
+///
+/// Traced as span `bid` with the item, bidder, amount and (under the lease strategy) the
+/// bid lock's fencing token.
+#[tracing::instrument(name = "bid", skip_all, fields(item = bid.item_id, bidder = %bid.bidder.id, amount_cents = bid.amount_cents, fencing_token = tracing::field::Empty))]
 pub async fn place_bid(state: &AppState, bid: &Bid<'_>, pause: Duration) -> Result<AcceptedBid> {
     match state.settings.bid_strategy {
         BidStrategy::Lease => {
@@ -158,6 +162,7 @@ pub async fn bid_under_lease(
     rules::check_bid(&item, bid.amount_cents).map_err(|r| Error::Conflict(r.to_string()))?;
     tokio::time::sleep(pause).await;
     let token = Some(lease.fencing_token.0 as i64);
+    tracing::Span::current().record("fencing_token", lease.fencing_token.0);
     let Some(placed) = queries::place_bid(&mut *tx, bid, token).await? else {
         tx.rollback().await?;
         return Err(refused(state, bid, token).await);
