@@ -18,6 +18,7 @@
 //! to re-measure one quickly (the report then has only their rows). Run by
 //! `cargo bench` only: under `cargo test` (no `--bench` argument) it does nothing.
 
+mod breakdown;
 mod report;
 mod stores;
 mod venues;
@@ -154,8 +155,14 @@ async fn lease_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
 }
 
 /// For 1, 16 and 64 buyers: HTTP holds vs raw SET NX, hold p99, confirms vs pgbench;
-/// then the server's peak RSS.
-async fn http_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+/// then the server's peak RSS. `breakdowns` gets, per level, where the CPU time of the
+/// holds (each with its release) and of the confirm rounds (holds included) went, and
+/// the server's store round trips ([`breakdown::between`]).
+async fn http_rows(
+    s: &Setup,
+    rows: &mut Vec<Row>,
+    breakdowns: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
     let (arena, arena_seats) = s.event("harbour-arena").await?;
     let (hall, hall_seats) = s.event("grand-hall").await?;
     let (big, big_seats) = s.event(&venues::slug(100_000)).await?;
@@ -165,18 +172,23 @@ async fn http_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     let pgbench_range = (hall_seats[0], hall_seats[hall_seats.len() - 1]);
     let server = &s.server.address;
     let form_page = s.form_page().await?;
+    let pid = s.server.pid().context("the server has exited")?;
+    let processes = breakdown::Processes::find(pid, &s.redis_url, &s.db).await?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     for (buyers, (from, to)) in BUYERS.into_iter().zip(slices) {
         let set_per_s = bounded(
             &format!("raw SET NX PX, {buyers} callers"),
             stores::raw_set_nx(&s.redis_url, buyers, s.seconds),
         )
         .await?;
+        let start = processes.snapshot(server).await?;
         let hold = bounded(
             &format!("HTTP holds, {buyers} buyers"),
             holds::run(server, &form_page, arena, &arena_seats, buyers, s.seconds),
         )
         .await?;
         warn_failures("holds", hold.failures);
+        let held = processes.snapshot(server).await?;
         let confirm = bounded(
             &format!("HTTP confirms, {buyers} buyers"),
             holds::confirms(
@@ -191,6 +203,12 @@ async fn http_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         )
         .await?;
         warn_failures("holds or confirms", confirm.failures);
+        let confirmed = processes.snapshot(server).await?;
+        let per_hold = breakdown::between(&start, &held, hold.requests as f64, cores);
+        eprintln!("  per hold (with its release): {per_hold}");
+        breakdowns.insert(format!("holds_{buyers}"), per_hold);
+        let per_confirm = breakdown::between(&held, &confirmed, confirm.requests as f64, cores);
+        breakdowns.insert(format!("confirm_rounds_{buyers}"), per_confirm);
         let tps = bounded(&format!("pgbench -c {buyers}"), async {
             stores::pgbench_fenced_update(
                 &s.database_url,
@@ -228,7 +246,6 @@ async fn http_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
             confirm.latency_ms.p99
         );
     }
-    let pid = s.server.pid().context("the server has exited")?;
     rows.push(Row::alone(
         "server_rss_mb_64",
         "MB (VmHWM)",
@@ -368,13 +385,14 @@ fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let setup = rt.block_on(Setup::start(Duration::from_secs(seconds)))?;
     let mut rows = Vec::new();
+    let mut breakdowns = serde_json::Map::new();
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let wanted = |group: &str| only.is_empty() || only.split(',').any(|g| g.trim() == group);
     if wanted("lease") {
         rt.block_on(lease_rows(&setup, &mut rows))?;
     }
     if wanted("http") {
-        rt.block_on(http_rows(&setup, &mut rows))?;
+        rt.block_on(http_rows(&setup, &mut rows, &mut breakdowns))?;
     }
     if wanted("sizes") {
         rt.block_on(hold_size_rows(&setup, &mut rows))?;
@@ -386,6 +404,7 @@ fn main() -> anyhow::Result<()> {
         "command": "make bench",
         "seconds_per_row": seconds,
         "only": only,
+        "breakdown": breakdowns,
         "took_s": started.elapsed().as_secs_f64(),
         "uptime_before": load_before,
         "uptime_after": uptime(),
