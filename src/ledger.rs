@@ -13,16 +13,17 @@ pub struct PgFenceLedger(pub PgPool);
 impl FenceLedger for PgFenceLedger {
     async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, String> {
         let block = i64::try_from(block).map_err(|e| e.to_string())?;
-        let ceiling: i64 = sqlx::query_scalar(
+        let reserve = sqlx::query_scalar(
             "INSERT INTO fence_ceilings (lease_group, ceiling) VALUES ($1, $2)
              ON CONFLICT (lease_group) DO UPDATE SET ceiling = fence_ceilings.ceiling + $2
              RETURNING ceiling",
         )
         .bind(group)
         .bind(block)
-        .fetch_one(&self.0)
-        .await
-        .map_err(|e| e.to_string())?;
+        .fetch_one(&self.0);
+        let ceiling: i64 = crate::telemetry::postgres("fence_ledger", reserve)
+            .await
+            .map_err(|e| e.to_string())?;
         Ok(ceiling as u64)
     }
 }

@@ -8,7 +8,7 @@
 //! | `seatlock_holds_refused_total` | counter | `reason` = `held` / `sold` | holds refused: someone else holds the seat, or it is sold |
 //! | `seatlock_confirms_total` | counter | `outcome` = `accepted` / `rejected_stale` / `rejected_expired` / `rejected_sold` | confirms by outcome: sold; refused by the fencing token; refused because the buyer's own hold lapsed; the seat was sold already |
 //! | `seatlock_double_sales_detected_total` | counter | | writes stopped by the `orders_one_per_seat` constraint: the fence let a second sale through. Must stay 0 |
-//! | `seatlock_postgres_round_trip_seconds` | histogram, seconds | `op` | Postgres calls: `session_load`, `session_save`, `session_create`, `session_delete`, `seat_status`, `sell`, `commit`, `map_seats`, `fence_ledger` |
+//! | `seatlock_postgres_round_trip_seconds` | histogram, seconds | `op` | Postgres calls, pool wait included: `session_load`, `session_save`, `session_create`, `session_delete`, `seat_status`, `sell`, `commit`, `map_seats`, `fence_ledger` |
 //! | `lease_redis_round_trip_seconds` | histogram, seconds | `op` | Redis round trips of the lease library (`acquire`, `release`, `renew`, `holders`, …) |
 //! | `lease_renewals_total` | counter | `result` = `renewed` / `not_owner` | lease renewals (the closer's watchdog) |
 //! | `lease_watchdog_losses_total` | counter | | watchdogs that reported their lease lost |
@@ -41,7 +41,8 @@ pub const CONFIRMS_TOTAL: &str = "seatlock_confirms_total";
 /// Counter: a sale stopped by the `orders_one_per_seat` unique constraint, i.e. one that
 /// the fenced, conditional write let through. Must stay 0.
 pub const DOUBLE_SALES_DETECTED_TOTAL: &str = "seatlock_double_sales_detected_total";
-/// Histogram (seconds), label `op`: one Postgres call, request to reply.
+/// Histogram (seconds), label `op`: one Postgres call, from the call to its answer
+/// (waiting for a pooled connection included, so under load it shows pool queueing).
 pub const POSTGRES_ROUND_TRIP_SECONDS: &str = "seatlock_postgres_round_trip_seconds";
 
 /// Upper bounds of the latency histograms' buckets, in seconds (100 µs to 2.5 s).

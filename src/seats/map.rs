@@ -95,7 +95,10 @@ pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Opt
     let group = state.event_group(event_id);
     let (event, seats, zones, holds) = tokio::join!(
         events::find(&state.db, event_id),
-        queries::map_seats(&state.db, event_id, buyer_id),
+        crate::telemetry::postgres(
+            "map_seats",
+            queries::map_seats(&state.db, event_id, buyer_id)
+        ),
         queries::zones(&state.db, event_id),
         state.leases.holders(&group),
     );
