@@ -16,11 +16,30 @@ pub struct Processes {
     ticks_per_s: f64,
 }
 
-/// CPU seconds per process group, and the server's metrics, at one instant.
+/// CPU seconds per process group, the machine's busy and idle CPU seconds, and the
+/// server's metrics, at one instant.
 pub struct Snapshot {
     at: Instant,
     cpu_s: BTreeMap<&'static str, f64>,
+    /// All CPUs' (busy, idle) seconds since boot (`/proc/stat`).
+    machine_s: (f64, f64),
     metrics: BTreeMap<String, f64>,
+}
+
+/// The first line of `/proc/stat`: ticks busy (user, nice, system, irq, softirq, steal)
+/// and idle (idle, iowait), summed over all CPUs.
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    let at = |i: usize| fields.get(i).copied().unwrap_or(0);
+    (at(0) + at(1) + at(2) + at(5) + at(6) + at(7), at(3) + at(4))
 }
 
 /// `utime + stime` of `pid`, in clock ticks.
@@ -97,6 +116,8 @@ impl Processes {
                 .sum();
             cpu_s.insert("postgres", seconds(Some(backends)));
         }
+        let (busy, idle) = machine_ticks();
+        let machine_s = (seconds(Some(busy)), seconds(Some(idle)));
         let page = reqwest::get(format!("{server_address}/metrics"))
             .await?
             .text()
@@ -112,15 +133,16 @@ impl Processes {
         Ok(Snapshot {
             at: Instant::now(),
             cpu_s,
+            machine_s,
             metrics,
         })
     }
 }
 
-/// Per `per` operations between two snapshots: CPU milliseconds of each group (and
-/// what the machine's other processes had: `cores` × wall time minus the groups), and
-/// each store round trip's count and mean latency as the server measured them.
-pub fn between(before: &Snapshot, after: &Snapshot, per: f64, cores: f64) -> serde_json::Value {
+/// Per `per` operations between two snapshots: CPU milliseconds of each group, of the
+/// machine's other processes (other developers' builds and tests share it) and idle,
+/// and each store round trip's count and mean latency as the server measured them.
+pub fn between(before: &Snapshot, after: &Snapshot, per: f64) -> serde_json::Value {
     let wall_s = (after.at - before.at).as_secs_f64();
     let mut cpu = serde_json::Map::new();
     let mut used = 0.0;
@@ -129,10 +151,13 @@ pub fn between(before: &Snapshot, after: &Snapshot, per: f64, cores: f64) -> ser
         used += spent;
         cpu.insert((*group).into(), round(spent * 1e3 / per).into());
     }
+    let busy = after.machine_s.0 - before.machine_s.0;
+    let idle = after.machine_s.1 - before.machine_s.1;
     cpu.insert(
-        "idle or other processes".into(),
-        round((cores * wall_s - used).max(0.0) * 1e3 / per).into(),
+        "other processes".into(),
+        round((busy - used).max(0.0) * 1e3 / per).into(),
     );
+    cpu.insert("idle".into(), round(idle * 1e3 / per).into());
     let delta = |name: &str| {
         after.metrics.get(name).copied().unwrap_or(0.0)
             - before.metrics.get(name).copied().unwrap_or(0.0)

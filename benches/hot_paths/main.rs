@@ -174,7 +174,6 @@ async fn http_rows(
     let form_page = s.form_page().await?;
     let pid = s.server.pid().context("the server has exited")?;
     let processes = breakdown::Processes::find(pid, &s.redis_url, &s.db).await?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     for (buyers, (from, to)) in BUYERS.into_iter().zip(slices) {
         let set_per_s = bounded(
             &format!("raw SET NX PX, {buyers} callers"),
@@ -204,10 +203,10 @@ async fn http_rows(
         .await?;
         warn_failures("holds or confirms", confirm.failures);
         let confirmed = processes.snapshot(server).await?;
-        let per_hold = breakdown::between(&start, &held, hold.requests as f64, cores);
+        let per_hold = breakdown::between(&start, &held, hold.requests as f64);
         eprintln!("  per hold (with its release): {per_hold}");
         breakdowns.insert(format!("holds_{buyers}"), per_hold);
-        let per_confirm = breakdown::between(&held, &confirmed, confirm.requests as f64, cores);
+        let per_confirm = breakdown::between(&held, &confirmed, confirm.requests as f64);
         breakdowns.insert(format!("confirm_rounds_{buyers}"), per_confirm);
         let tps = bounded(&format!("pgbench -c {buyers}"), async {
             stores::pgbench_fenced_update(
