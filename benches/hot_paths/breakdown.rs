@@ -140,7 +140,8 @@ impl Processes {
 }
 
 /// Per `per` operations between two snapshots: CPU milliseconds of each group, of the
-/// machine's other processes (other developers' builds and tests share it) and idle,
+/// rest of the machine's busy time (other developers' builds and tests share it, and the
+/// kernel's network interrupts are charged to no process) and idle,
 /// and each store round trip's count and mean latency as the server measured them.
 pub fn between(before: &Snapshot, after: &Snapshot, per: f64) -> serde_json::Value {
     let wall_s = (after.at - before.at).as_secs_f64();
@@ -154,7 +155,7 @@ pub fn between(before: &Snapshot, after: &Snapshot, per: f64) -> serde_json::Val
     let busy = after.machine_s.0 - before.machine_s.0;
     let idle = after.machine_s.1 - before.machine_s.1;
     cpu.insert(
-        "other processes".into(),
+        "other processes and interrupts".into(),
         round((busy - used).max(0.0) * 1e3 / per).into(),
     );
     cpu.insert("idle".into(), round(idle * 1e3 / per).into());
