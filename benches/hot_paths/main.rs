@@ -70,13 +70,22 @@ impl Setup {
         let server = ServerProcess::start(env!("CARGO_BIN_EXE_seatlock").as_ref(), &settings)
             .await
             .context("starting the server (release build)")?;
-        Ok(Setup {
+        let setup = Setup {
             database_url,
             redis_url,
             db,
             server,
             seconds,
-        })
+        };
+        setup.vacuum().await?;
+        Ok(setup)
+    }
+
+    /// `VACUUM ANALYZE` now, so that autovacuum does not wake up in the middle of a later
+    /// row after seeding, the confirms and pgbench (they write tens of thousands of rows).
+    async fn vacuum(&self) -> anyhow::Result<()> {
+        sqlx::query("VACUUM ANALYZE").execute(&self.db).await?;
+        Ok(())
     }
 
     /// A cheap page with a form, where buyers pick up their session and CSRF token: the
@@ -218,6 +227,7 @@ async fn http_rows(
             )
         })
         .await?;
+        s.vacuum().await?;
         let mut hold_row = Row::versus(
             &format!("http_hold_vs_raw_setnx_{buyers}"),
             "holds/s vs SET/s",

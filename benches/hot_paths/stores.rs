@@ -100,9 +100,11 @@ pub async fn rslock_pairs(
     .await
 }
 
-/// Raw `SET key 1 NX PX 2000` per second from redis-rs, `callers` tasks sharing one
+/// Raw `SET key 1 NX PX 600000` per second from redis-rs, `callers` tasks sharing one
 /// connection manager (as the server's lease client does), every key fresh so each SET
-/// succeeds; the keys expire on their own.
+/// succeeds. The keys are deleted afterwards rather than left to expire: every expiry is a
+/// keyspace notification that each seatlock server's live hub (subscribed to expiries)
+/// would have to read during the rows that follow.
 pub async fn raw_set_nx(
     redis_url: &str,
     callers: usize,
@@ -111,23 +113,35 @@ pub async fn raw_set_nx(
     let redis = lease::connect(redis_url, Duration::from_secs(2))?;
     let prefix = seatlock::testkit::unique_name("bench-setnx");
     let counter = Arc::new(AtomicU64::new(0));
-    per_second(callers, duration, move |_| {
+    let (keys, mut cleanup) = (counter.clone(), redis.clone());
+    let key_name = move |n: u64| format!("{prefix}:{n}");
+    let name = key_name.clone();
+    let per_s = per_second(callers, duration, move |_| {
         let mut redis = redis.clone();
-        let key = format!("{prefix}:{}", counter.fetch_add(1, Ordering::Relaxed));
+        let key = name(counter.fetch_add(1, Ordering::Relaxed));
         async move {
             let set: Option<String> = redis::cmd("SET")
                 .arg(key)
                 .arg(1)
                 .arg("NX")
                 .arg("PX")
-                .arg(2000)
+                .arg(600_000)
                 .query_async(&mut redis)
                 .await?;
             anyhow::ensure!(set.is_some(), "SET NX refused a fresh key");
             Ok(())
         }
     })
-    .await
+    .await?;
+    let written = keys.load(Ordering::Relaxed);
+    for from in (0..written).step_by(1000) {
+        let batch: Vec<String> = (from..written.min(from + 1000)).map(&key_name).collect();
+        let _: u64 = redis::cmd("UNLINK")
+            .arg(batch)
+            .query_async(&mut cleanup)
+            .await?;
+    }
+    Ok(per_s)
 }
 
 /// Host and port of a `redis://host:port/` URL.
