@@ -88,6 +88,28 @@ impl Setup {
         Ok(())
     }
 
+    /// Stops the server and drops the bench database (about 50 MB).
+    async fn finish(self) -> anyhow::Result<()> {
+        let Setup {
+            database_url,
+            db,
+            server,
+            ..
+        } = self;
+        drop(server);
+        db.close().await;
+        let (admin, _) = testkit::store_urls()?;
+        let name = database_url
+            .rsplit('/')
+            .next()
+            .context("no database name")?;
+        let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await?;
+        Ok(())
+    }
+
     /// A cheap page with a form, where buyers pick up their session and CSRF token: the
     /// 100-seat event's map (the index page counts every seat of every event).
     async fn form_page(&self) -> anyhow::Result<String> {
@@ -430,5 +452,5 @@ fn main() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64(),
         report.meta["uptime_after"]
     );
-    Ok(())
+    rt.block_on(setup.finish())
 }
