@@ -3,6 +3,12 @@
 //!
 //! A hold's owner token is kept here, server side, and never sent to the browser: the
 //! session is what proves that a release or confirm comes from the holder.
+//!
+//! The session's list of holds only remembers owner tokens; Redis says which holds are
+//! live. So only a grant writes the session: a release or a confirm leaves its entry
+//! behind (a leftover owner token fails every later compare-and-delete, and a retried
+//! confirm finds its order), and entries past their expiry are dropped at the next grant.
+//! That saves a session write (a Postgres round trip) per release and per confirm.
 
 use std::collections::BTreeMap;
 
@@ -156,26 +162,19 @@ impl Buyer {
         Ok(self.holds().await?.remove(&hold_key(event_id, seat_id)))
     }
 
-    /// Records a granted hold.
+    /// Records a granted hold (one session write, at the end of the request), dropping
+    /// the entries whose leases expired by now.
     pub async fn remember_hold(&self, event_id: i64, seat_id: i64, held: HeldSeat) -> Result<()> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
         let mut holds = self.holds().await?;
+        holds.retain(|_, h| h.expires_at_ms > now_ms);
         holds.insert(hold_key(event_id, seat_id), held);
         self.session
             .insert(HOLDS, holds)
             .await
             .map_err(session_error)
-    }
-
-    /// Forgets a hold (released, confirmed or lapsed).
-    pub async fn forget_hold(&self, event_id: i64, seat_id: i64) -> Result<()> {
-        let mut holds = self.holds().await?;
-        if holds.remove(&hold_key(event_id, seat_id)).is_some() {
-            self.session
-                .insert(HOLDS, holds)
-                .await
-                .map_err(session_error)?;
-        }
-        Ok(())
     }
 }
 

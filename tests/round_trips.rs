@@ -473,6 +473,7 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     assert_eq!(pg.statements.len(), 1, "hold: the seat read {pg:?}");
     assert_eq!(pg.transactions, 0);
     assert_eq!(pg.session_loads, 1);
+    assert_eq!(pg.session_writes, 1, "hold: the owner token");
 
     let release = buyer.seat_action(&base, event, seats[0], "release");
     let (reply, redis, pg) = h.measure("release", release).await;
@@ -480,6 +481,7 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     assert_eq!(redis.commands, ["evalsha"], "release: one script");
     assert_eq!(pg.statements, Vec::<String>::new(), "release: no statement");
     assert_eq!(pg.session_loads, 1);
+    assert_eq!(pg.session_writes, 0, "release: the session is not written");
 
     let hold = buyer.seat_action(&base, event, seats[0], "hold").await;
     assert_eq!(hold.unwrap().status, StatusCode::SEE_OTHER);
@@ -490,6 +492,7 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     assert_eq!(pg.transactions, 1, "confirm: one transaction {pg:?}");
     assert_eq!(pg.statements.len(), 1, "confirm: the fenced write {pg:?}");
     assert_eq!(pg.in_transaction, 1, "confirm: inside the transaction");
+    assert_eq!(pg.session_writes, 0, "confirm: the session is not written");
 
     let key = h.app.state.seat_key(event, seats[2]);
     let ttl = Duration::from_secs(60);

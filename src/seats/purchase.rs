@@ -35,7 +35,7 @@ pub enum HoldOutcome {
 /// Holds `seat` for `buyer` for the configured TTL.
 ///
 /// Round trips: one Postgres read (the seat exists and is unsold), one Redis script
-/// (the lease), one session write. Errors: 404 unknown seat, 409 sold or "someone is
+/// (the lease), one session write (the owner token). Errors: 404 unknown seat, 409 sold or "someone is
 /// buying this seat", 503 store unavailable.
 ///
 /// Traced as span `hold` with the event, seat, buyer and (once granted) fencing token;
@@ -118,8 +118,9 @@ pub(crate) fn not_your_hold() -> Error {
     Error::Forbidden("You do not hold this seat. Pick it on the seat map first.".into())
 }
 
-/// Releases the buyer's hold on `seat` (owner-checked). A hold that already lapsed is
-/// simply forgotten. Errors: 403 if the buyer has no hold on it, 503 Redis unavailable.
+/// Releases the buyer's hold on `seat` (owner-checked): one Redis script, no session
+/// write (see [`crate::buyer`]). A hold that already lapsed is released by nobody.
+/// Errors: 403 if the buyer has no hold on it, 503 Redis unavailable.
 /// Traced as span `release` (event, seat, buyer, fencing token).
 #[tracing::instrument(name = "release", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
@@ -128,7 +129,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
         .ok_or_else(not_your_hold)?;
     Span::current().record("fencing_token", lease.fencing_token.0);
     state.leases.release(&lease).await?;
-    buyer.forget_hold(seat.event_id, seat.seat_id).await
+    Ok(())
 }
 
 /// Buys `seat` for `buyer` with the fencing token of the buyer's hold; returns the
@@ -146,7 +147,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// race lab.
 ///
 /// Round trips: one Redis script, one Postgres transaction (BEGIN, the statement,
-/// COMMIT). Confirming twice returns the same order (the second finds the seat sold to
+/// COMMIT), no session write (see [`crate::buyer`]). Confirming twice returns the same order (the second finds the seat sold to
 /// this buyer). Errors: 403 no hold, 409 sold or hold lapsed or token stale, 503.
 ///
 /// Traced as span `confirm` (event, seat, buyer, fencing token); outcomes counted in
@@ -155,7 +156,8 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 #[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
     let Some(lease) = held_lease(state, buyer, seat).await? else {
-        // A second submit after the first completed: the session no longer has the hold.
+        // No hold in the session: never held, or a submit long after the purchase (its
+        // entry was dropped at a later grant). A done purchase answers with its order.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
             Some(order_id) => Ok(order_id),
             None => Err(not_your_hold()),
@@ -178,7 +180,6 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
     pause.sleep_at(PausePoint::BeforeRelease).await;
     if !state.leases.release(&lease).await? {
         tx.rollback().await?;
-        buyer.forget_hold(seat.event_id, seat.seat_id).await?;
         telemetry::confirm(ConfirmOutcome::RejectedExpired);
         tracing::info!(
             event = seat.event_id,
@@ -193,7 +194,6 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
     telemetry::postgres("commit", tx.commit()).await?;
     telemetry::confirm(ConfirmOutcome::Accepted);
     pause.sleep_at(PausePoint::AfterCommit).await;
-    buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     tracing::info!(
         event = seat.event_id,
         seat = seat.seat_id,
@@ -213,7 +213,6 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
     }
     // The hold is worthless now; free it if it is still ours (owner-checked).
     let _ = state.leases.release(lease).await;
-    buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     let status = queries::seat_status(&state.db, seat).await?;
     match status {
         Some(s) if s.fence_token > lease.fencing_token.0 as i64 => {
