@@ -5,10 +5,11 @@
 //! session is what proves that a release or confirm comes from the holder.
 //!
 //! The session's list of holds only remembers owner tokens; Redis says which holds are
-//! live. So only a grant writes the session: a release or a confirm leaves its entry
-//! behind (a leftover owner token fails every later compare-and-delete, and a retried
-//! confirm finds its order), and entries past their expiry are dropped at the next grant.
-//! That saves a session write (a Postgres round trip) per release and per confirm.
+//! live. A grant writes the session, and so does a confirm (it forgets the hold, so
+//! buying many seats does not grow the session). A release does not: its entry stays
+//! behind (a leftover owner token fails every later compare-and-delete; holding the seat
+//! again overwrites it), and entries past their expiry are dropped at the next grant. That
+//! saves a session write (a Postgres round trip) on every release.
 
 use std::collections::BTreeMap;
 
@@ -175,6 +176,18 @@ impl Buyer {
             .insert(HOLDS, holds)
             .await
             .map_err(session_error)
+    }
+
+    /// Forgets a hold (confirmed, refused or lapsed): one session write if it was there.
+    pub async fn forget_hold(&self, event_id: i64, seat_id: i64) -> Result<()> {
+        let mut holds = self.holds().await?;
+        if holds.remove(&hold_key(event_id, seat_id)).is_some() {
+            self.session
+                .insert(HOLDS, holds)
+                .await
+                .map_err(session_error)?;
+        }
+        Ok(())
     }
 }
 

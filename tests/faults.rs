@@ -675,6 +675,37 @@ async fn postgres_restarted_mid_confirm_fails_cleanly_and_the_pool_recovers_by_i
 }
 
 #[tokio::test]
+async fn a_sale_whose_session_cannot_be_saved_is_a_503_page_and_a_retry_finds_the_order() {
+    let (postgres, d, server) = on_private_postgres().await;
+    let seat = d.seats[0];
+    let (buyer, id, _) = holder(&d, &server.address, seat).await;
+    let tab = buyer.another_tab(pause_headers(PausePoint::AfterCommit, 1_000));
+    let url = format!("{}/events/{}/seats/{seat}/confirm", server.address, d.event);
+    let confirm = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
+    parked(&server, 1).await;
+    // Committed; Postgres goes away before the session (which forgets the hold) is saved.
+    postgres.stop("fast").await.unwrap();
+    let reply = confirm.await.unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        reply.body.contains("Postgres is unavailable"),
+        "{}",
+        reply.body
+    );
+    postgres.start_again().await.unwrap();
+    let order = d.assert_sold_once_to(seat, &id).await;
+    let again = act(&buyer, &server.address, &d, seat, "confirm").await;
+    let location = format!("/orders/{}", order.id);
+    assert_eq!(
+        again.location.as_deref(),
+        Some(location.as_str()),
+        "{}",
+        again.body
+    );
+    d.assert_invariant().await;
+}
+
+#[tokio::test]
 async fn a_hold_whose_session_cannot_be_saved_is_a_503_page_and_a_retry_finds_the_hold() {
     let d = Deployment::tiny().await;
     let server = d.server(|_| {}).await;

@@ -75,7 +75,7 @@ pub enum PausePoint {
     BeforeRelease,
     /// After the Redis release, before `COMMIT`.
     BeforeCommit,
-    /// After `COMMIT`, before the reply.
+    /// After `COMMIT`, before the reply (and before the session forgets the hold).
     AfterCommit,
 }
 
@@ -200,6 +200,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
                 .ok_or_else(purchase::not_your_hold)?;
             // The lock check...
             if !state.leases.is_held(&lease).await? {
+                buyer.forget_hold(seat.event_id, seat.seat_id).await?;
                 return Err(Error::Conflict(HOLD_EXPIRED.into()));
             }
             // ...a pause that can outlast the lease, and a write nobody fences.
@@ -214,6 +215,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
             )
             .await?;
             state.leases.release(&lease).await?; // owner-checked: false if it lapsed
+            buyer.forget_hold(seat.event_id, seat.seat_id).await?;
             Ok(sale)
         }
         PurchaseStrategy::RaceLabConditional => {

@@ -118,9 +118,10 @@ pub(crate) fn not_your_hold() -> Error {
     Error::Forbidden("You do not hold this seat. Pick it on the seat map first.".into())
 }
 
-/// Releases the buyer's hold on `seat` (owner-checked): one Redis script, no session
-/// write (see [`crate::buyer`]). A hold that already lapsed is released by nobody.
-/// Errors: 403 if the buyer has no hold on it, 503 Redis unavailable.
+/// Releases the buyer's hold on `seat` (owner-checked): one Redis script and no session
+/// write (the session's entry stays behind, see [`crate::buyer`]). Releasing a hold that
+/// already lapsed deletes nothing. Errors: 403 if the buyer has no hold on it, 503 Redis
+/// unavailable.
 /// Traced as span `release` (event, seat, buyer, fencing token).
 #[tracing::instrument(name = "release", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
@@ -147,7 +148,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// race lab.
 ///
 /// Round trips: one Redis script, one Postgres transaction (BEGIN, the statement,
-/// COMMIT), no session write (see [`crate::buyer`]). Confirming twice returns the same order (the second finds the seat sold to
+/// COMMIT), one session write (the hold is forgotten). Confirming twice returns the same order (the second finds the seat sold to
 /// this buyer). Errors: 403 no hold, 409 sold or hold lapsed or token stale, 503.
 ///
 /// Traced as span `confirm` (event, seat, buyer, fencing token); outcomes counted in
@@ -156,8 +157,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 #[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
     let Some(lease) = held_lease(state, buyer, seat).await? else {
-        // No hold in the session: never held, or a submit long after the purchase (its
-        // entry was dropped at a later grant). A done purchase answers with its order.
+        // A second submit after the first completed: the session no longer has the hold.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
             Some(order_id) => Ok(order_id),
             None => Err(not_your_hold()),
@@ -180,6 +180,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
     pause.sleep_at(PausePoint::BeforeRelease).await;
     if !state.leases.release(&lease).await? {
         tx.rollback().await?;
+        buyer.forget_hold(seat.event_id, seat.seat_id).await?;
         telemetry::confirm(ConfirmOutcome::RejectedExpired);
         tracing::info!(
             event = seat.event_id,
@@ -194,6 +195,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
     telemetry::postgres("commit", tx.commit()).await?;
     telemetry::confirm(ConfirmOutcome::Accepted);
     pause.sleep_at(PausePoint::AfterCommit).await;
+    buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     tracing::info!(
         event = seat.event_id,
         seat = seat.seat_id,
@@ -213,6 +215,7 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
     }
     // The hold is worthless now; free it if it is still ours (owner-checked).
     let _ = state.leases.release(lease).await;
+    buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     let status = queries::seat_status(&state.db, seat).await?;
     match status {
         Some(s) if s.fence_token > lease.fencing_token.0 as i64 => {
