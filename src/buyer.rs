@@ -3,13 +3,6 @@
 //!
 //! A hold's owner token is kept here, server side, and never sent to the browser: the
 //! session is what proves that a release or confirm comes from the holder.
-//!
-//! The session's list of holds only remembers owner tokens; Redis says which holds are
-//! live. A grant writes the session, and so does a confirm (it forgets the hold, so
-//! buying many seats does not grow the session). A release does not: its entry stays
-//! behind (a leftover owner token fails every later compare-and-delete; holding the seat
-//! again overwrites it), and entries past their expiry are dropped at the next grant. That
-//! saves a session write (a Postgres round trip) on every release.
 
 use std::collections::BTreeMap;
 
@@ -163,14 +156,9 @@ impl Buyer {
         Ok(self.holds().await?.remove(&hold_key(event_id, seat_id)))
     }
 
-    /// Records a granted hold (one session write, at the end of the request), dropping
-    /// the entries whose leases expired by now.
+    /// Records a granted hold.
     pub async fn remember_hold(&self, event_id: i64, seat_id: i64, held: HeldSeat) -> Result<()> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         let mut holds = self.holds().await?;
-        holds.retain(|_, h| h.expires_at_ms > now_ms);
         holds.insert(hold_key(event_id, seat_id), held);
         self.session
             .insert(HOLDS, holds)
@@ -178,7 +166,7 @@ impl Buyer {
             .map_err(session_error)
     }
 
-    /// Forgets a hold (confirmed, refused or lapsed): one session write if it was there.
+    /// Forgets a hold (released, confirmed or lapsed).
     pub async fn forget_hold(&self, event_id: i64, seat_id: i64) -> Result<()> {
         let mut holds = self.holds().await?;
         if holds.remove(&hold_key(event_id, seat_id)).is_some() {

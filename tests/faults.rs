@@ -713,6 +713,12 @@ async fn a_hold_whose_session_cannot_be_saved_is_a_503_page_and_a_retry_finds_th
     let mut buyer = HttpBuyer::new();
     let page = buyer.get(&d.page(&server.address)).await.unwrap();
     let id = buyer_id(&page.body); // the session is saved from here on
+    // Held and released once before: the session must not keep anything that could hide
+    // the hold taken below (a leftover entry would shadow it and the confirm would fail).
+    for action in ["hold", "release"] {
+        let reply = act(&buyer, &server.address, &d, seat, action).await;
+        assert_eq!(reply.status, SEE_OTHER, "{action}: {}", reply.body);
+    }
     // Session reads go on, session writes wait on this lock until the server's
     // lock_timeout: the hold is granted in Redis, then saving its owner token fails.
     let mut blocker = d.db.begin().await.unwrap();

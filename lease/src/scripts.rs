@@ -14,25 +14,20 @@ use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 /// events channel (a grant is announced there: `acquired <name> <token> <expires> <holder>`).
 /// Reply `{status, a, b, holder}`: `{1, token, expires_at_ms, ""}` granted;
 /// `{0, pttl_ms, 0, holder}` held by another; `{-1, 0, 0, ""}` no tokens left below the
-/// ceiling (nothing was written: reserve a block and call again; the answer may then be
-/// "held", which is found only after a block is reserved, once per block).
-///
-/// Six commands on a grant (the fencing state in one `HMGET`, then `SET NX PX`, `HINCRBY`,
-/// `TIME`, `HSET`, `PUBLISH`): this script is most of what a hold costs Redis, see the
-/// README's "Performance". Numbers are joined with `..` (Lua's `%.14g`: exact below 10^14;
-/// tokens and Unix ms stay far below).
+/// ceiling (nothing was written: reserve a block and call again).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r"
-local fence = redis.call('HMGET', KEYS[2], 'counter', 'ceiling')
-if (tonumber(fence[1]) or 0) >= (tonumber(fence[2]) or 0) then
+local counter = tonumber(redis.call('HGET', KEYS[2], 'counter') or '0')
+local ceiling = tonumber(redis.call('HGET', KEYS[2], 'ceiling') or '0')
+if redis.call('EXISTS', KEYS[1]) == 0 and counter >= ceiling then
   return {-1, 0, 0, ''}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local token = redis.call('HINCRBY', KEYS[2], 'counter', 1)
   local t = redis.call('TIME')
-  local expires = t[1] * 1000 + math.floor(t[2] / 1000) + ARGV[2]
-  local entry = token .. ' ' .. expires .. ' ' .. ARGV[4]
+  local expires = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
+  local entry = string.format('%d %d %s', token, expires, ARGV[4])
   redis.call('HSET', KEYS[3], ARGV[3], entry)
   redis.call('PUBLISH', ARGV[5], 'acquired ' .. ARGV[3] .. ' ' .. entry)
   return {1, token, expires, ''}

@@ -35,7 +35,7 @@ pub enum HoldOutcome {
 /// Holds `seat` for `buyer` for the configured TTL.
 ///
 /// Round trips: one Postgres read (the seat exists and is unsold), one Redis script
-/// (the lease), one session write (the owner token). Errors: 404 unknown seat, 409 sold or "someone is
+/// (the lease), one session write. Errors: 404 unknown seat, 409 sold or "someone is
 /// buying this seat", 503 store unavailable.
 ///
 /// Traced as span `hold` with the event, seat, buyer and (once granted) fencing token;
@@ -118,10 +118,8 @@ pub(crate) fn not_your_hold() -> Error {
     Error::Forbidden("You do not hold this seat. Pick it on the seat map first.".into())
 }
 
-/// Releases the buyer's hold on `seat` (owner-checked): one Redis script and no session
-/// write (the session's entry stays behind, see [`crate::buyer`]). Releasing a hold that
-/// already lapsed deletes nothing. Errors: 403 if the buyer has no hold on it, 503 Redis
-/// unavailable.
+/// Releases the buyer's hold on `seat` (owner-checked). A hold that already lapsed is
+/// simply forgotten. Errors: 403 if the buyer has no hold on it, 503 Redis unavailable.
 /// Traced as span `release` (event, seat, buyer, fencing token).
 #[tracing::instrument(name = "release", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
@@ -130,7 +128,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
         .ok_or_else(not_your_hold)?;
     Span::current().record("fencing_token", lease.fencing_token.0);
     state.leases.release(&lease).await?;
-    Ok(())
+    buyer.forget_hold(seat.event_id, seat.seat_id).await
 }
 
 /// Buys `seat` for `buyer` with the fencing token of the buyer's hold; returns the
@@ -148,7 +146,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// race lab.
 ///
 /// Round trips: one Redis script, one Postgres transaction (BEGIN, the statement,
-/// COMMIT), one session write (the hold is forgotten). Confirming twice returns the same order (the second finds the seat sold to
+/// COMMIT). Confirming twice returns the same order (the second finds the seat sold to
 /// this buyer). Errors: 403 no hold, 409 sold or hold lapsed or token stale, 503.
 ///
 /// Traced as span `confirm` (event, seat, buyer, fencing token); outcomes counted in
