@@ -318,8 +318,8 @@ impl HttpBuyer {
             .await
     }
 
-    /// Opens the event page (session + CSRF token) then POSTs `action` (`hold`, `release`
-    /// or `confirm`) for one seat.
+    /// POSTs `action` (`hold`, `release` or `confirm`) for one seat, first opening the
+    /// event page (session + CSRF token) if this buyer has read no page yet.
     pub async fn seat_action(
         &mut self,
         base: &str,
@@ -622,24 +622,29 @@ impl PostgresServer {
             .await
     }
 
-    /// Runs `bin` (`initdb`, `pg_ctl`) of the Postgres installation on the data folder,
-    /// as `postgres` when root.
-    async fn run(&self, bin: &str, args: &[&str]) -> anyhow::Result<()> {
+    /// `bin` (`initdb`, `pg_ctl`) of the Postgres installation on the data folder, as
+    /// `postgres` when root (Postgres refuses to run as root).
+    fn command(&self, bin: &str) -> std::process::Command {
         let program = self.bin.join(bin);
         let mut command = if running_as_root() {
-            let mut c = tokio::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&program);
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
             c
         } else {
-            tokio::process::Command::new(&program)
+            std::process::Command::new(program)
         };
         command.arg("-D").arg(self.dir.join("data"));
-        let output = command
+        command
+    }
+
+    /// Runs [`Self::command`] with `args`; fails with its output unless it succeeds.
+    async fn run(&self, bin: &str, args: &[&str]) -> anyhow::Result<()> {
+        let output = tokio::process::Command::from(self.command(bin))
             .args(args)
             .stdin(std::process::Stdio::null())
             .output()
             .await
-            .with_context(|| format!("running {}", program.display()))?;
+            .with_context(|| format!("running {bin}"))?;
         anyhow::ensure!(
             output.status.success(),
             "{bin} {args:?} failed: {}{}",
@@ -652,17 +657,8 @@ impl PostgresServer {
 
 impl Drop for PostgresServer {
     fn drop(&mut self) {
-        let program = self.bin.join("pg_ctl");
-        let mut command = if running_as_root() {
-            let mut c = std::process::Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(&program);
-            c
-        } else {
-            std::process::Command::new(&program)
-        };
-        let _ = command
-            .arg("-D")
-            .arg(self.dir.join("data"))
+        let _ = self
+            .command("pg_ctl")
             .args(["-m", "immediate", "-w", "stop"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -6,7 +6,7 @@
 //! * [`confirm`]: step 4: the fenced, conditional write in Postgres, and the hold's
 //!   release before commit, so a purchase whose hold lapsed is rolled back.
 
-use lease::{Lease, LeaseError};
+use lease::{Lease, LeaseError, LeaseKey};
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -95,16 +95,20 @@ pub(crate) async fn held_lease(
     if let Some(held) = buyer.hold(seat.event_id, seat.seat_id).await? {
         return Ok(Some(held.lease(key)));
     }
-    recover_hold(state, buyer, seat).await
+    recover_hold(state, buyer, seat, &key).await
 }
 
 /// The buyer's live hold from Redis when the session lost its record of it (two
 /// concurrent requests of one session each saved their own copy of the holds; or the
 /// session save after a grant failed), written back to the session. One Redis script;
 /// `None` if Redis has no live hold of this buyer on the seat.
-async fn recover_hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Option<Lease>> {
-    let key = state.seat_key(seat.event_id, seat.seat_id);
-    let Some(lease) = state.leases.owned_by(&key, buyer.id()).await? else {
+async fn recover_hold(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+    key: &LeaseKey,
+) -> Result<Option<Lease>> {
+    let Some(lease) = state.leases.owned_by(key, buyer.id()).await? else {
         return Ok(None);
     };
     buyer
