@@ -21,9 +21,8 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::PostgresStore;
 
-use crate::config::Settings;
+use crate::config::{PurchaseStrategy, Settings};
 use crate::ledger::PgFenceLedger;
-use crate::racelab::PurchaseStrategy;
 use crate::state::AppState;
 use crate::telemetry::{self, TimedSessionStore};
 use crate::{auction, buyer, csrf, events, health, live, orders, racelab, seats};
@@ -47,8 +46,6 @@ impl Application {
     /// and `/healthz` says so), builds the router and binds `settings.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         telemetry::prometheus(); // installed before anything is counted
-        lease::LeaseKey::new(format!("{}:event:1", settings.lease_namespace), "1")
-            .context("SEATLOCK_LEASE_NAMESPACE may not contain braces or spaces")?;
         // The store timeout bounds every statement and every lock wait too, not only the
         // wait for a pool connection: a stalled transaction fails its request with 503.
         let timeout_ms = settings.store_timeout_ms.to_string();
@@ -97,7 +94,7 @@ impl Application {
             live.clone(),
             settings.redis_url.clone(),
             db.clone(),
-            settings.lease_namespace.clone(),
+            settings.lease_namespace.to_string(),
         );
         let state = AppState {
             db,
@@ -157,7 +154,9 @@ impl Application {
 /// The routes and middleware. Sessions live in Postgres (tower-sessions-sqlx-store,
 /// timed by [`TimedSessionStore`]); cookies are HttpOnly and SameSite=Lax; every POST is
 /// CSRF-checked by [`csrf::CsrfForm`] and refused if its Origin is foreign.
-/// `GET /metrics` serves [`telemetry`]'s Prometheus page.
+/// `GET /metrics` serves [`telemetry`]'s Prometheus page. Hold and confirm are the
+/// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
+/// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
     let store = TimedSessionStore(PostgresStore::new(state.db.clone()));
     let sessions = SessionManagerLayer::new(store)
@@ -173,6 +172,10 @@ pub fn router(state: AppState) -> Router {
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .merge(seats::router())
+        .merge(match state.settings.purchase_strategy {
+            PurchaseStrategy::Fenced => seats::purchase_routes(),
+            _ => racelab::purchase_routes(),
+        })
         .merge(orders::router())
         .merge(auction::router())
         .merge(buyer::router())

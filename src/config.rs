@@ -1,9 +1,14 @@
 //! Command line and environment configuration (clap). Every flag can also be given as the
-//! environment variable named next to it.
+//! environment variable named next to it. The clap attributes on [`Settings`] are the only
+//! place a default is written: [`Settings::new`] parses them, and [`Settings::to_env`]
+//! turns a value back into the environment a `seatlock serve` process is started with.
 
+use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, FromArgMatches, Parser, Subcommand};
+use serde::{Deserialize, Serialize};
 
 /// `seatlock serve | migrate | seed`.
 #[derive(Debug, Parser)]
@@ -53,8 +58,9 @@ pub struct SeedArgs {
 }
 
 /// Everything `seatlock serve` needs; also what tests and the load test pass to
-/// [`crate::app::Application::build`].
-#[derive(Debug, Clone, Args)]
+/// [`crate::app::Application::build`]. Field names are the flags' names (`hold_ttl_ms` is
+/// `--hold-ttl-ms`), which [`Settings::to_env`] relies on.
+#[derive(Debug, Clone, PartialEq, Eq, Args, Serialize)]
 pub struct Settings {
     /// Postgres URL.
     #[arg(long, env = "DATABASE_URL")]
@@ -73,7 +79,7 @@ pub struct Settings {
     pub payment_delay_ms: u64,
     /// Prefix of every lease group, so several deployments (or tests) can share a Redis.
     #[arg(long, env = "SEATLOCK_LEASE_NAMESPACE", default_value = "seatlock")]
-    pub lease_namespace: String,
+    pub lease_namespace: LeaseNamespace,
     /// Secret shared by all server processes, used to sign CSRF tokens. Random per
     /// process when unset, which only suits a single process.
     #[arg(long, env = "SEATLOCK_SECRET")]
@@ -95,7 +101,7 @@ pub struct Settings {
         value_enum,
         default_value = "fenced"
     )]
-    pub purchase_strategy: crate::racelab::PurchaseStrategy,
+    pub purchase_strategy: PurchaseStrategy,
     /// Allows the race-lab strategies and the `x-race-lab-pause-ms` header. Never in
     /// production.
     #[arg(long, env = "SEATLOCK_ENABLE_RACE_LAB")]
@@ -113,7 +119,7 @@ pub struct Settings {
         value_enum,
         default_value = "lease"
     )]
-    pub bid_strategy: crate::auction::BidStrategy,
+    pub bid_strategy: BidStrategy,
     /// How often this process looks for auctions past their end to close, in
     /// milliseconds; 0 = never (leave closing to other processes).
     #[arg(long, env = "SEATLOCK_CLOSE_INTERVAL_MS", default_value_t = 1_000)]
@@ -125,25 +131,51 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// Settings for a server on `bind` with the defaults above.
+    /// Settings for a server on `bind` with every other field at its default: the clap
+    /// attributes above are parsed (environment variables are not read), so a default is
+    /// written once.
     pub fn new(database_url: &str, redis_url: &str, bind: &str) -> Self {
-        Settings {
-            database_url: database_url.into(),
-            redis_url: redis_url.into(),
-            bind: bind.into(),
-            hold_ttl_ms: 600_000,
-            payment_delay_ms: 0,
-            lease_namespace: "seatlock".into(),
-            secret: None,
-            store_timeout_ms: 2_000,
-            db_pool_size: 8,
-            purchase_strategy: crate::racelab::PurchaseStrategy::Fenced,
-            enable_race_lab: false,
-            bid_lock_ttl_ms: 2_000,
-            bid_strategy: crate::auction::BidStrategy::Lease,
-            close_interval_ms: 1_000,
-            close_lease_ttl_ms: 6_000,
-        }
+        let command = Self::command().mut_args(|arg| arg.env(None));
+        let matches = command
+            .try_get_matches_from([
+                "serve",
+                "--database-url",
+                database_url,
+                "--redis-url",
+                redis_url,
+                "--bind",
+                bind,
+            ])
+            .unwrap_or_else(|err| {
+                panic!("Settings::new({database_url:?}, {redis_url:?}, {bind:?}): {err}")
+            });
+        Settings::from_arg_matches(&matches).expect("clap built these matches from Settings")
+    }
+
+    /// The `seatlock serve` command line these settings come from (for `--help` text and
+    /// the flags' metadata).
+    pub fn command() -> clap::Command {
+        Self::augment_args(clap::Command::new("serve"))
+    }
+
+    /// The environment variables that make a `seatlock serve` process start with exactly
+    /// these settings: one `(NAME, value)` per field that has a value (an unset `secret`
+    /// is left out). Names come from the flags' `env` attributes, values from the fields,
+    /// so a new setting needs no change here.
+    pub fn to_env(&self) -> Vec<(String, String)> {
+        let values = serde_json::to_value(self).expect("settings serialise to JSON");
+        Self::command()
+            .get_arguments()
+            .filter_map(|arg| {
+                let name = arg.get_env()?.to_str()?.to_owned();
+                let value = match &values[arg.get_id().as_str()] {
+                    serde_json::Value::Null => return None,
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                Some((name, value))
+            })
+            .collect()
     }
 
     /// The hold TTL as a `Duration`.
@@ -174,5 +206,208 @@ impl Settings {
     /// The closing job's lease TTL as a `Duration`.
     pub fn close_lease_ttl(&self) -> Duration {
         Duration::from_millis(self.close_lease_ttl_ms)
+    }
+}
+
+/// How a server makes a purchase (`--purchase-strategy`). Only `Fenced` is the product;
+/// the others exist for the race lab ([`crate::racelab`]) and need `--enable-race-lab`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PurchaseStrategy {
+    /// Lease + fencing token checked by Postgres: the product path.
+    #[default]
+    Fenced,
+    /// No lock at all: read the seat, payment delay, write "sold".
+    RaceLabNaive,
+    /// A Redis lease with owner-checked release, but the write carries no fencing token.
+    RaceLabUnfencedLease,
+    /// No lock service: one `UPDATE … WHERE sold = false`.
+    RaceLabConditional,
+}
+
+impl PurchaseStrategy {
+    /// The short name used by `load-test --strategy` and in reports.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            PurchaseStrategy::Fenced => "fenced",
+            PurchaseStrategy::RaceLabNaive => "naive",
+            PurchaseStrategy::RaceLabUnfencedLease => "lease",
+            PurchaseStrategy::RaceLabConditional => "conditional",
+        }
+    }
+
+    /// The value of `seatlock serve --purchase-strategy` (`race-lab-naive`, …).
+    pub fn flag_value(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .expect("no strategy is skipped")
+            .get_name()
+            .to_owned()
+    }
+
+    /// Whether holds take a Redis lease under this strategy.
+    pub fn uses_lease(self) -> bool {
+        matches!(
+            self,
+            PurchaseStrategy::Fenced | PurchaseStrategy::RaceLabUnfencedLease
+        )
+    }
+
+    /// All four, in report order.
+    pub const ALL: [PurchaseStrategy; 4] = [
+        PurchaseStrategy::RaceLabNaive,
+        PurchaseStrategy::RaceLabUnfencedLease,
+        PurchaseStrategy::Fenced,
+        PurchaseStrategy::RaceLabConditional,
+    ];
+}
+
+/// How bids are serialised (`seatlock serve --bid-strategy`, env `SEATLOCK_BID_STRATEGY`).
+/// Both are safe: they differ in what does the serialising, which is what the race lab
+/// compares.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum BidStrategy {
+    /// A short per-item lease in Redis (the bid lock), then read, validate and one fenced
+    /// conditional write: lock (1 Redis) + 1 Postgres transaction + release (1 Redis).
+    #[default]
+    Lease,
+    /// No lock service: one conditional `UPDATE … WHERE high bid + minimum increment <=
+    /// amount` (the article: "a single partition does the same job without a lock").
+    Conditional,
+}
+
+/// The prefix of every lease group of one deployment (`--lease-namespace`), so several
+/// deployments or tests can share a Redis: groups are `<namespace>:event:<id>` and
+/// `<namespace>:auction:<id>`. Parsed once at start-up: it may not contain what a
+/// [`lease::LeaseKey`] refuses (braces, white space) or be empty.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(transparent)]
+pub struct LeaseNamespace(String);
+
+impl LeaseNamespace {
+    /// The lease group `<namespace>:<kind>:<id>` (`kind` is `event` or `auction`).
+    pub fn group(&self, kind: &str, id: i64) -> String {
+        format!("{}:{kind}:{id}", self.0)
+    }
+
+    /// The lease key of resource `name` in group `<namespace>:<kind>:<id>`.
+    pub fn key(&self, kind: &str, id: i64, name: &str) -> lease::LeaseKey {
+        lease::LeaseKey::new(self.group(kind, id), name)
+            .expect("a parsed namespace, a kind word and an id make a valid key")
+    }
+
+    /// The namespace's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for LeaseNamespace {
+    type Err = String;
+
+    fn from_str(raw: &str) -> Result<Self, String> {
+        if raw.is_empty() {
+            return Err("the lease namespace may not be empty".into());
+        }
+        lease::LeaseKey::new(format!("{raw}:event:1"), "1")
+            .map(|_| LeaseNamespace(raw.to_owned()))
+            .map_err(|_| format!("{raw:?} may not contain braces or white space"))
+    }
+}
+
+impl fmt::Display for LeaseNamespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses `env` as `seatlock serve` would read it: each variable becomes its flag.
+    fn parse_env(env: &[(String, String)]) -> Settings {
+        let command = Settings::command().mut_args(|arg| arg.env(None));
+        let mut argv = vec!["serve".to_owned()];
+        for (name, value) in env {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_env().and_then(|e| e.to_str()) == Some(name.as_str()))
+                .unwrap_or_else(|| panic!("{name} is no flag's variable"));
+            let flag = format!(
+                "--{}",
+                arg.get_long().expect("every setting has a long flag")
+            );
+            if arg.get_num_args().is_some_and(|n| n.takes_values()) {
+                argv.extend([flag, value.clone()]);
+            } else if value == "true" {
+                argv.push(flag);
+            }
+        }
+        let matches = command.try_get_matches_from(argv).unwrap();
+        Settings::from_arg_matches(&matches).unwrap()
+    }
+
+    #[test]
+    fn every_setting_survives_the_trip_through_the_environment() {
+        let mut settings = Settings::new("postgres://db/x", "redis://r/", "127.0.0.1:0");
+        assert_eq!(parse_env(&settings.to_env()), settings);
+        // Every field away from its default, so a dropped one cannot hide behind it.
+        settings = Settings {
+            database_url: "postgres://u:p@127.0.0.1:1/y".into(),
+            redis_url: "redis://127.0.0.1:2/".into(),
+            bind: "127.0.0.1:4000".into(),
+            hold_ttl_ms: 1_234,
+            payment_delay_ms: 56,
+            lease_namespace: "ns-7".parse().unwrap(),
+            secret: Some("s".repeat(40)),
+            store_timeout_ms: 789,
+            db_pool_size: 3,
+            purchase_strategy: PurchaseStrategy::RaceLabUnfencedLease,
+            enable_race_lab: true,
+            bid_lock_ttl_ms: 321,
+            bid_strategy: BidStrategy::Conditional,
+            close_interval_ms: 0,
+            close_lease_ttl_ms: 999,
+        };
+        assert_ne!(settings, Settings::new("a", "b", "c"));
+        assert_eq!(parse_env(&settings.to_env()), settings);
+        assert_eq!(
+            settings.to_env().len(),
+            Settings::command().get_arguments().count()
+        );
+    }
+
+    #[test]
+    fn defaults_are_the_flags_defaults() {
+        let settings = Settings::new("postgres://db/x", "redis://r/", "127.0.0.1:0");
+        assert_eq!(settings.hold_ttl(), Duration::from_secs(600));
+        assert_eq!(settings.purchase_strategy, PurchaseStrategy::Fenced);
+        assert_eq!(settings.bid_strategy, BidStrategy::Lease);
+        assert_eq!(settings.lease_namespace.as_str(), "seatlock");
+        assert_eq!(settings.secret, None);
+    }
+
+    #[test]
+    fn lease_namespaces_are_parsed_once() {
+        assert!("seatlock".parse::<LeaseNamespace>().is_ok());
+        for bad in ["", "a b", "{x}"] {
+            assert!(bad.parse::<LeaseNamespace>().is_err(), "{bad:?}");
+        }
+        let ns: LeaseNamespace = "t1".parse().unwrap();
+        assert_eq!(ns.key("event", 4, "9").lease_key(), "lease:{t1:event:4}:9");
+    }
+
+    #[test]
+    fn strategy_flag_values_are_clap_names() {
+        assert_eq!(
+            PurchaseStrategy::RaceLabNaive.flag_value(),
+            "race-lab-naive"
+        );
+        assert_eq!(PurchaseStrategy::Fenced.flag_value(), "fenced");
     }
 }

@@ -1,11 +1,90 @@
 //! One error type for every handler, mapped to a status code and a page with a human
 //! message. Bad input is always a 4xx; only an unavailable store is a 5xx (503).
+//!
+//! A well-formed request that the rules turn down is a [`Refusal`]: 409 with a stable
+//! machine-readable code that every response carries twice, in the
+//! [`REFUSAL_HEADER`] header and as `data-refusal` on the page's message, so tests, the
+//! load test and scripts tell "held" from "stale" without reading the prose.
 
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use lease::LeaseError;
+
+use crate::auction::rules::BidRefusal;
+
+/// Response header naming the [`Refusal::code`] of a refused request.
+pub const REFUSAL_HEADER: &str = "x-seatlock-refusal";
+
+/// Why a well-formed request was turned down (409). `Display` is the message a person
+/// reads; [`Refusal::code`] the stable name a program matches.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The seat is held by another buyer (the lease's create-if-absent lost): `held`.
+    #[error(
+        "Someone is buying this seat. It may come free again if they do not complete their purchase."
+    )]
+    SomeoneIsBuying,
+    /// The buyer's own hold has lapsed (or was lost with Redis): `expired`.
+    #[error("Your hold on this seat has expired. Pick the seat again if it is still available.")]
+    HoldExpired,
+    /// The seat is sold: `sold`.
+    #[error("This seat has already been sold.")]
+    AlreadySold,
+    /// Postgres refused the purchase because the seat's row had accepted a newer fencing
+    /// token (Kleppmann's fencing): `stale`.
+    #[error(
+        "Your hold was superseded by a newer one: its fencing token is stale, so the purchase was refused."
+    )]
+    StaleToken,
+    /// The item's bid lock stayed busy through every retry: `busy`.
+    #[error(
+        "Bidding on this item is busy right now, so your bid was not placed. Please try again."
+    )]
+    BidLockBusy,
+    /// Postgres refused a bid whose lock had lapsed mid-bid after a newer bid lock was
+    /// granted and used: `stale_bid_lock`.
+    #[error(
+        "Your bid took longer than its bid lock's lease and a newer bid was placed meanwhile \
+         (the lock's fencing token is stale), so your bid was refused. Please try again."
+    )]
+    StaleBidLock,
+    /// A bid rule turned the bid down (not open, ended, too low): the rule's code.
+    #[error(transparent)]
+    Bid(#[from] BidRefusal),
+    /// The item changed between the write and the read explaining it: `auction_changed`.
+    #[error("The auction changed while your bid was placed. Please try again.")]
+    AuctionChanged,
+    /// Another bid of the same amount was accepted first (`bids_one_per_amount`):
+    /// `outbid`.
+    #[error("Another bid of this amount was accepted first, so your bid is no longer high enough.")]
+    Outbid,
+    /// The bid lock's fencing token was already used for a bid
+    /// (`bids_one_per_fencing_token`): `bid_lock_used`.
+    #[error("This bid lock was already used for a bid. Please try again.")]
+    BidLockUsed,
+}
+
+impl Refusal {
+    /// The stable code: `held`, `expired`, `sold`, `stale`, `busy`, `stale_bid_lock`,
+    /// `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
+    /// ([`BidRefusal::code`]).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::SomeoneIsBuying => "held",
+            Refusal::HoldExpired => "expired",
+            Refusal::AlreadySold => "sold",
+            Refusal::StaleToken => "stale",
+            Refusal::BidLockBusy => "busy",
+            Refusal::StaleBidLock => "stale_bid_lock",
+            Refusal::Bid(rule) => rule.code(),
+            Refusal::AuctionChanged => "auction_changed",
+            Refusal::Outbid => "outbid",
+            Refusal::BidLockUsed => "bid_lock_used",
+        }
+    }
+}
 
 /// Everything a request can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -19,9 +98,9 @@ pub enum Error {
     /// No such event, seat or order: 404.
     #[error("{0}")]
     NotFound(String),
-    /// The request lost a race or conflicts with the seat's state: 409.
-    #[error("{0}")]
-    Conflict(String),
+    /// The request lost a race or the rules turn it down: 409 with a [`Refusal`] code.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     /// The request body is over [`crate::app::BODY_LIMIT_BYTES`]: 413.
     #[error("The request is too large.")]
     TooLarge,
@@ -67,8 +146,8 @@ impl From<sqlx::Error> for Error {
 impl From<LeaseError> for Error {
     fn from(err: LeaseError) -> Self {
         match err {
-            LeaseError::Held { .. } => Error::Conflict(SOMEONE_IS_BUYING.into()),
-            LeaseError::Lost => Error::Conflict(HOLD_EXPIRED.into()),
+            LeaseError::Held { .. } => Refusal::SomeoneIsBuying.into(),
+            LeaseError::Lost => Refusal::HoldExpired.into(),
             LeaseError::Unavailable(_) => Error::Unavailable("Redis"),
             LeaseError::Ledger(_) => Error::Unavailable("Postgres"),
         }
@@ -79,14 +158,9 @@ impl From<LeaseError> for Error {
 /// migrations/), or `None` for one that only a bug could violate.
 fn constraint_error(constraint: &str) -> Option<Error> {
     Some(match constraint {
-        "orders_one_per_seat" => Error::Conflict("This seat has already been sold.".into()),
-        "bids_one_per_amount" => Error::Conflict(
-            "Another bid of this amount was accepted first, so your bid is no longer high enough."
-                .into(),
-        ),
-        "bids_one_per_fencing_token" => {
-            Error::Conflict("This bid lock was already used for a bid. Please try again.".into())
-        }
+        "orders_one_per_seat" => Refusal::AlreadySold.into(),
+        "bids_one_per_amount" => Refusal::Outbid.into(),
+        "bids_one_per_fencing_token" => Refusal::BidLockUsed.into(),
         "bids_amount_in_range" => {
             Error::BadRequest("A bid must be between $0.01 and $1000000.00.".into())
         }
@@ -94,21 +168,22 @@ fn constraint_error(constraint: &str) -> Option<Error> {
     })
 }
 
-/// Shown when a seat is held by another buyer.
-pub const SOMEONE_IS_BUYING: &str =
-    "Someone is buying this seat. It may come free again if they do not complete their purchase.";
-/// Shown when the buyer's own hold has lapsed.
-pub const HOLD_EXPIRED: &str =
-    "Your hold on this seat has expired. Pick the seat again if it is still available.";
-
 impl Error {
+    /// The refusal's code, if this is a [`Refusal`].
+    pub fn refusal_code(&self) -> Option<&'static str> {
+        match self {
+            Error::Refused(refusal) => Some(refusal.code()),
+            _ => None,
+        }
+    }
+
     /// The HTTP status for this error.
     pub fn status(&self) -> StatusCode {
         match self {
             Error::BadRequest(_) => StatusCode::BAD_REQUEST,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
-            Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::Refused(_) => StatusCode::CONFLICT,
             Error::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -124,6 +199,8 @@ pub struct ErrorPage {
     pub title: String,
     /// The human message.
     pub message: String,
+    /// The [`Refusal::code`], for `data-refusal`; empty for other errors.
+    pub refusal: &'static str,
 }
 
 impl IntoResponse for Error {
@@ -140,6 +217,15 @@ impl IntoResponse for Error {
             }
         };
         let title = status.canonical_reason().unwrap_or("Error").to_owned();
-        (status, ErrorPage { title, message }).into_response()
+        let refusal = self.refusal_code();
+        let page = ErrorPage {
+            title,
+            message,
+            refusal: refusal.unwrap_or_default(),
+        };
+        match refusal {
+            Some(code) => (status, [(REFUSAL_HEADER, code)], page).into_response(),
+            None => (status, page).into_response(),
+        }
     }
 }

@@ -6,8 +6,12 @@
 //! step by step along the article *Distributed locks and leases*.
 //!
 //! Layout: [`app`] builds the HTTP application once for `main`, the tests, the end-to-end
-//! suite and the load test; [`seats`] owns the seat picker's rules and queries; [`buyer`]
-//! is the anonymous browser session; [`error`] maps every failure to a status and a page.
+//! suite and the load test; [`config`] is every setting and its one default; [`seats`]
+//! and [`auction`] own their rules and queries; [`buyer`] is the anonymous browser
+//! session; [`error`] maps every failure to a status and a page, and every refusal to a
+//! stable [`error::Refusal`] code; [`pause`] is the test seam of confirm and bid;
+//! [`racelab`] serves the unsafe strategies the race lab compares. Test support and the
+//! load-test client live in the `seatlock-harness` crate, not here.
 
 pub mod app;
 pub mod auction;
@@ -21,9 +25,13 @@ pub mod ledger;
 pub mod live;
 pub mod money;
 pub mod orders;
+pub mod pause;
 pub mod racelab;
 pub mod seats;
 pub mod seed;
 pub mod state;
 pub mod telemetry;
-pub mod testkit;
+
+/// The migrations in `migrations/`, embedded: `seatlock migrate` and every test database
+/// run these.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

@@ -25,7 +25,7 @@ async fn main() -> anyhow::Result<()> {
                 .max_connections(1)
                 .connect(&db.database_url)
                 .await?;
-            sqlx::migrate!("./migrations").run(&pool).await?;
+            seatlock::MIGRATOR.run(&pool).await?;
             println!("migrations applied");
         }
         Command::Seed(args) => {

@@ -32,6 +32,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
 
+use crate::error::Refusal;
+
 /// Counter: holds granted.
 pub const HOLDS_GRANTED_TOTAL: &str = "seatlock_holds_granted_total";
 /// Counter, label `reason` (`held`, `sold`): holds refused.
@@ -146,51 +148,33 @@ pub fn hold_granted() {
     metrics::counter!(HOLDS_GRANTED_TOTAL).increment(1);
 }
 
-/// Why a hold was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HoldRefusal {
-    /// Another buyer holds the seat.
-    Held,
-    /// The seat is sold.
-    Sold,
-}
-
-/// Counts a refused hold.
-pub fn hold_refused(reason: HoldRefusal) {
-    let reason = match reason {
-        HoldRefusal::Held => "held",
-        HoldRefusal::Sold => "sold",
-    };
-    metrics::counter!(HOLDS_REFUSED_TOTAL, "reason" => reason).increment(1);
+/// Counts a refused hold; label `reason` is the refusal's code (`held`, `sold`).
+pub fn hold_refused(reason: &Refusal) {
+    metrics::counter!(HOLDS_REFUSED_TOTAL, "reason" => reason.code()).increment(1);
 }
 
 /// How a confirm ended, as counted in [`CONFIRMS_TOTAL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConfirmOutcome {
+pub enum ConfirmOutcome<'a> {
     /// The seat was sold to the buyer.
     Accepted,
-    /// Postgres refused the write: the row had accepted a higher fencing token.
-    RejectedStale,
-    /// The buyer's own hold had lapsed (the release before commit found it gone).
-    RejectedExpired,
-    /// The seat was already sold (to someone else).
-    RejectedSold,
+    /// Refused (`stale`, `expired`, `sold`).
+    Rejected(&'a Refusal),
 }
 
-impl ConfirmOutcome {
-    /// The `outcome` label value.
-    pub fn label(self) -> &'static str {
+impl ConfirmOutcome<'_> {
+    /// The `outcome` label value: `accepted`, or `rejected_` and the refusal's code
+    /// (`rejected_stale`, `rejected_expired`, `rejected_sold`).
+    pub fn label(self) -> String {
         match self {
-            ConfirmOutcome::Accepted => "accepted",
-            ConfirmOutcome::RejectedStale => "rejected_stale",
-            ConfirmOutcome::RejectedExpired => "rejected_expired",
-            ConfirmOutcome::RejectedSold => "rejected_sold",
+            ConfirmOutcome::Accepted => "accepted".into(),
+            ConfirmOutcome::Rejected(refusal) => format!("rejected_{}", refusal.code()),
         }
     }
 }
 
 /// Counts a confirm's outcome.
-pub fn confirm(outcome: ConfirmOutcome) {
+pub fn confirm(outcome: ConfirmOutcome<'_>) {
     metrics::counter!(CONFIRMS_TOTAL, "outcome" => outcome.label()).increment(1);
 }
 
@@ -235,7 +219,7 @@ mod tests {
     fn counters_and_histograms_render_in_prometheus_format() {
         let handle = prometheus();
         hold_granted();
-        confirm(ConfirmOutcome::RejectedStale);
+        confirm(ConfirmOutcome::Rejected(&Refusal::StaleToken));
         metrics::histogram!(POSTGRES_ROUND_TRIP_SECONDS, "op" => "unit_test")
             .record(Duration::from_micros(300));
         let page = handle.render();

@@ -1,5 +1,5 @@
 //! The online auction over HTTP and through its domain functions, against real Redis and
-//! Postgres: one fresh database per test, servers on port 0 (`seatlock::testkit`).
+//! Postgres: one fresh database per test, servers on port 0 ([`TestApp::builder`]).
 
 use std::time::Duration;
 
@@ -8,40 +8,42 @@ use reqwest::StatusCode;
 use seatlock::auction::bid::AcceptedBid;
 use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries::{self, NewItem};
-use seatlock::auction::{Bid, BidStrategy, bid};
+use seatlock::auction::rules::BidRefusal;
+use seatlock::auction::{Bid, bid};
 use seatlock::buyer::BuyerProfile;
-use seatlock::config::Settings;
-use seatlock::error::Error;
-use seatlock::testkit::{self, HttpBuyer, Reply, TestApp, eventually};
+use seatlock::config::{BidStrategy, Settings};
+use seatlock::error::{Error, Refusal};
+use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
 
 /// Settings over a fresh, empty database, changed by `adjust`. The background closer is
 /// off unless a test turns it on, so tests that close by hand are not raced by it.
-async fn settings(adjust: impl FnOnce(&mut Settings)) -> Settings {
-    let (admin, redis) = testkit::store_urls().unwrap();
-    let url = testkit::fresh_database(&admin).await.unwrap();
-    let mut settings = testkit::settings(&url, &redis);
-    settings.close_interval_ms = 0;
-    adjust(&mut settings);
-    settings
+async fn settings(adjust: impl FnOnce(&mut Settings) + Send + 'static) -> Settings {
+    TestApp::builder()
+        .no_venues()
+        .with(|s| s.close_interval_ms = 0)
+        .with(adjust)
+        .settings()
+        .await
+        .unwrap()
 }
 
 /// A server with [`settings`].
-async fn app(adjust: impl FnOnce(&mut Settings)) -> TestApp {
+async fn app(adjust: impl FnOnce(&mut Settings) + Send + 'static) -> TestApp {
     TestApp::spawn(settings(adjust).await).await.unwrap()
 }
 
 /// Two servers over one database and one lease namespace: two processes of one
 /// deployment.
-async fn two_apps(adjust: impl FnOnce(&mut Settings)) -> (TestApp, TestApp) {
+async fn two_apps(adjust: impl FnOnce(&mut Settings) + Send + 'static) -> (TestApp, TestApp) {
     let settings = settings(adjust).await;
     let one = TestApp::spawn(settings.clone()).await.unwrap();
     (one, TestApp::spawn(settings).await.unwrap())
 }
 
-/// Inserts [`testkit::auction_item`] (open for another hour, $10.00 start, $1.00
-/// increment, no reserve, no soft close) after `adjust` changed what the test needs.
+/// Inserts [`auction_item`] (open for another hour, $10.00 start, $1.00 increment, no
+/// reserve, no soft close) after `adjust` changed what the test needs.
 async fn item(app: &TestApp, adjust: impl FnOnce(&mut NewItem)) -> i64 {
-    let mut new = testkit::auction_item("Signed poster");
+    let mut new = auction_item("Signed poster");
     adjust(&mut new);
     queries::insert_item(app.db(), &new).await.unwrap().unwrap()
 }
@@ -60,7 +62,7 @@ async fn bid_on(buyer: &mut HttpBuyer, base: &str, item: i64, amount: &str) -> R
 /// message containing `says` inside the form, and the typed amount kept in the field.
 fn assert_refused(reply: &Reply, status: StatusCode, amount: &str, says: &str) {
     assert_eq!(reply.status, status, "{amount:?}: {}", reply.body);
-    let error = "<p class=\"bid-error\" role=\"alert\">";
+    let error = "<p class=\"bid-error\" role=\"alert\" data-refusal=";
     assert!(reply.body.contains(error), "{amount:?}: {}", reply.body);
     assert!(reply.body.contains(says), "{amount:?}: {}", reply.body);
     let kept = format!("name=\"amount\" value=\"{amount}\"");
@@ -129,7 +131,7 @@ async fn wait_for_lapse(app: &TestApp, key: &lease::LeaseKey) {
 /// 20 rounds of two buyers, on two server processes, bidding the same amount at once:
 /// exactly one is accepted each round, the other is told it is no longer high enough.
 async fn equal_bids_race(strategy: BidStrategy) {
-    let (one, two) = two_apps(|s| s.bid_strategy = strategy).await;
+    let (one, two) = two_apps(move |s| s.bid_strategy = strategy).await;
     let id = item(&one, |_| {}).await;
     let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
     a.get(&format!("{}/auctions/{id}", one.address))
@@ -165,9 +167,8 @@ async fn equal_bids_race(strategy: BidStrategy) {
         };
         assert_eq!(loser.status, StatusCode::CONFLICT, "round {round}");
         assert!(
-            loser.body.contains("no longer high enough"),
-            "round {round}: {}",
-            loser.body
+            matches!(loser.refusal.as_deref(), Some("too_low" | "outbid")),
+            "round {round}: {loser:?}"
         );
         let item = fetch(&one, id).await;
         assert_eq!(item.high_bid_cents, Some((1_000 + 100 * round) as i64));
@@ -249,7 +250,7 @@ async fn an_equal_bid_loses_and_the_high_bid_plus_the_increment_wins() {
 async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
     let app = app(|s| s.bid_lock_ttl_ms = 200).await;
     let id = item(&app, |_| {}).await;
-    let key = app.state.bid_lock_key(id);
+    let key = seatlock::auction::bid_lock_key(&app.state.settings.lease_namespace, id);
 
     // A takes the bid lock, then stalls (a GC pause) past its lease.
     let lease_a = bid::lock_item(&app.state, id, "a").await.unwrap();
@@ -270,7 +271,7 @@ async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
     };
     let late = bid::bid_under_lease(&app.state, &lease_a, &late_bid, Duration::ZERO).await;
     match late {
-        Err(Error::Conflict(message)) => assert_eq!(message, bid::STALE_BID_LOCK),
+        Err(Error::Refused(Refusal::StaleBidLock)) => {}
         other => panic!("expected a stale-token refusal, got {other:?}"),
     }
     let item = fetch(&app, id).await;
@@ -287,7 +288,7 @@ async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
 async fn a_busy_bid_lock_is_answered_409_busy_never_5xx() {
     let app = app(|_| {}).await;
     let id = item(&app, |_| {}).await;
-    let key = app.state.bid_lock_key(id);
+    let key = seatlock::auction::bid_lock_key(&app.state.settings.lease_namespace, id);
     let squatter = app
         .state
         .leases
@@ -365,7 +366,7 @@ async fn a_closer_paused_past_its_lease_cannot_write() {
         .await
         .unwrap()
         .unwrap();
-    let key = app.state.closing_key(id);
+    let key = seatlock::auction::closing_key(&app.state.settings.lease_namespace, id);
     wait_for_lapse(&app, &key).await;
     // Closer B claims the job with a newer token and closes.
     let closed = close::close_item(&app.state, id, "closer-b").await.unwrap();
@@ -468,15 +469,13 @@ async fn bids_after_the_end_are_refused_before_and_after_the_close() {
     a.get(&format!("{}/", app.address)).await.unwrap();
     for when in ["ended, not yet closed", "closed"] {
         let late = bid_on(&mut a, &app.address, id, "50.00").await;
-        assert_eq!(late.status, StatusCode::CONFLICT, "{when}");
         assert!(
-            late.body.contains("This auction has ended"),
-            "{when}: {}",
-            late.body
+            late.is_refused(&Refusal::Bid(BidRefusal::Ended)),
+            "{when}: {late:?}"
         );
         assert_eq!(bid_count(&app, id).await, 0, "{when}");
         let written = place(&app, "x", id, 5_000).await;
-        assert!(matches!(written, Err(Error::Conflict(_))), "{when}");
+        assert!(matches!(written, Err(Error::Refused(_))), "{when}");
         close::close_due(&app.state, "closer").await.unwrap();
     }
     assert_eq!(fetch(&app, id).await.result.as_deref(), Some("no_bids"));

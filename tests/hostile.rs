@@ -13,24 +13,23 @@ use reqwest::header::{HeaderMap, HeaderValue, ORIGIN};
 use seatlock::app::BODY_LIMIT_BYTES;
 use seatlock::auction::queries::insert_item;
 use seatlock::config::Settings;
-use seatlock::error::HOLD_EXPIRED;
-use seatlock::testkit::{self, HttpBuyer, Reply, TestApp, eventually};
+use seatlock::error::Refusal;
+use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SESSION_COOKIE: &str = "seatlock.sid";
 
 /// A server over a fresh tiny database, its settings changed by `adjust`, with one open
 /// auction item; returns the app, the event, its seats and the item.
-async fn app(adjust: impl FnOnce(&mut Settings)) -> (TestApp, i64, Vec<i64>, i64) {
-    let (admin, redis) = testkit::store_urls().unwrap();
-    let url = testkit::fresh_database(&admin).await.unwrap();
-    testkit::seed(&url, testkit::TINY_VENUES).await.unwrap();
-    let mut settings = testkit::settings(&url, &redis);
-    settings.close_interval_ms = 0;
-    adjust(&mut settings);
-    let app = TestApp::spawn(settings).await.unwrap();
+async fn app(adjust: impl FnOnce(&mut Settings) + Send + 'static) -> (TestApp, i64, Vec<i64>, i64) {
+    let app = TestApp::builder()
+        .with(|s| s.close_interval_ms = 0)
+        .with(adjust)
+        .spawn()
+        .await
+        .unwrap();
     let (event, seats) = app.first_event_seats().await.unwrap();
-    let item = insert_item(app.db(), &testkit::auction_item("Hostile lamp"))
+    let item = insert_item(app.db(), &auction_item("Hostile lamp"))
         .await
         .unwrap()
         .unwrap();
@@ -87,7 +86,7 @@ async fn assert_nothing_written(app: &TestApp, event: i64) {
     let holds = app
         .state
         .leases
-        .holders(&app.state.event_group(event))
+        .holders(&app.event_group(event))
         .await
         .unwrap();
     assert!(holds.holdings.is_empty(), "{:?}", holds.holdings);
@@ -283,7 +282,7 @@ async fn a_fencing_token_in_the_form_is_ignored_forged_or_replayed() {
     assert_eq!(hold.status, StatusCode::SEE_OTHER);
     let a_token = shown_token(&mut a, &app, event).await;
     assert!(a_token < 999_999_999, "the grant's token comes from Redis");
-    let key = app.state.seat_key(event, seat);
+    let key = app.seat_key(event, seat);
     eventually(Duration::from_secs(5), "A's hold to lapse", || async {
         app.state.leases.remaining(&key).await.unwrap().is_none()
     })
@@ -300,7 +299,7 @@ async fn a_fencing_token_in_the_form_is_ignored_forged_or_replayed() {
     ];
     let late = a.post(&url("confirm"), &claims).await.unwrap();
     assert_page(&late, StatusCode::CONFLICT, "forged high token");
-    assert!(late.body.contains(HOLD_EXPIRED), "{}", late.body);
+    assert!(late.is_refused(&Refusal::HoldExpired), "{late:?}");
     // B claims a token below its own: ignored too, B's grant is what Postgres records.
     let bought = b
         .post(&url("confirm"), &[("fencing_token", "1")])

@@ -1,7 +1,7 @@
 //! `GET /metrics`: the Prometheus page counts what the seat picker did.
 
 use reqwest::StatusCode;
-use seatlock::testkit::{self, HttpBuyer, TestApp};
+use seatlock_harness::{HttpBuyer, TestApp};
 
 /// The value of the sample `name` (with its labels, exactly as rendered), 0 if absent.
 fn sample(page: &str, name: &str) -> f64 {
@@ -12,7 +12,7 @@ fn sample(page: &str, name: &str) -> f64 {
 
 #[tokio::test]
 async fn metrics_count_holds_confirms_and_round_trips() {
-    let app = TestApp::with_venues(testkit::TINY_VENUES).await.unwrap();
+    let app = TestApp::builder().spawn().await.unwrap();
     let (event, seats) = app.first_event_seats().await.unwrap();
     let metrics_url = format!("{}/metrics", app.address);
     // The recorder is shared by every server in this process: compare before and after.

@@ -35,8 +35,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use seatlock::config::Settings;
-use seatlock::testkit::{self, HttpBuyer, RedisServer, TestApp};
+use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TINY_VENUES, TestApp};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -383,10 +382,16 @@ struct Harness {
 
 impl Harness {
     async fn start(venues: &str) -> Harness {
-        let (admin, _) = testkit::store_urls().unwrap();
-        let url = testkit::fresh_database(&admin).await.unwrap();
-        testkit::seed(&url, venues).await.unwrap();
-        let parsed = reqwest::Url::parse(&url).unwrap();
+        let redis_server = RedisServer::start().await.unwrap();
+        let redis = RedisCounter::new(&redis_server).await;
+        let mut settings = TestApp::builder()
+            .venues(venues)
+            .redis(redis_server.url())
+            .with(|s| s.close_interval_ms = 0) // no closer polling in the background
+            .settings()
+            .await
+            .unwrap();
+        let parsed = reqwest::Url::parse(&settings.database_url).unwrap();
         let upstream: SocketAddr = format!(
             "{}:{}",
             parsed.host_str().unwrap(),
@@ -399,10 +404,7 @@ impl Harness {
         proxied.set_host(Some("127.0.0.1")).unwrap();
         proxied.set_port(Some(pg.address.port())).unwrap();
         proxied.set_query(Some("sslmode=disable"));
-        let redis_server = RedisServer::start().await.unwrap();
-        let redis = RedisCounter::new(&redis_server).await;
-        let mut settings: Settings = testkit::settings(proxied.as_str(), &redis_server.url());
-        settings.close_interval_ms = 0; // no closer polling in the background
+        settings.database_url = proxied.into();
         let app = TestApp::spawn(settings).await.unwrap();
         Harness {
             app,
@@ -454,7 +456,7 @@ impl Harness {
 
 #[tokio::test]
 async fn seat_operations_stay_within_their_round_trip_budget() {
-    let mut h = Harness::start(testkit::TINY_VENUES).await;
+    let mut h = Harness::start(TINY_VENUES).await;
     let (event, seats) = h.app.first_event_seats().await.unwrap();
     let base = h.app.address.clone();
     let mut buyer = HttpBuyer::new();
@@ -494,7 +496,7 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     assert_eq!(pg.in_transaction, 1, "confirm: inside the transaction");
     assert_eq!(pg.session_writes, 1, "confirm: the hold is forgotten");
 
-    let key = h.app.state.seat_key(event, seats[2]);
+    let key = h.app.seat_key(event, seats[2]);
     let ttl = Duration::from_secs(60);
     let leases = h.app.state.leases.clone();
     // The first call of a script on a Redis server costs two more round trips (NOSCRIPT,
@@ -521,8 +523,8 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
 
 #[tokio::test]
 async fn a_seat_map_costs_the_same_round_trips_for_32_and_11056_seats() {
-    let mut tiny = Harness::start(testkit::TINY_VENUES).await;
-    let mut demo = Harness::start(testkit::DEMO_VENUES).await;
+    let mut tiny = Harness::start(TINY_VENUES).await;
+    let mut demo = Harness::start(DEMO_VENUES).await;
     let arena: i64 = sqlx::query_scalar(
         "SELECT e.id FROM events e JOIN venues v ON v.id = e.venue_id WHERE v.slug = 'harbour-arena'",
     )
@@ -554,8 +556,8 @@ async fn a_seat_map_costs_the_same_round_trips_for_32_and_11056_seats() {
 
 #[tokio::test]
 async fn a_bid_is_a_lock_one_transaction_and_a_release() {
-    let mut h = Harness::start(testkit::TINY_VENUES).await;
-    let item = testkit::auction_item("Round-trip lamp");
+    let mut h = Harness::start(TINY_VENUES).await;
+    let item = seatlock_harness::auction_item("Round-trip lamp");
     let id = seatlock::auction::queries::insert_item(h.app.db(), &item)
         .await
         .unwrap()

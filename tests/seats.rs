@@ -1,26 +1,24 @@
 //! The seat picker over HTTP against real Redis and Postgres: one fresh database per
-//! test, servers on port 0 (`seatlock::testkit`).
+//! test, servers on port 0 ([`TestApp::builder`]).
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use seatlock::error::Refusal;
 use seatlock::seats::{SeatRef, queries};
-use seatlock::testkit::{self, HttpBuyer, RedisServer, TestApp};
+use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TestApp};
 
 async fn tiny() -> TestApp {
-    TestApp::with_venues(testkit::TINY_VENUES)
-        .await
-        .expect("test app")
+    TestApp::builder().spawn().await.expect("test app")
 }
 
 /// A server over a fresh tiny database with a hold TTL of `ttl_ms`.
 async fn tiny_with_ttl(ttl_ms: u64) -> TestApp {
-    let (admin, redis) = testkit::store_urls().unwrap();
-    let url = testkit::fresh_database(&admin).await.unwrap();
-    testkit::seed(&url, testkit::TINY_VENUES).await.unwrap();
-    let mut settings = testkit::settings(&url, &redis);
-    settings.hold_ttl_ms = ttl_ms;
-    TestApp::spawn(settings).await.unwrap()
+    TestApp::builder()
+        .with(move |s| s.hold_ttl_ms = ttl_ms)
+        .spawn()
+        .await
+        .unwrap()
 }
 
 async fn orders_for(app: &TestApp, event: i64, seat: i64) -> i64 {
@@ -70,8 +68,12 @@ async fn a_hold_shows_a_countdown_and_refuses_a_second_buyer() {
         .seat_action(&app.address, event, seats[0], "hold")
         .await
         .unwrap();
-    assert_eq!(reply.status, StatusCode::CONFLICT);
-    assert!(reply.body.contains("Someone is buying this seat"));
+    assert!(reply.is_refused(&Refusal::SomeoneIsBuying), "{reply:?}");
+    assert!(
+        reply.body.contains("data-refusal=\"held\""),
+        "{}",
+        reply.body
+    );
 }
 
 #[tokio::test]
@@ -116,12 +118,7 @@ async fn a_confirm_after_the_hold_lapsed_is_refused_even_if_nobody_bought() {
         .seat_action(&app.address, event, seats[2], "confirm")
         .await
         .unwrap();
-    assert_eq!(reply.status, StatusCode::CONFLICT);
-    assert!(
-        reply.body.contains("Your hold on this seat has expired"),
-        "{}",
-        reply.body
-    );
+    assert!(reply.is_refused(&Refusal::HoldExpired), "{reply:?}");
     assert_eq!(orders_for(&app, event, seats[2]).await, 0);
     let seat = SeatRef {
         event_id: event,
@@ -196,10 +193,11 @@ async fn buy(mut buyer: HttpBuyer, base: String, event: i64, seat: i64) -> Statu
 
 #[tokio::test]
 async fn two_servers_racing_for_a_seat_sell_it_exactly_once() {
-    let (admin, redis) = testkit::store_urls().unwrap();
-    let url = testkit::fresh_database(&admin).await.unwrap();
-    testkit::seed(&url, testkit::DEMO_VENUES).await.unwrap();
-    let settings = testkit::settings(&url, &redis);
+    let settings = TestApp::builder()
+        .venues(DEMO_VENUES)
+        .settings()
+        .await
+        .unwrap();
     let one = TestApp::spawn(settings.clone()).await.unwrap();
     let two = TestApp::spawn(settings).await.unwrap();
     let (event, seats) = one.first_event_seats().await.unwrap();
@@ -220,15 +218,10 @@ async fn two_servers_racing_for_a_seat_sell_it_exactly_once() {
 
 #[tokio::test]
 async fn fencing_tokens_keep_growing_after_redis_restarts_empty() {
-    let (admin, _) = testkit::store_urls().unwrap();
-    let url = testkit::fresh_database(&admin).await.unwrap();
-    testkit::seed(&url, testkit::TINY_VENUES).await.unwrap();
     let mut redis = RedisServer::start().await.unwrap();
-    let app = TestApp::spawn(testkit::settings(&url, &redis.url()))
-        .await
-        .unwrap();
+    let app = TestApp::builder().redis(redis.url()).spawn().await.unwrap();
     let (event, seats) = app.first_event_seats().await.unwrap();
-    let key = app.state.seat_key(event, seats[0]);
+    let key = app.seat_key(event, seats[0]);
     let ttl = Duration::from_secs(60);
     let before = app.state.leases.acquire(&key, "a", ttl).await.unwrap();
 
@@ -309,7 +302,7 @@ async fn bad_ids_and_other_buyers_holds_get_clear_4xx_pages() {
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{action}");
     }
     assert_eq!(orders_for(&app, event, seats[5]).await, 0);
-    let key = app.state.seat_key(event, seats[5]);
+    let key = app.seat_key(event, seats[5]);
     assert!(
         app.state.leases.remaining(&key).await.unwrap().is_some(),
         "B still holds it"
@@ -345,7 +338,7 @@ async fn posts_without_a_valid_csrf_token_or_from_another_site_are_refused() {
         .await
         .unwrap();
     assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
-    let group = app.state.event_group(event);
+    let group = app.event_group(event);
     assert!(
         app.state
             .leases
@@ -367,10 +360,13 @@ async fn healthz_names_the_store_that_is_down() {
     assert_eq!((reply.status, reply.body.as_str()), (StatusCode::OK, "ok"));
 
     let mut redis = RedisServer::start().await.unwrap();
-    let (admin, _) = testkit::store_urls().unwrap();
-    let mut settings = testkit::settings(&admin, &redis.url());
-    settings.store_timeout_ms = 500;
-    let app = TestApp::spawn(settings).await.unwrap();
+    let app = TestApp::builder()
+        .no_venues()
+        .redis(redis.url())
+        .with(|s| s.store_timeout_ms = 500)
+        .spawn()
+        .await
+        .unwrap();
     redis.kill();
     let reply = HttpBuyer::new()
         .get(&format!("{}/healthz", app.address))
@@ -386,7 +382,11 @@ async fn healthz_names_the_store_that_is_down() {
 
 #[tokio::test]
 async fn the_arena_map_lists_eleven_thousand_seats_in_one_page() {
-    let app = TestApp::with_venues(testkit::DEMO_VENUES).await.unwrap();
+    let app = TestApp::builder()
+        .venues(DEMO_VENUES)
+        .spawn()
+        .await
+        .unwrap();
     let arena: i64 = sqlx::query_scalar(
         "SELECT e.id FROM events e JOIN venues v ON v.id = e.venue_id WHERE v.slug = 'harbour-arena'",
     )

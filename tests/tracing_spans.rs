@@ -3,7 +3,7 @@
 //! tests registering the same callsites.
 
 use reqwest::StatusCode;
-use seatlock::testkit::{self, HttpBuyer, TestApp};
+use seatlock_harness::{HttpBuyer, TestApp};
 
 /// A `MakeWriter` that appends every log line to a shared buffer.
 #[derive(Clone, Default)]
@@ -38,7 +38,7 @@ async fn hold_and_confirm_spans_carry_event_seat_buyer_and_fencing_token() {
         .finish();
     // This test's runtime has one thread, which also runs the server's tasks.
     let _guard = tracing::subscriber::set_default(subscriber);
-    let app = TestApp::with_venues(testkit::TINY_VENUES).await.unwrap();
+    let app = TestApp::builder().spawn().await.unwrap();
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut buyer = HttpBuyer::new();
     for action in ["hold", "confirm"] {

@@ -8,7 +8,7 @@
 //! | `lease_pairs_vs_rslock` | the same | `rslock` lock + unlock pairs/s, 64 tasks on one `LockManager` |
 //! | `http_hold_vs_raw_setnx_{1,16,64}` | HTTP holds/s, N buyers (hold, then release, on own seat) | raw `SET NX PX` from redis-rs, N tasks |
 //! | `hold_p99_ms_{1,16,64}` | p99 of those holds | |
-//! | `confirm_vs_pgbench_{1,16,64}` | HTTP confirms/s, N buyers ([`seatlock::racelab::holds::confirms`]) | `pgbench -c N` running the fenced single-row UPDATE |
+//! | `confirm_vs_pgbench_{1,16,64}` | HTTP confirms/s, N buyers ([`seatlock_harness::load::throughput::confirms`]) | `pgbench -c N` running the fenced single-row UPDATE |
 //! | `hold_p50_ms_{100..100000}_seats` | p50 of one buyer's holds on a venue of that size | the 100-seat figure (ratio = growth) |
 //! | `seat_map_ms_{100..100000}_seats` | `GET /events/{id}` (criterion median) | the 100-seat figure |
 //! | `server_rss_mb_64` | the server's peak RSS (`VmHWM`) after the 64-buyer rows | |
@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use criterion::Criterion;
 use report::{Report, Row, Target};
-use seatlock::racelab::holds;
-use seatlock::testkit::{self, ServerProcess};
+use seatlock_harness::load::throughput as holds;
+use seatlock_harness::{self as harness, ServerProcess};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -56,17 +56,17 @@ struct Setup {
 
 impl Setup {
     async fn start(seconds: Duration) -> anyhow::Result<Setup> {
-        let (admin, redis_url) = testkit::store_urls()?;
-        let database_url = testkit::fresh_database(&admin).await?;
-        testkit::seed(&database_url, testkit::DEMO_VENUES).await?;
+        let (admin, redis_url) = harness::store_urls()?;
+        let database_url = harness::fresh_database(&admin).await?;
+        harness::seed(&database_url, harness::DEMO_VENUES).await?;
         let generated = venues::write(&SIZES)?;
-        testkit::seed(&database_url, generated.to_str().context("temp dir path")?).await?;
+        harness::seed(&database_url, generated.to_str().context("temp dir path")?).await?;
         std::fs::remove_dir_all(&generated)?;
         let db = PgPoolOptions::new()
             .max_connections(2)
             .connect(&database_url)
             .await?;
-        let settings = testkit::settings(&database_url, &redis_url);
+        let settings = harness::test_settings(&database_url, &redis_url);
         let server = ServerProcess::start(env!("CARGO_BIN_EXE_seatlock").as_ref(), &settings)
             .await
             .context("starting the server (release build)")?;
@@ -98,7 +98,7 @@ impl Setup {
         } = self;
         drop(server);
         db.close().await;
-        let (admin, _) = testkit::store_urls()?;
+        let (admin, _) = harness::store_urls()?;
         let name = database_url
             .rsplit('/')
             .next()

@@ -58,7 +58,7 @@ pub async fn lease_pairs(
 ) -> anyhow::Result<f64> {
     let redis = lease::connect(redis_url, Duration::from_secs(2))?;
     let client = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
-    let group = seatlock::testkit::unique_name("bench-lease");
+    let group = seatlock_harness::unique_name("bench-lease");
     per_second(callers, duration, move |caller| {
         let client = client.clone();
         let key = lease::LeaseKey::new(group.clone(), caller.to_string());
@@ -84,7 +84,7 @@ pub async fn rslock_pairs(
     duration: Duration,
 ) -> anyhow::Result<f64> {
     let manager = Arc::new(rslock::LockManager::new(vec![redis_url.to_owned()]));
-    let prefix = seatlock::testkit::unique_name("bench-rslock");
+    let prefix = seatlock_harness::unique_name("bench-rslock");
     per_second(callers, duration, move |caller| {
         let manager = manager.clone();
         let resource = format!("{prefix}:{caller}");
@@ -111,7 +111,7 @@ pub async fn raw_set_nx(
     duration: Duration,
 ) -> anyhow::Result<f64> {
     let redis = lease::connect(redis_url, Duration::from_secs(2))?;
-    let prefix = seatlock::testkit::unique_name("bench-setnx");
+    let prefix = seatlock_harness::unique_name("bench-setnx");
     let counter = Arc::new(AtomicU64::new(0));
     let (keys, mut cleanup) = (counter.clone(), redis.clone());
     let key_name = move |n: u64| format!("{prefix}:{n}");
@@ -215,7 +215,7 @@ pub fn pgbench_fenced_update(
     clients: usize,
     seconds: u64,
 ) -> anyhow::Result<f64> {
-    let script = std::env::temp_dir().join(seatlock::testkit::unique_name("pgbench-fenced.sql"));
+    let script = std::env::temp_dir().join(seatlock_harness::unique_name("pgbench-fenced.sql"));
     std::fs::write(&script, PGBENCH_SCRIPT)?;
     let threads = clients.min(2);
     let text = output(

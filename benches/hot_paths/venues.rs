@@ -14,7 +14,7 @@ pub fn slug(seats: usize) -> String {
 /// Writes one venue file per size into a fresh folder under the system temp dir and
 /// returns the folder (the caller seeds it, then removes it).
 pub fn write(sizes: &[usize]) -> anyhow::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(seatlock::testkit::unique_name("seatlock-bench-venues"));
+    let dir = std::env::temp_dir().join(seatlock_harness::unique_name("seatlock-bench-venues"));
     std::fs::create_dir_all(&dir)?;
     for &seats in sizes {
         anyhow::ensure!(

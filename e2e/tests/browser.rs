@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use playwright_rs::expect;
 use seatlock::auction::queries;
-use seatlock::testkit;
 use support::{Buyer, LIVE_TIMEOUT, World, unix_ms};
 
 /// Seconds left in a countdown's `.left` text, "(mm:ss left)".
@@ -341,7 +340,7 @@ async fn a_double_clicked_buy_button_makes_exactly_one_order() {
 
 /// An open auction item (an hour to go, $10.00 start, $1.00 increment); its page path.
 async fn auction_item(world: &World) -> anyhow::Result<(i64, String)> {
-    let item = testkit::auction_item("Signed tour poster");
+    let item = seatlock_harness::auction_item("Signed tour poster");
     let id = queries::insert_item(&world.db, &item)
         .await?
         .context("a fresh slug")?;

@@ -20,17 +20,10 @@ use std::time::Duration;
 
 use lease::{Backoff, Lease, LeaseError};
 
-use super::{Bid, BidStrategy, queries, rules};
-use crate::error::{Error, Result};
+use super::{Bid, queries, rules};
+use crate::config::BidStrategy;
+use crate::error::{Error, Refusal, Result};
 use crate::state::AppState;
-
-/// Shown when the bid lock stayed busy through every retry.
-pub const BID_LOCK_BUSY: &str =
-    "Bidding on this item is busy right now, so your bid was not placed. Please try again.";
-/// Shown when Postgres refused the write because the item had accepted a higher fencing
-/// token: this bid's lock lapsed mid-bid and a newer bid lock was granted and used.
-pub const STALE_BID_LOCK: &str = "Your bid took longer than its bid lock's lease and a newer bid was placed meanwhile \
-     (the lock's fencing token is stale), so your bid was refused. Please try again.";
 
 /// Retries of a busy bid lock: delays drawn from `[0, 5 ms · 2^n]`, capped at 200 ms, at
 /// most 10 attempts and at most `min(lock ttl, 1 s)` of waiting (about 0.45 s on average
@@ -112,21 +105,21 @@ impl KnownItems {
 }
 
 /// Takes item `item_id`'s bid lock for the configured TTL, labelled with the bidder's
-/// public id, retrying while busy ([`lock_backoff`]). Errors: 409 [`BID_LOCK_BUSY`] when
+/// public id, retrying while busy ([`lock_backoff`]). Errors: 409 [`Refusal::BidLockBusy`] when
 /// the retries are used up, 503 Redis (or the fence ledger) unavailable.
 pub async fn lock_item(state: &AppState, item_id: i64, bidder_id: &str) -> Result<Lease> {
     let ttl = state.settings.bid_lock_ttl();
     state
         .leases
         .acquire_with_backoff(
-            &state.bid_lock_key(item_id),
+            &super::bid_lock_key(&state.settings.lease_namespace, item_id),
             bidder_id,
             ttl,
             lock_backoff(ttl),
         )
         .await
         .map_err(|err| match err {
-            LeaseError::Held { .. } => Error::Conflict(BID_LOCK_BUSY.into()),
+            LeaseError::Held { .. } => Refusal::BidLockBusy.into(),
             other => other.into(),
         })
 }
@@ -148,7 +141,7 @@ async fn release(state: &AppState, lease: &Lease) {
 /// `bid` under a held bid lock: in one transaction, read the item, check the rules, then
 /// [`queries::place_bid`] with the lease's fencing token. Commits only a write that
 /// Postgres accepted. Errors as [`place_bid`]; a write refused although the rules passed
-/// means the token was stale: 409 [`STALE_BID_LOCK`].
+/// means the token was stale: 409 [`Refusal::StaleBidLock`].
 pub async fn bid_under_lease(
     state: &AppState,
     lease: &Lease,
@@ -159,7 +152,7 @@ pub async fn bid_under_lease(
     let item = queries::item(&mut *tx, bid.item_id)
         .await?
         .ok_or_else(no_such_item)?;
-    rules::check_bid(&item, bid.amount_cents).map_err(|r| Error::Conflict(r.to_string()))?;
+    rules::check_bid(&item, bid.amount_cents).map_err(Refusal::from)?;
     tokio::time::sleep(pause).await;
     let token = Some(lease.fencing_token.0 as i64);
     tracing::Span::current().record("fencing_token", lease.fencing_token.0);
@@ -214,7 +207,7 @@ async fn refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Error {
         Err(err) => return err.into(),
     };
     if let Err(refusal) = rules::check_bid(&item, bid.amount_cents) {
-        return Error::Conflict(refusal.to_string());
+        return Refusal::from(refusal).into();
     }
     match token {
         Some(token) if item.fence_token > token => {
@@ -224,12 +217,10 @@ async fn refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Error {
                 accepted = item.fence_token,
                 "bid refused: stale fencing token"
             );
-            Error::Conflict(STALE_BID_LOCK.into())
+            Refusal::StaleBidLock.into()
         }
         // The row changed between the write and this read (say a soft-close bid moved
         // the end); the rules decide on the next try.
-        _ => Error::Conflict(
-            "The auction changed while your bid was placed. Please try again.".into(),
-        ),
+        _ => Refusal::AuctionChanged.into(),
     }
 }

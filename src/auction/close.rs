@@ -85,7 +85,7 @@ pub async fn close_due(state: &AppState, label: &str) -> Result<Vec<(i64, CloseO
 /// Claims item `item_id`'s closing job: the lease, or `None` if another closer holds it.
 /// One Redis round trip.
 pub async fn claim(state: &AppState, item_id: i64, label: &str) -> Result<Option<Lease>> {
-    let key = state.closing_key(item_id);
+    let key = super::closing_key(&state.settings.lease_namespace, item_id);
     match state
         .leases
         .acquire(&key, label, state.settings.close_lease_ttl())

@@ -12,8 +12,8 @@
 //! * [`routes`]: thin HTTP handlers and the pages.
 //! * `live`: `GET /auctions/{id}/stream`, the item page's live updates.
 //!
-//! Lease keys: group `<namespace>:auction:<id>` ([`crate::state::AppState::auction_group`]),
-//! names `bid` and `close`. Sharing the group gives the item one fencing counter, so the
+//! Lease keys: group `<namespace>:auction:<id>`, names `bid` ([`bid_lock_key`]) and
+//! `close` ([`closing_key`]). Sharing the group gives the item one fencing counter, so the
 //! item row's `fence_token` orders bid writes and the close alike.
 
 pub mod bid;
@@ -25,7 +25,21 @@ pub mod rules;
 
 pub use routes::router;
 
+use lease::LeaseKey;
+
 use crate::buyer::BuyerProfile;
+use crate::config::LeaseNamespace;
+
+/// The bid lock of one auction item: name `bid` in group `<namespace>:auction:<id>`.
+pub fn bid_lock_key(namespace: &LeaseNamespace, item_id: i64) -> LeaseKey {
+    namespace.key("auction", item_id, "bid")
+}
+
+/// The closing job's lease of one auction item: name `close` in the item's group, so the
+/// closer's fencing tokens are ordered with the bid lock's.
+pub fn closing_key(namespace: &LeaseNamespace, item_id: i64) -> LeaseKey {
+    namespace.key("auction", item_id, "close")
+}
 
 /// A bid as placed: who offers how much for which item.
 #[derive(Clone, Copy, Debug)]
@@ -36,18 +50,4 @@ pub struct Bid<'a> {
     pub item_id: i64,
     /// The amount, in cents (parsed by [`crate::money::parse_amount`]).
     pub amount_cents: i64,
-}
-
-/// How bids are serialised (`seatlock serve --bid-strategy`, env `SEATLOCK_BID_STRATEGY`).
-/// Both are safe: they differ in what does the serialising, which is what the race lab
-/// compares.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum BidStrategy {
-    /// A short per-item lease in Redis (the bid lock), then read, validate and one fenced
-    /// conditional write: lock (1 Redis) + 1 Postgres transaction + release (1 Redis).
-    #[default]
-    Lease,
-    /// No lock service: one conditional `UPDATE … WHERE high bid + minimum increment <=
-    /// amount` (the article: "a single partition does the same job without a lock").
-    Conditional,
 }

@@ -19,9 +19,9 @@ use super::rules::Outcome;
 use super::{Bid, bid};
 use crate::buyer::Buyer;
 use crate::csrf::CsrfForm;
-use crate::error::{Error, Result};
+use crate::error::{Error, REFUSAL_HEADER, Result};
 use crate::money::{format_cents, parse_amount};
-use crate::racelab::RaceLabPause;
+use crate::pause::RaceLabPause;
 use crate::seats::parse_id;
 use crate::state::AppState;
 
@@ -63,6 +63,8 @@ pub struct ItemPage {
     pub amount: String,
     /// Why the buyer's last bid was refused, shown inside the form.
     pub error: Option<String>,
+    /// The refusal's [`crate::error::Refusal::code`], for `data-refusal` (empty if none).
+    pub refusal: &'static str,
 }
 
 /// The changing part of an item's page, as one viewer sees it: terms, high bid or
@@ -219,13 +221,13 @@ async fn list(State(state): State<AppState>, buyer: Buyer) -> Result<ListPage> {
     })
 }
 
-/// Loads the item page; `refused` is the typed amount and the refusal, after a bid.
+/// Loads the item page; `refused` is the typed amount and the error, after a bid.
 async fn item_page(
     state: &AppState,
     buyer: &Buyer,
     csrf: &CsrfToken,
     item_id: i64,
-    refused: Option<(String, String)>,
+    refused: Option<(String, &Error)>,
 ) -> Result<ItemPage> {
     let live = LiveItem::load(state, item_id, buyer.id())
         .await?
@@ -233,9 +235,13 @@ async fn item_page(
     let authenticity_token = csrf
         .authenticity_token()
         .map_err(|_| Error::Unavailable("CSRF"))?;
-    let (amount, error) = match refused {
-        Some((amount, error)) => (amount, Some(error)),
-        None => (String::new(), None),
+    let (amount, error, refusal) = match refused {
+        Some((amount, error)) => (
+            amount,
+            Some(error.to_string()),
+            error.refusal_code().unwrap_or_default(),
+        ),
+        None => (String::new(), None, ""),
     };
     Ok(ItemPage {
         live,
@@ -243,6 +249,7 @@ async fn item_page(
         authenticity_token,
         amount,
         error,
+        refusal,
     })
 }
 
@@ -285,10 +292,10 @@ async fn place_bid(
     };
     match placed {
         Ok(_) => Ok(Redirect::to(&format!("/auctions/{item_id}")).into_response()),
-        Err(err @ (Error::BadRequest(_) | Error::Conflict(_))) => {
-            let refused = Some((form.amount, err.to_string()));
-            let page = item_page(&state, &buyer, &csrf, item_id, refused).await?;
-            Ok((err.status(), csrf, page).into_response())
+        Err(err @ (Error::BadRequest(_) | Error::Refused(_))) => {
+            let page = item_page(&state, &buyer, &csrf, item_id, Some((form.amount, &err))).await?;
+            let refusal = err.refusal_code().map(|code| [(REFUSAL_HEADER, code)]);
+            Ok((err.status(), refusal, csrf, page).into_response())
         }
         Err(err) => Err(err),
     }

@@ -50,6 +50,19 @@ pub enum BidRefusal {
     },
 }
 
+impl BidRefusal {
+    /// The stable code pages carry ([`crate::error::Refusal::code`]): `not_open_yet`,
+    /// `ended`, `below_starting_price`, `too_low`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            BidRefusal::NotOpenYet { .. } => "not_open_yet",
+            BidRefusal::Ended => "ended",
+            BidRefusal::BelowStartingPrice { .. } => "below_starting_price",
+            BidRefusal::TooLow { .. } => "too_low",
+        }
+    }
+}
+
 /// How a closed auction ended (`auction_items.result`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -138,18 +151,22 @@ mod tests {
     use super::*;
     use crate::auction::queries::ItemTerms;
 
-    /// The testkit's plain item ($10.00 start, $1.00 increment), with a $50.00 reserve
-    /// and the given high bid, read now.
+    /// A plain item open from an hour ago for another hour ($10.00 start, $1.00
+    /// increment), with a $50.00 reserve and the given high bid, read now.
     fn item(high_bid_cents: Option<i64>) -> Item {
-        let new = crate::testkit::auction_item("Poster");
+        let now = Utc::now();
         Item {
             id: 1,
             terms: ItemTerms {
+                title: "Poster".into(),
+                description: "Poster, for a test.".into(),
+                starting_price_cents: 1_000,
+                min_increment_cents: 100,
                 reserve_price_cents: 5_000,
-                ..new.terms
+                soft_close_secs: 0,
             },
-            starts_at: new.starts_at,
-            ends_at: new.ends_at,
+            starts_at: now - TimeDelta::hours(1),
+            ends_at: now + TimeDelta::hours(1),
             status: "open".into(),
             high_bid_cents,
             high_bidder_id: high_bid_cents.map(|_| "a".into()),

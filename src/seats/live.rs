@@ -22,7 +22,7 @@ use crate::state::AppState;
 
 /// Every held and sold seat of the event, as a `snapshot` event; `None` if no such event.
 async fn snapshot(state: &AppState, event_id: i64) -> Result<Option<Event>> {
-    let group = state.event_group(event_id);
+    let group = super::event_group(&state.settings.lease_namespace, event_id);
     let (event, sold, holds) = tokio::join!(
         events::find(&state.db, event_id),
         queries::sold_seats(&state.db, event_id),

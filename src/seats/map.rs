@@ -92,7 +92,7 @@ pub struct SeatMap {
 /// from Postgres (three small queries, run concurrently) and one Redis round trip.
 /// `None` if the event does not exist.
 pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Option<SeatMap>> {
-    let group = state.event_group(event_id);
+    let group = super::event_group(&state.settings.lease_namespace, event_id);
     let (event, seats, zones, holds) = tokio::join!(
         events::find(&state.db, event_id),
         crate::telemetry::postgres(

@@ -11,8 +11,12 @@ pub mod purchase;
 pub mod queries;
 mod routes;
 
-pub use routes::router;
+pub(crate) use routes::{back_to_map, seat_ref};
+pub use routes::{purchase_routes, router};
 
+use lease::LeaseKey;
+
+use crate::config::LeaseNamespace;
 use crate::error::Error;
 
 /// One seat of one event, as named in URLs: `/events/{event_id}/seats/{seat_id}`.
@@ -22,6 +26,18 @@ pub struct SeatRef {
     pub event_id: i64,
     /// `seats.id`.
     pub seat_id: i64,
+}
+
+/// The lease group of one event's seats: `<namespace>:event:<id>`. All seats of an event
+/// share it (one Redis Cluster slot), so the seat map lists every hold of the event in one
+/// round trip.
+pub fn event_group(namespace: &LeaseNamespace, event_id: i64) -> String {
+    namespace.group("event", event_id)
+}
+
+/// The lease key of one seat: name `<seat id>` in [`event_group`].
+pub fn lease_key(namespace: &LeaseNamespace, seat: SeatRef) -> LeaseKey {
+    namespace.key("event", seat.event_id, &seat.seat_id.to_string())
 }
 
 /// Parses a positive id from a URL segment; `what` names it in the 400 message.

@@ -12,16 +12,10 @@ use tracing::field::Empty;
 
 use super::{SeatRef, queries};
 use crate::buyer::{Buyer, HeldSeat};
-use crate::error::{Error, HOLD_EXPIRED, Result};
-use crate::racelab::{Pause, PausePoint};
+use crate::error::{Error, Refusal, Result};
+use crate::pause::{Pause, PausePoint};
 use crate::state::AppState;
-use crate::telemetry::{self, ConfirmOutcome, HoldRefusal};
-
-/// Shown when the seat is sold.
-pub const ALREADY_SOLD: &str = "This seat has already been sold.";
-/// Shown when Postgres refused the purchase because the seat's row had accepted a higher
-/// fencing token: the buyer's hold lapsed and a newer holder wrote first.
-pub const STALE_TOKEN: &str = "Your hold was superseded by a newer one: its fencing token is stale, so the purchase was refused.";
+use crate::telemetry::{self, ConfirmOutcome};
 
 /// What a hold request ended in.
 #[derive(Debug)]
@@ -46,10 +40,10 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         .await?
         .ok_or_else(|| Error::NotFound("This event has no such seat.".into()))?;
     if status.sold {
-        telemetry::hold_refused(HoldRefusal::Sold);
-        return Err(Error::Conflict(ALREADY_SOLD.into()));
+        telemetry::hold_refused(&Refusal::AlreadySold);
+        return Err(Refusal::AlreadySold.into());
     }
-    let key = state.seat_key(seat.event_id, seat.seat_id);
+    let key = super::lease_key(&state.settings.lease_namespace, seat);
     match state
         .leases
         .acquire(&key, buyer.id(), state.settings.hold_ttl())
@@ -77,7 +71,7 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         }
         Err(err) => {
             if matches!(err, LeaseError::Held { .. }) {
-                telemetry::hold_refused(HoldRefusal::Held);
+                telemetry::hold_refused(&Refusal::SomeoneIsBuying);
             }
             Err(err.into())
         }
@@ -91,7 +85,7 @@ pub(crate) async fn held_lease(
     buyer: &Buyer,
     seat: SeatRef,
 ) -> Result<Option<Lease>> {
-    let key = state.seat_key(seat.event_id, seat.seat_id);
+    let key = super::lease_key(&state.settings.lease_namespace, seat);
     if let Some(held) = buyer.hold(seat.event_id, seat.seat_id).await? {
         return Ok(Some(held.lease(key)));
     }
@@ -183,7 +177,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
     if !state.leases.release(&lease).await? {
         tx.rollback().await?;
         buyer.forget_hold(seat.event_id, seat.seat_id).await?;
-        telemetry::confirm(ConfirmOutcome::RejectedExpired);
+        telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::HoldExpired));
         tracing::info!(
             event = seat.event_id,
             seat = seat.seat_id,
@@ -191,7 +185,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
             fencing_token = token,
             "confirm refused: hold lapsed"
         );
-        return Err(Error::Conflict(HOLD_EXPIRED.into()));
+        return Err(Refusal::HoldExpired.into());
     }
     pause.sleep_at(PausePoint::BeforeCommit).await;
     telemetry::postgres("commit", tx.commit()).await?;
@@ -229,12 +223,12 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
                 accepted = s.fence_token,
                 "confirm refused: stale fencing token"
             );
-            telemetry::confirm(ConfirmOutcome::RejectedStale);
-            Err(Error::Conflict(STALE_TOKEN.into()))
+            telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::StaleToken));
+            Err(Refusal::StaleToken.into())
         }
         _ => {
-            telemetry::confirm(ConfirmOutcome::RejectedSold);
-            Err(Error::Conflict(ALREADY_SOLD.into()))
+            telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::AlreadySold));
+            Err(Refusal::AlreadySold.into())
         }
     }
 }

@@ -15,16 +15,21 @@ use crate::buyer::Buyer;
 use crate::csrf::{CsrfForm, Empty};
 use crate::error::{Error, Result};
 use crate::money::format_cents;
-use crate::racelab::{self, Pause, PurchaseStrategy};
+use crate::pause::Pause;
 use crate::state::AppState;
 
-/// `GET /events/{id}` and the seat actions.
+/// `GET /events/{id}`, its stream, and release.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/events/{event}", get(show))
         .route("/events/{event}/stream", get(super::live::stream))
-        .route("/events/{event}/seats/{seat}/hold", post(hold))
         .route("/events/{event}/seats/{seat}/release", post(release))
+}
+
+/// The product's hold and confirm (lease + fenced purchase).
+pub fn purchase_routes() -> Router<AppState> {
+    Router::new()
+        .route("/events/{event}/seats/{seat}/hold", post(hold))
         .route("/events/{event}/seats/{seat}/confirm", post(confirm))
 }
 
@@ -70,14 +75,16 @@ async fn show(
     Ok((csrf, page))
 }
 
-fn seat_ref(event: &str, seat: &str) -> Result<SeatRef> {
+/// The seat named by a URL's `{event}` and `{seat}` segments; 400 if malformed.
+pub(crate) fn seat_ref(event: &str, seat: &str) -> Result<SeatRef> {
     Ok(SeatRef {
         event_id: parse_id(event, "event")?,
         seat_id: parse_id(seat, "seat")?,
     })
 }
 
-fn back_to_map(seat: SeatRef) -> Redirect {
+/// Back to the seat map, scrolled to `seat`.
+pub(crate) fn back_to_map(seat: SeatRef) -> Redirect {
     Redirect::to(&format!("/events/{}#seat-{}", seat.event_id, seat.seat_id))
 }
 
@@ -88,10 +95,7 @@ async fn hold(
     CsrfForm(Empty {}): CsrfForm<Empty>,
 ) -> Result<Redirect> {
     let seat = seat_ref(&event, &seat)?;
-    match state.settings.purchase_strategy {
-        PurchaseStrategy::Fenced => purchase::hold(&state, &buyer, seat).await.map(drop)?,
-        _ => racelab::hold(&state, &buyer, seat).await?,
-    }
+    purchase::hold(&state, &buyer, seat).await?;
     Ok(back_to_map(seat))
 }
 
@@ -114,13 +118,8 @@ async fn confirm(
     CsrfForm(Empty {}): CsrfForm<Empty>,
 ) -> Result<Redirect> {
     let seat = seat_ref(&event, &seat)?;
-    if state.settings.purchase_strategy == PurchaseStrategy::Fenced {
-        let order_id = purchase::confirm(&state, &buyer, seat, pause).await?;
-        Ok(Redirect::to(&format!("/orders/{order_id}")))
-    } else {
-        racelab::confirm(&state, &buyer, seat, pause).await?;
-        Ok(back_to_map(seat))
-    }
+    let order_id = purchase::confirm(&state, &buyer, seat, pause).await?;
+    Ok(Redirect::to(&format!("/orders/{order_id}")))
 }
 
 /// A duration in words: "10 minutes", "90 seconds".

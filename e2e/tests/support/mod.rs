@@ -13,7 +13,7 @@
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
@@ -25,7 +25,8 @@ use playwright_rs::{
     ScreenshotOptions, expect,
 };
 use seatlock::config::Settings;
-use seatlock::testkit::{self, DEMO_VENUES, ServerProcess};
+use seatlock_harness::procs::{seatlock_binary, target_dir};
+use seatlock_harness::{DEMO_VENUES, ServerProcess, TestApp};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -294,7 +295,7 @@ pub async fn run(name: &'static str, body: impl AsyncFnOnce(&World) -> anyhow::R
 /// server process outlives the test.
 pub async fn run_with(
     name: &'static str,
-    adjust: impl FnOnce(&mut Settings),
+    adjust: impl FnOnce(&mut Settings) + Send + 'static,
     body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
     let clock = Instant::now();
@@ -346,19 +347,20 @@ pub async fn run_with(
 }
 
 /// A fresh database seeded with the demo venues, and two `seatlock serve` processes over
-/// it with one secret and one lease namespace ([`testkit::settings`]), as `adjust` sets.
+/// it with one secret and one lease namespace ([`TestApp::builder`]), as `adjust` sets.
 async fn start_servers(
-    adjust: impl FnOnce(&mut Settings),
+    adjust: impl FnOnce(&mut Settings) + Send + 'static,
 ) -> anyhow::Result<(PgPool, Settings, Vec<ServerProcess>)> {
     let binary = seatlock_binary()?;
-    let (admin, redis) = testkit::store_urls()?;
-    let url = testkit::fresh_database(&admin).await?;
-    testkit::seed(&url, DEMO_VENUES).await?;
-    let mut settings = testkit::settings(&url, &redis);
-    // A store call that is slow only because the machine is busy (two browsers, four
-    // servers, cargo) must not fail a page with 503.
-    settings.store_timeout_ms = 10_000;
-    adjust(&mut settings);
+    let settings = TestApp::builder()
+        .venues(DEMO_VENUES)
+        // A store call that is slow only because the machine is busy (two browsers, four
+        // servers, cargo) must not fail a page with 503.
+        .with(|s| s.store_timeout_ms = 10_000)
+        .with(adjust)
+        .settings()
+        .await?;
+    let url = settings.database_url.clone();
     let (one, two) = tokio::try_join!(
         ServerProcess::start(&binary, &settings),
         ServerProcess::start(&binary, &settings)
@@ -368,19 +370,6 @@ async fn start_servers(
         .connect(&url)
         .await?;
     Ok((db, settings, vec![one, two]))
-}
-
-/// `<target dir>/debug/seatlock`, built beforehand (cargo builds no binary of another
-/// package for this crate's tests).
-fn seatlock_binary() -> anyhow::Result<PathBuf> {
-    let binary = target_dir().join("debug").join("seatlock");
-    ensure!(
-        binary.is_file(),
-        "the server binary {} is missing: run `cargo build --workspace --bins` first \
-         (`make test` does)",
-        binary.display()
-    );
-    Ok(binary)
 }
 
 async fn launch_chromium(playwright: &Playwright) -> anyhow::Result<Browser> {
@@ -394,16 +383,6 @@ async fn launch_chromium(playwright: &Playwright) -> anyhow::Result<Browser> {
         .launch_with_options(options)
         .await
         .with_context(|| format!("launching {executable} (scripts/e2e-driver.sh installs it)"))
-}
-
-/// The workspace's target directory: `CARGO_TARGET_DIR` (a relative one is taken from
-/// the workspace root), else `<workspace>/target`.
-fn target_dir() -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
-        Some(dir) if dir.is_absolute() => dir,
-        Some(dir) => workspace_dir().join(dir),
-        None => workspace_dir().join("target"),
-    }
 }
 
 /// `target/e2e/<file>` of the workspace, created if needed.
@@ -424,12 +403,6 @@ async fn save_artifact(file: &str, bytes: impl Future<Output = anyhow::Result<Ve
         Ok(path) => eprintln!("e2e: saved {}", path.display()),
         Err(e) => eprintln!("e2e: could not save {file}: {e:?}"),
     }
-}
-
-/// The workspace root: the parent of this crate.
-fn workspace_dir() -> PathBuf {
-    let e2e = Path::new(env!("CARGO_MANIFEST_DIR"));
-    e2e.parent().unwrap_or(e2e).to_path_buf()
 }
 
 /// A future that turns a panic while it is polled into `Err`, so the harness can still

@@ -11,7 +11,7 @@ use reqwest::StatusCode;
 use serde::Serialize;
 use tokio::sync::{Barrier, Mutex};
 
-use crate::testkit::HttpBuyer;
+use crate::http::{HttpBuyer, Reply};
 
 /// What a run measured: the timed requests (holds, or confirms) of `buyers` buyers.
 #[derive(Debug, Serialize)]
@@ -66,7 +66,7 @@ fn not_redirects(replies: &[StatusCode]) -> u64 {
 
 /// 1 unless `reply` is a 303 See Other: a failed request (no answer) counts too, so a
 /// confirms run never leaves the other buyers waiting at a barrier.
-fn failed(reply: anyhow::Result<crate::testkit::Reply>) -> u64 {
+fn failed(reply: anyhow::Result<Reply>) -> u64 {
     reply.map_or(1, |r| not_redirects(&[r.status]))
 }
 

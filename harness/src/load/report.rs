@@ -4,8 +4,8 @@
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::check::{CheckReport, Violation};
-use super::lab::{Outcome, RaceNumbers};
+use super::race::{Outcome, RaceNumbers};
+use crate::check::{CheckReport, Violation};
 
 /// Latency percentiles of a purchase attempt (hold + confirm), in milliseconds.
 #[derive(Debug, Clone, Serialize)]

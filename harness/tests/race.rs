@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 #[test]
 fn only_fenced_and_conditional_never_sell_a_seat_twice() {
-    let dir = std::env::temp_dir().join(seatlock::testkit::unique_name("race"));
+    let dir = std::env::temp_dir().join(seatlock_harness::unique_name("race"));
     let json = dir.join("report.json");
     let html = dir.join("report.html");
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
@@ -27,7 +27,10 @@ fn only_fenced_and_conditional_never_sell_a_seat_twice() {
         .arg(&json)
         .arg("--html")
         .arg(&html)
-        .env("SEATLOCK_SERVER_BIN", env!("CARGO_BIN_EXE_seatlock"))
+        .env(
+            "SEATLOCK_SERVER_BIN",
+            seatlock_harness::procs::seatlock_binary().unwrap(),
+        )
         .output()
         .expect("load-test runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -1,6 +1,6 @@
 //! `load-test race`: reproduces the double-purchase race across several `seatlock serve`
 //! processes, one purchase strategy at a time, and checks the article's invariant on what
-//! Postgres accepted. See `seatlock::racelab`.
+//! Postgres accepted. See `seatlock_harness::load`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,10 +8,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use seatlock::racelab::lab::{self, RaceConfig};
-use seatlock::racelab::report::{self, Report, StrategyRow};
-use seatlock::racelab::{PurchaseStrategy, check};
-use seatlock::testkit::{self, ServerProcess};
+use seatlock::config::PurchaseStrategy;
+use seatlock_harness::load::race::{self as lab, RaceConfig};
+use seatlock_harness::load::report::{self, Report, StrategyRow};
+use seatlock_harness::load::throughput;
+use seatlock_harness::{DEMO_VENUES, ServerProcess, check, fresh_database, seed, test_settings};
 use sqlx::postgres::PgPoolOptions;
 
 #[derive(Parser)]
@@ -148,8 +149,8 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
-    let url = testkit::fresh_database(&args.stores.database_url).await?;
-    testkit::seed(&url, testkit::DEMO_VENUES).await?;
+    let url = fresh_database(&args.stores.database_url).await?;
+    seed(&url, DEMO_VENUES).await?;
     let db = PgPoolOptions::new()
         .max_connections(1)
         .connect(&url)
@@ -168,10 +169,10 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
         .await?;
         (event, seats)
     };
-    let settings = testkit::settings(&url, &args.stores.redis_url);
+    let settings = test_settings(&url, &args.stores.redis_url);
     let server = ServerProcess::start(&args.stores.server_bin()?, &settings).await?;
     let duration = Duration::from_secs(args.duration_s);
-    let result = seatlock::racelab::holds::run(
+    let result = throughput::run(
         &server.address,
         "/",
         event_id,
@@ -205,8 +206,8 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         );
     }
     let database_url = if args.target.is_empty() {
-        let url = testkit::fresh_database(&args.stores.database_url).await?;
-        testkit::seed(&url, testkit::DEMO_VENUES).await?;
+        let url = fresh_database(&args.stores.database_url).await?;
+        seed(&url, DEMO_VENUES).await?;
         url
     } else {
         if strategies.len() != 1 {
@@ -271,7 +272,7 @@ async fn start_servers(
     database_url: &str,
     strategy: PurchaseStrategy,
 ) -> anyhow::Result<(Vec<String>, Vec<ServerProcess>)> {
-    let mut settings = testkit::settings(database_url, &args.stores.redis_url);
+    let mut settings = test_settings(database_url, &args.stores.redis_url);
     settings.hold_ttl_ms = args.hold_ttl_ms;
     settings.payment_delay_ms = args.payment_delay_ms;
     settings.purchase_strategy = strategy;

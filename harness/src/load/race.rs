@@ -20,11 +20,11 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use sqlx::PgPool;
 use tokio::sync::Barrier;
 
-use super::PurchaseStrategy;
-use super::server::PAUSE_HEADER;
-use crate::error::{HOLD_EXPIRED, SOMEONE_IS_BUYING};
-use crate::seats::purchase::{ALREADY_SOLD, STALE_TOKEN};
-use crate::testkit::{HttpBuyer, Reply};
+use seatlock::config::PurchaseStrategy;
+use seatlock::error::Refusal;
+use seatlock::pause::PAUSE_HEADER;
+
+use crate::http::{HttpBuyer, Reply};
 
 /// The shape of one race.
 #[derive(Debug, Clone)]
@@ -93,9 +93,9 @@ pub async fn create_race_event(db: &PgPool, label: &str) -> anyhow::Result<(i64,
     .fetch_optional(&mut *tx)
     .await?
     .context("the grand hall is not seeded: run `seatlock seed` on this database")?;
-    crate::seed::create_event_seats(&mut tx, event_id).await?;
+    seatlock::seed::create_event_seats(&mut tx, event_id).await?;
     tx.commit().await?;
-    Ok((event_id, crate::testkit::event_seats(db, event_id).await?))
+    Ok((event_id, crate::stores::event_seats(db, event_id).await?))
 }
 
 /// Runs every round against `servers` for `event_id`, whose first `seats × rounds` seats
@@ -206,7 +206,7 @@ impl Buyer {
                 .await?;
             match hold.status {
                 StatusCode::SEE_OTHER => {}
-                StatusCode::CONFLICT if hold.body.contains(SOMEONE_IS_BUYING) && holds_first => {
+                _ if hold.is_refused(&Refusal::SomeoneIsBuying) && holds_first => {
                     if began.elapsed() > self.deadline {
                         return Ok((Outcome::GaveUp, None));
                     }
@@ -223,13 +223,16 @@ impl Buyer {
     }
 }
 
-/// Reads an outcome from a response: 303 is a purchase; a 409 says why not.
+/// Reads an outcome from a response: 303 is a purchase; a 409's refusal code says why
+/// not.
 fn classify(reply: &Reply) -> Outcome {
-    match reply.status {
-        StatusCode::SEE_OTHER => Outcome::Confirmed,
-        StatusCode::CONFLICT if reply.body.contains(STALE_TOKEN) => Outcome::StaleRejected,
-        StatusCode::CONFLICT if reply.body.contains(HOLD_EXPIRED) => Outcome::HoldExpired,
-        StatusCode::CONFLICT if reply.body.contains(ALREADY_SOLD) => Outcome::SoldOut,
-        status => Outcome::Failed(status.as_u16()),
+    if reply.status == StatusCode::SEE_OTHER {
+        return Outcome::Confirmed;
+    }
+    match reply.refusal.as_deref() {
+        Some(code) if code == Refusal::StaleToken.code() => Outcome::StaleRejected,
+        Some(code) if code == Refusal::HoldExpired.code() => Outcome::HoldExpired,
+        Some(code) if code == Refusal::AlreadySold.code() => Outcome::SoldOut,
+        _ => Outcome::Failed(reply.status.as_u16()),
     }
 }

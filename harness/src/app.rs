@@ -1,0 +1,210 @@
+//! The one test entry point: [`TestApp::builder`] gives a test a fresh database (migrated
+//! and seeded), the shared stores, [`Settings`] with the test's own lease namespace, and
+//! a server on port 0 inside the test process (zero-to-production's `spawn_app`, over
+//! seatlock's [`Application::build`]). Tests that need several server processes take
+//! [`TestAppBuilder::settings`] and start [`crate::ServerProcess`]es with them.
+
+use std::time::Duration;
+
+use lease::LeaseKey;
+use seatlock::app::Application;
+use seatlock::config::Settings;
+use seatlock::seats::{self, SeatRef};
+use seatlock::state::AppState;
+use sqlx::PgPool;
+
+use crate::stores::{TINY_VENUES, fresh_database, seed, store_urls, unique_name};
+
+/// A CSRF secret shared by every server of one test, so forms cross processes.
+pub const TEST_SECRET: &str = "seatlock-test-secret-at-least-32-bytes";
+
+/// Settings for a test server on port 0 over `database_url`, with its own lease
+/// namespace (tests share one Redis) and the shared test secret.
+pub fn test_settings(database_url: &str, redis_url: &str) -> Settings {
+    let mut settings = Settings::new(database_url, redis_url, "127.0.0.1:0");
+    settings.lease_namespace = unique_name("test")
+        .parse()
+        .expect("a unique name is a valid namespace");
+    settings.secret = Some(TEST_SECRET.into());
+    settings
+}
+
+/// How a test wants its stores and server: which venues to seed, which Redis and which
+/// Postgres server (the shared ones by default), and changes to the settings.
+#[must_use]
+pub struct TestAppBuilder {
+    venues: Option<String>,
+    admin_url: Option<String>,
+    redis_url: Option<String>,
+    adjust: Vec<Adjustment>,
+}
+
+/// One change to a test's settings.
+type Adjustment = Box<dyn FnOnce(&mut Settings) + Send>;
+
+impl TestAppBuilder {
+    /// Seeds the venues of folder `dir` ([`TINY_VENUES`] by default; see also
+    /// [`crate::DEMO_VENUES`]).
+    pub fn venues(mut self, dir: &str) -> Self {
+        self.venues = Some(dir.into());
+        self
+    }
+
+    /// Seeds nothing (auction tests insert their own items).
+    pub fn no_venues(mut self) -> Self {
+        self.venues = None;
+        self
+    }
+
+    /// Uses the Redis at `url` (a private [`crate::RedisServer`]) instead of `REDIS_URL`.
+    pub fn redis(mut self, url: String) -> Self {
+        self.redis_url = Some(url);
+        self
+    }
+
+    /// Creates the test database on the Postgres server of `admin_url` (a private
+    /// [`crate::PostgresServer`], or a proxy in front of one) instead of `DATABASE_URL`'s.
+    pub fn postgres(mut self, admin_url: String) -> Self {
+        self.admin_url = Some(admin_url);
+        self
+    }
+
+    /// Changes the settings (applied in order, after the test defaults).
+    pub fn with(mut self, adjust: impl FnOnce(&mut Settings) + Send + 'static) -> Self {
+        self.adjust.push(Box::new(adjust));
+        self
+    }
+
+    /// Creates the fresh database, seeds it, and returns the settings of a server over
+    /// it, without starting one.
+    pub async fn settings(self) -> anyhow::Result<Settings> {
+        let (admin_url, redis_url) = match (self.admin_url, self.redis_url) {
+            (Some(admin), Some(redis)) => (admin, redis),
+            (admin, redis) => {
+                let (shared_admin, shared_redis) = store_urls()?;
+                (admin.unwrap_or(shared_admin), redis.unwrap_or(shared_redis))
+            }
+        };
+        let url = fresh_database(&admin_url).await?;
+        if let Some(venues) = &self.venues {
+            seed(&url, venues).await?;
+        }
+        let mut settings = test_settings(&url, &redis_url);
+        for adjust in self.adjust {
+            adjust(&mut settings);
+        }
+        Ok(settings)
+    }
+
+    /// [`TestAppBuilder::settings`], and a server over them inside this process.
+    pub async fn spawn(self) -> anyhow::Result<TestApp> {
+        TestApp::spawn(self.settings().await?).await
+    }
+}
+
+/// A plain auction item for tests, `title`, with a fresh slug: open from an hour ago for
+/// another hour, starting price $10.00, minimum increment $1.00, no reserve, no soft
+/// close. Change what a test needs, then insert it with
+/// [`seatlock::auction::queries::insert_item`].
+pub fn auction_item(title: &str) -> seatlock::auction::queries::NewItem {
+    let now = chrono::Utc::now();
+    seatlock::auction::queries::NewItem {
+        slug: unique_name("item"),
+        terms: seatlock::auction::queries::ItemTerms {
+            title: title.into(),
+            description: format!("{title}, for a test."),
+            starting_price_cents: 1_000,
+            min_increment_cents: 100,
+            reserve_price_cents: 0,
+            soft_close_secs: 0,
+        },
+        starts_at: now - chrono::TimeDelta::hours(1),
+        ends_at: now + chrono::TimeDelta::hours(1),
+    }
+}
+
+/// A running application server inside the test process.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT`.
+    pub address: String,
+    /// The server's state (pool, lease client, settings).
+    pub state: AppState,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl TestApp {
+    /// The test entry point: the tiny venue on the shared stores unless told otherwise.
+    pub fn builder() -> TestAppBuilder {
+        TestAppBuilder {
+            venues: Some(TINY_VENUES.into()),
+            admin_url: None,
+            redis_url: None,
+            adjust: Vec::new(),
+        }
+    }
+
+    /// Builds the application with `settings` and serves it on a background task (a
+    /// second server over the same settings shares the database and the lease
+    /// namespace, like a second process of one deployment).
+    pub async fn spawn(settings: Settings) -> anyhow::Result<TestApp> {
+        let app = Application::build(settings).await?;
+        let address = format!("http://{}", app.address());
+        let state = app.state().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        tokio::spawn(app.run_until(async {
+            let _ = stopped.await;
+        }));
+        Ok(TestApp {
+            address,
+            state,
+            stop: Some(stop),
+        })
+    }
+
+    /// The pool of the test database.
+    pub fn db(&self) -> &PgPool {
+        &self.state.db
+    }
+
+    /// The first event's id and the ids of its seats, in map order.
+    pub async fn first_event_seats(&self) -> anyhow::Result<(i64, Vec<i64>)> {
+        crate::stores::first_event_seats(self.db()).await
+    }
+
+    /// The lease key of seat `seat_id` of event `event_id` in this server's namespace.
+    pub fn seat_key(&self, event_id: i64, seat_id: i64) -> LeaseKey {
+        seats::lease_key(
+            &self.state.settings.lease_namespace,
+            SeatRef { event_id, seat_id },
+        )
+    }
+
+    /// The lease group of event `event_id`'s seats in this server's namespace.
+    pub fn event_group(&self, event_id: i64) -> String {
+        seats::event_group(&self.state.settings.lease_namespace, event_id)
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Polls `check` every 20 ms until it is true; panics naming `what` after `limit`.
+pub async fn eventually<F: std::future::Future<Output = bool>>(
+    limit: Duration,
+    what: &str,
+    check: impl Fn() -> F,
+) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

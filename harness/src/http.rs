@@ -1,0 +1,180 @@
+//! One browser's worth of HTTP for tests and the load test: a cookie jar, the CSRF token
+//! of the last page, forms posted exactly as the pages post them.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use reqwest::redirect::Policy;
+use seatlock::error::{REFUSAL_HEADER, Refusal};
+
+/// One browser's worth of HTTP: a cookie jar (session and CSRF cookies), no automatic
+/// redirects (tests look at the 303s), and the CSRF token of the last page read.
+pub struct HttpBuyer {
+    client: reqwest::Client,
+    jar: std::sync::Arc<reqwest::cookie::Jar>,
+    token: String,
+}
+
+/// A response reduced to what tests look at.
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// `Location` header of a redirect, if any.
+    pub location: Option<String>,
+    /// Body text.
+    pub body: String,
+    /// The refusal code of a 409 ([`seatlock::error::REFUSAL_HEADER`]), e.g. `stale`.
+    pub refusal: Option<String>,
+}
+
+impl Reply {
+    /// Whether this is a 409 refused for `refusal` (compared by its stable code, not its
+    /// wording).
+    pub fn is_refused(&self, refusal: &Refusal) -> bool {
+        self.status == StatusCode::CONFLICT && self.refusal.as_deref() == Some(refusal.code())
+    }
+}
+
+impl HttpBuyer {
+    /// A new buyer with an empty cookie jar.
+    pub fn new() -> Self {
+        Self::with_headers(reqwest::header::HeaderMap::new())
+    }
+
+    /// A new buyer that sends `headers` with every request (the race lab's pause header).
+    pub fn with_headers(headers: reqwest::header::HeaderMap) -> Self {
+        Self::build(headers, Default::default(), String::new())
+    }
+
+    /// Another client of the same browser (the same cookie jar and CSRF token, like a
+    /// second tab) that sends `headers` with every request.
+    pub fn another_tab(&self, headers: reqwest::header::HeaderMap) -> Self {
+        Self::build(headers, self.jar.clone(), self.token.clone())
+    }
+
+    fn build(
+        headers: reqwest::header::HeaderMap,
+        jar: std::sync::Arc<reqwest::cookie::Jar>,
+        token: String,
+    ) -> Self {
+        let client = reqwest::Client::builder()
+            .default_headers(headers)
+            .cookie_provider(jar.clone())
+            .redirect(Policy::none())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("a plain HTTP client builds");
+        HttpBuyer { client, jar, token }
+    }
+
+    /// The value of cookie `name` this buyer would send to `base` (`http://host:port`).
+    pub fn cookie(&self, base: &str, name: &str) -> Option<String> {
+        self.cookie_header(base)?.split("; ").find_map(|pair| {
+            let (key, value) = pair.split_once('=')?;
+            (key == name).then(|| value.to_owned())
+        })
+    }
+
+    /// The `Cookie` header this buyer would send to `base`, if it has cookies there.
+    pub fn cookie_header(&self, base: &str) -> Option<String> {
+        use reqwest::cookie::CookieStore;
+        let header = self.jar.cookies(&base.parse().ok()?)?;
+        header.to_str().ok().map(str::to_owned)
+    }
+
+    /// Puts cookie `name=value` in the jar for `base`, as if the site had set it (a
+    /// planted or stolen cookie, in session tests).
+    pub fn set_cookie(&self, base: &str, name: &str, value: &str) -> anyhow::Result<()> {
+        let url = base.parse()?;
+        self.jar
+            .add_cookie_str(&format!("{name}={value}; Path=/; HttpOnly"), &url);
+        Ok(())
+    }
+
+    /// The CSRF token of the last page read (empty before any).
+    pub fn csrf_token(&self) -> &str {
+        &self.token
+    }
+
+    /// POSTs `body` to `url` as a urlencoded form, exactly as given (no token added):
+    /// for oversized or hand-made bodies.
+    pub async fn post_raw(&self, url: &str, body: String) -> anyhow::Result<Reply> {
+        let response = self
+            .client
+            .post(url)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(body)
+            .send()
+            .await?;
+        Self::reply(response).await
+    }
+
+    async fn reply(response: reqwest::Response) -> anyhow::Result<Reply> {
+        let status = response.status();
+        let header = |name: &str| {
+            response
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        let location = header(reqwest::header::LOCATION.as_str());
+        let refusal = header(REFUSAL_HEADER);
+        Ok(Reply {
+            status,
+            location,
+            refusal,
+            body: response.text().await?,
+        })
+    }
+
+    /// GETs `url` and remembers the page's CSRF token, if it has a form.
+    pub async fn get(&mut self, url: &str) -> anyhow::Result<Reply> {
+        let reply = Self::reply(self.client.get(url).send().await?).await?;
+        if let Some(token) = authenticity_token(&reply.body) {
+            self.token = token;
+        }
+        Ok(reply)
+    }
+
+    /// POSTs a form to `url` with the remembered CSRF token and the extra `fields`.
+    pub async fn post(&self, url: &str, fields: &[(&str, &str)]) -> anyhow::Result<Reply> {
+        let mut form: Vec<(&str, &str)> = vec![("authenticity_token", &self.token)];
+        form.extend_from_slice(fields);
+        self.post_raw(url, serde_urlencoded::to_string(&form)?)
+            .await
+    }
+
+    /// POSTs `action` (`hold`, `release` or `confirm`) for one seat, first opening the
+    /// event page (session + CSRF token) if this buyer has read no page yet.
+    pub async fn seat_action(
+        &mut self,
+        base: &str,
+        event: i64,
+        seat: i64,
+        action: &str,
+    ) -> anyhow::Result<Reply> {
+        if self.token.is_empty() {
+            self.get(&format!("{base}/events/{event}")).await?;
+        }
+        self.post(&format!("{base}/events/{event}/seats/{seat}/{action}"), &[])
+            .await
+    }
+}
+
+impl Default for HttpBuyer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The value of the first `authenticity_token` hidden field in an HTML page.
+pub fn authenticity_token(html: &str) -> Option<String> {
+    let start = html.find("name=\"authenticity_token\" value=\"")? + 33;
+    let end = html[start..].find('"')?;
+    Some(html[start..start + end].to_owned())
+}

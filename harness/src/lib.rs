@@ -1,0 +1,30 @@
+//! # seatlock-harness
+//!
+//! Everything around the seatlock product that is not the product: what the integration
+//! tests, the end-to-end suite, the benches and the `load-test` binary share.
+//!
+//! * [`stores`]: `DATABASE_URL`/`REDIS_URL`, a fresh migrated database per test, seeding.
+//! * [`app`]: the one test entry point, [`TestApp::builder`]: a fresh database, the
+//!   stores, settings and a server on port 0 (zero-to-production's `spawn_app`).
+//! * [`http`]: [`HttpBuyer`], one browser's worth of HTTP (cookies, CSRF token, forms),
+//!   and [`Reply`] with its typed refusal code.
+//! * [`procs`]: real processes a test controls by PID: [`ServerProcess`],
+//!   [`RedisServer`], [`PostgresServer`].
+//! * [`check`]: the article's invariant checked over what Postgres accepted.
+//! * [`load`]: the race lab's client (`load-test race`), hold/confirm throughput
+//!   (`load-test holds`, `make bench`) and the report with its charts.
+
+pub mod app;
+pub mod check;
+pub mod http;
+pub mod load;
+pub mod procs;
+pub mod stores;
+
+pub use app::{TEST_SECRET, TestApp, TestAppBuilder, auction_item, eventually, test_settings};
+pub use http::{HttpBuyer, Reply, authenticity_token};
+pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
+pub use stores::{
+    DEMO_VENUES, TINY_VENUES, event_seats, first_event_seats, fresh_database, seed, store_urls,
+    unique_name,
+};

@@ -1,0 +1,12 @@
+//! The race lab's client side and the throughput runs, used by the `load-test` binary and
+//! `make bench`.
+//!
+//! * [`race`]: virtual buyers racing for the same seats through the real HTTP flow, one
+//!   strategy at a time (`load-test race`).
+//! * [`throughput`]: hold+release pairs and confirms per second at N buyers
+//!   (`load-test holds`, the bench's HTTP rows).
+//! * [`report`]: the JSON report, the Markdown table and the HTML page with its charts.
+
+pub mod race;
+pub mod report;
+pub mod throughput;

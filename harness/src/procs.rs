@@ -1,0 +1,359 @@
+//! Real processes a test owns and controls by PID on loopback: `seatlock serve` children,
+//! a private `redis-server`, a private PostgreSQL. Each is killed when its guard drops,
+//! even when a test panics.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use seatlock::config::Settings;
+
+use crate::stores::unique_name;
+
+/// A free loopback port (free when asked) and a new, empty temporary folder named after
+/// `prefix`, for a private server.
+fn port_and_folder(prefix: &str) -> anyhow::Result<(u16, std::path::PathBuf)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let dir = std::env::temp_dir().join(unique_name(prefix));
+    std::fs::create_dir_all(&dir)?;
+    Ok((port, dir))
+}
+
+/// The workspace's target directory: `CARGO_TARGET_DIR` (a relative one is taken from
+/// the workspace root), else `<workspace>/target`.
+pub fn target_dir() -> std::path::PathBuf {
+    let workspace = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    match std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => workspace.join(dir),
+        None => workspace.join("target"),
+    }
+}
+
+/// `<target dir>/debug/seatlock`, built beforehand: cargo builds no binary of another
+/// package for a crate's tests, so `make test` runs `cargo build --workspace --bins` first.
+pub fn seatlock_binary() -> anyhow::Result<std::path::PathBuf> {
+    let binary = target_dir().join("debug").join("seatlock");
+    anyhow::ensure!(
+        binary.is_file(),
+        "the server binary {} is missing: run `cargo build --workspace --bins` first \
+         (`make test` does)",
+        binary.display()
+    );
+    Ok(binary)
+}
+
+/// A private `redis-server` on a free loopback port, owned by one test: for tests that
+/// kill or restart the lock store. Stopped when dropped.
+pub struct RedisServer {
+    /// The port it listens on.
+    pub port: u16,
+    dir: std::path::PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl RedisServer {
+    /// Starts one (no persistence: a restart comes back empty) and waits until it answers.
+    pub async fn start() -> anyhow::Result<RedisServer> {
+        let (port, dir) = port_and_folder("seatlock-redis")?;
+        let mut server = RedisServer {
+            port,
+            dir,
+            child: None,
+        };
+        server.restart_empty().await?;
+        Ok(server)
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (SIGKILL: nothing is saved).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server if running and starts a new, empty one on the same port.
+    pub async fn restart_empty(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(&self.dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("starting redis-server (apt-get install redis-server)")?;
+        self.child = Some(child);
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bail!("redis-server did not start on port {}", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `seatlock serve` child process on a free loopback port: for tests and the load test
+/// that need separate server processes (to pause them with SIGSTOP, or to race them).
+/// Its log (stderr) goes to [`ServerProcess::log`]. Killed when dropped.
+pub struct ServerProcess {
+    /// `http://127.0.0.1:PORT`.
+    pub address: String,
+    /// The file the server logs to.
+    pub log: std::path::PathBuf,
+    child: tokio::process::Child,
+}
+
+impl ServerProcess {
+    /// Starts `binary serve` with `settings` passed as environment variables
+    /// ([`Settings::to_env`]: every field; bind is forced to `127.0.0.1:0`) and waits for
+    /// the line announcing its address.
+    pub async fn start(
+        binary: &std::path::Path,
+        settings: &Settings,
+    ) -> anyhow::Result<ServerProcess> {
+        Self::start_with_env(binary, settings, &[]).await
+    }
+
+    /// [`ServerProcess::start`] with extra environment variables (e.g. `LD_PRELOAD` of
+    /// libfaketime, to run the server with an offset clock).
+    pub async fn start_with_env(
+        binary: &std::path::Path,
+        settings: &Settings,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<ServerProcess> {
+        use tokio::io::AsyncBufReadExt;
+        let log = std::env::temp_dir().join(format!("{}.log", unique_name("seatlock-serve")));
+        let mut command = tokio::process::Command::new(binary);
+        command
+            .arg("serve")
+            .envs(settings.to_env())
+            .env("SEATLOCK_BIND", "127.0.0.1:0")
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&log)?)
+            .kill_on_drop(true);
+        command.envs(env.iter().copied());
+        let mut child = command
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdout = child.stdout.take().context("server stdout")?;
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let announced = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .context("server did not announce its address within 30 s")??
+            .with_context(|| {
+                format!(
+                    "server exited before announcing its address: see {}",
+                    log.display()
+                )
+            })?;
+        let address = announced
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .with_context(|| format!("unexpected first line {announced:?}"))?
+            .to_owned();
+        // Keep draining stdout so the server never writes into a closed pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(ServerProcess {
+            address,
+            log,
+            child,
+        })
+    }
+
+    /// The child's process id (for SIGSTOP / SIGCONT / SIGKILL in fault tests).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`, …) to the server with `kill(1)`.
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self.pid().context("the server has exited")?;
+        send_signal(pid, signal)
+    }
+
+    /// Kills the server at once (SIGKILL: no graceful shutdown, in-flight requests die)
+    /// and reaps it.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`, `KILL`, …) to process `pid` with `kill(1)`.
+pub fn send_signal(pid: u32, signal: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .context("running kill")?;
+    anyhow::ensure!(status.success(), "kill -{signal} {pid} failed");
+    Ok(())
+}
+
+/// A private PostgreSQL server on a free loopback port, owned by one test: for tests that
+/// stop or restart the database under a running application. Made like
+/// `scripts/services.sh` does (`initdb`, `pg_ctl`, as the `postgres` user through
+/// `runuser` when the tests run as root), trusting loopback connections, `fsync=off`.
+/// Stopped (immediate mode) and deleted when dropped.
+pub struct PostgresServer {
+    /// The port it listens on.
+    pub port: u16,
+    dir: std::path::PathBuf,
+    bin: std::path::PathBuf,
+}
+
+impl PostgresServer {
+    /// Creates a cluster in a temporary folder and starts it.
+    pub async fn start() -> anyhow::Result<PostgresServer> {
+        let (port, dir) = port_and_folder("seatlock-pg")?;
+        std::fs::create_dir_all(dir.join("sock"))?;
+        let server = PostgresServer {
+            port,
+            bin: postgres_bin_dir()?,
+            dir,
+        };
+        if running_as_root() {
+            let chown = tokio::process::Command::new("chown")
+                .args(["-R", "postgres"])
+                .arg(&server.dir)
+                .status()
+                .await?;
+            anyhow::ensure!(chown.success(), "chown to postgres failed");
+        }
+        server
+            .run(
+                "initdb",
+                &[
+                    "-U",
+                    "postgres",
+                    "-E",
+                    "UTF8",
+                    "--locale=C.UTF-8",
+                    "--auth=trust",
+                ],
+            )
+            .await?;
+        server.start_again().await?;
+        Ok(server)
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`, a role that may create databases
+    /// (for [`fresh_database`]).
+    pub fn admin_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Stops the server: `mode` is `pg_ctl`'s `fast` (roll back open transactions,
+    /// disconnect everyone) or `immediate` (like a crash: recovery on the next start).
+    pub async fn stop(&self, mode: &str) -> anyhow::Result<()> {
+        self.run("pg_ctl", &["-m", mode, "-w", "stop"]).await
+    }
+
+    /// Starts the (stopped) server again on the same port and waits until it accepts
+    /// connections.
+    pub async fn start_again(&self) -> anyhow::Result<()> {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories={} -c fsync=off",
+            self.port,
+            self.dir.join("sock").display()
+        );
+        let log = self.dir.join("log");
+        let log = log.to_str().context("temporary folder path is not UTF-8")?;
+        self.run("pg_ctl", &["-l", log, "-w", "-o", &options, "start"])
+            .await
+    }
+
+    /// `bin` (`initdb`, `pg_ctl`) of the Postgres installation on the data folder, as
+    /// `postgres` when root (Postgres refuses to run as root).
+    fn command(&self, bin: &str) -> std::process::Command {
+        let program = self.bin.join(bin);
+        let mut command = if running_as_root() {
+            let mut c = std::process::Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            std::process::Command::new(program)
+        };
+        command.arg("-D").arg(self.dir.join("data"));
+        command
+    }
+
+    /// Runs [`Self::command`] with `args`; fails with its output unless it succeeds.
+    async fn run(&self, bin: &str, args: &[&str]) -> anyhow::Result<()> {
+        let output = tokio::process::Command::from(self.command(bin))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .with_context(|| format!("running {bin}"))?;
+        anyhow::ensure!(
+            output.status.success(),
+            "{bin} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(())
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        let _ = self
+            .command("pg_ctl")
+            .args(["-m", "immediate", "-w", "stop"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Whether this process runs as root (Postgres refuses to, hence `runuser`).
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// The folder of `initdb` and `pg_ctl`: `PG_BIN`, else the newest
+/// `/usr/lib/postgresql/*/bin` (Debian), else the folder of `initdb` on the `PATH`.
+fn postgres_bin_dir() -> anyhow::Result<std::path::PathBuf> {
+    if let Ok(dir) = std::env::var("PG_BIN") {
+        return Ok(dir.into());
+    }
+    let mut versions: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+        .filter(|(_, bin)| bin.join("initdb").exists())
+        .collect();
+    versions.sort();
+    if let Some((_, bin)) = versions.pop() {
+        return Ok(bin);
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").exists()))
+        .context("initdb not found: apt-get install postgresql (or set PG_BIN)")
+}

@@ -1,0 +1,80 @@
+//! The stores a test runs against: `DATABASE_URL` and `REDIS_URL` (which `make test`
+//! exports after starting private instances), a fresh migrated database per test, seeding,
+//! and the seat lists tests read back.
+
+use anyhow::{Context, bail};
+use rand::Rng;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection, PgPool};
+
+/// `DATABASE_URL` and `REDIS_URL`, or an error saying to run under `make test`.
+pub fn store_urls() -> anyhow::Result<(String, String)> {
+    let db = std::env::var("DATABASE_URL")
+        .context("DATABASE_URL is not set: run the tests with `make test`")?;
+    let redis = std::env::var("REDIS_URL")
+        .context("REDIS_URL is not set: run the tests with `make test`")?;
+    Ok((db, redis))
+}
+
+/// A random lowercase name with `prefix`, e.g. `t_3f9a1c20b7`.
+pub fn unique_name(prefix: &str) -> String {
+    format!(
+        "{prefix}_{:010x}",
+        rand::rng().random::<u64>() & 0xff_ffff_ffff
+    )
+}
+
+/// Creates an empty database next to the one `admin_url` names, applies the migrations
+/// ([`seatlock::MIGRATOR`]), and returns its URL.
+pub async fn fresh_database(admin_url: &str) -> anyhow::Result<String> {
+    let name = unique_name("t");
+    let mut admin = PgConnection::connect(admin_url)
+        .await
+        .context("connecting to DATABASE_URL")?;
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await?;
+    let url = match admin_url.rsplit_once('/') {
+        Some((server, _)) => format!("{server}/{name}"),
+        None => bail!("DATABASE_URL has no database name"),
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await?;
+    seatlock::MIGRATOR.run(&pool).await?;
+    pool.close().await;
+    Ok(url)
+}
+
+/// Loads the venues of `dir` into the database at `url`.
+pub async fn seed(url: &str, dir: &str) -> anyhow::Result<()> {
+    let pool = PgPoolOptions::new().max_connections(1).connect(url).await?;
+    seatlock::seed::seed(&pool, std::path::Path::new(dir)).await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// The tiny test venue (one event, 32 seats): tests/venues.
+pub const TINY_VENUES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/venues");
+/// The real venues (the 1,642-seat hall and the 11,056-seat arena): data/venues.
+pub const DEMO_VENUES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../data/venues");
+
+/// The first event's id in `db` and the ids of its seats, in map order.
+pub async fn first_event_seats(db: &PgPool) -> anyhow::Result<(i64, Vec<i64>)> {
+    let event: i64 = sqlx::query_scalar("SELECT min(id) FROM events")
+        .fetch_one(db)
+        .await?;
+    Ok((event, event_seats(db, event).await?))
+}
+
+/// The ids of the seats of `event`, in map order.
+pub async fn event_seats(db: &PgPool, event: i64) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar(
+        "SELECT es.seat_id FROM event_seats es JOIN seats s ON s.id = es.seat_id
+          WHERE es.event_id = $1 ORDER BY s.section_id, s.row_position, s.number",
+    )
+    .bind(event)
+    .fetch_all(db)
+    .await
+}

@@ -1,0 +1,109 @@
+//! Application clocks an hour off (libfaketime): Redis's clock decides expiry.
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use seatlock::error::Refusal;
+use seatlock_harness::{HttpBuyer, ServerProcess, eventually};
+
+use crate::deployment::*;
+
+/// The libfaketime preload library (Debian package `faketime`, which `make test`
+/// installs).
+fn libfaketime() -> String {
+    std::fs::read_dir("/usr/lib")
+        .unwrap()
+        .flatten()
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .find(|lib| lib.exists())
+        .expect("libfaketime.so.1 not found: apt-get install faketime")
+        .display()
+        .to_string()
+}
+
+/// A server of `d` whose wall clock (not its monotonic clock, which only times sleeps)
+/// is offset by libfaketime's `FAKETIME`, e.g. `+1h`.
+async fn server_with_clock(d: &Deployment, faketime: &str) -> ServerProcess {
+    let lib = libfaketime();
+    let env = [
+        ("LD_PRELOAD", lib.as_str()),
+        ("FAKETIME", faketime),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    d.server_with_env(|_| {}, &env).await
+}
+
+#[tokio::test]
+async fn app_clocks_an_hour_off_change_no_hold_expiry_and_no_sale() {
+    let d = Deployment::tiny().await;
+    let ahead = server_with_clock(&d, "+1h").await;
+    let behind = server_with_clock(&d, "-1h").await;
+
+    // The offsets are real: each server's Date header is an hour off this test's clock.
+    for (server, hours) in [(&ahead, 1), (&behind, -1)] {
+        let reply = reqwest::get(format!("{}/healthz", server.address))
+            .await
+            .unwrap();
+        let date = reply.headers()[reqwest::header::DATE].to_str().unwrap();
+        let date = chrono::DateTime::parse_from_rfc2822(date).unwrap();
+        let off = (date.to_utc() - chrono::Utc::now()).num_seconds() - hours * 3_600;
+        assert!(
+            off.abs() < 120,
+            "{} is {off} s off its offset",
+            server.address
+        );
+    }
+
+    // A hold through the server an hour ahead: its countdown is Redis's, not the app's.
+    let seat = d.seats[0];
+    let granted = Instant::now();
+    let (mut first, _, _) = holder(&d, &ahead.address, seat).await;
+    let page = first.get(&d.page(&ahead.address)).await.unwrap().body;
+    let remaining: u64 = between(&page, "data-remaining-ms=\"", "\"")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        remaining > 0 && remaining <= d.settings.hold_ttl_ms,
+        "{remaining}"
+    );
+    let (secs, micros): (u64, u64) = redis::cmd("TIME")
+        .query_async(&mut d.leases.redis().clone())
+        .await
+        .unwrap();
+    let redis_ms = secs * 1_000 + micros / 1_000;
+    let until = between(&page, "held for you until <time>", "</time>").unwrap();
+    let near = |ms: u64| {
+        (0..=2)
+            .any(|s| seatlock::seats::map::clock_time(ms + remaining + s * 1_000 - 1_000) == until)
+    };
+    assert!(
+        near(redis_ms),
+        "until {until}, Redis time {redis_ms} + {remaining} ms"
+    );
+
+    // The server an hour behind refuses a second buyer while the lease lives, and the
+    // lease lapses on Redis's clock, after its TTL.
+    let mut second = HttpBuyer::new();
+    let refused = second
+        .seat_action(&behind.address, d.event, seat, "hold")
+        .await
+        .unwrap();
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    eventually(Duration::from_secs(10), "the lease to lapse", || async {
+        !d.held(seat).await
+    })
+    .await;
+    assert!(granted.elapsed() >= Duration::from_millis(d.settings.hold_ttl_ms));
+    let held = second
+        .seat_action(&behind.address, d.event, seat, "hold")
+        .await
+        .unwrap();
+    assert_eq!(held.status, SEE_OTHER, "{}", held.body);
+    let late = act(&first, &ahead.address, &d, seat, "confirm").await;
+    assert_conflict(&late, Refusal::HoldExpired);
+    let bought = act(&second, &behind.address, &d, seat, "confirm").await;
+    assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
+    assert_eq!(d.orders(seat).await.len(), 1);
+    d.assert_invariant().await;
+}

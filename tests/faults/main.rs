@@ -1,0 +1,17 @@
+//! The fault suite: the article's invariant (at most one accepted sale per seat, writes in
+//! fencing-token order) through the faults it names, against real processes that each
+//! test starts and controls by PID on loopback: `seatlock serve` children
+//! ([`ServerProcess`](seatlock_harness::ServerProcess)), a private `redis-server` and a
+//! private PostgreSQL. Every child is killed when its guard drops, even when a test
+//! panics. Servers run with `--enable-race-lab` so that a test can park a confirm at a
+//! chosen point (`x-race-lab-pause-at`); the purchase path is the product's, fenced.
+//!
+//! One module per fault family; [`deployment`] and [`traffic`] are the suite's harness.
+
+mod clocks;
+mod crashes;
+mod deployment;
+mod soak;
+mod stalls;
+mod store_loss;
+mod traffic;
