@@ -331,10 +331,10 @@ mod tests {
 
     /// Parses `env` as `seatlock serve` would read it: each variable becomes its flag.
     fn parse_env(env: &[(String, String)]) -> Settings {
-        let command = Settings::command().mut_args(|arg| arg.env(None));
+        let flags = Settings::command();
         let mut argv = vec!["serve".to_owned()];
         for (name, value) in env {
-            let arg = command
+            let arg = flags
                 .get_arguments()
                 .find(|a| a.get_env().and_then(|e| e.to_str()) == Some(name.as_str()))
                 .unwrap_or_else(|| panic!("{name} is no flag's variable"));
@@ -342,12 +342,13 @@ mod tests {
                 "--{}",
                 arg.get_long().expect("every setting has a long flag")
             );
-            if arg.get_num_args().is_some_and(|n| n.takes_values()) {
+            if arg.get_action().takes_values() {
                 argv.extend([flag, value.clone()]);
             } else if value == "true" {
                 argv.push(flag);
             }
         }
+        let command = Settings::command().mut_args(|arg| arg.env(None));
         let matches = command.try_get_matches_from(argv).unwrap();
         Settings::from_arg_matches(&matches).unwrap()
     }

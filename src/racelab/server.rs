@@ -1,7 +1,7 @@
 //! Server side of the race lab: the unsafe strategies' hold and confirm, and
 //! `GET /race-lab`.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Redirect;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -9,10 +9,9 @@ use axum::{Json, Router};
 use super::queries;
 use crate::buyer::Buyer;
 use crate::config::PurchaseStrategy;
-use crate::csrf::{CsrfForm, Empty};
 use crate::error::{Error, Refusal, Result};
 use crate::pause::{Pause, PausePoint};
-use crate::seats::{self, SeatRef, purchase, queries as seat_queries};
+use crate::seats::{self, SeatPost, SeatRef, purchase, queries as seat_queries};
 use crate::state::AppState;
 
 /// Hold and confirm under the server's race-lab strategy, in place of the product's
@@ -26,10 +25,8 @@ pub fn purchase_routes() -> Router<AppState> {
 async fn hold_route(
     State(state): State<AppState>,
     buyer: Buyer,
-    Path((event, seat)): Path<(String, String)>,
-    CsrfForm(Empty {}): CsrfForm<Empty>,
+    SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    let seat = seats::seat_ref(&event, &seat)?;
     hold(&state, &buyer, seat).await?;
     Ok(seats::back_to_map(seat))
 }
@@ -38,10 +35,8 @@ async fn confirm_route(
     State(state): State<AppState>,
     buyer: Buyer,
     pause: Pause,
-    Path((event, seat)): Path<(String, String)>,
-    CsrfForm(Empty {}): CsrfForm<Empty>,
+    SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    let seat = seats::seat_ref(&event, &seat)?;
     confirm(&state, &buyer, seat, pause).await?;
     Ok(seats::back_to_map(seat))
 }

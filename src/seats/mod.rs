@@ -11,7 +11,7 @@ pub mod purchase;
 pub mod queries;
 mod routes;
 
-pub(crate) use routes::{back_to_map, seat_ref};
+pub(crate) use routes::{SeatPost, back_to_map};
 pub use routes::{purchase_routes, router};
 
 use lease::LeaseKey;

@@ -3,7 +3,7 @@
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use axum_csrf::CsrfToken;
@@ -76,7 +76,7 @@ async fn show(
 }
 
 /// The seat named by a URL's `{event}` and `{seat}` segments; 400 if malformed.
-pub(crate) fn seat_ref(event: &str, seat: &str) -> Result<SeatRef> {
+fn seat_ref(event: &str, seat: &str) -> Result<SeatRef> {
     Ok(SeatRef {
         event_id: parse_id(event, "event")?,
         seat_id: parse_id(seat, "seat")?,
@@ -88,13 +88,30 @@ pub(crate) fn back_to_map(seat: SeatRef) -> Redirect {
     Redirect::to(&format!("/events/{}#seat-{}", seat.event_id, seat.seat_id))
 }
 
+/// A form POST on one seat, `/events/{event}/seats/{seat}/<action>`: the seat, once the
+/// CSRF token checked out (403 otherwise) and both ids parsed (400 otherwise), in that
+/// order. The form has no fields.
+pub(crate) struct SeatPost(pub SeatRef);
+
+impl FromRequest<AppState> for SeatPost {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self> {
+        let (mut parts, body) = req.into_parts();
+        let Path((event, seat)) = Path::<(String, String)>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(|_| Error::NotFound("There is no such page.".into()))?;
+        let CsrfForm(Empty {}) =
+            CsrfForm::from_request(Request::from_parts(parts, body), state).await?;
+        Ok(SeatPost(seat_ref(&event, &seat)?))
+    }
+}
+
 async fn hold(
     State(state): State<AppState>,
     buyer: Buyer,
-    Path((event, seat)): Path<(String, String)>,
-    CsrfForm(Empty {}): CsrfForm<Empty>,
+    SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    let seat = seat_ref(&event, &seat)?;
     purchase::hold(&state, &buyer, seat).await?;
     Ok(back_to_map(seat))
 }
@@ -102,10 +119,8 @@ async fn hold(
 async fn release(
     State(state): State<AppState>,
     buyer: Buyer,
-    Path((event, seat)): Path<(String, String)>,
-    CsrfForm(Empty {}): CsrfForm<Empty>,
+    SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    let seat = seat_ref(&event, &seat)?;
     purchase::release(&state, &buyer, seat).await?;
     Ok(back_to_map(seat))
 }
@@ -114,10 +129,8 @@ async fn confirm(
     State(state): State<AppState>,
     buyer: Buyer,
     pause: Pause,
-    Path((event, seat)): Path<(String, String)>,
-    CsrfForm(Empty {}): CsrfForm<Empty>,
+    SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    let seat = seat_ref(&event, &seat)?;
     let order_id = purchase::confirm(&state, &buyer, seat, pause).await?;
     Ok(Redirect::to(&format!("/orders/{order_id}")))
 }
