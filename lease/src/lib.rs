@@ -179,9 +179,10 @@ pub enum LeaseError {
     /// Redis did not answer or answered with an error: guarded work must stop.
     #[error("lease store unavailable: {0}")]
     Unavailable(#[from] redis::RedisError),
-    /// The durable fence ledger could not reserve a block of tokens.
+    /// The durable fence ledger could not reserve a block of tokens. Carries the
+    /// ledger's own error ([`FenceLedger::Error`]) as the source.
     #[error("fence ledger unavailable: {0}")]
-    Ledger(String),
+    Ledger(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Durable storage for fencing-token ceilings: the part of the fencing scheme that must
@@ -192,12 +193,16 @@ pub enum LeaseError {
 /// implementation is one Postgres `INSERT … ON CONFLICT DO UPDATE … RETURNING`. Any store
 /// with an atomic durable increment works (etcd, ZooKeeper, a SQL sequence per group).
 pub trait FenceLedger: Send + Sync {
+    /// Why a reservation failed (for Postgres, `sqlx::Error`). [`LeaseClient::acquire`]
+    /// returns it boxed inside [`LeaseError::Ledger`].
+    type Error: std::error::Error + Send + Sync + 'static;
+
     /// Reserves the next `block` tokens of `group`; returns the new ceiling.
     fn raise_ceiling(
         &self,
         group: &str,
         block: u64,
-    ) -> impl Future<Output = Result<u64, String>> + Send;
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send;
 }
 
 /// The lease client: one Redis connection (multiplexed, reconnecting) plus the fence
@@ -299,7 +304,7 @@ impl<L: FenceLedger> LeaseClient<L> {
             .ledger
             .raise_ceiling(key.group(), self.block_size)
             .await
-            .map_err(LeaseError::Ledger)?;
+            .map_err(|err| LeaseError::Ledger(Box::new(err)))?;
         scripts::raise_ceiling(&mut self.redis.clone(), key, ceiling, self.block_size).await?;
         Ok(())
     }

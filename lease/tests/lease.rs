@@ -17,7 +17,9 @@ use tokio::sync::Mutex;
 struct ProcessLedger(std::sync::Mutex<std::collections::HashMap<String, u64>>);
 
 impl FenceLedger for ProcessLedger {
-    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, String> {
+    type Error = std::convert::Infallible;
+
+    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, Self::Error> {
         let mut ceilings = self.0.lock().unwrap();
         let ceiling = ceilings.entry(group.to_owned()).or_default();
         *ceiling += block;
@@ -396,4 +398,42 @@ async fn a_busy_lease_is_retried_with_backoff_then_given_up_or_granted() {
     assert!(client.release(&a).await.unwrap());
     let b = waiting.await.unwrap().expect("granted after A's release");
     assert!(b.fencing_token > a.fencing_token);
+}
+
+/// A ledger that cannot reserve anything, to see its error come back as the source.
+struct BrokenLedger;
+
+#[derive(Debug, thiserror::Error)]
+#[error("ledger offline")]
+struct Offline;
+
+impl FenceLedger for BrokenLedger {
+    type Error = Offline;
+
+    async fn raise_ceiling(&self, _group: &str, _block: u64) -> Result<u64, Offline> {
+        Err(Offline)
+    }
+}
+
+#[tokio::test]
+async fn a_ledger_failure_is_returned_with_the_ledgers_error_as_source() {
+    let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
+    let redis = lease::connect(&url, Duration::from_secs(2)).unwrap();
+    let client = LeaseClient::new(redis, BrokenLedger);
+    let key = key("1");
+    match client.acquire(&key, "a", Duration::from_secs(5)).await {
+        Err(err @ LeaseError::Ledger(_)) => {
+            let source = std::error::Error::source(&err).expect("the ledger's error");
+            assert!(source.downcast_ref::<Offline>().is_some(), "{source:?}");
+            assert_eq!(err.to_string(), "fence ledger unavailable: ledger offline");
+        }
+        other => panic!("expected Ledger, got {other:?}"),
+    }
+    let granted: bool = client
+        .redis()
+        .clone()
+        .exists(key.lease_key())
+        .await
+        .unwrap();
+    assert!(!granted, "nothing was granted");
 }
