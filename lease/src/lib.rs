@@ -124,18 +124,74 @@ impl fmt::Display for FencingToken {
 }
 
 /// A granted lease: what the holder needs to act on it and to fence its writes.
+///
+/// Obtained from [`LeaseClient::acquire`] (or [`LeaseClient::acquire_with_backoff`],
+/// [`LeaseClient::owned_by`]); only [`LeaseClient::renew`] and the [`Watchdog`] change
+/// it (its expiry). A caller that must keep a lease between requests stores its parts
+/// and rebuilds it with [`Lease::from_parts`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    key: LeaseKey,
+    owner: OwnerToken,
+    fencing_token: FencingToken,
+    ttl: Duration,
+    expires_at_ms: u64,
+}
+
+impl Lease {
+    /// Rebuilds a lease this caller was granted earlier, from the parts it kept (for
+    /// example in a server-side session between two web requests: the owner token via
+    /// [`OwnerToken::as_str`], the rest as numbers).
+    ///
+    /// This grants nothing: the lease is only as good as Redis says. Release and renew
+    /// check the owner token (compare-and-delete, compare-and-pexpire), so a rebuilt
+    /// lease that expired or passed to another owner does nothing harmful, and writes
+    /// are still fenced by `fencing_token`. `expires_at_ms` is Unix milliseconds on the
+    /// Redis clock; `ttl` is the length each renewal extends the lease to.
+    pub fn from_parts(
+        key: LeaseKey,
+        owner: OwnerToken,
+        fencing_token: FencingToken,
+        ttl: Duration,
+        expires_at_ms: u64,
+    ) -> Self {
+        Lease {
+            key,
+            owner,
+            fencing_token,
+            ttl,
+            expires_at_ms,
+        }
+    }
+
     /// The resource this lease is on.
-    pub key: LeaseKey,
-    /// The secret that proves ownership to `release` and `renew`.
-    pub owner: OwnerToken,
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// The secret that proves ownership to `release` and `renew`. Never show it to
+    /// other users.
+    pub fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
+
     /// The grant's fencing token; send it with every write to the protected resource.
-    pub fencing_token: FencingToken,
-    /// The lease length asked for.
-    pub ttl: Duration,
-    /// When the lease ends, in Unix milliseconds on the Redis clock (updated by renew).
-    pub expires_at_ms: u64,
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing_token
+    }
+
+    /// The lease length asked for (whole milliseconds): what each renewal extends the
+    /// lease to, from the renewal's time. For a lease from [`LeaseClient::owned_by`],
+    /// its remaining time when read.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// When the lease ends, in Unix milliseconds on the Redis clock (updated by
+    /// [`LeaseClient::renew`]).
+    pub fn expires_at_ms(&self) -> u64 {
+        self.expires_at_ms
+    }
 }
 
 /// A live lease as seen by anyone reading the group: who holds it, not the secret.
@@ -316,8 +372,8 @@ impl<L: FenceLedger> LeaseClient<L> {
         scripts::release(&mut self.redis.clone(), &lease.key, &lease.owner).await
     }
 
-    /// Extends `lease` to `lease.ttl` from now if the caller still owns it
-    /// (compare-and-pexpire) and updates `lease.expires_at_ms`. Returns `false`, touching
+    /// Extends `lease` to `lease.ttl()` from now if the caller still owns it
+    /// (compare-and-pexpire) and updates its `expires_at_ms()`. Returns `false`, touching
     /// nothing, if the lease expired or passed to another owner: an expired key is never
     /// recreated.
     pub async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {

@@ -61,7 +61,7 @@ async fn only_one_caller_gets_the_lease() {
         }
         other => panic!("expected Held, got {other:?}"),
     }
-    assert_eq!(a.owner.as_str().len(), 32, "128-bit owner token as hex");
+    assert_eq!(a.owner().as_str().len(), 32, "128-bit owner token as hex");
 }
 
 #[tokio::test]
@@ -87,18 +87,22 @@ async fn pttl_right_after_a_grant_is_within_the_ttl() {
 async fn release_checks_the_owner() {
     let client = client();
     let key = key("1");
-    let mut lease = client
+    let lease = client
         .acquire(&key, "a", Duration::from_secs(10))
         .await
         .unwrap();
-    let real_owner = lease.owner.clone();
-    lease.owner = lease::OwnerToken::random();
+    let forged = lease::Lease::from_parts(
+        lease.key().clone(),
+        lease::OwnerToken::random(),
+        lease.fencing_token(),
+        lease.ttl(),
+        lease.expires_at_ms(),
+    );
     assert!(
-        !client.release(&lease).await.unwrap(),
+        !client.release(&forged).await.unwrap(),
         "a forged owner token releases nothing"
     );
     assert!(exists(&client, &key).await);
-    lease.owner = real_owner;
     assert!(client.release(&lease).await.unwrap());
     assert!(!exists(&client, &key).await);
     assert!(
@@ -128,7 +132,7 @@ async fn an_expired_lease_goes_to_the_next_caller_with_a_larger_token() {
         .acquire(&key, "b", Duration::from_secs(10))
         .await
         .unwrap();
-    assert!(b.fencing_token > a.fencing_token);
+    assert!(b.fencing_token() > a.fencing_token());
     assert!(
         !client.release(&a).await.unwrap(),
         "A's late release must not delete B's lease"
@@ -137,7 +141,7 @@ async fn an_expired_lease_goes_to_the_next_caller_with_a_larger_token() {
     let holders = client.holders(key.group()).await.unwrap();
     assert_eq!(holders.holdings.len(), 1);
     assert_eq!(holders.holdings[0].holder, "b");
-    assert_eq!(holders.holdings[0].fencing_token, b.fencing_token);
+    assert_eq!(holders.holdings[0].fencing_token, b.fencing_token());
 }
 
 #[tokio::test]
@@ -148,10 +152,10 @@ async fn renew_extends_a_live_lease_and_never_recreates_an_expired_one() {
         .acquire(&key, "a", Duration::from_millis(300))
         .await
         .unwrap();
-    let first_expiry = lease.expires_at_ms;
+    let first_expiry = lease.expires_at_ms();
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(client.renew(&mut lease).await.unwrap());
-    assert!(lease.expires_at_ms > first_expiry);
+    assert!(lease.expires_at_ms() > first_expiry);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         exists(&client, &key).await,
@@ -188,7 +192,7 @@ async fn grants_under_contention_carry_strictly_increasing_tokens() {
                                 0,
                                 "two holders at once"
                             );
-                            order.lock().await.push(lease.fencing_token);
+                            order.lock().await.push(lease.fencing_token());
                             inside.fetch_sub(1, Ordering::SeqCst);
                             assert!(client.release(&lease).await.unwrap());
                             return;
@@ -229,7 +233,7 @@ async fn concurrent_holds_on_different_seats_get_distinct_tokens() {
         .collect();
     let mut tokens: Vec<FencingToken> = Vec::new();
     for task in tasks {
-        tokens.push(task.await.unwrap().fencing_token);
+        tokens.push(task.await.unwrap().fencing_token());
     }
     tokens.sort();
     tokens.dedup();
@@ -360,8 +364,8 @@ async fn tokens_come_from_ledger_blocks() {
             .acquire(&key, "a", Duration::from_secs(5))
             .await
             .unwrap();
-        assert!(lease.fencing_token > last);
-        last = lease.fencing_token;
+        assert!(lease.fencing_token() > last);
+        last = lease.fencing_token();
         client.release(&lease).await.unwrap();
     }
     assert_eq!(last, FencingToken(150));
@@ -397,7 +401,7 @@ async fn a_busy_lease_is_retried_with_backoff_then_given_up_or_granted() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(client.release(&a).await.unwrap());
     let b = waiting.await.unwrap().expect("granted after A's release");
-    assert!(b.fencing_token > a.fencing_token);
+    assert!(b.fencing_token() > a.fencing_token());
 }
 
 /// A ledger that cannot reserve anything, to see its error come back as the source.
