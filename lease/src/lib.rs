@@ -62,6 +62,7 @@
 mod backoff;
 pub mod events;
 mod keys;
+mod memory;
 mod scripts;
 pub mod telemetry;
 mod watchdog;
@@ -75,6 +76,7 @@ use redis::aio::ConnectionManager;
 
 pub use backoff::Backoff;
 pub use keys::LeaseKey;
+pub use memory::MemoryLedger;
 pub use watchdog::{Watchdog, WatchdogEvent};
 
 /// A random secret naming one grant of a lease: 128 bits from the OS-seeded thread RNG,
@@ -248,6 +250,7 @@ pub enum LeaseError {
 /// (starting from 0) and return the new value, durably, before returning. Seatlock's
 /// implementation is one Postgres `INSERT … ON CONFLICT DO UPDATE … RETURNING`. Any store
 /// with an atomic durable increment works (etcd, ZooKeeper, a SQL sequence per group).
+/// [`MemoryLedger`] is a non-durable one for examples and tests.
 pub trait FenceLedger: Send + Sync {
     /// Why a reservation failed (for Postgres, `sqlx::Error`). [`LeaseClient::acquire`]
     /// returns it boxed inside [`LeaseError::Ledger`].

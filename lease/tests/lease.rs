@@ -1,36 +1,24 @@
 //! The lease library against a real Redis (`REDIS_URL`, started by `make test`).
-//! Each test uses its own random group, so tests can share one Redis.
+//! Each test uses its own random group, so tests can share one Redis. The fence ledger is
+//! [`MemoryLedger`]: enough here, where Redis does not lose its data. (The application's
+//! ledger is Postgres; see the app's tests for tokens surviving a Redis restart.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease::{Backoff, FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, WatchdogEvent};
+use lease::{
+    Backoff, FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, MemoryLedger,
+    WatchdogEvent,
+};
 use rand::Rng;
 use redis::AsyncCommands;
 use tokio::sync::Mutex;
 
-/// A fence ledger that lives as long as the test process: enough here, where Redis does
-/// not lose its data. (The application's ledger is Postgres; see the app's tests for
-/// tokens surviving a Redis restart.)
-#[derive(Default)]
-struct ProcessLedger(std::sync::Mutex<std::collections::HashMap<String, u64>>);
-
-impl FenceLedger for ProcessLedger {
-    type Error = std::convert::Infallible;
-
-    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, Self::Error> {
-        let mut ceilings = self.0.lock().unwrap();
-        let ceiling = ceilings.entry(group.to_owned()).or_default();
-        *ceiling += block;
-        Ok(*ceiling)
-    }
-}
-
-fn client() -> Arc<LeaseClient<ProcessLedger>> {
+fn client() -> Arc<LeaseClient<MemoryLedger>> {
     let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
     let redis = lease::connect(&url, Duration::from_secs(2)).unwrap();
-    Arc::new(LeaseClient::new(redis, ProcessLedger::default()).with_block_size(100))
+    Arc::new(LeaseClient::new(redis, MemoryLedger::new()).with_block_size(100))
 }
 
 fn key(name: &str) -> LeaseKey {
@@ -38,7 +26,7 @@ fn key(name: &str) -> LeaseKey {
     LeaseKey::new(group, name).unwrap()
 }
 
-async fn exists(client: &LeaseClient<ProcessLedger>, key: &LeaseKey) -> bool {
+async fn exists(client: &LeaseClient<MemoryLedger>, key: &LeaseKey) -> bool {
     let mut conn = client.redis().clone();
     conn.exists(key.lease_key()).await.unwrap()
 }
@@ -282,7 +270,7 @@ async fn the_watchdog_reports_a_lost_lease() {
 }
 
 /// Whether `key` still has an entry in its group's holders hash.
-async fn listed(client: &LeaseClient<ProcessLedger>, key: &LeaseKey) -> bool {
+async fn listed(client: &LeaseClient<MemoryLedger>, key: &LeaseKey) -> bool {
     let mut conn = client.redis().clone();
     conn.hexists(key.holders_key(), key.name()).await.unwrap()
 }
