@@ -46,6 +46,8 @@ test: services e2e-driver
 	source e2e/driver.env
 	$(CARGO) build --workspace --bins # the e2e suite starts target/debug/seatlock
 	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --doc
+	$(CARGO) run -q -p lease --example hold_and_fence
 	$(MAKE) lint
 
 lint:

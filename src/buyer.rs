@@ -52,22 +52,22 @@ impl HeldSeat {
     /// Remembers a freshly granted lease.
     pub fn from_lease(lease: &Lease) -> Self {
         HeldSeat {
-            owner_token: lease.owner.as_str().to_owned(),
-            fencing_token: lease.fencing_token.0,
-            ttl_ms: lease.ttl.as_millis() as u64,
-            expires_at_ms: lease.expires_at_ms,
+            owner_token: lease.owner().as_str().to_owned(),
+            fencing_token: lease.fencing_token().0,
+            ttl_ms: lease.ttl().as_millis() as u64,
+            expires_at_ms: lease.expires_at_ms(),
         }
     }
 
     /// The lease this hold stands for, on `key`.
     pub fn lease(&self, key: LeaseKey) -> Lease {
-        Lease {
+        Lease::from_parts(
             key,
-            owner: OwnerToken::from_string(self.owner_token.clone()),
-            fencing_token: FencingToken(self.fencing_token),
-            ttl: std::time::Duration::from_millis(self.ttl_ms),
-            expires_at_ms: self.expires_at_ms,
-        }
+            OwnerToken::from_string(self.owner_token.clone()),
+            FencingToken(self.fencing_token),
+            std::time::Duration::from_millis(self.ttl_ms),
+            self.expires_at_ms,
+        )
     }
 }
 

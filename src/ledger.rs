@@ -10,9 +10,22 @@ use sqlx::PgPool;
 #[derive(Clone)]
 pub struct PgFenceLedger(pub PgPool);
 
+/// Why [`PgFenceLedger`] could not reserve a block.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The block size does not fit the `bigint` column.
+    #[error("block of {0} tokens does not fit a Postgres bigint")]
+    BlockTooLarge(u64),
+    /// Postgres failed or could not be reached.
+    #[error(transparent)]
+    Postgres(#[from] sqlx::Error),
+}
+
 impl FenceLedger for PgFenceLedger {
-    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, String> {
-        let block = i64::try_from(block).map_err(|e| e.to_string())?;
+    type Error = LedgerError;
+
+    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, LedgerError> {
+        let block = i64::try_from(block).map_err(|_| LedgerError::BlockTooLarge(block))?;
         let reserve = sqlx::query_scalar(
             "INSERT INTO fence_ceilings (lease_group, ceiling) VALUES ($1, $2)
              ON CONFLICT (lease_group) DO UPDATE SET ceiling = fence_ceilings.ceiling + $2
@@ -21,9 +34,7 @@ impl FenceLedger for PgFenceLedger {
         .bind(group)
         .bind(block)
         .fetch_one(&self.0);
-        let ceiling: i64 = crate::telemetry::postgres("fence_ledger", reserve)
-            .await
-            .map_err(|e| e.to_string())?;
+        let ceiling: i64 = crate::telemetry::postgres("fence_ledger", reserve).await?;
         Ok(ceiling as u64)
     }
 }

@@ -276,7 +276,7 @@ async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
     }
     let item = fetch(&app, id).await;
     assert_eq!(item.high_bid_cents, Some(1_200), "B's bid stands");
-    assert!(item.fence_token > lease_a.fencing_token.0 as i64);
+    assert!(item.fence_token > lease_a.fencing_token().0 as i64);
     assert_eq!(bid_count(&app, id).await, 1);
     assert!(
         !app.state.leases.release(&lease_a).await.unwrap(),
@@ -372,10 +372,10 @@ async fn a_closer_paused_past_its_lease_cannot_write() {
     let closed = close::close_item(&app.state, id, "closer-b").await.unwrap();
     assert_eq!(closed, CloseOutcome::Closed("no_bids".into()));
     let token_b = fetch(&app, id).await.fence_token;
-    assert!(token_b > lease_a.fencing_token.0 as i64);
+    assert!(token_b > lease_a.fencing_token().0 as i64);
 
     // A wakes up and writes: refused, and B's write is untouched.
-    let late = close::write_result(&app.state, id, lease_a.fencing_token.0)
+    let late = close::write_result(&app.state, id, lease_a.fencing_token().0)
         .await
         .unwrap();
     assert_eq!(late, CloseOutcome::Refused);

@@ -238,7 +238,7 @@ async fn fencing_tokens_keep_growing_after_redis_restarts_empty() {
     }
     let after = after.expect("Redis is back");
     assert!(
-        after.fencing_token > before.fencing_token,
+        after.fencing_token() > before.fencing_token(),
         "{before:?} then {after:?}"
     );
     assert!(

@@ -15,15 +15,26 @@ use crate::{FencingToken, LeaseKey};
 pub enum LeaseEvent {
     /// A grant: who holds `key` now, with which token, until when (Unix ms, Redis clock).
     Acquired {
+        /// The resource granted.
         key: LeaseKey,
+        /// The public label the new holder gave to `acquire`.
         holder: String,
+        /// The grant's fencing token.
         fencing_token: FencingToken,
+        /// When the lease ends, Unix milliseconds on the Redis clock (as granted; a
+        /// renewal is not announced).
         expires_at_ms: u64,
     },
-    /// An owner-checked release.
-    Released { key: LeaseKey },
+    /// An owner-checked release (compare-and-delete).
+    Released {
+        /// The resource released.
+        key: LeaseKey,
+    },
     /// Redis expired the lease (its TTL ran out).
-    Expired { key: LeaseKey },
+    Expired {
+        /// The resource whose lease expired.
+        key: LeaseKey,
+    },
 }
 
 impl LeaseEvent {

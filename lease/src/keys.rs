@@ -23,7 +23,10 @@ pub struct LeaseKey {
 #[error(
     "invalid lease key part {0:?}: must be non-empty, without braces or whitespace, and a name may not start with '~'"
 )]
-pub struct InvalidKey(pub String);
+pub struct InvalidKey(
+    /// The offending part, as given.
+    pub String,
+);
 
 fn valid(part: &str) -> bool {
     !part.is_empty() && !part.contains(['{', '}']) && !part.contains(char::is_whitespace)

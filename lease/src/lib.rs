@@ -8,8 +8,9 @@
 //! 1. **Create-if-absent**: a grant is `SET key owner NX` (the Redis `SET` documentation,
 //!    "distributed locks" pattern). Only one caller's `SET` succeeds.
 //! 2. **Lease**: the same `SET` carries `PX ttl_ms`, so a crashed holder blocks others for
-//!    at most one TTL. A long task renews ([`LeaseClient::renew`]), typically every TTL/3
-//!    ([`Watchdog`]).
+//!    at most one TTL (leases: Gray and Cheriton, 1989). A long task renews
+//!    ([`LeaseClient::renew`]), typically every TTL/3 ([`LeaseClient::watch`] starts a
+//!    [`Watchdog`] that does it).
 //! 3. **Owner-checked release**: the key's value is a random [`OwnerToken`] (128 bits);
 //!    [`LeaseClient::release`] is a compare-and-delete and [`LeaseClient::renew`] a
 //!    compare-and-pexpire, each one Lua script, so a slow holder can never delete or
@@ -25,6 +26,76 @@
 //!    reserved in a durable [`FenceLedger`] (the application backs it with Postgres): Redis
 //!    may issue tokens only up to the reserved *ceiling*, and after Redis loses its data
 //!    the next block starts above every token ever issued (the hi/lo allocation pattern).
+//!
+//! ## Example
+//!
+//! A lease, a fenced write, a contender refused, a holder that pauses past its TTL and
+//! wakes up stale: its write is refused by the fence and its release (compare-and-delete)
+//! deletes nothing. Runs against the Redis at `REDIS_URL`. The same flow, printed step by
+//! step, is `lease/examples/hold_and_fence.rs`
+//! (`REDIS_URL=redis://127.0.0.1:6379/ cargo run -p lease --example hold_and_fence`).
+//!
+//! ```
+//! use std::time::Duration;
+//!
+//! use lease::{FencingToken, LeaseClient, LeaseError, LeaseKey, MemoryLedger};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let url = std::env::var("REDIS_URL")
+//!     .expect("set REDIS_URL to a Redis server, e.g. redis://127.0.0.1:6379/");
+//! let redis = lease::connect(&url, Duration::from_secs(2))?;
+//! // MemoryLedger is not durable: fine for an example, never in production (step 5).
+//! let client = LeaseClient::new(redis, MemoryLedger::new());
+//! // A fresh group per run, so runs do not share fencing tokens.
+//! let key = LeaseKey::new(format!("doc:{:x}", rand::random::<u64>()), "seat-14C")?;
+//!
+//! // The protected resource keeps the highest fencing token it accepted.
+//! let mut highest = FencingToken(0);
+//! let mut fenced_write = |token: FencingToken| {
+//!     let accepted = token >= highest;
+//!     highest = highest.max(token);
+//!     accepted
+//! };
+//!
+//! // Alice takes the lease for 300 ms and writes with her fencing token.
+//! let alice = client.acquire(&key, "alice", Duration::from_millis(300)).await?;
+//! assert!(fenced_write(alice.fencing_token()));
+//!
+//! // Bob is refused while Alice holds it.
+//! let refused = client.acquire(&key, "bob", Duration::from_secs(5)).await;
+//! assert!(matches!(refused, Err(LeaseError::Held { holder, .. }) if holder == "alice"));
+//!
+//! // Alice pauses past her TTL; Bob now gets the lease, with a larger token.
+//! tokio::time::sleep(Duration::from_millis(400)).await;
+//! let bob = client.acquire(&key, "bob", Duration::from_secs(5)).await?;
+//! assert!(bob.fencing_token() > alice.fencing_token());
+//! assert!(fenced_write(bob.fencing_token()));
+//!
+//! // Alice wakes up stale: the fence refuses her write, her release deletes nothing.
+//! assert!(!fenced_write(alice.fencing_token()));
+//! assert!(!client.release(&alice).await?);
+//! assert!(client.release(&bob).await?);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! ## Operations
+//!
+//! Every operation is a method of [`LeaseClient`]:
+//!
+//! | operation | what | Redis |
+//! |---|---|---|
+//! | [`acquire`](LeaseClient::acquire) | one try: a [`Lease`], or [`LeaseError::Held`] | one script |
+//! | [`acquire_with_backoff`](LeaseClient::acquire_with_backoff) | retries a busy lease with jittered exponential [`Backoff`], bounded in attempts and time | one script per attempt |
+//! | [`renew`](LeaseClient::renew) | compare-and-pexpire: extends the lease by its TTL | one script |
+//! | [`watch`](LeaseClient::watch) | starts a [`Watchdog`]: renews every TTL/3, reports [`WatchdogEvent::Lost`] | one script per renewal |
+//! | [`release`](LeaseClient::release) | compare-and-delete | one script |
+//! | [`holders`](LeaseClient::holders) | every live lease of a group ([`GroupSnapshot`]) | one pipeline |
+//! | [`owned_by`](LeaseClient::owned_by) | the live lease held under a label, owner token included | one script |
+//! | [`is_held`](LeaseClient::is_held), [`remaining`](LeaseClient::remaining) | one-instant checks | one command |
+//!
+//! [`events`] turns a group's pub/sub messages into [`events::LeaseEvent`]s.
 //!
 //! ## Keys
 //! A [`LeaseKey`] names a resource inside a *group* (for seatlock: the seats of one
@@ -58,10 +129,26 @@
 //! ## Metrics
 //! Round-trip latency, renewals, watchdog losses and lock wait times are reported through
 //! the `metrics` facade; see [`telemetry`] for the names.
+//!
+//! ## Sources
+//!
+//! * Redis, [`SET`](https://redis.io/docs/latest/commands/set/): `NX`, `PX` and the
+//!   locking pattern with a random value released by a script.
+//! * Martin Kleppmann, [How to do distributed locking](https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html)
+//!   (2016): fencing tokens.
+//! * Mike Burrows, *The Chubby lock service for loosely-coupled distributed systems*
+//!   (OSDI 2006): sequencers, the same idea.
+//! * Cary G. Gray and David R. Cheriton, *Leases: an efficient fault-tolerant mechanism
+//!   for distributed file cache consistency* (SOSP 1989): leases.
+//! * Marc Brooker, *Exponential Backoff And Jitter* (AWS Architecture Blog, 2015): see
+//!   [`Backoff`].
+
+#![deny(missing_docs)]
 
 mod backoff;
 pub mod events;
 mod keys;
+mod memory;
 mod scripts;
 pub mod telemetry;
 mod watchdog;
@@ -74,7 +161,8 @@ use rand::RngCore;
 use redis::aio::ConnectionManager;
 
 pub use backoff::Backoff;
-pub use keys::LeaseKey;
+pub use keys::{InvalidKey, LeaseKey};
+pub use memory::MemoryLedger;
 pub use watchdog::{Watchdog, WatchdogEvent};
 
 /// A random secret naming one grant of a lease: 128 bits from the OS-seeded thread RNG,
@@ -115,7 +203,10 @@ impl fmt::Debug for OwnerToken {
 /// write only if its token is not lower than the highest token it has already accepted.
 /// Tokens stay below 2^53, so they fit a Postgres `bigint`, a JSON number and a Lua number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FencingToken(pub u64);
+pub struct FencingToken(
+    /// The token's number, larger for every later grant in the same group.
+    pub u64,
+);
 
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -124,18 +215,74 @@ impl fmt::Display for FencingToken {
 }
 
 /// A granted lease: what the holder needs to act on it and to fence its writes.
+///
+/// Obtained from [`LeaseClient::acquire`] (or [`LeaseClient::acquire_with_backoff`],
+/// [`LeaseClient::owned_by`]); only [`LeaseClient::renew`] and the [`Watchdog`] change
+/// it (its expiry). A caller that must keep a lease between requests stores its parts
+/// and rebuilds it with [`Lease::from_parts`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
+    key: LeaseKey,
+    owner: OwnerToken,
+    fencing_token: FencingToken,
+    ttl: Duration,
+    expires_at_ms: u64,
+}
+
+impl Lease {
+    /// Rebuilds a lease this caller was granted earlier, from the parts it kept (for
+    /// example in a server-side session between two web requests: the owner token via
+    /// [`OwnerToken::as_str`], the rest as numbers).
+    ///
+    /// This grants nothing: the lease is only as good as Redis says. Release and renew
+    /// check the owner token (compare-and-delete, compare-and-pexpire), so a rebuilt
+    /// lease that expired or passed to another owner does nothing harmful, and writes
+    /// are still fenced by `fencing_token`. `expires_at_ms` is Unix milliseconds on the
+    /// Redis clock; `ttl` is the length each renewal extends the lease to.
+    pub fn from_parts(
+        key: LeaseKey,
+        owner: OwnerToken,
+        fencing_token: FencingToken,
+        ttl: Duration,
+        expires_at_ms: u64,
+    ) -> Self {
+        Lease {
+            key,
+            owner,
+            fencing_token,
+            ttl,
+            expires_at_ms,
+        }
+    }
+
     /// The resource this lease is on.
-    pub key: LeaseKey,
-    /// The secret that proves ownership to `release` and `renew`.
-    pub owner: OwnerToken,
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// The secret that proves ownership to `release` and `renew`. Never show it to
+    /// other users.
+    pub fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
+
     /// The grant's fencing token; send it with every write to the protected resource.
-    pub fencing_token: FencingToken,
-    /// The lease length asked for.
-    pub ttl: Duration,
-    /// When the lease ends, in Unix milliseconds on the Redis clock (updated by renew).
-    pub expires_at_ms: u64,
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing_token
+    }
+
+    /// The lease length asked for (whole milliseconds): what each renewal extends the
+    /// lease to, from the renewal's time. For a lease from [`LeaseClient::owned_by`],
+    /// its remaining time when read.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// When the lease ends, in Unix milliseconds on the Redis clock (updated by
+    /// [`LeaseClient::renew`]).
+    pub fn expires_at_ms(&self) -> u64 {
+        self.expires_at_ms
+    }
 }
 
 /// A live lease as seen by anyone reading the group: who holds it, not the secret.
@@ -179,9 +326,10 @@ pub enum LeaseError {
     /// Redis did not answer or answered with an error: guarded work must stop.
     #[error("lease store unavailable: {0}")]
     Unavailable(#[from] redis::RedisError),
-    /// The durable fence ledger could not reserve a block of tokens.
+    /// The durable fence ledger could not reserve a block of tokens. Carries the
+    /// ledger's own error ([`FenceLedger::Error`]) as the source.
     #[error("fence ledger unavailable: {0}")]
-    Ledger(String),
+    Ledger(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// Durable storage for fencing-token ceilings: the part of the fencing scheme that must
@@ -191,17 +339,29 @@ pub enum LeaseError {
 /// (starting from 0) and return the new value, durably, before returning. Seatlock's
 /// implementation is one Postgres `INSERT … ON CONFLICT DO UPDATE … RETURNING`. Any store
 /// with an atomic durable increment works (etcd, ZooKeeper, a SQL sequence per group).
+/// [`MemoryLedger`] is a non-durable one for examples and tests.
 pub trait FenceLedger: Send + Sync {
+    /// Why a reservation failed (for Postgres, `sqlx::Error`). [`LeaseClient::acquire`]
+    /// returns it boxed inside [`LeaseError::Ledger`].
+    type Error: std::error::Error + Send + Sync + 'static;
+
     /// Reserves the next `block` tokens of `group`; returns the new ceiling.
     fn raise_ceiling(
         &self,
         group: &str,
         block: u64,
-    ) -> impl Future<Output = Result<u64, String>> + Send;
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send;
 }
 
 /// The lease client: one Redis connection (multiplexed, reconnecting) plus the fence
 /// ledger. Cheap to share behind an `Arc`; every method is `&self`.
+///
+/// Take a lease with [`acquire`](LeaseClient::acquire) (one try) or
+/// [`acquire_with_backoff`](LeaseClient::acquire_with_backoff) (retried while busy, see
+/// [`Backoff`]); keep it with [`renew`](LeaseClient::renew) or hand it to
+/// [`watch`](LeaseClient::watch), whose [`Watchdog`] renews it every TTL/3; give it back
+/// with [`release`](LeaseClient::release) (compare-and-delete). The crate docs list every
+/// operation with its round trips.
 pub struct LeaseClient<L> {
     redis: ConnectionManager,
     ledger: L,
@@ -299,7 +459,7 @@ impl<L: FenceLedger> LeaseClient<L> {
             .ledger
             .raise_ceiling(key.group(), self.block_size)
             .await
-            .map_err(LeaseError::Ledger)?;
+            .map_err(|err| LeaseError::Ledger(Box::new(err)))?;
         scripts::raise_ceiling(&mut self.redis.clone(), key, ceiling, self.block_size).await?;
         Ok(())
     }
@@ -311,8 +471,8 @@ impl<L: FenceLedger> LeaseClient<L> {
         scripts::release(&mut self.redis.clone(), &lease.key, &lease.owner).await
     }
 
-    /// Extends `lease` to `lease.ttl` from now if the caller still owns it
-    /// (compare-and-pexpire) and updates `lease.expires_at_ms`. Returns `false`, touching
+    /// Extends `lease` to `lease.ttl()` from now if the caller still owns it
+    /// (compare-and-pexpire) and updates its `expires_at_ms()`. Returns `false`, touching
     /// nothing, if the lease expired or passed to another owner: an expired key is never
     /// recreated.
     pub async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {

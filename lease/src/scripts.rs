@@ -1,4 +1,5 @@
-//! The Lua scripts. Each runs atomically on the Redis server (`EVALSHA`, falling back to
+//! The Lua scripts, one file each under `scripts/` (each file's header names its KEYS,
+//! ARGV and reply). Each runs atomically on the Redis server (`EVALSHA`, falling back to
 //! `EVAL` once per connection), so each public operation is one round trip.
 
 use std::sync::LazyLock;
@@ -10,91 +11,21 @@ use crate::keys::holders_key;
 use crate::telemetry::redis_round_trip;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
-/// KEYS: lease, fence hash, holders hash. ARGV: owner token, ttl_ms, name, holder label,
-/// events channel (a grant is announced there: `acquired <name> <token> <expires> <holder>`).
-/// Reply `{status, a, b, holder}`: `{1, token, expires_at_ms, ""}` granted;
-/// `{0, pttl_ms, 0, holder}` held by another; `{-1, 0, 0, ""}` no tokens left below the
-/// ceiling (nothing was written: reserve a block and call again).
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local counter = tonumber(redis.call('HGET', KEYS[2], 'counter') or '0')
-local ceiling = tonumber(redis.call('HGET', KEYS[2], 'ceiling') or '0')
-if redis.call('EXISTS', KEYS[1]) == 0 and counter >= ceiling then
-  return {-1, 0, 0, ''}
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local token = redis.call('HINCRBY', KEYS[2], 'counter', 1)
-  local t = redis.call('TIME')
-  local expires = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-  local entry = string.format('%d %d %s', token, expires, ARGV[4])
-  redis.call('HSET', KEYS[3], ARGV[3], entry)
-  redis.call('PUBLISH', ARGV[5], 'acquired ' .. ARGV[3] .. ' ' .. entry)
-  return {1, token, expires, ''}
-end
-local entry = redis.call('HGET', KEYS[3], ARGV[3]) or ''
-local holder = string.match(entry, '^%d+ %d+ (.*)$') or ''
-return {0, math.max(redis.call('PTTL', KEYS[1]), 0), 0, holder}
-",
-    )
-});
+/// Grant: `SET NX PX`, then the next fencing token and the holding (see the file's header
+/// for KEYS, ARGV and the reply).
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 
-/// KEYS: fence hash. ARGV: new ceiling, block size. Raises the ceiling to the new value
-/// and moves the counter to at least `ceiling - block` (the start of the block), so a
-/// group whose counter Redis lost restarts above every token issued before. A ceiling
-/// lower than the stored one (a slower concurrent reservation) changes nothing.
-static RAISE_CEILING: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local ceiling = tonumber(redis.call('HGET', KEYS[1], 'ceiling') or '0')
-local new_ceiling = tonumber(ARGV[1])
-if new_ceiling > ceiling then
-  local counter = tonumber(redis.call('HGET', KEYS[1], 'counter') or '0')
-  local floor = new_ceiling - tonumber(ARGV[2])
-  if counter < floor then redis.call('HSET', KEYS[1], 'counter', floor) end
-  redis.call('HSET', KEYS[1], 'ceiling', new_ceiling)
-end
-return 1
-",
-    )
-});
+/// Hands Redis a block of tokens reserved in the ledger.
+static RAISE_CEILING: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/raise_ceiling.lua")));
 
-/// KEYS: lease, holders hash. ARGV: owner token, name, events channel. Compare-and-delete;
-/// a release is announced as `released <name>`.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('HDEL', KEYS[2], ARGV[2])
-  redis.call('PUBLISH', ARGV[3], 'released ' .. ARGV[2])
-  return 1
-end
-return 0
-",
-    )
-});
+/// Compare-and-delete.
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 
-/// KEYS: lease, holders hash. ARGV: owner token, ttl_ms, name. Compare-and-pexpire;
-/// replies the new expiry (Unix ms, Redis clock) or 0 when the caller is not the owner.
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local t = redis.call('TIME')
-local expires = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-local entry = redis.call('HGET', KEYS[2], ARGV[3]) or ''
-local token, holder = string.match(entry, '^(%d+) %d+ (.*)$')
-if token then
-  redis.call('HSET', KEYS[2], ARGV[3], token .. ' ' .. string.format('%d', expires) .. ' ' .. holder)
-end
-return expires
-",
-    )
-});
+/// Compare-and-pexpire.
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 
 pub(crate) enum AcquireReply {
     Granted {
@@ -199,17 +130,9 @@ pub(crate) async fn renew(
     Ok((expires_at_ms > 0).then_some(expires_at_ms as u64))
 }
 
-/// KEYS: lease, holders hash. ARGV: name. Reads the owner token and the holders entry
-/// together (atomically), with the Redis time: `{owner or false, entry or false, now_ms}`.
-static CURRENT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local t = redis.call('TIME')
-return {redis.call('GET', KEYS[1]), redis.call('HGET', KEYS[2], ARGV[1]),
-        tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
-",
-    )
-});
+/// Owner token and holding read together, with the Redis time.
+static CURRENT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/current.lua")));
 
 /// The live lease on `key` with its owner token and holding, if any.
 pub(crate) async fn current(
@@ -272,6 +195,29 @@ pub(crate) fn parse_holding(name: String, entry: &str) -> Option<Holding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_script_file_opens_with_its_name_keys_argv_and_reply() {
+        for (file, text) in [
+            ("acquire.lua", include_str!("scripts/acquire.lua")),
+            (
+                "raise_ceiling.lua",
+                include_str!("scripts/raise_ceiling.lua"),
+            ),
+            ("release.lua", include_str!("scripts/release.lua")),
+            ("renew.lua", include_str!("scripts/renew.lua")),
+            ("current.lua", include_str!("scripts/current.lua")),
+        ] {
+            let header: String = text
+                .lines()
+                .take_while(|line| line.starts_with("--"))
+                .collect();
+            assert!(text.starts_with(&format!("-- {file}: ")), "{file}");
+            for part in ["KEYS[1]", "ARGV[1]", "Reply"] {
+                assert!(header.contains(part), "{file} header names {part}");
+            }
+        }
+    }
 
     #[test]
     fn parses_holding_entries() {

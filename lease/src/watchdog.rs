@@ -35,7 +35,7 @@ pub struct Watchdog {
 }
 
 impl<L: FenceLedger + 'static> LeaseClient<L> {
-    /// Starts renewing `lease` every `lease.ttl / 3` on the Tokio runtime.
+    /// Starts renewing `lease` every `lease.ttl() / 3` on the Tokio runtime.
     pub fn watch(self: &Arc<Self>, lease: Lease) -> Watchdog {
         let (tx, events) = watch::channel(WatchdogEvent::Held {
             expires_at_ms: lease.expires_at_ms,

@@ -1,34 +1,24 @@
 //! The lease library against a real Redis (`REDIS_URL`, started by `make test`).
-//! Each test uses its own random group, so tests can share one Redis.
+//! Each test uses its own random group, so tests can share one Redis. The fence ledger is
+//! [`MemoryLedger`]: enough here, where Redis does not lose its data. (The application's
+//! ledger is Postgres; see the app's tests for tokens surviving a Redis restart.)
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lease::{Backoff, FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, WatchdogEvent};
+use lease::{
+    Backoff, FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, MemoryLedger,
+    WatchdogEvent,
+};
 use rand::Rng;
 use redis::AsyncCommands;
 use tokio::sync::Mutex;
 
-/// A fence ledger that lives as long as the test process: enough here, where Redis does
-/// not lose its data. (The application's ledger is Postgres; see the app's tests for
-/// tokens surviving a Redis restart.)
-#[derive(Default)]
-struct ProcessLedger(std::sync::Mutex<std::collections::HashMap<String, u64>>);
-
-impl FenceLedger for ProcessLedger {
-    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, String> {
-        let mut ceilings = self.0.lock().unwrap();
-        let ceiling = ceilings.entry(group.to_owned()).or_default();
-        *ceiling += block;
-        Ok(*ceiling)
-    }
-}
-
-fn client() -> Arc<LeaseClient<ProcessLedger>> {
+fn client() -> Arc<LeaseClient<MemoryLedger>> {
     let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
     let redis = lease::connect(&url, Duration::from_secs(2)).unwrap();
-    Arc::new(LeaseClient::new(redis, ProcessLedger::default()).with_block_size(100))
+    Arc::new(LeaseClient::new(redis, MemoryLedger::new()).with_block_size(100))
 }
 
 fn key(name: &str) -> LeaseKey {
@@ -36,7 +26,7 @@ fn key(name: &str) -> LeaseKey {
     LeaseKey::new(group, name).unwrap()
 }
 
-async fn exists(client: &LeaseClient<ProcessLedger>, key: &LeaseKey) -> bool {
+async fn exists(client: &LeaseClient<MemoryLedger>, key: &LeaseKey) -> bool {
     let mut conn = client.redis().clone();
     conn.exists(key.lease_key()).await.unwrap()
 }
@@ -59,7 +49,7 @@ async fn only_one_caller_gets_the_lease() {
         }
         other => panic!("expected Held, got {other:?}"),
     }
-    assert_eq!(a.owner.as_str().len(), 32, "128-bit owner token as hex");
+    assert_eq!(a.owner().as_str().len(), 32, "128-bit owner token as hex");
 }
 
 #[tokio::test]
@@ -85,18 +75,22 @@ async fn pttl_right_after_a_grant_is_within_the_ttl() {
 async fn release_checks_the_owner() {
     let client = client();
     let key = key("1");
-    let mut lease = client
+    let lease = client
         .acquire(&key, "a", Duration::from_secs(10))
         .await
         .unwrap();
-    let real_owner = lease.owner.clone();
-    lease.owner = lease::OwnerToken::random();
+    let forged = lease::Lease::from_parts(
+        lease.key().clone(),
+        lease::OwnerToken::random(),
+        lease.fencing_token(),
+        lease.ttl(),
+        lease.expires_at_ms(),
+    );
     assert!(
-        !client.release(&lease).await.unwrap(),
+        !client.release(&forged).await.unwrap(),
         "a forged owner token releases nothing"
     );
     assert!(exists(&client, &key).await);
-    lease.owner = real_owner;
     assert!(client.release(&lease).await.unwrap());
     assert!(!exists(&client, &key).await);
     assert!(
@@ -126,7 +120,7 @@ async fn an_expired_lease_goes_to_the_next_caller_with_a_larger_token() {
         .acquire(&key, "b", Duration::from_secs(10))
         .await
         .unwrap();
-    assert!(b.fencing_token > a.fencing_token);
+    assert!(b.fencing_token() > a.fencing_token());
     assert!(
         !client.release(&a).await.unwrap(),
         "A's late release must not delete B's lease"
@@ -135,7 +129,7 @@ async fn an_expired_lease_goes_to_the_next_caller_with_a_larger_token() {
     let holders = client.holders(key.group()).await.unwrap();
     assert_eq!(holders.holdings.len(), 1);
     assert_eq!(holders.holdings[0].holder, "b");
-    assert_eq!(holders.holdings[0].fencing_token, b.fencing_token);
+    assert_eq!(holders.holdings[0].fencing_token, b.fencing_token());
 }
 
 #[tokio::test]
@@ -146,10 +140,10 @@ async fn renew_extends_a_live_lease_and_never_recreates_an_expired_one() {
         .acquire(&key, "a", Duration::from_millis(300))
         .await
         .unwrap();
-    let first_expiry = lease.expires_at_ms;
+    let first_expiry = lease.expires_at_ms();
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(client.renew(&mut lease).await.unwrap());
-    assert!(lease.expires_at_ms > first_expiry);
+    assert!(lease.expires_at_ms() > first_expiry);
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
         exists(&client, &key).await,
@@ -186,7 +180,7 @@ async fn grants_under_contention_carry_strictly_increasing_tokens() {
                                 0,
                                 "two holders at once"
                             );
-                            order.lock().await.push(lease.fencing_token);
+                            order.lock().await.push(lease.fencing_token());
                             inside.fetch_sub(1, Ordering::SeqCst);
                             assert!(client.release(&lease).await.unwrap());
                             return;
@@ -227,7 +221,7 @@ async fn concurrent_holds_on_different_seats_get_distinct_tokens() {
         .collect();
     let mut tokens: Vec<FencingToken> = Vec::new();
     for task in tasks {
-        tokens.push(task.await.unwrap().fencing_token);
+        tokens.push(task.await.unwrap().fencing_token());
     }
     tokens.sort();
     tokens.dedup();
@@ -276,7 +270,7 @@ async fn the_watchdog_reports_a_lost_lease() {
 }
 
 /// Whether `key` still has an entry in its group's holders hash.
-async fn listed(client: &LeaseClient<ProcessLedger>, key: &LeaseKey) -> bool {
+async fn listed(client: &LeaseClient<MemoryLedger>, key: &LeaseKey) -> bool {
     let mut conn = client.redis().clone();
     conn.hexists(key.holders_key(), key.name()).await.unwrap()
 }
@@ -358,8 +352,8 @@ async fn tokens_come_from_ledger_blocks() {
             .acquire(&key, "a", Duration::from_secs(5))
             .await
             .unwrap();
-        assert!(lease.fencing_token > last);
-        last = lease.fencing_token;
+        assert!(lease.fencing_token() > last);
+        last = lease.fencing_token();
         client.release(&lease).await.unwrap();
     }
     assert_eq!(last, FencingToken(150));
@@ -395,5 +389,43 @@ async fn a_busy_lease_is_retried_with_backoff_then_given_up_or_granted() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert!(client.release(&a).await.unwrap());
     let b = waiting.await.unwrap().expect("granted after A's release");
-    assert!(b.fencing_token > a.fencing_token);
+    assert!(b.fencing_token() > a.fencing_token());
+}
+
+/// A ledger that cannot reserve anything, to see its error come back as the source.
+struct BrokenLedger;
+
+#[derive(Debug, thiserror::Error)]
+#[error("ledger offline")]
+struct Offline;
+
+impl FenceLedger for BrokenLedger {
+    type Error = Offline;
+
+    async fn raise_ceiling(&self, _group: &str, _block: u64) -> Result<u64, Offline> {
+        Err(Offline)
+    }
+}
+
+#[tokio::test]
+async fn a_ledger_failure_is_returned_with_the_ledgers_error_as_source() {
+    let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
+    let redis = lease::connect(&url, Duration::from_secs(2)).unwrap();
+    let client = LeaseClient::new(redis, BrokenLedger);
+    let key = key("1");
+    match client.acquire(&key, "a", Duration::from_secs(5)).await {
+        Err(err @ LeaseError::Ledger(_)) => {
+            let source = std::error::Error::source(&err).expect("the ledger's error");
+            assert!(source.downcast_ref::<Offline>().is_some(), "{source:?}");
+            assert_eq!(err.to_string(), "fence ledger unavailable: ledger offline");
+        }
+        other => panic!("expected Ledger, got {other:?}"),
+    }
+    let granted: bool = client
+        .redis()
+        .clone()
+        .exists(key.lease_key())
+        .await
+        .unwrap();
+    assert!(!granted, "nothing was granted");
 }

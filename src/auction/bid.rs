@@ -130,11 +130,11 @@ async fn release(state: &AppState, lease: &Lease) {
     match state.leases.release(lease).await {
         Ok(true) => {}
         Ok(false) => tracing::warn!(
-            lease = ?lease.key,
-            fencing_token = lease.fencing_token.0,
+            lease = ?lease.key(),
+            fencing_token = lease.fencing_token().0,
             "bid lock had lapsed before its release"
         ),
-        Err(err) => tracing::warn!(lease = ?lease.key, error = %err, "bid lock release failed"),
+        Err(err) => tracing::warn!(lease = ?lease.key(), error = %err, "bid lock release failed"),
     }
 }
 
@@ -154,8 +154,8 @@ pub async fn bid_under_lease(
         .ok_or_else(no_such_item)?;
     rules::check_bid(&item, bid.amount_cents).map_err(Refusal::from)?;
     tokio::time::sleep(pause).await;
-    let token = Some(lease.fencing_token.0 as i64);
-    tracing::Span::current().record("fencing_token", lease.fencing_token.0);
+    let token = Some(lease.fencing_token().0 as i64);
+    tracing::Span::current().record("fencing_token", lease.fencing_token().0);
     let Some(placed) = queries::place_bid(&mut *tx, bid, token).await? else {
         tx.rollback().await?;
         return Err(refused(state, bid, token).await);

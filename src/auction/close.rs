@@ -104,7 +104,7 @@ pub async fn close_item(state: &AppState, item_id: i64, label: &str) -> Result<C
     let Some(lease) = claim(state, item_id, label).await? else {
         return Ok(CloseOutcome::ClaimedElsewhere);
     };
-    let token = lease.fencing_token;
+    let token = lease.fencing_token();
     let mut watchdog = state.leases.watch(lease);
     let outcome = tokio::select! {
         biased;

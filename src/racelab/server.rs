@@ -90,7 +90,7 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -
             }
             // ...a pause that can outlast the lease, and a write nobody fences.
             tokio::time::sleep(delay).await;
-            let token = Some(lease.fencing_token.0 as i64);
+            let token = Some(lease.fencing_token().0 as i64);
             let sale = queries::sell_unconditionally(
                 &state.db,
                 seat,

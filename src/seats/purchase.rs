@@ -20,7 +20,7 @@ use crate::telemetry::{self, ConfirmOutcome};
 /// What a hold request ended in.
 #[derive(Debug)]
 pub enum HoldOutcome {
-    /// A new lease: the seat is held for the buyer until `lease.expires_at_ms`.
+    /// A new lease: the seat is held for the buyer until `lease.expires_at_ms()`.
     Granted(Lease),
     /// The buyer already held this seat; nothing changed.
     AlreadyYours,
@@ -50,7 +50,7 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         .await
     {
         Ok(lease) => {
-            Span::current().record("fencing_token", lease.fencing_token.0);
+            Span::current().record("fencing_token", lease.fencing_token().0);
             telemetry::hold_granted();
             buyer
                 .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
@@ -59,7 +59,7 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
                 event = seat.event_id,
                 seat = seat.seat_id,
                 buyer = buyer.id(),
-                fencing_token = lease.fencing_token.0,
+                fencing_token = lease.fencing_token().0,
                 "hold granted"
             );
             Ok(HoldOutcome::Granted(lease))
@@ -124,7 +124,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
     let lease = held_lease(state, buyer, seat)
         .await?
         .ok_or_else(not_your_hold)?;
-    Span::current().record("fencing_token", lease.fencing_token.0);
+    Span::current().record("fencing_token", lease.fencing_token().0);
     state.leases.release(&lease).await?;
     buyer.forget_hold(seat.event_id, seat.seat_id).await
 }
@@ -163,7 +163,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Paus
     pause.sleep_at(PausePoint::BeforeWrite).await;
 
     let mut tx = state.db.begin().await?;
-    let token = lease.fencing_token.0 as i64;
+    let token = lease.fencing_token().0 as i64;
     Span::current().record("fencing_token", token);
     let sell = queries::sell(&mut tx, seat, token, buyer.id(), &buyer.profile.name);
     let sold = telemetry::postgres("sell", sell)
@@ -214,12 +214,12 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     let status = queries::seat_status(&state.db, seat).await?;
     match status {
-        Some(s) if s.fence_token > lease.fencing_token.0 as i64 => {
+        Some(s) if s.fence_token > lease.fencing_token().0 as i64 => {
             tracing::warn!(
                 event = seat.event_id,
                 seat = seat.seat_id,
                 buyer = buyer.id(),
-                fencing_token = lease.fencing_token.0,
+                fencing_token = lease.fencing_token().0,
                 accepted = s.fence_token,
                 "confirm refused: stale fencing token"
             );
