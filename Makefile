@@ -29,7 +29,7 @@ demo: services
 # The double-purchase race, four strategies side by side (see README "Race lab").
 race: services
 	source .run/env
-	$(CARGO) build --release --bin seatlock -p seatlock-harness --bin load-test
+	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
 	./target/release/load-test race --strategy all --json target/race/report.json --html target/race/report.html
 
 # Hot paths against their baselines in one run on the same Redis and Postgres, release
