@@ -150,6 +150,10 @@ impl From<LeaseError> for Error {
             LeaseError::Lost => Refusal::HoldExpired.into(),
             LeaseError::Unavailable(_) => Error::Unavailable("Redis"),
             LeaseError::Ledger(_) => Error::Unavailable("Postgres"),
+            LeaseError::TokensExhausted { ceiling } => {
+                tracing::error!(ceiling, "fencing tokens exhausted for a lease group");
+                Error::Unavailable("The lock service")
+            }
         }
     }
 }

@@ -71,6 +71,17 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// Sends `signal` (`STOP`: a suspended host whose connections stay open but never
+    /// answer; `CONT`) to the server.
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let pid = self
+            .child
+            .as_ref()
+            .context("redis-server is not running")?
+            .id();
+        send_signal(pid, signal)
+    }
+
     /// Kills the server (SIGKILL: nothing is saved).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -71,6 +71,12 @@ impl LeaseKey {
         holders_key(&self.group)
     }
 
+    /// `lease:{group}:~reserving:<nonce>`: the marker of one block reservation in
+    /// flight (see `scripts/raise_ceiling.lua`).
+    pub(crate) fn reservation_key(&self, nonce: &str) -> String {
+        format!("lease:{{{}}}:~reserving:{nonce}", self.group)
+    }
+
     /// `lease:{group}:~events`: the pub/sub channel announcing the group's grants and
     /// releases (see [`crate::events`]).
     pub fn events_channel(&self) -> String {

@@ -201,7 +201,9 @@ impl fmt::Debug for OwnerToken {
 /// A fencing token: a number that strictly increases with every grant in a lease group
 /// (Kleppmann's fencing tokens, Chubby's sequencers). The protected resource accepts a
 /// write only if its token is not lower than the highest token it has already accepted.
-/// Tokens stay below 2^53, so they fit a Postgres `bigint`, a JSON number and a Lua number.
+/// Tokens never exceed [`MAX_FENCING_TOKEN`] (2^53 − 1), so they fit a Postgres `bigint`, a
+/// JSON number and a Lua number (a double) exactly: a ledger ceiling above it is refused
+/// with [`LeaseError::TokensExhausted`] before Redis sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct FencingToken(
     /// The token's number, larger for every later grant in the same group.
@@ -220,14 +222,41 @@ impl fmt::Display for FencingToken {
 /// [`LeaseClient::owned_by`]); only [`LeaseClient::renew`] and the [`Watchdog`] change
 /// it (its expiry). A caller that must keep a lease between requests stores its parts
 /// and rebuilds it with [`Lease::from_parts`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Lease {
     key: LeaseKey,
     owner: OwnerToken,
     fencing_token: FencingToken,
     ttl: Duration,
     expires_at_ms: u64,
+    /// When the request that granted or last renewed it was sent, on this process's
+    /// monotonic clock: the lease lasts at least `ttl` from then, whatever the clocks
+    /// say (Redis started the TTL when it ran the script, which was later). `None` for a
+    /// lease rebuilt with [`Lease::from_parts`].
+    sent_at: Option<tokio::time::Instant>,
 }
+
+impl PartialEq for Lease {
+    /// The same grant: key, owner token, fencing token, TTL and expiry (not when the
+    /// request was sent).
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.key,
+            &self.owner,
+            self.fencing_token,
+            self.ttl,
+            self.expires_at_ms,
+        ) == (
+            &other.key,
+            &other.owner,
+            other.fencing_token,
+            other.ttl,
+            other.expires_at_ms,
+        )
+    }
+}
+
+impl Eq for Lease {}
 
 impl Lease {
     /// Rebuilds a lease this caller was granted earlier, from the parts it kept (for
@@ -252,6 +281,7 @@ impl Lease {
             fencing_token,
             ttl,
             expires_at_ms,
+            sent_at: None,
         }
     }
 
@@ -282,6 +312,15 @@ impl Lease {
     /// [`LeaseClient::renew`]).
     pub fn expires_at_ms(&self) -> u64 {
         self.expires_at_ms
+    }
+
+    /// The latest instant, on this process's monotonic clock, until which the lease is
+    /// certainly still held: `ttl` after the request that granted or last renewed it was
+    /// sent (Redis started the TTL later than that). `None` for a lease rebuilt with
+    /// [`Lease::from_parts`], whose request this process did not time. Clock rate drift
+    /// between this host and Redis is not covered: keep a margin.
+    pub fn held_until(&self) -> Option<tokio::time::Instant> {
+        self.sent_at.map(|sent| sent + self.ttl)
     }
 }
 
@@ -330,7 +369,18 @@ pub enum LeaseError {
     /// ledger's own error ([`FenceLedger::Error`]) as the source.
     #[error("fence ledger unavailable: {0}")]
     Ledger(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The ledger's next ceiling is above [`MAX_FENCING_TOKEN`]: the group has used up
+    /// the tokens a Lua number can count exactly. Nothing was granted or written.
+    #[error("fencing tokens of this group are exhausted (ceiling {ceiling} > 2^53 - 1)")]
+    TokensExhausted {
+        /// The ceiling the ledger returned.
+        ceiling: u64,
+    },
 }
+
+/// The largest fencing token ever issued: 2^53 − 1, the largest integer that Redis's Lua
+/// (whose numbers are doubles) and JSON hold exactly.
+pub const MAX_FENCING_TOKEN: u64 = (1 << 53) - 1;
 
 /// Durable storage for fencing-token ceilings: the part of the fencing scheme that must
 /// survive Redis losing its data (the article's step 5).
@@ -415,9 +465,18 @@ impl<L: FenceLedger> LeaseClient<L> {
     ) -> Result<Lease, LeaseError> {
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         let owner = OwnerToken::random();
+        let reservation = format!("{:016x}", rand::random::<u64>());
         loop {
-            let reply =
-                scripts::acquire(&mut self.redis.clone(), key, &owner, ttl_ms, holder).await?;
+            let sent_at = tokio::time::Instant::now();
+            let reply = scripts::acquire(
+                &mut self.redis.clone(),
+                key,
+                &owner,
+                ttl_ms,
+                holder,
+                &reservation,
+            )
+            .await?;
             match reply {
                 scripts::AcquireReply::Granted {
                     fencing_token,
@@ -429,6 +488,7 @@ impl<L: FenceLedger> LeaseClient<L> {
                         fencing_token: FencingToken(fencing_token),
                         ttl: Duration::from_millis(ttl_ms),
                         expires_at_ms,
+                        sent_at: Some(sent_at),
                     });
                 }
                 scripts::AcquireReply::Held {
@@ -444,8 +504,9 @@ impl<L: FenceLedger> LeaseClient<L> {
                     use std::sync::atomic::Ordering::SeqCst;
                     let seen = self.reservations.load(SeqCst);
                     let _one_at_a_time = self.reserving.lock().await;
-                    if self.reservations.load(SeqCst) == seen {
-                        self.reserve_block(key).await?;
+                    if self.reservations.load(SeqCst) == seen
+                        && self.reserve_block(key, &reservation).await?
+                    {
                         self.reservations.fetch_add(1, SeqCst);
                     }
                 }
@@ -453,15 +514,33 @@ impl<L: FenceLedger> LeaseClient<L> {
         }
     }
 
-    /// Reserves a new block of fencing tokens in the ledger and hands it to Redis.
-    async fn reserve_block(&self, key: &LeaseKey) -> Result<(), LeaseError> {
+    /// Reserves a new block of fencing tokens in the ledger and hands it to Redis, if the
+    /// reservation's marker (left by the acquire that asked) is still there; returns
+    /// whether it was installed. Refused when Redis lost its data meanwhile: the block
+    /// may lie below tokens another process reserved, installed and issued in between
+    /// (the hi/lo allocation must only move up). Errors: [`LeaseError::TokensExhausted`]
+    /// for a ceiling above [`MAX_FENCING_TOKEN`].
+    async fn reserve_block(&self, key: &LeaseKey, reservation: &str) -> Result<bool, LeaseError> {
         let ceiling = self
             .ledger
             .raise_ceiling(key.group(), self.block_size)
             .await
             .map_err(|err| LeaseError::Ledger(Box::new(err)))?;
-        scripts::raise_ceiling(&mut self.redis.clone(), key, ceiling, self.block_size).await?;
-        Ok(())
+        if ceiling > MAX_FENCING_TOKEN {
+            return Err(LeaseError::TokensExhausted { ceiling });
+        }
+        let installed = scripts::raise_ceiling(
+            &mut self.redis.clone(),
+            key,
+            reservation,
+            ceiling,
+            self.block_size,
+        )
+        .await?;
+        if !installed {
+            metrics::counter!(telemetry::STALE_RESERVATIONS_TOTAL).increment(1);
+        }
+        Ok(installed)
     }
 
     /// Releases `lease` if the caller still owns it (compare-and-delete). Returns `true` if
@@ -477,6 +556,7 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// recreated.
     pub async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {
         let ttl_ms = lease.ttl.as_millis() as u64;
+        let sent_at = tokio::time::Instant::now();
         let renewed =
             scripts::renew(&mut self.redis.clone(), &lease.key, &lease.owner, ttl_ms).await?;
         let result = if renewed.is_some() {
@@ -488,6 +568,7 @@ impl<L: FenceLedger> LeaseClient<L> {
         match renewed {
             Some(expires_at_ms) => {
                 lease.expires_at_ms = expires_at_ms;
+                lease.sent_at = Some(sent_at);
                 Ok(true)
             }
             None => Ok(false),
@@ -511,6 +592,7 @@ impl<L: FenceLedger> LeaseClient<L> {
         key: &LeaseKey,
         holder: &str,
     ) -> Result<Option<Lease>, LeaseError> {
+        let sent_at = tokio::time::Instant::now();
         let current = scripts::current(&mut self.redis.clone(), key).await?;
         Ok(current
             .filter(|(_, holding, _)| holding.holder == holder)
@@ -520,6 +602,7 @@ impl<L: FenceLedger> LeaseClient<L> {
                 fencing_token: holding.fencing_token,
                 ttl: Duration::from_millis(holding.expires_at_ms - now_ms),
                 expires_at_ms: holding.expires_at_ms,
+                sent_at: Some(sent_at),
             }))
     }
 

@@ -39,12 +39,17 @@ pub(crate) enum AcquireReply {
     NeedsCeiling,
 }
 
+/// How long a block reservation may take, from the acquire that asked for it to its
+/// install, before the install is refused and the reservation made again.
+pub(crate) const RESERVATION_TTL_MS: u64 = 30_000;
+
 pub(crate) async fn acquire(
     redis: &mut ConnectionManager,
     key: &LeaseKey,
     owner: &OwnerToken,
     ttl_ms: u64,
     holder: &str,
+    reservation: &str,
 ) -> redis::RedisResult<AcquireReply> {
     let (status, a, b, holder): (i64, i64, i64, String) = redis_round_trip(
         "acquire",
@@ -52,11 +57,13 @@ pub(crate) async fn acquire(
             .key(key.lease_key())
             .key(key.fence_key())
             .key(key.holders_key())
+            .key(key.reservation_key(reservation))
             .arg(owner.as_str())
             .arg(ttl_ms)
             .arg(key.name())
             .arg(holder)
             .arg(key.events_channel())
+            .arg(RESERVATION_TTL_MS)
             .invoke_async(redis),
     )
     .await?;
@@ -73,22 +80,26 @@ pub(crate) async fn acquire(
     })
 }
 
+/// Installs a reserved block; `false` if the reservation's marker was gone (Redis lost
+/// its data since the reservation began: reserve again).
 pub(crate) async fn raise_ceiling(
     redis: &mut ConnectionManager,
     key: &LeaseKey,
+    reservation: &str,
     ceiling: u64,
     block: u64,
-) -> redis::RedisResult<()> {
-    let _: i64 = redis_round_trip(
+) -> redis::RedisResult<bool> {
+    let installed: i64 = redis_round_trip(
         "raise_ceiling",
         RAISE_CEILING
             .key(key.fence_key())
+            .key(key.reservation_key(reservation))
             .arg(ceiling)
             .arg(block)
             .invoke_async(redis),
     )
     .await?;
-    Ok(())
+    Ok(installed == 1)
 }
 
 pub(crate) async fn release(

@@ -7,6 +7,7 @@
 //! | [`REDIS_ROUND_TRIP_SECONDS`] | histogram, seconds | `op` | one Redis round trip of this crate, request to reply |
 //! | [`RENEWALS_TOTAL`] | counter | `result` = `renewed` / `not_owner` | [`crate::LeaseClient::renew`] calls that reached Redis |
 //! | [`WATCHDOG_LOSSES_TOTAL`] | counter | | watchdogs that reported [`crate::WatchdogEvent::Lost`] |
+//! | [`STALE_RESERVATIONS_TOTAL`] | counter | | fence blocks refused at install because Redis lost its data after they were reserved (reserved again) |
 //! | [`LOCK_WAIT_SECONDS`] | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time [`crate::LeaseClient::acquire_with_backoff`] spent from its first try to its answer |
 //!
 //! `op` is one of `acquire`, `release`, `renew`, `holders`, `raise_ceiling`, `is_held`,
@@ -21,6 +22,9 @@ pub const REDIS_ROUND_TRIP_SECONDS: &str = "lease_redis_round_trip_seconds";
 pub const RENEWALS_TOTAL: &str = "lease_renewals_total";
 /// Counter: watchdogs that found their lease gone (or Redis unreachable for a whole TTL).
 pub const WATCHDOG_LOSSES_TOTAL: &str = "lease_watchdog_losses_total";
+/// Counter: fence blocks refused at install because Redis lost its data after the
+/// reservation began (the reservation marker was gone); the acquire reserved again.
+pub const STALE_RESERVATIONS_TOTAL: &str = "lease_stale_reservations_total";
 /// Histogram (seconds), label `outcome` (`granted`, `busy`, or `failed` when Redis or the
 /// ledger failed): time from the first try of `acquire_with_backoff` to its answer,
 /// retries and backoff sleeps included.

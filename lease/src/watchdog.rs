@@ -1,7 +1,13 @@
 //! The watchdog: renews a lease every TTL/3 while the holder works, and tells the holder
-//! at once if the lease is lost, so it can abort before writing on the strength of a
-//! lease it no longer has. (The article: "a long task renews the lease periodically";
-//! renewal interval = lease / 3.)
+//! if the lease is lost, so it can abort before writing on the strength of a lease it no
+//! longer has. (The article: "a long task renews the lease periodically"; renewal
+//! interval = lease / 3.)
+//!
+//! "Lost" is decided by time, not by counting failures: the watchdog keeps a local
+//! deadline, [`Lease::held_until`] of the last successful grant or renewal minus a
+//! margin ([`SAFETY_MARGIN_DIVISOR`]), and reports [`WatchdogEvent::Lost`] when it passes,
+//! even while a renewal is still waiting for a stalled store: each attempt is bounded by
+//! the time left. So the holder hears of the loss before the lease can have expired.
 
 use std::sync::Arc;
 
@@ -23,11 +29,16 @@ pub enum WatchdogEvent {
     Lost,
 }
 
+/// The margin kept before a lease's certain end: `ttl / 10`. It covers clock rate drift
+/// between this host and Redis and the time the holder needs to stop.
+pub const SAFETY_MARGIN_DIVISOR: u32 = 10;
+
 /// A running renewal loop for one [`Lease`]. Dropping it stops renewing (the lease then
 /// lapses after its TTL); [`Watchdog::release`] stops renewing and releases at once.
 ///
-/// A renewal that cannot reach Redis is retried at the next tick; if the store stays
-/// unreachable until the lease's expiry the watchdog reports [`WatchdogEvent::Lost`].
+/// A renewal that cannot reach Redis is retried at the next tick; if none succeeds before
+/// the local deadline (see the module docs) the watchdog reports [`WatchdogEvent::Lost`],
+/// at the deadline, not after the store answers.
 pub struct Watchdog {
     lease: Lease,
     events: watch::Receiver<WatchdogEvent>,
@@ -35,7 +46,9 @@ pub struct Watchdog {
 }
 
 impl<L: FenceLedger + 'static> LeaseClient<L> {
-    /// Starts renewing `lease` every `lease.ttl() / 3` on the Tokio runtime.
+    /// Starts renewing `lease` every `lease.ttl() / 3` on the Tokio runtime, and reports
+    /// it lost when a renewal finds it gone or when no renewal succeeded before the
+    /// local deadline (the module docs).
     pub fn watch(self: &Arc<Self>, lease: Lease) -> Watchdog {
         let (tx, events) = watch::channel(WatchdogEvent::Held {
             expires_at_ms: lease.expires_at_ms,
@@ -43,35 +56,38 @@ impl<L: FenceLedger + 'static> LeaseClient<L> {
         let client = Arc::clone(self);
         let mut renewed = lease.clone();
         let task = tokio::spawn(async move {
+            let margin = renewed.ttl / SAFETY_MARGIN_DIVISOR;
+            let deadline_of = |lease: &Lease| lease.held_until().map(|until| until - margin);
+            // A lease rebuilt from parts has no timed request: renew at once to get one.
+            let mut deadline = deadline_of(&renewed);
             let mut tick = tokio::time::interval(renewed.ttl / 3);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await; // the first tick is immediate: the lease is fresh
-            let mut failed_renewals = 0;
+            if deadline.is_some() {
+                tick.tick().await; // the first tick is immediate: the lease is fresh
+            }
             loop {
-                tick.tick().await;
-                let lost = match client.renew(&mut renewed).await {
-                    Ok(true) => {
-                        failed_renewals = 0;
+                let now = tokio::time::Instant::now();
+                let until = deadline.unwrap_or(now + renewed.ttl - margin);
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = tokio::time::sleep_until(until) => break,
+                }
+                match tokio::time::timeout_at(until, client.renew(&mut renewed)).await {
+                    Ok(Ok(true)) => {
+                        deadline = deadline_of(&renewed);
                         let _ = tx.send(WatchdogEvent::Held {
                             expires_at_ms: renewed.expires_at_ms,
                         });
-                        false
                     }
-                    Ok(false) => true,
-                    // Unreachable store: the lease may still be alive. Without a reply we
-                    // cannot read Redis's clock, so count failed ticks: three renewal
-                    // intervals since the last success cover the whole TTL.
-                    Err(_) => {
-                        failed_renewals += 1;
-                        failed_renewals >= 3
-                    }
-                };
-                if lost {
-                    metrics::counter!(crate::telemetry::WATCHDOG_LOSSES_TOTAL).increment(1);
-                    let _ = tx.send(WatchdogEvent::Lost);
-                    return;
+                    Ok(Ok(false)) => break,
+                    // Unreachable store: the lease may still be alive; try again at the
+                    // next tick, as long as the deadline allows.
+                    Ok(Err(_)) if deadline.is_some() => {}
+                    Ok(Err(_)) | Err(_) => break,
                 }
             }
+            metrics::counter!(crate::telemetry::WATCHDOG_LOSSES_TOTAL).increment(1);
+            let _ = tx.send(WatchdogEvent::Lost);
         });
         Watchdog {
             lease,

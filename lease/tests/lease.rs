@@ -429,3 +429,152 @@ async fn a_ledger_failure_is_returned_with_the_ledgers_error_as_source() {
         .unwrap();
     assert!(!granted, "nothing was granted");
 }
+
+/// A ledger shared by several clients (several server processes of one deployment),
+/// optionally holding back the answer of its first reservation until `gate` opens: a
+/// process whose block reservation commits in the ledger but reaches Redis late.
+struct SharedLedger {
+    ledger: Arc<MemoryLedger>,
+    base: u64,
+    gate: Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>,
+    held_back: std::sync::atomic::AtomicBool,
+}
+
+impl SharedLedger {
+    fn new(ledger: Arc<MemoryLedger>) -> Self {
+        SharedLedger {
+            ledger,
+            base: 0,
+            gate: None,
+            held_back: false.into(),
+        }
+    }
+}
+
+impl FenceLedger for SharedLedger {
+    type Error = std::convert::Infallible;
+
+    async fn raise_ceiling(&self, group: &str, block: u64) -> Result<u64, Self::Error> {
+        let ceiling = self.base + self.ledger.raise_ceiling(group, block).await?;
+        if let Some((reserved, open)) = &self.gate
+            && !self.held_back.swap(true, Ordering::SeqCst)
+        {
+            reserved.notify_one();
+            open.notified().await;
+        }
+        Ok(ceiling)
+    }
+}
+
+/// Deletes every key of `key`'s group: Redis losing the group's data (a restart without
+/// persistence, a failover to a replica that never saw it), with clients' connections
+/// alive.
+async fn lose_group_data(key: &LeaseKey) {
+    let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
+    let mut conn = lease::connect(&url, Duration::from_secs(2)).unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("lease:{{{}}}:*", key.group()))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let _: () = conn.del(keys).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_block_reserved_before_redis_lost_its_data_is_never_installed_after() {
+    let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
+    let ledger = Arc::new(MemoryLedger::new());
+    let (reserved, open) = (
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let late = Arc::new(
+        LeaseClient::new(
+            lease::connect(&url, Duration::from_secs(2)).unwrap(),
+            SharedLedger {
+                gate: Some((reserved.clone(), open.clone())),
+                ..SharedLedger::new(ledger.clone())
+            },
+        )
+        .with_block_size(100),
+    );
+    let prompt = LeaseClient::new(
+        lease::connect(&url, Duration::from_secs(2)).unwrap(),
+        SharedLedger::new(ledger),
+    )
+    .with_block_size(100);
+    let a_key = key("a");
+    let b_key = LeaseKey::new(a_key.group(), "b").unwrap();
+
+    // A reserves the first block (ceiling 100) but its install is held back.
+    let a = tokio::spawn({
+        let (late, a_key) = (late.clone(), a_key.clone());
+        async move { late.acquire(&a_key, "a", Duration::from_secs(30)).await }
+    });
+    reserved.notified().await;
+    // B reserves the next block (ceiling 200), installs it and is granted token 101.
+    let b = prompt
+        .acquire(&b_key, "b", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(b.fencing_token(), FencingToken(101));
+    // Redis loses the group's data; then A's old block arrives.
+    lose_group_data(&a_key).await;
+    open.notify_one();
+    let a = a.await.unwrap().unwrap();
+    assert!(
+        a.fencing_token() > b.fencing_token(),
+        "a token granted after B's must be higher: {:?} after {:?}",
+        a.fencing_token(),
+        b.fencing_token()
+    );
+    let again = prompt
+        .acquire(&b_key, "b", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(again.fencing_token() > a.fencing_token());
+}
+
+#[tokio::test]
+async fn fencing_tokens_stay_exact_up_to_2_pow_53_and_stop_there() {
+    let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
+    // The ledger's first ceiling is 2^53 - 50: one block of 100 tokens below the bound,
+    // and the next block would cross it.
+    let client = LeaseClient::new(
+        lease::connect(&url, Duration::from_secs(2)).unwrap(),
+        SharedLedger {
+            base: lease::MAX_FENCING_TOKEN - 149,
+            ..SharedLedger::new(Arc::new(MemoryLedger::new()))
+        },
+    )
+    .with_block_size(100);
+    let group = key("0");
+    let mut tokens = Vec::new();
+    let exhausted = loop {
+        let key = LeaseKey::new(group.group(), tokens.len().to_string()).unwrap();
+        match client.acquire(&key, "a", Duration::from_secs(30)).await {
+            Ok(lease) => tokens.push(lease.fencing_token().0),
+            Err(err) => break (err, key),
+        }
+        assert!(tokens.len() <= 200, "the bound stops grants");
+    };
+    let first = lease::MAX_FENCING_TOKEN - 148;
+    assert_eq!(
+        tokens,
+        (first..first + 100).collect::<Vec<_>>(),
+        "exact, unique, in order"
+    );
+    let (err, key) = exhausted;
+    assert!(
+        matches!(err, LeaseError::TokensExhausted { ceiling } if ceiling > lease::MAX_FENCING_TOKEN),
+        "{err:?}"
+    );
+    assert!(!exists_on(&client, &key).await, "no orphan lease was left");
+}
+
+async fn exists_on<L: FenceLedger>(client: &LeaseClient<L>, key: &LeaseKey) -> bool {
+    let mut conn = client.redis().clone();
+    conn.exists(key.lease_key()).await.unwrap()
+}

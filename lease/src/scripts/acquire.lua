@@ -4,21 +4,27 @@
 -- KEYS[1]  lease key      lease:{group}:<name>    string: owner token, with a PX TTL
 -- KEYS[2]  fence hash     lease:{group}:~fence    fields counter, ceiling
 -- KEYS[3]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>"
+-- KEYS[4]  reservation    lease:{group}:~reserving:<nonce>  set (PX ARGV[6]) when a block
+--                         is needed; only a reservation whose marker survives until its
+--                         install is installed (raise_ceiling.lua)
 -- ARGV[1]  owner token (the lease key's value)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  resource name inside the group
 -- ARGV[4]  holder label (public)
 -- ARGV[5]  events channel; a grant is published as
 --          "acquired <name> <token> <expires_at_ms> <holder>"
+-- ARGV[6]  the reservation marker's TTL in milliseconds
 --
 -- Reply {status, a, b, holder}:
 --   {1, fencing token, expires_at_ms, ""}  granted (expires_at_ms: Unix ms, Redis clock)
 --   {0, pttl_ms, 0, holder label}          held by another owner
---   {-1, 0, 0, ""}                         no token left below the ceiling; nothing was
---                                          written: reserve a block and call again
+--   {-1, 0, 0, ""}                         no token left below the ceiling; only the
+--                                          reservation marker was written: reserve a
+--                                          block, install it, and call again
 local counter = tonumber(redis.call('HGET', KEYS[2], 'counter') or '0')
 local ceiling = tonumber(redis.call('HGET', KEYS[2], 'ceiling') or '0')
 if redis.call('EXISTS', KEYS[1]) == 0 and counter >= ceiling then
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[6])
   return {-1, 0, 0, ''}
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
