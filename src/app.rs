@@ -48,12 +48,15 @@ impl Application {
         telemetry::prometheus(); // installed before anything is counted
         // The store timeout bounds every statement and every lock wait too, not only the
         // wait for a pool connection: a stalled transaction fails its request with 503.
+        // A lock wait is shorter, so that a purchase cut off after its idle bound
+        // (Settings::purchase_idle_timeout) frees the row within it.
         let timeout_ms = settings.store_timeout_ms.to_string();
+        let lock_wait_ms = settings.lock_wait().as_millis().to_string();
         let options = PgConnectOptions::from_str(&settings.database_url)
             .context("parsing DATABASE_URL")?
             .options([
                 ("statement_timeout", timeout_ms.as_str()),
-                ("lock_timeout", timeout_ms.as_str()),
+                ("lock_timeout", lock_wait_ms.as_str()),
                 // The tables are small and cached: with the default 4 the planner reads
                 // every venue's seats to draw a 1,000-seat map (30 ms, not 3.6 ms).
                 ("random_page_cost", "1.1"),

@@ -35,7 +35,10 @@ pub struct BuyerProfile {
     pub name: String,
 }
 
-/// A hold as the session remembers it: enough to rebuild the [`Lease`].
+/// A hold as the session remembers it: enough to rebuild the [`Lease`]. A copy, not the
+/// record: Redis is. An entry can be stale (two requests of one session each save the
+/// whole session), so every use is checked against Redis, and a mismatch refreshed from
+/// Redis by the buyer's id (see `seats::purchase`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct HeldSeat {
     /// The lease's owner token (secret).
@@ -71,7 +74,9 @@ impl HeldSeat {
     }
 }
 
-/// The current buyer, extracted from the session; created on first visit.
+/// The current buyer, extracted from the session; created on first visit. Cheap to clone
+/// (the session is shared).
+#[derive(Clone)]
 pub struct Buyer {
     /// Public id and name.
     pub profile: BuyerProfile,

@@ -193,6 +193,20 @@ impl Settings {
         Duration::from_millis(self.store_timeout_ms)
     }
 
+    /// How long a Postgres statement may wait for a row lock (`lock_timeout`): three
+    /// quarters of the store timeout, so the wait fits inside it.
+    pub fn lock_wait(&self) -> Duration {
+        self.store_timeout() * 3 / 4
+    }
+
+    /// How long a purchase's transaction may sit idle after its fenced write, with the
+    /// seat's row locked, before Postgres ends it (`idle_in_transaction_session_timeout`):
+    /// half the store timeout, below [`Settings::lock_wait`], so a valid holder waiting
+    /// behind a stalled or dead one gets the row within its own lock wait.
+    pub fn purchase_idle_timeout(&self) -> Duration {
+        self.store_timeout() / 2
+    }
+
     /// The bid lock's TTL as a `Duration`.
     pub fn bid_lock_ttl(&self) -> Duration {
         Duration::from_millis(self.bid_lock_ttl_ms)

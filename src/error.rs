@@ -130,12 +130,14 @@ impl From<sqlx::Error> for Error {
             | sqlx::Error::Tls(_)
             | sqlx::Error::Protocol(_) => Error::Unavailable("Postgres"),
             sqlx::Error::Database(ref db)
-                if db
-                    .code()
-                    .is_some_and(|c| c.starts_with("57P") || c == "57014" || c == "55P03") =>
+                if db.code().is_some_and(|c| {
+                    c.starts_with("57P") || matches!(c.as_ref(), "57014" | "55P03" | "25P03")
+                }) =>
             {
                 // admin_shutdown, crash_shutdown, cannot_connect_now; and our own
-                // statement_timeout (query_canceled) and lock_timeout (lock_not_available)
+                // statement_timeout (query_canceled), lock_timeout (lock_not_available)
+                // and a purchase cut off idle in its transaction
+                // (idle_in_transaction_session_timeout)
                 Error::Unavailable("Postgres")
             }
             other => Error::Database(other),

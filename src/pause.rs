@@ -68,11 +68,12 @@ pub enum PausePoint {
     /// After the payment, before the fenced write: a holder that stalls (the default).
     #[default]
     BeforeWrite,
-    /// After the fenced write, inside the open transaction, before the Redis release.
+    /// After the fenced write, inside the open transaction (the row locked), before the
+    /// Redis owner check.
     BeforeRelease,
-    /// After the Redis release, before `COMMIT`.
+    /// After the owner check, before `COMMIT`.
     BeforeCommit,
-    /// After `COMMIT`, before the reply (and before the session forgets the hold).
+    /// After `COMMIT`, before the hold's release in Redis and the reply.
     AfterCommit,
 }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use seatlock::buyer::BuyerProfile;
 use seatlock::error::Refusal;
 use seatlock::seats::{SeatRef, queries};
 use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TestApp};
@@ -77,7 +78,7 @@ async fn a_hold_shows_a_countdown_and_refuses_a_second_buyer() {
 }
 
 #[tokio::test]
-async fn confirm_sells_once_and_a_double_submit_returns_the_same_order() {
+async fn confirm_sells_once_and_a_double_submit_returns_the_same_order_paid_once() {
     let app = tiny().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut a = HttpBuyer::new();
@@ -95,7 +96,11 @@ async fn confirm_sells_once_and_a_double_submit_returns_the_same_order() {
     );
     assert_eq!(orders_for(&app, event, seats[1]).await, 1);
     let order = a
-        .get(&format!("{}{}", app.address, first.location.unwrap()))
+        .get(&format!(
+            "{}{}",
+            app.address,
+            first.location.clone().unwrap()
+        ))
         .await
         .unwrap();
     assert!(order.body.contains("Order confirmed"));
@@ -103,6 +108,17 @@ async fn confirm_sells_once_and_a_double_submit_returns_the_same_order() {
     let third = a.post(&url, &[]).await.unwrap();
     assert_eq!(third.status, StatusCode::SEE_OTHER);
     assert_eq!(orders_for(&app, event, seats[1]).await, 1);
+    // Three confirms, one hold: one payment, captured by the one order.
+    let payments: Vec<(String, Option<i64>)> = sqlx::query_as(
+        "SELECT status, order_id FROM payments WHERE event_id = $1 AND seat_id = $2",
+    )
+    .bind(event)
+    .bind(seats[1])
+    .fetch_all(app.db())
+    .await
+    .unwrap();
+    let order_id: i64 = first.location.unwrap()["/orders/".len()..].parse().unwrap();
+    assert_eq!(payments, [("captured".to_owned(), Some(order_id))]);
 }
 
 #[tokio::test]
@@ -144,11 +160,16 @@ async fn postgres_refuses_a_stale_fencing_token() {
         .await
         .unwrap();
     let mut tx = app.db().begin().await.unwrap();
-    let late = queries::sell(&mut tx, seat, 41, "late", "Late")
+    let idle = Duration::from_secs(5);
+    let buyer = |id: &str| BuyerProfile {
+        id: id.into(),
+        name: id.into(),
+    };
+    let late = queries::sell(&mut tx, seat, 41, &buyer("late"), "no-payment", idle)
         .await
         .unwrap();
     assert_eq!(late, None, "41 < 42: refused");
-    let current = queries::sell(&mut tx, seat, 42, "current", "Current")
+    let current = queries::sell(&mut tx, seat, 42, &buyer("current"), "no-payment", idle)
         .await
         .unwrap();
     assert!(current.is_some(), "42 = 42: accepted");

@@ -3,12 +3,17 @@
 //! * [`hold`]: step 1 and 2: create-if-absent with a lease (`SET … NX PX`), one Redis
 //!   round trip, plus the grant's fencing token (step 4).
 //! * [`release`]: step 3: compare-and-delete with the owner token kept in the session.
-//! * [`confirm`]: step 4: the fenced, conditional write in Postgres, and the hold's
-//!   release before commit, so a purchase whose hold lapsed is rolled back.
+//! * [`confirm`]: step 4: the fenced, conditional write in Postgres, then the owner check
+//!   with the row locked, the commit, and only then the release: whatever fails, the
+//!   buyer keeps the order or the hold.
+//!
+//! Redis is the record of who holds what; the session keeps a copy of the buyer's holds
+//! (owner tokens included, never sent to the browser), checked against Redis at every
+//! owner-checked step and refreshed from Redis by the buyer's id when it is stale.
 
-use lease::{Lease, LeaseError, LeaseKey};
-use tracing::Span;
+use lease::{Lease, LeaseError};
 use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 use super::{SeatRef, queries};
 use crate::buyer::{Buyer, HeldSeat};
@@ -29,8 +34,8 @@ pub enum HoldOutcome {
 /// Holds `seat` for `buyer` for the configured TTL.
 ///
 /// Round trips: one Postgres read (the seat exists and is unsold), one Redis script
-/// (the lease), one session write. Errors: 404 unknown seat, 409 sold or "someone is
-/// buying this seat", 503 store unavailable.
+/// (the lease), one session write. Errors: 404 unknown seat, 409 sold or "someone is buying this seat", 503
+/// store unavailable.
 ///
 /// Traced as span `hold` with the event, seat, buyer and (once granted) fencing token;
 /// counted in [`telemetry::HOLDS_GRANTED_TOTAL`] / [`telemetry::HOLDS_REFUSED_TOTAL`].
@@ -55,18 +60,12 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
             buyer
                 .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
                 .await?;
-            tracing::info!(
-                event = seat.event_id,
-                seat = seat.seat_id,
-                buyer = buyer.id(),
-                fencing_token = lease.fencing_token().0,
-                "hold granted"
-            );
+            tracing::info!("hold granted");
             Ok(HoldOutcome::Granted(lease))
         }
         Err(LeaseError::Held { holder, .. }) if holder == buyer.id() => {
-            // Make sure the session knows this hold (it may have lost it).
-            held_lease(state, buyer, seat).await?;
+            // Store the live lease: the session's copy may be missing or stale.
+            refresh_hold(state, buyer, seat).await?;
             Ok(HoldOutcome::AlreadyYours)
         }
         Err(err) => {
@@ -78,8 +77,9 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
     }
 }
 
-/// The buyer's hold on `seat`, from the session, as a lease (`None` if the session has
-/// none; it may have lapsed in Redis).
+/// The buyer's hold on `seat`: the session's copy if it has one (no round trip; it may be
+/// stale, which the caller's owner-checked step finds out), else the buyer's live lease
+/// from Redis ([`refresh_hold`]).
 pub(crate) async fn held_lease(
     state: &AppState,
     buyer: &Buyer,
@@ -89,26 +89,28 @@ pub(crate) async fn held_lease(
     if let Some(held) = buyer.hold(seat.event_id, seat.seat_id).await? {
         return Ok(Some(held.lease(key)));
     }
-    recover_hold(state, buyer, seat, &key).await
+    refresh_hold(state, buyer, seat).await
 }
 
-/// The buyer's live hold from Redis when the session lost its record of it (two
-/// concurrent requests of one session each saved their own copy of the holds; or the
-/// session save after a grant failed), written back to the session. One Redis script;
-/// `None` if Redis has no live hold of this buyer on the seat.
-async fn recover_hold(
-    state: &AppState,
-    buyer: &Buyer,
-    seat: SeatRef,
-    key: &LeaseKey,
-) -> Result<Option<Lease>> {
-    let Some(lease) = state.leases.owned_by(key, buyer.id()).await? else {
-        return Ok(None);
-    };
-    buyer
-        .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
-        .await?;
-    Ok(Some(lease))
+/// The buyer's live lease on `seat` as Redis has it, found by the buyer's id (one
+/// script), written to the session in place of whatever the session had: nothing (two
+/// concurrent requests of one session, or a session save that failed after a grant) or
+/// a stale copy. `None`, and the session forgets the seat, if Redis has no live hold of
+/// this buyer on it.
+async fn refresh_hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Option<Lease>> {
+    let key = super::lease_key(&state.settings.lease_namespace, seat);
+    match state.leases.owned_by(&key, buyer.id()).await? {
+        Some(lease) => {
+            buyer
+                .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
+                .await?;
+            Ok(Some(lease))
+        }
+        None => {
+            buyer.forget_hold(seat.event_id, seat.seat_id).await?;
+            Ok(None)
+        }
+    }
 }
 
 /// 403: the buyer has no hold on this seat.
@@ -116,99 +118,177 @@ pub(crate) fn not_your_hold() -> Error {
     Error::Forbidden("You do not hold this seat. Pick it on the seat map first.".into())
 }
 
-/// Releases the buyer's hold on `seat` (owner-checked). A hold that already lapsed is
-/// simply forgotten. Errors: 403 if the buyer has no hold on it, 503 Redis unavailable.
-/// Traced as span `release` (event, seat, buyer, fencing token).
+/// Releases the buyer's hold on `seat` (owner-checked compare-and-delete). Success means
+/// the buyer holds the seat no more: when the session's copy was stale, the live lease
+/// Redis has for the buyer is released instead. Errors: 403 if the buyer has no hold on
+/// it, 503 Redis unavailable. Traced as span `release` (event, seat, buyer, fencing
+/// token).
 #[tracing::instrument(name = "release", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
-    let lease = held_lease(state, buyer, seat)
+    let mut lease = held_lease(state, buyer, seat)
         .await?
         .ok_or_else(not_your_hold)?;
-    Span::current().record("fencing_token", lease.fencing_token().0);
-    state.leases.release(&lease).await?;
+    loop {
+        Span::current().record("fencing_token", lease.fencing_token().0);
+        if state.leases.release(&lease).await? {
+            break;
+        }
+        match refresh_hold(state, buyer, seat).await? {
+            Some(live) if live != lease => lease = live,
+            _ => break, // lapsed: nothing is held any more
+        }
+    }
     buyer.forget_hold(seat.event_id, seat.seat_id).await
 }
 
 /// Buys `seat` for `buyer` with the fencing token of the buyer's hold; returns the
-/// order id.
+/// order id. The purchase runs on a task of its own, so a buyer who hangs up (a closed
+/// tab, a lost signal) does not cancel it half way: the retry finds the order, or the
+/// hold still there.
 ///
-/// 1. Simulated payment (the configured delay; no provider is called).
-/// 2. In one Postgres transaction: [`queries::sell`], the conditional fenced write.
-/// 3. Before committing: release the hold in Redis (compare-and-delete). If the hold had
-///    lapsed, roll back: a confirm after the buyer's own hold lapsed is refused even if
-///    nobody else bought the seat.
-///
-/// `pause` is the race lab's "holder that pauses" (a GC pause, a stalled VM): by default
-/// added to the payment delay, between taking the hold and writing; the fault tests move
-/// it to the other [`PausePoint`]s to kill a server there. [`Pause::NONE`] outside the
-/// race lab.
-///
-/// Round trips: one Redis script, one Postgres transaction (BEGIN, the statement,
-/// COMMIT). Confirming twice returns the same order (the second finds the seat sold to
-/// this buyer). Errors: 403 no hold, 409 sold or hold lapsed or token stale, 503.
+/// The order of the steps ([`buy`]) leaves the buyer, whatever fails or crashes, with
+/// either the order or the hold (until its TTL), never neither, while a hold that lapsed
+/// before the commit still cannot buy. When the session's copy of the hold was stale,
+/// the purchase is made once more with the live lease Redis has for the buyer.
 ///
 /// Traced as span `confirm` (event, seat, buyer, fencing token); outcomes counted in
 /// [`telemetry::CONFIRMS_TOTAL`], a sale stopped by `orders_one_per_seat` in
-/// [`telemetry::DOUBLE_SALES_DETECTED_TOTAL`].
+/// [`telemetry::DOUBLE_SALES_DETECTED_TOTAL`]. Errors: 403 no hold, 409 sold or hold
+/// lapsed or token stale, 503 a store unavailable (retry: nothing was lost).
 #[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
-    let Some(lease) = held_lease(state, buyer, seat).await? else {
-        // A second submit after the first completed: the session no longer has the hold.
+    let purchase = purchase(state.clone(), buyer.clone(), seat, pause);
+    tokio::spawn(purchase.in_current_span())
+        .await
+        .map_err(|err| {
+            tracing::error!(error = %err, "purchase task failed");
+            Error::Unavailable("The purchase")
+        })?
+}
+
+async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
+    let Some(lease) = held_lease(&state, &buyer, seat).await? else {
+        // A submit after a purchase that completed: the session no longer has the hold.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
             Some(order_id) => Ok(order_id),
             None => Err(not_your_hold()),
         };
     };
+    if let Some(order_id) = buy(&state, &buyer, seat, &lease, pause).await? {
+        return Ok(order_id);
+    }
+    // The hold was not ours at the owner check: the session's copy may be stale.
+    if let Some(live) = refresh_hold(&state, &buyer, seat).await?
+        && live != lease
+        && let Some(order_id) = buy(&state, &buyer, seat, &live, Pause::NONE).await?
+    {
+        return Ok(order_id);
+    }
+    telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::HoldExpired));
+    tracing::info!("confirm refused: hold lapsed");
+    Err(Refusal::HoldExpired.into())
+}
+
+/// One purchase attempt with `lease`, in this order:
+///
+/// 1. Payment, authorized once per hold: its idempotency key is the hold's (event, seat,
+///    fencing token), so a retried or doubled confirm never pays twice.
+/// 2. In one transaction: [`queries::sell`], the fenced conditional write (NOT sold and
+///    fencing token not lower than the row's), which also captures the payment and
+///    takes the row lock.
+/// 3. Owner check in Redis (`GET`, compared): is the hold still ours? If not, roll back
+///    and return `None`: a hold that lapsed cannot buy, even when the holder after it
+///    came and went without writing (the fence alone would let the older token
+///    through). Checked AFTER the write, with the row locked: from then to the commit no
+///    other holder's write can be accepted, so the lease was ours at a moment from which
+///    the row stayed ours until the commit.
+/// 4. COMMIT.
+/// 5. Release the hold (compare-and-delete), best effort: the order stands either way,
+///    and a hold left behind only lapses by its TTL on a seat shown sold.
+///
+/// A crash before 4 rolls the transaction back and leaves the hold (the retry buys); a
+/// crash after 4 leaves the order. A holder that stalls between 2 and 4 keeps the row
+/// locked for at most [`crate::config::Settings::purchase_idle_timeout`] (Postgres ends
+/// its idle transaction), less than the lock wait a valid holder's confirm allows
+/// ([`crate::config::Settings::lock_wait`]), less than the store timeout.
+///
+/// `pause` is the race lab's "holder that pauses": added to the payment delay by default
+/// ([`PausePoint::BeforeWrite`]); the fault tests park a confirm at the other points
+/// ([`PausePoint::BeforeRelease`] is now before the owner check). [`Pause::NONE`]
+/// outside the race lab.
+///
+/// Round trips: Redis: the owner check and the release; Postgres: the authorization,
+/// then one transaction (BEGIN, the statement, COMMIT).
+async fn buy(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+    lease: &Lease,
+    pause: Pause,
+) -> Result<Option<i64>> {
+    let token = lease.fencing_token().0 as i64;
+    Span::current().record("fencing_token", token);
+    let payment = payment_key(seat, token);
     tokio::time::sleep(state.settings.payment_delay()).await;
+    let authorize = queries::authorize_payment(&state.db, seat, &payment, buyer.id());
+    telemetry::postgres("authorize", authorize).await?;
     pause.sleep_at(PausePoint::BeforeWrite).await;
 
     let mut tx = state.db.begin().await?;
-    let token = lease.fencing_token().0 as i64;
-    Span::current().record("fencing_token", token);
-    let sell = queries::sell(&mut tx, seat, token, buyer.id(), &buyer.profile.name);
+    let idle_bound = state.settings.purchase_idle_timeout();
+    let sell = queries::sell(&mut tx, seat, token, &buyer.profile, &payment, idle_bound);
     let sold = telemetry::postgres("sell", sell)
         .await
         .inspect_err(detect_double_sale)?;
     let Some(order_id) = sold else {
         tx.rollback().await?;
-        return refused(state, buyer, seat, &lease).await;
+        return refused(state, buyer, seat, lease, &payment).await.map(Some);
     };
     pause.sleep_at(PausePoint::BeforeRelease).await;
-    if !state.leases.release(&lease).await? {
+    if !state.leases.is_held(lease).await? {
         tx.rollback().await?;
-        buyer.forget_hold(seat.event_id, seat.seat_id).await?;
-        telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::HoldExpired));
-        tracing::info!(
-            event = seat.event_id,
-            seat = seat.seat_id,
-            buyer = buyer.id(),
-            fencing_token = token,
-            "confirm refused: hold lapsed"
-        );
-        return Err(Refusal::HoldExpired.into());
+        void_payment(state, &payment).await;
+        return Ok(None);
     }
     pause.sleep_at(PausePoint::BeforeCommit).await;
     telemetry::postgres("commit", tx.commit()).await?;
     telemetry::confirm(ConfirmOutcome::Accepted);
+    tracing::info!(order = order_id, "seat sold");
     pause.sleep_at(PausePoint::AfterCommit).await;
+    if let Err(err) = state.leases.release(lease).await {
+        tracing::warn!(error = %err, "sold, but the hold could not be released: it lapses by its TTL");
+    }
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
-    tracing::info!(
-        event = seat.event_id,
-        seat = seat.seat_id,
-        buyer = buyer.id(),
-        fencing_token = token,
-        order = order_id,
-        "seat sold"
-    );
-    Ok(order_id)
+    Ok(Some(order_id))
+}
+
+/// The payment's idempotency key: one per hold, `<event>:<seat>:<fencing token>`.
+fn payment_key(seat: SeatRef, fencing_token: i64) -> String {
+    format!("{}:{}:{fencing_token}", seat.event_id, seat.seat_id)
+}
+
+/// Voids an authorization whose purchase was refused, best effort (one that stays
+/// authorized is never captured).
+async fn void_payment(state: &AppState, payment: &str) {
+    if let Err(err) = queries::void_payment(&state.db, payment).await {
+        tracing::warn!(error = %err, payment, "could not void a refused purchase's payment");
+    }
 }
 
 /// Explains a refused [`queries::sell`]: already bought by this buyer (a double submit:
 /// returns the order), a stale fencing token (the row accepted a higher one), or sold.
-async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) -> Result<i64> {
+async fn refused(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+    lease: &Lease,
+    payment: &str,
+) -> Result<i64> {
     if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
+        buyer.forget_hold(seat.event_id, seat.seat_id).await?;
         return Ok(order_id);
     }
+    void_payment(state, payment).await;
     // The hold is worthless now; free it if it is still ours (owner-checked).
     let _ = state.leases.release(lease).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
@@ -216,10 +296,6 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
     match status {
         Some(s) if s.fence_token > lease.fencing_token().0 as i64 => {
             tracing::warn!(
-                event = seat.event_id,
-                seat = seat.seat_id,
-                buyer = buyer.id(),
-                fencing_token = lease.fencing_token().0,
                 accepted = s.fence_token,
                 "confirm refused: stale fencing token"
             );

@@ -1,9 +1,12 @@
 //! Every SQL statement of the seat picker. The one that matters is [`sell`]: the fenced,
 //! conditional write that makes a purchase.
 
+use std::time::Duration;
+
 use sqlx::{PgConnection, PgPool};
 
 use super::SeatRef;
+use crate::buyer::BuyerProfile;
 
 /// A seat's sale state for one event.
 #[derive(Debug, sqlx::FromRow)]
@@ -25,19 +28,23 @@ pub async fn seat_status(db: &PgPool, seat: SeatRef) -> sqlx::Result<Option<Seat
 
 /// The fenced purchase, ONE statement: mark the seat sold and record `fencing_token` as
 /// the row's highest accepted token, only if the seat is unsold AND no higher token was
-/// accepted before (Kleppmann's fencing check); in the same statement insert the order.
-/// Returns the new order id, or `None` if either condition failed (nothing written).
-/// The same statement queues a `pg_notify` for live pages, delivered only on commit.
+/// accepted before (Kleppmann's fencing check); in the same statement insert the order
+/// and capture the payment authorized under `payment_key`. Returns the new order id, or
+/// `None` if either condition failed (nothing written). The same statement queues a
+/// `pg_notify` for live pages, delivered only on commit, and bounds how long its
+/// transaction may then sit idle (`idle_in_transaction_session_timeout`, whole
+/// milliseconds): a holder that stalls before committing is cut off and its row lock
+/// freed, its transaction rolled back.
 ///
-/// Runs inside the caller's transaction so that the caller can release the hold
-/// (compare-and-delete in Redis) before committing: if the hold has lapsed the caller
-/// rolls back.
+/// Runs inside the caller's transaction so that the caller can check in Redis that the
+/// hold is still its own before committing (see [`super::purchase::confirm`]).
 pub async fn sell(
     tx: &mut PgConnection,
     seat: SeatRef,
     fencing_token: i64,
-    buyer_id: &str,
-    buyer_name: &str,
+    buyer: &BuyerProfile,
+    payment_key: &str,
+    idle_bound: Duration,
 ) -> sqlx::Result<Option<i64>> {
     sqlx::query_scalar(
         "WITH sold AS (
@@ -47,19 +54,62 @@ pub async fn sell(
          ordered AS (
              INSERT INTO orders (event_id, seat_id, buyer_id, buyer_name, price_cents, fence_token)
              SELECT event_id, seat_id, $4, $5, price_cents, $3 FROM sold
-          RETURNING id, event_id, seat_id)
+          RETURNING id, event_id, seat_id),
+         captured AS (
+             UPDATE payments SET status = 'captured', order_id = ordered.id
+               FROM ordered
+              WHERE payments.idempotency_key = $6 AND payments.status = 'authorized')
          SELECT id, pg_notify('seatlock_live', json_build_object(
                     'topic', 'event:' || event_id, 'event', 'seat',
-                    'data', json_build_object('seat', seat_id, 'state', 'sold'))::text)
+                    'data', json_build_object('seat', seat_id, 'state', 'sold'))::text),
+                set_config('idle_in_transaction_session_timeout', $7, true)
            FROM ordered",
     )
     .bind(seat.event_id)
     .bind(seat.seat_id)
     .bind(fencing_token)
-    .bind(buyer_id)
-    .bind(buyer_name)
+    .bind(&buyer.id)
+    .bind(&buyer.name)
+    .bind(payment_key)
+    .bind(idle_bound.as_millis().max(1).to_string())
     .fetch_optional(tx)
     .await
+}
+
+/// Authorizes the simulated payment for `seat` at its price under `payment_key`, once:
+/// a second call with the same key changes nothing (`ON CONFLICT DO NOTHING`), so a
+/// retried confirm never pays twice.
+pub async fn authorize_payment(
+    db: &PgPool,
+    seat: SeatRef,
+    payment_key: &str,
+    buyer_id: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO payments (idempotency_key, event_id, seat_id, buyer_id, amount_cents)
+         SELECT $3, event_id, seat_id, $4, price_cents FROM event_seats
+          WHERE event_id = $1 AND seat_id = $2
+         ON CONFLICT (idempotency_key) DO NOTHING",
+    )
+    .bind(seat.event_id)
+    .bind(seat.seat_id)
+    .bind(payment_key)
+    .bind(buyer_id)
+    .execute(db)
+    .await
+    .map(drop)
+}
+
+/// Voids a payment authorized for a purchase that was refused (never one captured).
+pub async fn void_payment(db: &PgPool, payment_key: &str) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE payments SET status = 'voided'
+          WHERE idempotency_key = $1 AND status = 'authorized'",
+    )
+    .bind(payment_key)
+    .execute(db)
+    .await
+    .map(drop)
 }
 
 /// The order id if `buyer_id` bought this seat.

@@ -129,6 +129,18 @@ impl Deployment {
         .unwrap()
     }
 
+    /// The status of every payment of `seat`, oldest first.
+    pub(crate) async fn payments(&self, seat: i64) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT status FROM payments WHERE event_id = $1 AND seat_id = $2 ORDER BY created_at",
+        )
+        .bind(self.event)
+        .bind(seat)
+        .fetch_all(&self.db)
+        .await
+        .unwrap()
+    }
+
     /// `seat` has exactly one order, bought by `buyer_id`; returns it.
     pub(crate) async fn assert_sold_once_to(&self, seat: i64, buyer_id: &str) -> Order {
         let mut orders = self.orders(seat).await;
@@ -163,6 +175,37 @@ impl Deployment {
         .await
         .unwrap();
         assert_eq!(torn, 0, "seats whose sale and order disagree");
+        let unpaid: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM orders o
+              WHERE o.event_id = $1
+                AND (SELECT count(*) FROM payments p
+                      WHERE p.order_id = o.id AND p.status = 'captured') <> 1",
+        )
+        .bind(self.event)
+        .fetch_one(&self.db)
+        .await
+        .unwrap();
+        assert_eq!(unpaid, 0, "orders without exactly one captured payment");
+    }
+
+    /// Eventually no session of this deployment's database sits idle inside a
+    /// transaction (a purchase cut off or abandoned holds no row lock for long).
+    pub(crate) async fn assert_no_transaction_left_open(&self) {
+        eventually(
+            Duration::from_secs(10),
+            "no transaction left open",
+            || async {
+                let open: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM pg_stat_activity
+                  WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+                )
+                .fetch_one(&self.db)
+                .await
+                .unwrap();
+                open == 0
+            },
+        )
+        .await;
     }
 
     pub(crate) fn page(&self, server: &str) -> String {

@@ -11,6 +11,7 @@
 mod clocks;
 mod crashes;
 mod deployment;
+mod hangups;
 mod soak;
 mod stalls;
 mod store_loss;
