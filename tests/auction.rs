@@ -715,3 +715,133 @@ async fn the_item_stream_pushes_bids_and_the_close_made_through_another_server()
         .unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
+
+/// A browser whose bids stall `ms` milliseconds between the rules check and the write
+/// (the race lab's `x-race-lab-pause-ms`; honoured only with `enable_race_lab`).
+fn stalling_bidder(ms: u64) -> HttpBuyer {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(seatlock::pause::PAUSE_HEADER, ms.into());
+    HttpBuyer::with_headers(headers)
+}
+
+/// When the transactions of this test's database that sit idle inside a transaction
+/// (a stalled bid, between its read and its write) began, by the Postgres clock.
+async fn stalled_transactions_began(app: &TestApp) -> Vec<chrono::DateTime<Utc>> {
+    sqlx::query_scalar(
+        "SELECT xact_start FROM pg_stat_activity
+          WHERE datname = current_database() AND state = 'idle in transaction'",
+    )
+    .fetch_all(app.db())
+    .await
+    .unwrap()
+}
+
+/// Issue 18, defect 2: the end (and the soft-close window) is decided at the moment of the
+/// write, not at the start of the bid's transaction. Two bidders read an item ending in
+/// ~3 s, pass the rules, and stall 7 s (their bid locks lapse); meanwhile a newer bid lock
+/// holder is told "ended". When they wake, their writes are refused as `ended` and write
+/// nothing; the soft-close item is not extended, so later bids stay refused.
+#[tokio::test]
+async fn a_bid_stalled_past_the_end_is_refused_and_extends_nothing() {
+    let app = app(|s| {
+        s.enable_race_lab = true;
+        s.bid_lock_ttl_ms = 500;
+    })
+    .await;
+    let base = app.address.clone();
+    let ending_soon = |i: &mut NewItem| i.ends_at = Utc::now() + TimeDelta::seconds(3);
+    let plain = item(&app, ending_soon).await;
+    let soft = item(&app, |i| {
+        ending_soon(i);
+        i.terms.soft_close_secs = 60;
+    })
+    .await;
+    let ends = [
+        fetch(&app, plain).await.ends_at,
+        fetch(&app, soft).await.ends_at,
+    ];
+
+    let (mut a_plain, mut a_soft) = (stalling_bidder(7_000), stalling_bidder(7_000));
+    let stalled = async {
+        tokio::join!(
+            bid_on(&mut a_plain, &base, plain, "20.00"),
+            bid_on(&mut a_soft, &base, soft, "20.00"),
+        )
+    };
+    let mut b = HttpBuyer::new();
+    let meanwhile = async {
+        // Both stalled bids are inside transactions that began before the end.
+        eventually(Duration::from_secs(10), "both bids to stall", || async {
+            stalled_transactions_began(&app).await.len() == 2
+        })
+        .await;
+        let began = stalled_transactions_began(&app).await;
+        assert!(
+            began.iter().all(|t| ends.iter().all(|end| t < end)),
+            "the stalled transactions began before the end: {began:?} vs {ends:?}"
+        );
+        b.get(&format!("{base}/")).await.unwrap(); // a CSRF token without an item form
+        eventually(Duration::from_secs(10), "the end", || async {
+            fetch(&app, plain).await.has_ended() && fetch(&app, soft).await.has_ended()
+        })
+        .await;
+        // B takes each (lapsed) bid lock with a newer token and is told "ended".
+        for id in [plain, soft] {
+            let told = bid_on(&mut b, &base, id, "30.00").await;
+            assert!(
+                told.is_refused(&Refusal::Bid(BidRefusal::Ended)),
+                "item {id}: {:?} {:?}",
+                told.status,
+                told.refusal
+            );
+        }
+    };
+    let ((late_plain, late_soft), ()) = tokio::join!(stalled, meanwhile);
+
+    // (item, the stalled bid's status and refusal, bids written, ends_at moved)
+    let mut seen = Vec::new();
+    for (id, reply, end) in [(plain, &late_plain, ends[0]), (soft, &late_soft, ends[1])] {
+        let row = fetch(&app, id).await;
+        seen.push((
+            id,
+            reply.status,
+            reply.refusal.clone(),
+            bid_count(&app, id).await,
+            row.ends_at - end,
+        ));
+    }
+    let expected: Vec<_> = [plain, soft]
+        .map(|id| {
+            (
+                id,
+                StatusCode::CONFLICT,
+                Some("ended".to_owned()),
+                0,
+                TimeDelta::zero(),
+            )
+        })
+        .into();
+    assert_eq!(
+        seen, expected,
+        "(item, status, refusal, bids, end moved by)"
+    );
+
+    // The soft-close item was not reopened: a later bid is refused too, and the closer
+    // closes both items with no bids.
+    let later = bid_on(&mut b, &base, soft, "40.00").await;
+    assert!(
+        later.is_refused(&Refusal::Bid(BidRefusal::Ended)),
+        "{:?} {:?}",
+        later.status,
+        later.refusal
+    );
+    let mut closed = close::close_due(&app.state, "closer").await.unwrap();
+    closed.sort_by_key(|(id, _)| *id);
+    assert_eq!(
+        closed,
+        vec![
+            (plain, CloseOutcome::Closed("no_bids".into())),
+            (soft, CloseOutcome::Closed("no_bids".into())),
+        ]
+    );
+}
