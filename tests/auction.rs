@@ -845,3 +845,119 @@ async fn a_bid_stalled_past_the_end_is_refused_and_extends_nothing() {
         ]
     );
 }
+/// The value of the Prometheus sample `name` on this process's `GET /metrics`, 0 if absent.
+async fn metric(app: &TestApp, name: &str) -> f64 {
+    let page = reqwest::get(format!("{}/metrics", app.address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a number"))
+}
+
+/// How many statements starting with `prefix` run in this test's database, and how many
+/// of those wait for a lock.
+async fn statements_running(app: &TestApp, prefix: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock')
+           FROM pg_stat_activity
+          WHERE datname = current_database() AND state = 'active'
+            AND pid <> pg_backend_pid() AND query LIKE $1 || '%'",
+    )
+    .bind(prefix)
+    .fetch_one(app.db())
+    .await
+    .unwrap()
+}
+
+/// Issue 18, defect 5: the closer reports what Postgres did. Its close statement waits
+/// for a row lock held elsewhere while its lease is deleted and claimed by closer B (who
+/// writes nothing) and its watchdog reports the loss; then the row lock is released. The
+/// statement was already sent, so the closer awaits it: the fence admits it (no newer
+/// token has written) and the closer reports exactly what the row says.
+#[tokio::test]
+async fn a_closer_whose_lease_is_lost_mid_write_reports_what_postgres_did() {
+    let app = app(|s| {
+        s.close_lease_ttl_ms = 300;
+        s.store_timeout_ms = 30_000; // the close statement may wait for the row lock
+    })
+    .await;
+    let id = item(&app, |_| {}).await;
+    end_now(&app, id).await;
+
+    // Another transaction holds the item's row lock: the close statement will wait.
+    let mut blocker = app.db().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM auction_items WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let losses = "lease_watchdog_losses_total";
+    let losses_before = metric(&app, losses).await;
+    let state = app.state.clone();
+    let closer = tokio::spawn(async move { close::close_item(&state, id, "closer-a").await });
+    eventually(
+        Duration::from_secs(10),
+        "the close statement to wait",
+        || async { statements_running(&app, "UPDATE auction_items").await == (1, 1) },
+    )
+    .await;
+
+    // Its lease is lost: deleted, and the job claimed by closer B with a newer token.
+    let key = seatlock::auction::closing_key(&app.state.settings.lease_namespace, id);
+    let _: i64 = redis::cmd("DEL")
+        .arg(key.lease_key())
+        .query_async(&mut app.state.leases.redis().clone())
+        .await
+        .unwrap();
+    let lease_b = close::claim(&app.state, id, "closer-b")
+        .await
+        .unwrap()
+        .expect("B gets the job once A's lease is gone");
+    eventually(
+        Duration::from_secs(10),
+        "A's watchdog to report the loss",
+        || async { metric(&app, losses).await > losses_before },
+    )
+    .await;
+
+    // The row lock goes; whatever the closer reports must be what Postgres did.
+    blocker.rollback().await.unwrap();
+    let reported = tokio::time::timeout(Duration::from_secs(30), closer)
+        .await
+        .expect("the closer finishes")
+        .unwrap()
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "no close statement in flight",
+        || async { statements_running(&app, "UPDATE auction_items").await == (0, 0) },
+    )
+    .await;
+    let row = fetch(&app, id).await;
+    let in_postgres = (row.status.as_str(), row.result.as_deref());
+    match &reported {
+        CloseOutcome::Closed(result) => {
+            assert_eq!(
+                in_postgres,
+                ("closed", Some(result.as_str())),
+                "{reported:?}"
+            )
+        }
+        _ => assert_eq!(in_postgres, ("open", None), "{reported:?}"),
+    }
+    // B wrote nothing, so the fence admitted A's older token: A closed the item.
+    assert_eq!(reported, CloseOutcome::Closed("no_bids".into()));
+    assert!(row.fence_token < lease_b.fencing_token().0 as i64);
+    // B, the newer holder, finds the job done.
+    assert_eq!(
+        close::write_result(&app.state, id, lease_b.fencing_token().0)
+            .await
+            .unwrap(),
+        CloseOutcome::Refused
+    );
+    assert!(app.state.leases.release(&lease_b).await.unwrap());
+}
