@@ -715,3 +715,249 @@ async fn the_item_stream_pushes_bids_and_the_close_made_through_another_server()
         .unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
 }
+
+/// A browser whose bids stall `ms` milliseconds between the rules check and the write
+/// (the race lab's `x-race-lab-pause-ms`; honoured only with `enable_race_lab`).
+fn stalling_bidder(ms: u64) -> HttpBuyer {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(seatlock::pause::PAUSE_HEADER, ms.into());
+    HttpBuyer::with_headers(headers)
+}
+
+/// When the transactions of this test's database that sit idle inside a transaction
+/// (a stalled bid, between its read and its write) began, by the Postgres clock.
+async fn stalled_transactions_began(app: &TestApp) -> Vec<chrono::DateTime<Utc>> {
+    sqlx::query_scalar(
+        "SELECT xact_start FROM pg_stat_activity
+          WHERE datname = current_database() AND state = 'idle in transaction'",
+    )
+    .fetch_all(app.db())
+    .await
+    .unwrap()
+}
+
+/// Issue 18, defect 2: the end (and the soft-close window) is decided at the moment of the
+/// write, not at the start of the bid's transaction. Two bidders read an item ending in
+/// ~3 s, pass the rules, and stall 7 s (their bid locks lapse); meanwhile a newer bid lock
+/// holder is told "ended". When they wake, their writes are refused as `ended` and write
+/// nothing; the soft-close item is not extended, so later bids stay refused.
+#[tokio::test]
+async fn a_bid_stalled_past_the_end_is_refused_and_extends_nothing() {
+    let app = app(|s| {
+        s.enable_race_lab = true;
+        s.bid_lock_ttl_ms = 500;
+    })
+    .await;
+    let base = app.address.clone();
+    let ending_soon = |i: &mut NewItem| i.ends_at = Utc::now() + TimeDelta::seconds(3);
+    let plain = item(&app, ending_soon).await;
+    let soft = item(&app, |i| {
+        ending_soon(i);
+        i.terms.soft_close_secs = 60;
+    })
+    .await;
+    let ends = [
+        fetch(&app, plain).await.ends_at,
+        fetch(&app, soft).await.ends_at,
+    ];
+
+    let (mut a_plain, mut a_soft) = (stalling_bidder(7_000), stalling_bidder(7_000));
+    let stalled = async {
+        tokio::join!(
+            bid_on(&mut a_plain, &base, plain, "20.00"),
+            bid_on(&mut a_soft, &base, soft, "20.00"),
+        )
+    };
+    let mut b = HttpBuyer::new();
+    let meanwhile = async {
+        // Both stalled bids are inside transactions that began before the end.
+        eventually(Duration::from_secs(10), "both bids to stall", || async {
+            stalled_transactions_began(&app).await.len() == 2
+        })
+        .await;
+        let began = stalled_transactions_began(&app).await;
+        assert!(
+            began.iter().all(|t| ends.iter().all(|end| t < end)),
+            "the stalled transactions began before the end: {began:?} vs {ends:?}"
+        );
+        b.get(&format!("{base}/")).await.unwrap(); // a CSRF token without an item form
+        eventually(Duration::from_secs(10), "the end", || async {
+            fetch(&app, plain).await.has_ended() && fetch(&app, soft).await.has_ended()
+        })
+        .await;
+        // B takes each (lapsed) bid lock with a newer token and is told "ended".
+        for id in [plain, soft] {
+            let told = bid_on(&mut b, &base, id, "30.00").await;
+            assert!(
+                told.is_refused(&Refusal::Bid(BidRefusal::Ended)),
+                "item {id}: {:?} {:?}",
+                told.status,
+                told.refusal
+            );
+        }
+    };
+    let ((late_plain, late_soft), ()) = tokio::join!(stalled, meanwhile);
+
+    // (item, the stalled bid's status and refusal, bids written, ends_at moved)
+    let mut seen = Vec::new();
+    for (id, reply, end) in [(plain, &late_plain, ends[0]), (soft, &late_soft, ends[1])] {
+        let row = fetch(&app, id).await;
+        seen.push((
+            id,
+            reply.status,
+            reply.refusal.clone(),
+            bid_count(&app, id).await,
+            row.ends_at - end,
+        ));
+    }
+    let expected: Vec<_> = [plain, soft]
+        .map(|id| {
+            (
+                id,
+                StatusCode::CONFLICT,
+                Some("ended".to_owned()),
+                0,
+                TimeDelta::zero(),
+            )
+        })
+        .into();
+    assert_eq!(
+        seen, expected,
+        "(item, status, refusal, bids, end moved by)"
+    );
+
+    // The soft-close item was not reopened: a later bid is refused too, and the closer
+    // closes both items with no bids.
+    let later = bid_on(&mut b, &base, soft, "40.00").await;
+    assert!(
+        later.is_refused(&Refusal::Bid(BidRefusal::Ended)),
+        "{:?} {:?}",
+        later.status,
+        later.refusal
+    );
+    let mut closed = close::close_due(&app.state, "closer").await.unwrap();
+    closed.sort_by_key(|(id, _)| *id);
+    assert_eq!(
+        closed,
+        vec![
+            (plain, CloseOutcome::Closed("no_bids".into())),
+            (soft, CloseOutcome::Closed("no_bids".into())),
+        ]
+    );
+}
+/// The value of the Prometheus sample `name` on this process's `GET /metrics`, 0 if absent.
+async fn metric(app: &TestApp, name: &str) -> f64 {
+    let page = reqwest::get(format!("{}/metrics", app.address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .map_or(0.0, |value| value.trim().parse().expect("a number"))
+}
+
+/// How many statements starting with `prefix` run in this test's database, and how many
+/// of those wait for a lock.
+async fn statements_running(app: &TestApp, prefix: &str) -> (i64, i64) {
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock')
+           FROM pg_stat_activity
+          WHERE datname = current_database() AND state = 'active'
+            AND pid <> pg_backend_pid() AND query LIKE $1 || '%'",
+    )
+    .bind(prefix)
+    .fetch_one(app.db())
+    .await
+    .unwrap()
+}
+
+/// Issue 18, defect 5: the closer reports what Postgres did. Its close statement waits
+/// for a row lock held elsewhere while its lease is deleted and claimed by closer B (who
+/// writes nothing) and its watchdog reports the loss; then the row lock is released. The
+/// statement was already sent, so the closer awaits it: the fence admits it (no newer
+/// token has written) and the closer reports exactly what the row says.
+#[tokio::test]
+async fn a_closer_whose_lease_is_lost_mid_write_reports_what_postgres_did() {
+    let app = app(|s| {
+        s.close_lease_ttl_ms = 300;
+        s.store_timeout_ms = 30_000; // the close statement may wait for the row lock
+    })
+    .await;
+    let id = item(&app, |_| {}).await;
+    end_now(&app, id).await;
+
+    // Another transaction holds the item's row lock: the close statement will wait.
+    let mut blocker = app.db().begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM auction_items WHERE id = $1 FOR UPDATE")
+        .bind(id)
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let losses = "lease_watchdog_losses_total";
+    let losses_before = metric(&app, losses).await;
+    let state = app.state.clone();
+    let closer = tokio::spawn(async move { close::close_item(&state, id, "closer-a").await });
+    eventually(
+        Duration::from_secs(10),
+        "the close statement to wait",
+        || async { statements_running(&app, "UPDATE auction_items").await == (1, 1) },
+    )
+    .await;
+
+    // Its lease is lost: deleted, and the job claimed by closer B with a newer token.
+    let key = seatlock::auction::closing_key(&app.state.settings.lease_namespace, id);
+    let _: i64 = redis::cmd("DEL")
+        .arg(key.lease_key())
+        .query_async(&mut app.state.leases.redis().clone())
+        .await
+        .unwrap();
+    let lease_b = close::claim(&app.state, id, "closer-b")
+        .await
+        .unwrap()
+        .expect("B gets the job once A's lease is gone");
+    eventually(
+        Duration::from_secs(10),
+        "A's watchdog to report the loss",
+        || async { metric(&app, losses).await > losses_before },
+    )
+    .await;
+
+    // The row lock goes; whatever the closer reports must be what Postgres did.
+    blocker.rollback().await.unwrap();
+    let reported = tokio::time::timeout(Duration::from_secs(30), closer)
+        .await
+        .expect("the closer finishes")
+        .unwrap()
+        .unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "no close statement in flight",
+        || async { statements_running(&app, "UPDATE auction_items").await == (0, 0) },
+    )
+    .await;
+    let row = fetch(&app, id).await;
+    let in_postgres = (row.status.as_str(), row.result.as_deref());
+    match &reported {
+        CloseOutcome::Closed(result) => {
+            assert_eq!(
+                in_postgres,
+                ("closed", Some(result.as_str())),
+                "{reported:?}"
+            )
+        }
+        _ => assert_eq!(in_postgres, ("open", None), "{reported:?}"),
+    }
+    // B wrote nothing, so the fence admitted A's older token: A closed the item.
+    assert_eq!(reported, CloseOutcome::Closed("no_bids".into()));
+    assert!(row.fence_token < lease_b.fencing_token().0 as i64);
+    // B, the newer holder, finds the job done.
+    assert_eq!(
+        close::write_result(&app.state, id, lease_b.fencing_token().0)
+            .await
+            .unwrap(),
+        CloseOutcome::Refused
+    );
+    assert!(app.state.leases.release(&lease_b).await.unwrap());
+}

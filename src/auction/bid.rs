@@ -6,7 +6,12 @@
 //!    attempts and time ([`lock_backoff`]), then refused with 409 "busy, try again".
 //! 2. [`bid_under_lease`]: in one Postgres transaction, read the item, check the rules
 //!    ([`super::rules`]), then ONE statement writes the bid and the new high bid, checking
-//!    the fencing token and the high bid again ([`queries::place_bid`]).
+//!    the fencing token, the high bid and the end again ([`queries::place_bid`]). The end
+//!    is checked by the Postgres clock at the moment of that statement
+//!    (`clock_timestamp()`), not at the transaction's start: a bidder that stalls between
+//!    its read and its write past the end is refused "ended" even if no newer holder
+//!    wrote (a newer holder told "ended" writes nothing, so the fence alone cannot stop
+//!    it).
 //! 3. Release, owner-checked (compare-and-delete), one Redis round trip.
 //!
 //! The lease alone does not make this safe: a bidder that stalls past the lease (a GC
@@ -140,8 +145,11 @@ async fn release(state: &AppState, lease: &Lease) {
 
 /// `bid` under a held bid lock: in one transaction, read the item, check the rules, then
 /// [`queries::place_bid`] with the lease's fencing token. Commits only a write that
-/// Postgres accepted. Errors as [`place_bid`]; a write refused although the rules passed
-/// means the token was stale: 409 [`Refusal::StaleBidLock`].
+/// Postgres accepted. `pause` stalls between the rules check and the write (the race
+/// lab). Errors as [`place_bid`]; a write refused although the rules passed is explained
+/// from a fresh read: 409 [`crate::auction::rules::BidRefusal::Ended`] if the end passed
+/// meanwhile (the write checks the end at its own moment), 409
+/// [`Refusal::StaleBidLock`] if a newer token was accepted.
 pub async fn bid_under_lease(
     state: &AppState,
     lease: &Lease,

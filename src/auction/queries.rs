@@ -1,7 +1,31 @@
 //! Every SQL statement of the auction. The two that matter are [`place_bid`], the fenced
 //! conditional bid write, and [`close_item`], the fenced close. Each is ONE statement, so
-//! its checks and its write are atomic; every time comes from the Postgres clock
-//! (`now()`), one clock for every server process.
+//! its checks and its write are atomic.
+//!
+//! # The clock: `clock_timestamp()`, the moment of the check
+//!
+//! Every time comes from the Postgres clock, one clock for every server process, and
+//! every decision "open, ended, inside the soft-close window" uses the same reading of
+//! it: `clock_timestamp()`, the server's time when the expression is evaluated. Not
+//! `now()`: that is the start of the *transaction*, so a bid whose transaction began
+//! before the end and then stalled (a GC pause, its bid lock lapsing) was judged as if it
+//! wrote at the start, and accepted after the end, after a newer bidder had been told
+//! "ended" (issue 18). Not `statement_timestamp()` either: it is the moment the statement
+//! *arrived*, and a write that then waits for the item's row lock (another bid's
+//! transaction, the closer) keeps that earlier time. Postgres re-checks the WHERE clause
+//! of a waiting UPDATE on the new row version once the lock is free (READ COMMITTED);
+//! `clock_timestamp()`, being volatile, is read again there, `statement_timestamp()` is
+//! not. (Measured on Postgres 15: an UPDATE sent before the end and blocked past it by
+//! another transaction's row lock was accepted 1.07 s after the end with
+//! `statement_timestamp()`, and refused with `clock_timestamp()`.)
+//!
+//! What that costs: each call reads the clock, so within one statement the WHERE clause
+//! and the SET list may read instants a few microseconds apart (only ever later: a bid
+//! accepted at `t < ends_at` whose soft-close test reads `t' >= t` can only be more
+//! inside the window); and a volatile value cannot bound an index scan, so the closer's
+//! scan ([`due_items`]) reads it once, as `(SELECT clock_timestamp())`. A bid is "in
+//! time" if its statement's check ran before the end; its transaction commits one round
+//! trip later (the lease strategy) or at once (the conditional strategy).
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
@@ -9,11 +33,13 @@ use sqlx::{PgExecutor, PgPool};
 
 use super::Bid;
 
-/// The columns of [`Item`], with the Postgres clock as `now`.
+/// The columns of [`Item`], with the Postgres clock as `now`: `clock_timestamp()`, the
+/// moment of the read, even inside a transaction (the bid path reads the item for the rules
+/// inside its transaction; see the module docs).
 const ITEM_COLUMNS: &str = "id, title, description, starting_price_cents, min_increment_cents,
     reserve_price_cents, starts_at, ends_at, soft_close_secs, status, high_bid_cents,
     high_bidder_id, high_bidder_name, bid_count, fence_token, result, winner_id, winner_name,
-    closed_at, now() AS now";
+    closed_at, clock_timestamp() AS now";
 
 /// What the seller sets for an item: what it is and the money terms. Money in cents.
 /// Shared by the seed file (`data/auctions.json`), new items and stored items.
@@ -53,7 +79,8 @@ pub struct Item {
     pub winner_id: Option<String>,
     pub winner_name: Option<String>,
     pub closed_at: Option<DateTime<Utc>>,
-    /// The Postgres clock when the row was read.
+    /// The Postgres clock when the row was read (`clock_timestamp()`: the moment of the
+    /// read, not the start of its transaction).
     pub now: DateTime<Utc>,
 }
 
@@ -163,7 +190,9 @@ pub struct PlacedBid {
 }
 
 /// The bid write, ONE statement: set `bid` as the new high bid and insert it, only if
-/// * the auction is open: `status = 'open' AND starts_at <= now() < ends_at`;
+/// * the auction is open at the moment of the write: `status = 'open' AND starts_at <=
+///   clock_timestamp() < ends_at` (not `now()`, the transaction's start: a bidder that
+///   stalled inside its transaction past the end is refused; see the module docs);
 /// * the amount is high enough: at least the starting price for the first bid, else at
 ///   least the high bid plus the minimum increment (so an equal bid loses);
 /// * with `fencing_token = Some(t)`: `fence_token <= t`, and the row then records `t`
@@ -174,8 +203,8 @@ pub struct PlacedBid {
 /// row lock Postgres takes for the UPDATE, and its re-check of the WHERE clause on the
 /// latest row version (READ COMMITTED), serialise concurrent bids by themselves.
 ///
-/// Soft close: a bid in the last `soft_close_secs` seconds moves `ends_at` later by
-/// `soft_close_secs`. Returns the bid, or `None` if any condition failed (nothing
+/// Soft close: a bid in the last `soft_close_secs` seconds (by the same clock, at the
+/// write) moves `ends_at` later by `soft_close_secs`. Returns the bid, or `None` if any condition failed (nothing
 /// written). The callers check the rules first ([`super::rules`]) for a precise message;
 /// this statement is the authority. It also queues a `pg_notify` for live pages (event
 /// `bid` on topic `auction:<id>`), which Postgres delivers only if the bid commits.
@@ -192,10 +221,11 @@ pub async fn place_bid(
                     fence_token = coalesce($5, fence_token),
                     ends_at = CASE
                         WHEN soft_close_secs > 0
-                         AND now() >= ends_at - make_interval(secs => soft_close_secs)
+                         AND clock_timestamp() >= ends_at - make_interval(secs => soft_close_secs)
                         THEN ends_at + make_interval(secs => soft_close_secs)
                         ELSE ends_at END
-              WHERE id = $1 AND status = 'open' AND starts_at <= now() AND now() < ends_at
+              WHERE id = $1 AND status = 'open'
+                AND starts_at <= clock_timestamp() AND clock_timestamp() < ends_at
                 AND ($5::bigint IS NULL OR fence_token <= $5)
                 AND $4 >= coalesce(high_bid_cents + min_increment_cents, starting_price_cents)
           RETURNING id, ends_at)
@@ -216,10 +246,12 @@ pub async fn place_bid(
 }
 
 /// Ids of open items whose end has passed (the closer's work), earliest first, at most
-/// `limit`.
+/// `limit`. "Passed" by `clock_timestamp()`, read once for the scan so that it can bound
+/// the index (`auction_items_open_by_end`); [`close_item`] checks again as it writes.
 pub async fn due_items(db: &PgPool, limit: i64) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar(
-        "SELECT id FROM auction_items WHERE status = 'open' AND ends_at <= now()
+        "SELECT id FROM auction_items
+          WHERE status = 'open' AND ends_at <= (SELECT clock_timestamp())
           ORDER BY ends_at, id LIMIT $1",
     )
     .bind(limit)
@@ -230,7 +262,8 @@ pub async fn due_items(db: &PgPool, limit: i64) -> sqlx::Result<Vec<i64>> {
 /// The close, ONE statement: mark the item closed and write the result computed from
 /// the row as it is at this instant (`sold` to the high bidder if the high bid meets the
 /// reserve, else `reserve_not_met`, or `no_bids`), only if it is still open, its end has
-/// passed (a soft-close bid may have moved it), and no higher fencing token than
+/// passed at the moment of the write (`clock_timestamp()`, the bids' clock; a soft-close
+/// bid may have moved the end), and no higher fencing token than
 /// `fencing_token` was accepted (the closing job's lease is current). Records the token,
 /// and queues a `pg_notify` for live pages (event `closed` on topic `auction:<id>`),
 /// delivered on commit. Returns the result written, or `None` (nothing written).
@@ -241,7 +274,7 @@ pub async fn close_item(
 ) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar(
         "UPDATE auction_items
-            SET status = 'closed', closed_at = now(), fence_token = $2,
+            SET status = 'closed', closed_at = clock_timestamp(), fence_token = $2,
                 result = CASE WHEN high_bid_cents IS NULL THEN 'no_bids'
                               WHEN high_bid_cents >= reserve_price_cents THEN 'sold'
                               ELSE 'reserve_not_met' END,
@@ -249,7 +282,8 @@ pub async fn close_item(
                                  THEN high_bidder_id END,
                 winner_name = CASE WHEN high_bid_cents >= reserve_price_cents
                                    THEN high_bidder_name END
-          WHERE id = $1 AND status = 'open' AND ends_at <= now() AND fence_token <= $2
+          WHERE id = $1 AND status = 'open' AND ends_at <= clock_timestamp()
+            AND fence_token <= $2
       RETURNING result,
                 pg_notify('seatlock_live', json_build_object(
                     'topic', 'auction:' || id, 'event', 'closed',
