@@ -457,3 +457,61 @@ async fn concurrent_holds_from_one_session_can_all_be_bought() {
         assert_eq!(orders_for(&app, event, seat).await, 1);
     }
 }
+
+/// Makes the session's copy of `stale`'s hold stale: a confirm of `other` that takes a
+/// while (the payment) loaded the session before `stale` was released and held again,
+/// and saves its old copy when it ends.
+async fn stale_copy(app: &TestApp, a: &mut HttpBuyer, event: i64, stale: i64, other: i64) {
+    for seat in [stale, other] {
+        let held = a.seat_action(&app.address, event, seat, "hold").await;
+        assert_eq!(held.unwrap().status, StatusCode::SEE_OTHER);
+    }
+    let tab = a.another_tab(Default::default());
+    let url = format!("{}/events/{event}/seats/{other}/confirm", app.address);
+    let slow = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(300)).await; // the confirm has loaded the session
+    for action in ["release", "hold"] {
+        let reply = a.seat_action(&app.address, event, stale, action).await;
+        assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER, "{action}");
+    }
+    assert_eq!(slow.await.unwrap().status, StatusCode::SEE_OTHER);
+}
+
+#[tokio::test]
+async fn a_stale_hold_in_the_session_is_refreshed_from_redis_for_release_and_confirm() {
+    let app = TestApp::builder()
+        .with(|s| s.payment_delay_ms = 1_500)
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut a = HttpBuyer::new();
+
+    // Release with a stale copy: the live lease is released, not left to block the seat.
+    stale_copy(&app, &mut a, event, seats[12], seats[13]).await;
+    let released = a
+        .seat_action(&app.address, event, seats[12], "release")
+        .await;
+    assert_eq!(released.unwrap().status, StatusCode::SEE_OTHER);
+    let key = app.seat_key(event, seats[12]);
+    assert!(
+        app.state.leases.remaining(&key).await.unwrap().is_none(),
+        "release answered success: the buyer's lease must be gone"
+    );
+    let mut b = HttpBuyer::new();
+    let taken = b.seat_action(&app.address, event, seats[12], "hold").await;
+    assert_eq!(
+        taken.unwrap().status,
+        StatusCode::SEE_OTHER,
+        "free for others"
+    );
+
+    // Confirm with a stale copy: the live hold buys, it is not called expired.
+    stale_copy(&app, &mut a, event, seats[14], seats[15]).await;
+    let bought = a
+        .seat_action(&app.address, event, seats[14], "confirm")
+        .await;
+    let bought = bought.unwrap();
+    assert_eq!(bought.status, StatusCode::SEE_OTHER, "{bought:?}");
+    assert_eq!(orders_for(&app, event, seats[14]).await, 1);
+}

@@ -26,6 +26,12 @@
 //!    reserved in a durable [`FenceLedger`] (the application backs it with Postgres): Redis
 //!    may issue tokens only up to the reserved *ceiling*, and after Redis loses its data
 //!    the next block starts above every token ever issued (the hi/lo allocation pattern).
+//!    Only a block whose reservation began on the data Redis still has is installed (the
+//!    acquire that asks for it leaves a marker in the group; the install needs it), so a
+//!    block reserved before a loss can never re-seed the lost counter below tokens that a
+//!    newer block issued meanwhile. Tokens stay exact integers up to
+//!    [`MAX_FENCING_TOKEN`] (2^53 − 1); beyond it acquires fail with
+//!    [`LeaseError::TokensExhausted`].
 //!
 //! ## Example
 //!
