@@ -18,6 +18,7 @@ pub mod auction;
 pub mod buyer;
 pub mod config;
 pub mod csrf;
+pub mod detached;
 pub mod error;
 pub mod events;
 pub mod health;

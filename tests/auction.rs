@@ -961,3 +961,37 @@ async fn a_closer_whose_lease_is_lost_mid_write_reports_what_postgres_did() {
     );
     assert!(app.state.leases.release(&lease_b).await.unwrap());
 }
+
+/// A bidder who hangs up while the bid is under way (after the lock, inside the bid's
+/// transaction) cancels nothing: the bid is written and the bid lock released at once,
+/// not left to lapse by its TTL.
+#[tokio::test]
+async fn a_bidder_who_hangs_up_mid_bid_leaves_the_bid_and_no_bid_lock() {
+    let app = app(|s| {
+        s.enable_race_lab = true;
+        s.bid_lock_ttl_ms = 30_000;
+    })
+    .await;
+    let id = item(&app, |_| {}).await;
+    let page = format!("{}/auctions/{id}", app.address);
+    let mut bidder = stalling_bidder(800);
+    bidder.get(&page).await.unwrap();
+    let url = format!("{page}/bids");
+    let bid = tokio::spawn(async move { bidder.post(&url, &[("amount", "20.00")]).await });
+    eventually(Duration::from_secs(10), "the bid to stall", || async {
+        stalled_transactions_began(&app).await.len() == 1
+    })
+    .await;
+    bid.abort(); // the bidder hangs up
+    assert!(bid.await.is_err(), "the bidder got no answer");
+    eventually(Duration::from_secs(10), "the bid to be written", || async {
+        bid_count(&app, id).await == 1
+    })
+    .await;
+    let key = seatlock::auction::bid_lock_key(&app.state.settings.lease_namespace, id);
+    eventually(Duration::from_secs(5), "the bid lock's release", || async {
+        app.state.leases.remaining(&key).await.unwrap().is_none()
+    })
+    .await;
+    assert_eq!(fetch(&app, id).await.high_bid_cents, Some(2_000));
+}

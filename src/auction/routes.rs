@@ -280,13 +280,19 @@ async fn place_bid(
 ) -> Result<Response> {
     let item_id = parse_id(&item, "auction")?;
     let placed = match parse_amount(&form.amount) {
+        // Once the bid lock may be taken, a bidder who hangs up cancels nothing: the bid
+        // is written or refused, and the lock released at once.
         Ok(amount_cents) => {
-            let new_bid = Bid {
-                bidder: &buyer.profile,
-                item_id,
-                amount_cents,
-            };
-            bid::place_bid(&state, &new_bid, pause).await
+            let (state, bidder) = (state.clone(), buyer.profile.clone());
+            crate::detached::to_completion("The bid", async move {
+                let new_bid = Bid {
+                    bidder: &bidder,
+                    item_id,
+                    amount_cents,
+                };
+                bid::place_bid(&state, &new_bid, pause).await
+            })
+            .await
         }
         Err(err) => Err(Error::BadRequest(err.to_string())),
     };

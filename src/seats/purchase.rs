@@ -12,8 +12,8 @@
 //! owner-checked step and refreshed from Redis by the buyer's id when it is stale.
 
 use lease::{Lease, LeaseError};
+use tracing::Span;
 use tracing::field::Empty;
-use tracing::{Instrument, Span};
 
 use super::{SeatRef, queries};
 use crate::buyer::{Buyer, HeldSeat};
@@ -158,12 +158,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 #[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
     let purchase = purchase(state.clone(), buyer.clone(), seat, pause);
-    tokio::spawn(purchase.in_current_span())
-        .await
-        .map_err(|err| {
-            tracing::error!(error = %err, "purchase task failed");
-            Error::Unavailable("The purchase")
-        })?
+    crate::detached::to_completion("The purchase", purchase).await
 }
 
 async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {

@@ -1,0 +1,26 @@
+//! Work that must not be cancelled half way by a client that hangs up.
+//!
+//! When a browser closes its connection mid-request (a closed tab, a phone losing its
+//! signal), the server drops the request's future, and with it whatever the handler was
+//! awaiting: a purchase dropped between its steps would lose the buyer's hold, a bid would
+//! keep its bid lock until the lease lapsed. Such work runs on a task of its own, which
+//! the request merely awaits.
+
+use std::future::Future;
+
+use tracing::Instrument;
+
+use crate::error::{Error, Result};
+
+/// Runs `work` on a Tokio task of its own, in the current tracing span, and awaits its
+/// result. If the caller is dropped (the client hung up), `work` still runs to its end.
+/// Errors: `work`'s own; a 503 naming `what` if the task panicked.
+pub async fn to_completion<T: Send + 'static>(
+    what: &'static str,
+    work: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    tokio::spawn(work.in_current_span()).await.map_err(|err| {
+        tracing::error!(error = %err, what, "detached work failed");
+        Error::Unavailable(what)
+    })?
+}
