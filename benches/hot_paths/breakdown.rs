@@ -72,7 +72,7 @@ impl Processes {
     /// Finds Redis (its `INFO server` process id) and the Postgres postmaster (the
     /// `postmaster.pid` of the data directory Postgres reports).
     pub async fn find(server: u32, redis_url: &str, db: &sqlx::PgPool) -> anyhow::Result<Self> {
-        let mut redis = lease::connect(redis_url, std::time::Duration::from_secs(2))?;
+        let mut redis = lease::connect(redis_url, std::time::Duration::from_secs(2))?.connection();
         let info: String = redis::cmd("INFO")
             .arg("server")
             .query_async(&mut redis)

@@ -110,7 +110,7 @@ pub async fn raw_set_nx(
     callers: usize,
     duration: Duration,
 ) -> anyhow::Result<f64> {
-    let redis = lease::connect(redis_url, Duration::from_secs(2))?;
+    let redis = lease::connect(redis_url, Duration::from_secs(2))?.connection();
     let prefix = seatlock_harness::unique_name("bench-setnx");
     let counter = Arc::new(AtomicU64::new(0));
     let (keys, mut cleanup) = (counter.clone(), redis.clone());

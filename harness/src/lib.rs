@@ -10,6 +10,7 @@
 //!   and [`Reply`] with its typed refusal code.
 //! * [`procs`]: real processes a test controls by PID: [`ServerProcess`],
 //!   [`RedisServer`], [`PostgresServer`].
+//! * [`proxy`]: [`TcpProxy`], a loopback TCP proxy whose open flows can be made half-open.
 //! * [`check`]: the article's invariant checked over what Postgres accepted.
 //! * [`load`]: the race lab's client (`load-test race`), hold/confirm throughput
 //!   (`load-test holds`, `make bench`) and the report with its charts.
@@ -19,11 +20,13 @@ pub mod check;
 pub mod http;
 pub mod load;
 pub mod procs;
+pub mod proxy;
 pub mod stores;
 
 pub use app::{TEST_SECRET, TestApp, TestAppBuilder, auction_item, eventually, test_settings};
 pub use http::{HttpBuyer, Reply, authenticity_token};
 pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
+pub use proxy::TcpProxy;
 pub use stores::{
     DEMO_VENUES, TINY_VENUES, event_seats, first_event_seats, fresh_database, seed, store_urls,
     unique_name,

@@ -156,6 +156,7 @@ pub mod events;
 mod keys;
 mod memory;
 mod scripts;
+pub mod store;
 pub mod telemetry;
 mod watchdog;
 
@@ -169,6 +170,7 @@ use redis::aio::ConnectionManager;
 pub use backoff::Backoff;
 pub use keys::{InvalidKey, LeaseKey};
 pub use memory::MemoryLedger;
+pub use store::RedisStore;
 pub use watchdog::{Watchdog, WatchdogEvent};
 
 /// A random secret naming one grant of a lease: 128 bits from the OS-seeded thread RNG,
@@ -419,7 +421,7 @@ pub trait FenceLedger: Send + Sync {
 /// with [`release`](LeaseClient::release) (compare-and-delete). The crate docs list every
 /// operation with its round trips.
 pub struct LeaseClient<L> {
-    redis: ConnectionManager,
+    redis: RedisStore,
     ledger: L,
     block_size: u64,
     /// One block reservation at a time per client, so a burst of grants on a cold group
@@ -433,8 +435,8 @@ pub struct LeaseClient<L> {
 pub const DEFAULT_BLOCK_SIZE: u64 = 10_000;
 
 impl<L: FenceLedger> LeaseClient<L> {
-    /// A client over an existing connection manager (see [`connect`]) and ledger.
-    pub fn new(redis: ConnectionManager, ledger: L) -> Self {
+    /// A client over a Redis store (see [`connect`]) and a ledger.
+    pub fn new(redis: RedisStore, ledger: L) -> Self {
         LeaseClient {
             redis,
             ledger,
@@ -451,9 +453,10 @@ impl<L: FenceLedger> LeaseClient<L> {
         self
     }
 
-    /// The Redis connection, for callers that want to run their own commands on it.
-    pub fn redis(&self) -> &ConnectionManager {
-        &self.redis
+    /// The current Redis connection, for callers that want to run their own commands on
+    /// it (a cheap handle).
+    pub fn redis(&self) -> ConnectionManager {
+        self.redis.connection()
     }
 
     /// Tries once to take the lease on `key` for `ttl`, labelled with the public `holder`
@@ -474,15 +477,8 @@ impl<L: FenceLedger> LeaseClient<L> {
         let reservation = format!("{:016x}", rand::random::<u64>());
         loop {
             let sent_at = tokio::time::Instant::now();
-            let reply = scripts::acquire(
-                &mut self.redis.clone(),
-                key,
-                &owner,
-                ttl_ms,
-                holder,
-                &reservation,
-            )
-            .await?;
+            let reply =
+                scripts::acquire(&self.redis, key, &owner, ttl_ms, holder, &reservation).await?;
             match reply {
                 scripts::AcquireReply::Granted {
                     fencing_token,
@@ -535,14 +531,8 @@ impl<L: FenceLedger> LeaseClient<L> {
         if ceiling > MAX_FENCING_TOKEN {
             return Err(LeaseError::TokensExhausted { ceiling });
         }
-        let installed = scripts::raise_ceiling(
-            &mut self.redis.clone(),
-            key,
-            reservation,
-            ceiling,
-            self.block_size,
-        )
-        .await?;
+        let installed =
+            scripts::raise_ceiling(&self.redis, key, reservation, ceiling, self.block_size).await?;
         if !installed {
             metrics::counter!(telemetry::STALE_RESERVATIONS_TOTAL).increment(1);
         }
@@ -553,7 +543,7 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// this call deleted it, `false` if it had already expired or passed to another owner,
     /// in which case nothing is touched.
     pub async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
-        scripts::release(&mut self.redis.clone(), &lease.key, &lease.owner).await
+        scripts::release(&self.redis, &lease.key, &lease.owner).await
     }
 
     /// Extends `lease` to `lease.ttl()` from now if the caller still owns it
@@ -563,8 +553,7 @@ impl<L: FenceLedger> LeaseClient<L> {
     pub async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {
         let ttl_ms = lease.ttl.as_millis() as u64;
         let sent_at = tokio::time::Instant::now();
-        let renewed =
-            scripts::renew(&mut self.redis.clone(), &lease.key, &lease.owner, ttl_ms).await?;
+        let renewed = scripts::renew(&self.redis, &lease.key, &lease.owner, ttl_ms).await?;
         let result = if renewed.is_some() {
             "renewed"
         } else {
@@ -584,7 +573,7 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// Every live lease in `group`, with the Redis time of the read: one round trip
     /// (`TIME` and `HGETALL` pipelined), whatever the number of resources.
     pub async fn holders(&self, group: &str) -> Result<GroupSnapshot, LeaseError> {
-        Ok(scripts::holders(&mut self.redis.clone(), group).await?)
+        Ok(scripts::holders(&self.redis, group).await?)
     }
 
     /// The live lease on `key` if its holder label is `holder`, owner token included: one
@@ -599,7 +588,7 @@ impl<L: FenceLedger> LeaseClient<L> {
         holder: &str,
     ) -> Result<Option<Lease>, LeaseError> {
         let sent_at = tokio::time::Instant::now();
-        let current = scripts::current(&mut self.redis.clone(), key).await?;
+        let current = scripts::current(&self.redis, key).await?;
         Ok(current
             .filter(|(_, holding, _)| holding.holder == holder)
             .map(|(owner, holding, now_ms)| Lease {
@@ -616,39 +605,35 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// check at one instant: the lease can expire right after it returns `true`, which
     /// is exactly why writes must carry the fencing token.
     pub async fn is_held(&self, lease: &Lease) -> Result<bool, LeaseError> {
-        let owner: Option<String> = telemetry::redis_round_trip(
-            "is_held",
-            redis::cmd("GET")
-                .arg(lease.key.lease_key())
-                .query_async(&mut self.redis.clone()),
-        )
-        .await?;
+        let get = redis::cmd("GET").arg(lease.key.lease_key()).clone();
+        let owner: Option<String> = self
+            .redis
+            .round_trip("is_held", |mut conn| {
+                let get = &get;
+                async move { get.query_async(&mut conn).await }
+            })
+            .await?;
         Ok(owner.as_deref() == Some(lease.owner.as_str()))
     }
 
     /// Remaining time of the lease on `key` as Redis sees it (`PTTL`), or `None` if no
     /// lease exists.
     pub async fn remaining(&self, key: &LeaseKey) -> Result<Option<Duration>, LeaseError> {
-        let pttl: i64 = telemetry::redis_round_trip(
-            "remaining",
-            redis::cmd("PTTL")
-                .arg(key.lease_key())
-                .query_async(&mut self.redis.clone()),
-        )
-        .await?;
+        let pttl_cmd = redis::cmd("PTTL").arg(key.lease_key()).clone();
+        let pttl: i64 = self
+            .redis
+            .round_trip("remaining", |mut conn| {
+                let pttl_cmd = &pttl_cmd;
+                async move { pttl_cmd.query_async(&mut conn).await }
+            })
+            .await?;
         Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
     }
 }
 
-/// Opens a lazily connecting, auto-reconnecting Redis connection manager for `url`
-/// (`redis://host:port/db`). `timeout` bounds both connecting and each response, so a
-/// lost Redis turns into [`LeaseError::Unavailable`] quickly instead of a hung request.
-pub fn connect(url: &str, timeout: Duration) -> Result<ConnectionManager, redis::RedisError> {
-    let client = redis::Client::open(url)?;
-    let config = redis::aio::ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(timeout))
-        .set_number_of_retries(1)
-        .set_max_delay(Duration::from_millis(500));
-    ConnectionManager::new_lazy_with_config(client, config)
+/// Opens a lazily connecting Redis store for `url` (`redis://host:port/db`) that heals
+/// its connection ([`RedisStore`]). `timeout` bounds both connecting and each response, so
+/// a lost Redis turns into [`LeaseError::Unavailable`] quickly instead of a hung request.
+pub fn connect(url: &str, timeout: Duration) -> Result<RedisStore, redis::RedisError> {
+    RedisStore::open(url, timeout)
 }

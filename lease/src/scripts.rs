@@ -1,14 +1,14 @@
 //! The Lua scripts, one file each under `scripts/` (each file's header names its KEYS,
 //! ARGV and reply). Each runs atomically on the Redis server (`EVALSHA`, falling back to
-//! `EVAL` once per connection), so each public operation is one round trip.
+//! `EVAL` once per connection), so each public operation is one round trip. Each is safe
+//! to send twice (see [`crate::store`]): the store resends one whose connection dropped.
 
 use std::sync::LazyLock;
 
 use redis::Script;
-use redis::aio::ConnectionManager;
 
 use crate::keys::holders_key;
-use crate::telemetry::redis_round_trip;
+use crate::store::RedisStore;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
 /// Grant: `SET NX PX`, then the next fencing token and the holding (see the file's header
@@ -44,29 +44,31 @@ pub(crate) enum AcquireReply {
 pub(crate) const RESERVATION_TTL_MS: u64 = 30_000;
 
 pub(crate) async fn acquire(
-    redis: &mut ConnectionManager,
+    redis: &RedisStore,
     key: &LeaseKey,
     owner: &OwnerToken,
     ttl_ms: u64,
     holder: &str,
     reservation: &str,
 ) -> redis::RedisResult<AcquireReply> {
-    let (status, a, b, holder): (i64, i64, i64, String) = redis_round_trip(
-        "acquire",
-        ACQUIRE
-            .key(key.lease_key())
-            .key(key.fence_key())
-            .key(key.holders_key())
-            .key(key.reservation_key(reservation))
-            .arg(owner.as_str())
-            .arg(ttl_ms)
-            .arg(key.name())
-            .arg(holder)
-            .arg(key.events_channel())
-            .arg(RESERVATION_TTL_MS)
-            .invoke_async(redis),
-    )
-    .await?;
+    let mut invocation = ACQUIRE.prepare_invoke();
+    invocation
+        .key(key.lease_key())
+        .key(key.fence_key())
+        .key(key.holders_key())
+        .key(key.reservation_key(reservation))
+        .arg(owner.as_str())
+        .arg(ttl_ms)
+        .arg(key.name())
+        .arg(holder)
+        .arg(key.events_channel())
+        .arg(RESERVATION_TTL_MS);
+    let (status, a, b, holder): (i64, i64, i64, String) = redis
+        .round_trip("acquire", |mut conn| {
+            let invocation = &invocation;
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await?;
     Ok(match status {
         1 => AcquireReply::Granted {
             fencing_token: a as u64,
@@ -83,61 +85,67 @@ pub(crate) async fn acquire(
 /// Installs a reserved block; `false` if the reservation's marker was gone (Redis lost
 /// its data since the reservation began: reserve again).
 pub(crate) async fn raise_ceiling(
-    redis: &mut ConnectionManager,
+    redis: &RedisStore,
     key: &LeaseKey,
     reservation: &str,
     ceiling: u64,
     block: u64,
 ) -> redis::RedisResult<bool> {
-    let installed: i64 = redis_round_trip(
-        "raise_ceiling",
-        RAISE_CEILING
-            .key(key.fence_key())
-            .key(key.reservation_key(reservation))
-            .arg(ceiling)
-            .arg(block)
-            .invoke_async(redis),
-    )
-    .await?;
+    let mut invocation = RAISE_CEILING.prepare_invoke();
+    invocation
+        .key(key.fence_key())
+        .key(key.reservation_key(reservation))
+        .arg(ceiling)
+        .arg(block);
+    let installed: i64 = redis
+        .round_trip("raise_ceiling", |mut conn| {
+            let invocation = &invocation;
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await?;
     Ok(installed == 1)
 }
 
 pub(crate) async fn release(
-    redis: &mut ConnectionManager,
+    redis: &RedisStore,
     key: &LeaseKey,
     owner: &OwnerToken,
 ) -> Result<bool, crate::LeaseError> {
-    let deleted: i64 = redis_round_trip(
-        "release",
-        RELEASE
-            .key(key.lease_key())
-            .key(key.holders_key())
-            .arg(owner.as_str())
-            .arg(key.name())
-            .arg(key.events_channel())
-            .invoke_async(redis),
-    )
-    .await?;
+    let mut invocation = RELEASE.prepare_invoke();
+    invocation
+        .key(key.lease_key())
+        .key(key.holders_key())
+        .arg(owner.as_str())
+        .arg(key.name())
+        .arg(key.events_channel());
+    let deleted: i64 = redis
+        .round_trip("release", |mut conn| {
+            let invocation = &invocation;
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await?;
     Ok(deleted == 1)
 }
 
 pub(crate) async fn renew(
-    redis: &mut ConnectionManager,
+    redis: &RedisStore,
     key: &LeaseKey,
     owner: &OwnerToken,
     ttl_ms: u64,
 ) -> Result<Option<u64>, crate::LeaseError> {
-    let expires_at_ms: i64 = redis_round_trip(
-        "renew",
-        RENEW
-            .key(key.lease_key())
-            .key(key.holders_key())
-            .arg(owner.as_str())
-            .arg(ttl_ms)
-            .arg(key.name())
-            .invoke_async(redis),
-    )
-    .await?;
+    let mut invocation = RENEW.prepare_invoke();
+    invocation
+        .key(key.lease_key())
+        .key(key.holders_key())
+        .arg(owner.as_str())
+        .arg(ttl_ms)
+        .arg(key.name());
+    let expires_at_ms: i64 = redis
+        .round_trip("renew", |mut conn| {
+            let invocation = &invocation;
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await?;
     Ok((expires_at_ms > 0).then_some(expires_at_ms as u64))
 }
 
@@ -147,18 +155,20 @@ static CURRENT: LazyLock<Script> =
 
 /// The live lease on `key` with its owner token and holding, if any.
 pub(crate) async fn current(
-    redis: &mut ConnectionManager,
+    redis: &RedisStore,
     key: &LeaseKey,
 ) -> redis::RedisResult<Option<(OwnerToken, Holding, u64)>> {
-    let (owner, entry, now_ms): (Option<String>, Option<String>, u64) = redis_round_trip(
-        "current",
-        CURRENT
-            .key(key.lease_key())
-            .key(key.holders_key())
-            .arg(key.name())
-            .invoke_async(redis),
-    )
-    .await?;
+    let mut invocation = CURRENT.prepare_invoke();
+    invocation
+        .key(key.lease_key())
+        .key(key.holders_key())
+        .arg(key.name());
+    let (owner, entry, now_ms): (Option<String>, Option<String>, u64) = redis
+        .round_trip("current", |mut conn| {
+            let invocation = &invocation;
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await?;
     Ok(match (owner, entry) {
         (Some(owner), Some(entry)) => parse_holding(key.name().to_owned(), &entry)
             .filter(|h| h.expires_at_ms > now_ms)
@@ -167,19 +177,15 @@ pub(crate) async fn current(
     })
 }
 
-pub(crate) async fn holders(
-    redis: &mut ConnectionManager,
-    group: &str,
-) -> redis::RedisResult<GroupSnapshot> {
-    let ((secs, micros), entries): ((u64, u64), Vec<(String, String)>) = redis_round_trip(
-        "holders",
-        redis::pipe()
-            .cmd("TIME")
-            .cmd("HGETALL")
-            .arg(holders_key(group))
-            .query_async(redis),
-    )
-    .await?;
+pub(crate) async fn holders(redis: &RedisStore, group: &str) -> redis::RedisResult<GroupSnapshot> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("TIME").cmd("HGETALL").arg(holders_key(group));
+    let ((secs, micros), entries): ((u64, u64), Vec<(String, String)>) = redis
+        .round_trip("holders", |mut conn| {
+            let pipe = &pipe;
+            async move { pipe.query_async(&mut conn).await }
+        })
+        .await?;
     let now_ms = secs * 1000 + micros / 1000;
     let holdings = entries
         .into_iter()

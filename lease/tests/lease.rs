@@ -471,7 +471,9 @@ impl FenceLedger for SharedLedger {
 /// alive.
 async fn lose_group_data(key: &LeaseKey) {
     let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
-    let mut conn = lease::connect(&url, Duration::from_secs(2)).unwrap();
+    let mut conn = lease::connect(&url, Duration::from_secs(2))
+        .unwrap()
+        .connection();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("lease:{{{}}}:*", key.group()))
         .query_async(&mut conn)

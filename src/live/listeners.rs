@@ -44,7 +44,7 @@ async fn redis_session(
     first: bool,
 ) -> redis::RedisResult<()> {
     let client = redis::Client::open(url)?;
-    let mut manager = lease::connect(url, Duration::from_secs(2))?;
+    let mut manager = lease::connect(url, Duration::from_secs(2))?.connection();
     if let Err(err) = events::enable_expiry_notifications(&mut manager).await {
         tracing::warn!(error = %err, "could not enable keyspace expiry notifications; lapsed holds show on reload only");
     }

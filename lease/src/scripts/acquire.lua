@@ -16,7 +16,9 @@
 -- ARGV[6]  the reservation marker's TTL in milliseconds
 --
 -- Reply {status, a, b, holder}:
---   {1, fencing token, expires_at_ms, ""}  granted (expires_at_ms: Unix ms, Redis clock)
+--   {1, fencing token, expires_at_ms, ""}  granted (expires_at_ms: Unix ms, Redis clock),
+--                                          or already granted to this owner token (the
+--                                          same request sent twice: idempotent)
 --   {0, pttl_ms, 0, holder label}          held by another owner
 --   {-1, 0, 0, ""}                         no token left below the ceiling; only the
 --                                          reservation marker was written: reserve a
@@ -37,5 +39,10 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, token, expires, ''}
 end
 local entry = redis.call('HGET', KEYS[3], ARGV[3]) or ''
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  -- Our own grant, asked for again (a request resent after its connection dropped).
+  local token, expires = string.match(entry, '^(%d+) (%d+) ')
+  return {1, tonumber(token), tonumber(expires), ''}
+end
 local holder = string.match(entry, '^%d+ %d+ (.*)$') or ''
 return {0, math.max(redis.call('PTTL', KEYS[1]), 0), 0, holder}

@@ -1,0 +1,86 @@
+//! Connections that go quiet the way real networks make them: closed by the server after
+//! an idle spell, or half-open (open at both ends, nothing passes). A buyer never sees the
+//! store's reconnect after an idle close, and a half-open connection is replaced.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use seatlock_harness::{HttpBuyer, RedisServer, TcpProxy, TestApp};
+
+/// A server on a private Redis (optionally behind `proxy`'s address) and a buyer who has
+/// read the event page.
+async fn scene(redis_url: String, store_timeout_ms: u64) -> (TestApp, HttpBuyer, i64, Vec<i64>) {
+    let app = TestApp::builder()
+        .redis(redis_url)
+        .with(move |s| s.store_timeout_ms = store_timeout_ms)
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut buyer = HttpBuyer::new();
+    buyer
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    (app, buyer, event, seats)
+}
+
+/// Redis closes clients idle for 1 s (`CONFIG SET timeout`, as managed Redis services,
+/// NATs and proxies do): the first hold after a quiet spell is granted, not a 503.
+#[tokio::test]
+async fn the_first_hold_after_redis_closed_an_idle_connection_is_granted() {
+    let redis = RedisServer::start().await.unwrap();
+    let (app, mut buyer, event, seats) = scene(redis.url(), 2_000).await;
+    let first = buyer
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await;
+    assert_eq!(first.unwrap().status, StatusCode::SEE_OTHER);
+    let mut admin = lease::connect(&redis.url(), Duration::from_secs(2))
+        .unwrap()
+        .connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("timeout")
+        .arg("1")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for (round, &seat) in seats[1..4].iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(2_500)).await; // a quiet spell
+        let hold = buyer.seat_action(&app.address, event, seat, "hold").await;
+        let hold = hold.unwrap();
+        assert_eq!(
+            hold.status,
+            StatusCode::SEE_OTHER,
+            "round {round}: {hold:?}"
+        );
+    }
+}
+
+/// The lease store's connection goes half-open (a proxy stops passing bytes but keeps
+/// both ends open): the request caught on it times out (503, the store is named), and
+/// the next one runs on a new connection, not on the dead one.
+#[tokio::test]
+async fn a_half_open_redis_connection_is_replaced_after_one_timeout() {
+    let redis = RedisServer::start().await.unwrap();
+    let upstream = format!("127.0.0.1:{}", redis.port).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let url = format!("redis://{}/", proxy.address);
+    let (app, mut buyer, event, seats) = scene(url, 500).await;
+    let first = buyer
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await;
+    assert_eq!(first.unwrap().status, StatusCode::SEE_OTHER);
+    proxy.freeze_open_connections();
+    let caught = buyer
+        .seat_action(&app.address, event, seats[1], "hold")
+        .await;
+    let caught = caught.unwrap();
+    assert_eq!(caught.status, StatusCode::SERVICE_UNAVAILABLE, "{caught:?}");
+    assert!(caught.body.contains("Redis"), "{}", caught.body);
+    for &seat in &seats[2..5] {
+        let hold = buyer.seat_action(&app.address, event, seat, "hold").await;
+        let hold = hold.unwrap();
+        assert_eq!(hold.status, StatusCode::SEE_OTHER, "{hold:?}");
+    }
+}
