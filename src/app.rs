@@ -107,6 +107,15 @@ impl Application {
             live,
             known_items: Arc::default(),
         };
+        // Not ready before the live feeds are subscribed (pages would miss changes),
+        // unless a store is down: then start anyway, and /healthz says which feed.
+        if !state
+            .live
+            .wait_until_live(state.settings.store_timeout())
+            .await
+        {
+            tracing::warn!(down = ?state.live.feeds_down(), "starting with a live feed down");
+        }
         let router = router(state.clone());
         let listener = TcpListener::bind(&state.settings.bind)
             .await

@@ -1,5 +1,6 @@
-//! `GET /healthz`: 200 `ok` when Redis and Postgres both answer, else 503 naming the ones
-//! that do not (each check bounded by the store timeout).
+//! `GET /healthz`: 200 `ok` when Redis and Postgres both answer and both live feeds are
+//! subscribed, else 503 naming what is down (`redis`, `postgres`, `live-redis`,
+//! `live-postgres`; each check bounded by the store timeout).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -24,6 +25,7 @@ pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
         .into_iter()
         .filter(|(ok, _)| !ok)
         .map(|(_, name)| name)
+        .chain(state.live.feeds_down().into_iter().map(|feed| feed.name()))
         .collect();
     if down.is_empty() {
         (StatusCode::OK, "ok".into())

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 
 /// Messages a slow page may fall behind by before it is sent a fresh snapshot instead.
 const BACKLOG: usize = 256;
@@ -35,6 +35,27 @@ pub struct LiveHub {
     topics: Mutex<HashMap<String, broadcast::Sender<Arc<LiveMessage>>>>,
     /// Set by [`LiveHub::close`]: no more subscriptions.
     closed: AtomicBool,
+    /// Whether each feed is subscribed and answering: `[redis, postgres]`.
+    feeds: watch::Sender<[bool; 2]>,
+}
+
+/// The two feeds of a hub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Feed {
+    /// Redis pub/sub: holds granted, released, lapsed.
+    Redis = 0,
+    /// Postgres LISTEN: sales, bids, closes.
+    Postgres = 1,
+}
+
+impl Feed {
+    /// The name `/healthz` gives a dead feed: `live-redis`, `live-postgres`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Feed::Redis => "live-redis",
+            Feed::Postgres => "live-postgres",
+        }
+    }
 }
 
 /// A page's subscription to one topic.
@@ -74,6 +95,32 @@ impl LiveHub {
         let mut topics = self.topics.lock().expect("hub lock");
         self.closed.store(true, Ordering::SeqCst);
         topics.clear();
+    }
+
+    /// Records whether `feed` is subscribed and answering.
+    pub fn set_feed(&self, feed: Feed, up: bool) {
+        self.feeds.send_if_modified(|feeds| {
+            let changed = feeds[feed as usize] != up;
+            feeds[feed as usize] = up;
+            changed
+        });
+    }
+
+    /// The feeds that are down now (for `/healthz`).
+    pub fn feeds_down(&self) -> Vec<Feed> {
+        let feeds = *self.feeds.borrow();
+        [Feed::Redis, Feed::Postgres]
+            .into_iter()
+            .filter(|f| !feeds[*f as usize])
+            .collect()
+    }
+
+    /// Waits until both feeds are up, at most `limit`; returns whether they are.
+    pub async fn wait_until_live(&self, limit: std::time::Duration) -> bool {
+        let mut feeds = self.feeds.subscribe();
+        tokio::time::timeout(limit, feeds.wait_for(|f| f.iter().all(|up| *up)))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Tells every subscriber of every topic to take a fresh snapshot.

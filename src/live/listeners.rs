@@ -10,7 +10,12 @@ use lease::events::{self, LeaseEvent};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
-use super::{LiveHub, LiveMessage};
+use super::{Feed, LiveHub, LiveMessage};
+
+/// How often the Redis feed's connection is pinged, and how long its answer may take
+/// before the connection counts as dead (half-open) and is replaced.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The Postgres NOTIFY channel. Payload: `{"topic": "event:1", "event": "seat", "data": {…}}`.
 pub const NOTIFY_CHANNEL: &str = "seatlock_live";
@@ -31,6 +36,7 @@ async fn listen_redis(hub: Arc<LiveHub>, redis_url: String, namespace: String) {
             Ok(()) => tracing::warn!("redis pub/sub connection closed; reconnecting"),
             Err(err) => tracing::debug!(error = %err, "redis pub/sub unavailable; retrying"),
         }
+        hub.set_feed(Feed::Redis, false);
         first = false;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -59,8 +65,24 @@ async fn redis_session(
     if !first {
         hub.resync_all();
     }
-    let mut messages = pubsub.on_message();
-    while let Some(msg) = messages.next().await {
+    hub.set_feed(Feed::Redis, true);
+    let (mut sink, mut messages) = pubsub.split();
+    let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    loop {
+        let msg = tokio::select! {
+            msg = messages.next() => match msg {
+                Some(msg) => msg,
+                None => return Ok(()),
+            },
+            _ = heartbeat.tick() => {
+                let ping = tokio::time::timeout(HEARTBEAT_DEADLINE, sink.ping::<redis::Value>());
+                if !matches!(ping.await, Ok(Ok(_))) {
+                    tracing::warn!("redis pub/sub connection stopped answering; replacing it");
+                    return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
+                }
+                continue;
+            }
+        };
         let payload: String = msg.get_payload().unwrap_or_default();
         if let Some(event) = events::parse(msg.get_channel_name(), &payload)
             && let Some((topic, message)) = seat_message(&event, prefix)
@@ -74,7 +96,6 @@ async fn redis_session(
             hub.publish(&topic, message);
         }
     }
-    Ok(())
 }
 
 /// Reads the TTL of lease `key` just after `expires_at_ms` (Unix ms, Redis clock; this
@@ -136,6 +157,7 @@ async fn listen_postgres(hub: Arc<LiveHub>, db: PgPool) {
         if listener.listen(NOTIFY_CHANNEL).await.is_err() {
             continue;
         }
+        hub.set_feed(Feed::Postgres, true);
         loop {
             match listener.try_recv().await {
                 Ok(Some(notification)) => {
@@ -155,6 +177,7 @@ async fn listen_postgres(hub: Arc<LiveHub>, db: PgPool) {
                 Ok(None) => hub.resync_all(),
                 Err(err) => {
                     tracing::debug!(error = %err, "postgres LISTEN failed; reconnecting");
+                    hub.set_feed(Feed::Postgres, false);
                     hub.resync_all();
                     break;
                 }

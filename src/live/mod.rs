@@ -12,12 +12,16 @@
 //! `LISTEN`, fanned out to the page streams of that process through in-memory broadcast
 //! channels, one per topic (`event:<id>`, `auction:<id>`). Pub/sub and NOTIFY are not
 //! durable: after either connection drops the hub sends `resync`, and pages (and every
-//! newly connected stream) get a fresh snapshot.
+//! newly connected stream) get a fresh snapshot. The Redis connection is pinged every
+//! second and replaced when an answer takes over two seconds (a half-open connection
+//! never closes by itself); `/healthz` names a feed that is down, and a server is not
+//! ready (nor announces its address) before both are subscribed, or a store timeout has
+//! passed.
 
 mod hub;
 mod listeners;
 mod stream;
 
-pub use hub::{LiveHub, LiveMessage, Subscription};
+pub use hub::{Feed, LiveHub, LiveMessage, Subscription};
 pub use listeners::{NOTIFY_CHANNEL, spawn};
 pub use stream::{Update, page_stream};

@@ -2,10 +2,11 @@
 //! an idle spell, or half-open (open at both ends, nothing passes). A buyer never sees the
 //! store's reconnect after an idle close, and a half-open connection is replaced.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use seatlock_harness::{HttpBuyer, RedisServer, TcpProxy, TestApp};
+use seatlock_harness::{HttpBuyer, RedisServer, TcpProxy, TestApp, eventually};
 
 /// A server on a private Redis (optionally behind `proxy`'s address) and a buyer who has
 /// read the event page.
@@ -83,4 +84,85 @@ async fn a_half_open_redis_connection_is_replaced_after_one_timeout() {
         let hold = hold.unwrap();
         assert_eq!(hold.status, StatusCode::SEE_OTHER, "{hold:?}");
     }
+}
+
+/// The live feed's pub/sub connection goes half-open: the heartbeat finds it dead within
+/// seconds, it is replaced, the open pages are told to take a fresh snapshot, and changes
+/// made afterwards reach them.
+#[tokio::test]
+async fn a_half_open_live_feed_is_replaced_and_open_pages_keep_getting_changes() {
+    let redis = RedisServer::start().await.unwrap();
+    let upstream = format!("127.0.0.1:{}", redis.port).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let url = format!("redis://{}/", proxy.address);
+    let (app, mut buyer, event, seats) = scene(url, 500).await;
+    let page = Arc::new(Mutex::new(String::new()));
+    let reader = tokio::spawn({
+        let (page, url) = (
+            page.clone(),
+            format!("{}/events/{event}/stream", app.address),
+        );
+        async move {
+            let mut stream = reqwest::get(url).await.unwrap();
+            while let Ok(Some(chunk)) = stream.chunk().await {
+                page.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&chunk));
+            }
+        }
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the page's first snapshot",
+        || async { !page.lock().unwrap().is_empty() },
+    )
+    .await;
+    proxy.freeze_open_connections();
+    let seen_before = page.lock().unwrap().len();
+    let mut held = None;
+    for &seat in &seats[1..8] {
+        let hold = buyer.seat_action(&app.address, event, seat, "hold").await;
+        if hold.unwrap().status == StatusCode::SEE_OTHER {
+            held = Some(seat);
+            break;
+        }
+    }
+    let seat = held.expect("a hold is granted once the lease connection is replaced");
+    // As a `seat` event, or in the fresh snapshot (`"held": {"<seat>": …}`) sent after
+    // the feed's reconnection.
+    let (as_change, in_snapshot) = (format!("\"seat\":{seat}"), format!("\"{seat}\":"));
+    eventually(
+        Duration::from_secs(15),
+        "the hold to reach the open page",
+        || async {
+            let page = page.lock().unwrap();
+            page[seen_before..].contains(&as_change) || page[seen_before..].contains(&in_snapshot)
+        },
+    )
+    .await;
+    reader.abort();
+}
+
+/// `/healthz` names a live feed that is down, and says `ok` once it is subscribed again.
+#[tokio::test]
+async fn healthz_names_a_live_feed_that_is_down() {
+    let mut redis = RedisServer::start().await.unwrap();
+    let (app, mut buyer, _, _) = scene(redis.url(), 500).await;
+    let health = format!("{}/healthz", app.address);
+    assert_eq!(buyer.get(&health).await.unwrap().body, "ok");
+    redis.kill();
+    eventually(
+        Duration::from_secs(10),
+        "healthz to name the feed",
+        || async {
+            let reply = HttpBuyer::new().get(&health).await.unwrap();
+            reply.status == StatusCode::SERVICE_UNAVAILABLE && reply.body.contains("live-redis")
+        },
+    )
+    .await;
+    redis.restart_empty().await.unwrap();
+    eventually(Duration::from_secs(15), "the feed to come back", || async {
+        HttpBuyer::new().get(&health).await.unwrap().body == "ok"
+    })
+    .await;
 }
