@@ -1,6 +1,8 @@
 //! `GET /healthz`: 200 `ok` when Redis and Postgres both answer and both live feeds are
 //! subscribed, else 503 naming what is down (`redis`, `postgres`, `live-redis`,
-//! `live-postgres`; each check bounded by the store timeout).
+//! `live-postgres`; each check bounded by the store timeout). A server that works but
+//! less well than it should adds `warning:` lines after `ok` (expiry notifications off,
+//! an eviction policy that can drop holds).
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -28,7 +30,12 @@ pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
         .chain(state.live.feeds_down().into_iter().map(|feed| feed.name()))
         .collect();
     if down.is_empty() {
-        (StatusCode::OK, "ok".into())
+        let notes = state.live.notes();
+        let body = std::iter::once("ok".to_owned())
+            .chain(notes.into_iter().map(|note| format!("warning: {note}")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        (StatusCode::OK, body)
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

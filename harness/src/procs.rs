@@ -51,16 +51,26 @@ pub struct RedisServer {
     pub port: u16,
     dir: std::path::PathBuf,
     child: Option<std::process::Child>,
+    /// Extra `redis-server` arguments, kept across restarts.
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts one (no persistence: a restart comes back empty) and waits until it answers.
     pub async fn start() -> anyhow::Result<RedisServer> {
+        Self::start_with(&[]).await
+    }
+
+    /// [`RedisServer::start`] with extra `redis-server` arguments, e.g.
+    /// `["--maxmemory-policy", "volatile-lru"]` or `["--rename-command", "CONFIG", ""]` (a
+    /// managed Redis that refuses `CONFIG`).
+    pub async fn start_with(extra: &[&str]) -> anyhow::Result<RedisServer> {
         let (port, dir) = port_and_folder("seatlock-redis")?;
         let mut server = RedisServer {
             port,
             dir,
             child: None,
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         server.restart_empty().await?;
         Ok(server)
@@ -97,6 +107,7 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(&self.dir)
+            .args(&self.extra)
             .stdout(std::process::Stdio::null())
             .spawn()
             .context("starting redis-server (apt-get install redis-server)")?;

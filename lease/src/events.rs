@@ -58,18 +58,59 @@ pub fn patterns(group_glob: &str) -> [String; 2] {
     ]
 }
 
-/// Turns on keyspace expiry notifications (`CONFIG SET notify-keyspace-events Ex`).
-/// Managed Redis services may refuse `CONFIG`; then expiries are not pushed and watchers
-/// learn of them only when they re-read the group.
+/// Turns on keyspace expiry notifications, adding the two flags it needs (`E`: keyevent
+/// events, `x`: expiries) to whatever the server's `notify-keyspace-events` already has
+/// (a Redis shared with other applications keeps their flags): `CONFIG GET`, then
+/// `CONFIG SET` only if a flag is missing. Returns the flags found before. Errors: a
+/// Redis that refuses `CONFIG` (managed services often do): then expiries are not
+/// pushed, and watchers learn of them only when they re-read the group.
 pub async fn enable_expiry_notifications(
     redis: &mut redis::aio::ConnectionManager,
-) -> redis::RedisResult<()> {
-    redis::cmd("CONFIG")
-        .arg("SET")
+) -> redis::RedisResult<String> {
+    let (_, before): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
         .arg("notify-keyspace-events")
-        .arg("Ex")
         .query_async(redis)
-        .await
+        .await?;
+    let flags = with_expiry_flags(&before);
+    if flags != before {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("notify-keyspace-events")
+            .arg(&flags)
+            .query_async(redis)
+            .await?;
+    }
+    Ok(before)
+}
+
+/// `flags` plus `E` and `x` where missing (`A` stands for every event class, `x`
+/// included).
+fn with_expiry_flags(flags: &str) -> String {
+    let mut merged = flags.to_owned();
+    if !merged.contains('E') {
+        merged.push('E');
+    }
+    if !merged.contains('x') && !merged.contains('A') {
+        merged.push('x');
+    }
+    merged
+}
+
+/// The server's `maxmemory-policy` if it lets Redis evict keys that have a TTL, which
+/// every lease has: under memory pressure a hold could vanish before its TTL (the
+/// owner learns it as [`crate::LeaseError::Lost`], fencing keeps writes safe). Every
+/// policy but `noeviction` may (`volatile-*` pick among keys with a TTL, `allkeys-*` among
+/// all keys). `None` for `noeviction`. Errors: `CONFIG` refused.
+pub async fn eviction_risk(
+    redis: &mut redis::aio::ConnectionManager,
+) -> redis::RedisResult<Option<String>> {
+    let (_, policy): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(redis)
+        .await?;
+    Ok((policy != "noeviction").then_some(policy))
 }
 
 /// Parses one pub/sub message received through [`patterns`]; `None` for anything that is
@@ -101,6 +142,14 @@ pub fn parse(channel: &str, payload: &str) -> Option<LeaseEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expiry_flags_are_added_to_those_of_others() {
+        assert_eq!(with_expiry_flags(""), "Ex");
+        assert_eq!(with_expiry_flags("Kl"), "KlEx");
+        assert_eq!(with_expiry_flags("KEA"), "KEA");
+        assert_eq!(with_expiry_flags("Egx"), "Egx");
+    }
 
     #[test]
     fn parses_grants_releases_and_expiries() {

@@ -37,6 +37,9 @@ pub struct LiveHub {
     closed: AtomicBool,
     /// Whether each feed is subscribed and answering: `[redis, postgres]`.
     feeds: watch::Sender<[bool; 2]>,
+    /// What works less well than it should, by subject (e.g. `expiry notifications`):
+    /// shown by `/healthz`, logged once when it appears.
+    notes: Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 /// The two feeds of a hub.
@@ -104,6 +107,28 @@ impl LiveHub {
             feeds[feed as usize] = up;
             changed
         });
+    }
+
+    /// Records (`Some`) or clears (`None`) a note about `subject`; a new or changed note
+    /// is logged once as a warning.
+    pub fn set_note(&self, subject: &'static str, note: Option<String>) {
+        let mut notes = self.notes.lock().expect("notes lock");
+        match note {
+            Some(note) if notes.get(subject) != Some(&note) => {
+                tracing::warn!(subject, note, "degraded");
+                notes.insert(subject, note);
+            }
+            Some(_) => {}
+            None => {
+                notes.remove(subject);
+            }
+        }
+    }
+
+    /// The current notes, as `subject: note` lines.
+    pub fn notes(&self) -> Vec<String> {
+        let notes = self.notes.lock().expect("notes lock");
+        notes.iter().map(|(s, n)| format!("{s}: {n}")).collect()
     }
 
     /// The feeds that are down now (for `/healthz`).

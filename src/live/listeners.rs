@@ -51,9 +51,7 @@ async fn redis_session(
 ) -> redis::RedisResult<()> {
     let client = redis::Client::open(url)?;
     let mut manager = lease::connect(url, Duration::from_secs(2))?.connection();
-    if let Err(err) = events::enable_expiry_notifications(&mut manager).await {
-        tracing::warn!(error = %err, "could not enable keyspace expiry notifications; lapsed holds show on reload only");
-    }
+    check_store(hub, &mut manager).await;
     let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
         .await
         .map_err(|_| {
@@ -96,6 +94,29 @@ async fn redis_session(
             hub.publish(&topic, message);
         }
     }
+}
+
+/// The server-wide Redis settings the live pages and the leases depend on, checked at
+/// every (re)connection and kept as notes for `/healthz`: expiry notifications (added to
+/// the flags other users set, never replacing them; off where `CONFIG` is refused, as on
+/// managed Redis: lapsed holds then show when a page reloads or resyncs) and an eviction
+/// policy that could drop holds before their TTL.
+async fn check_store(hub: &LiveHub, redis: &mut redis::aio::ConnectionManager) {
+    let notifications = events::enable_expiry_notifications(redis)
+        .await
+        .err()
+        .map(|err| format!("off, lapsed holds show on reload only (CONFIG refused: {err})"));
+    hub.set_note("expiry notifications", notifications);
+    let eviction = match events::eviction_risk(redis).await {
+        Ok(None) => None,
+        Ok(Some(policy)) => Some(format!(
+            "maxmemory-policy {policy} may evict holds before their TTL (use noeviction)"
+        )),
+        Err(_) => {
+            Some("unknown (CONFIG refused): holds may be evicted under memory pressure".into())
+        }
+    };
+    hub.set_note("eviction", eviction);
 }
 
 /// Reads the TTL of lease `key` just after `expires_at_ms` (Unix ms, Redis clock; this
