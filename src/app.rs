@@ -15,6 +15,7 @@ use std::str::FromStr;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 use tower_sessions::ExpiredDeletion;
 use tower_sessions::cookie::SameSite;
@@ -154,12 +155,16 @@ impl Application {
         );
         let _sweeper = AbortOnDrop(sweeper);
         let live = self.state.live.clone();
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                live.close();
-            })
-            .await
+        let limits = crate::serve::Limits {
+            header_timeout: self.state.settings.header_timeout(),
+            max_connections: self.state.settings.max_connections as usize,
+        };
+        crate::serve::serve(self.listener, self.router, limits, async move {
+            shutdown.await;
+            live.close();
+        })
+        .await;
+        Ok(())
     }
 }
 
@@ -197,6 +202,9 @@ pub fn router(state: AppState) -> Router {
         .layer(sessions)
         .layer(axum::middleware::from_fn(buyer::session_save_failures))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(RequestBodyTimeoutLayer::new(
+            state.settings.header_timeout(),
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -106,6 +106,15 @@ pub struct Settings {
     /// production.
     #[arg(long, env = "SEATLOCK_ENABLE_RACE_LAB")]
     pub enable_race_lab: bool,
+    /// Time a client has to send a request's headers, and again its body, in
+    /// milliseconds: a slower connection is closed (slowloris), which frees its slot.
+    /// Responses may take as long as they need (live pages' event streams).
+    #[arg(long, env = "SEATLOCK_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
+    pub header_timeout_ms: u64,
+    /// Most connections served at once; more wait in the kernel's accept queue. Each
+    /// open page holds one for its event stream.
+    #[arg(long, env = "SEATLOCK_MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
     /// Length of an auction item's bid lock (the lease TTL), in milliseconds. A bid holds
     /// it for one read and one write, a few milliseconds; the TTL bounds how long a
     /// crashed bidder blocks the item. Default: two seconds.
@@ -205,6 +214,11 @@ impl Settings {
     /// behind a stalled or dead one gets the row within its own lock wait.
     pub fn purchase_idle_timeout(&self) -> Duration {
         self.store_timeout() / 2
+    }
+
+    /// The header (and body) read timeout as a `Duration`.
+    pub fn header_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_timeout_ms)
     }
 
     /// The bid lock's TTL as a `Duration`.
@@ -388,6 +402,8 @@ mod tests {
             bid_strategy: BidStrategy::Conditional,
             close_interval_ms: 0,
             close_lease_ttl_ms: 999,
+            header_timeout_ms: 1_500,
+            max_connections: 77,
         };
         assert_ne!(settings, Settings::new("a", "b", "c"));
         assert_eq!(parse_env(&settings.to_env()), settings);

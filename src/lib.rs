@@ -30,6 +30,7 @@ pub mod pause;
 pub mod racelab;
 pub mod seats;
 pub mod seed;
+pub mod serve;
 pub mod state;
 pub mod telemetry;
 

@@ -454,3 +454,65 @@ async fn an_expired_session_is_a_new_stranger_who_cannot_touch_the_old_hold() {
         .unwrap();
     assert_eq!(orders, 0);
 }
+
+/// Slow clients: connections that send part of their headers and then nothing are closed
+/// after the header timeout, which frees their slots for others (at most
+/// `max_connections` are served at once), while a live page's event stream, a response
+/// that lasts, is not cut.
+#[tokio::test]
+async fn connections_that_send_part_of_their_headers_are_closed_and_others_served() {
+    let (app, event, _, _) = app(|s| {
+        s.header_timeout_ms = 500;
+        s.max_connections = 20;
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_owned();
+    let mut stream = reqwest::get(format!("{}/events/{event}/stream", app.address))
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), StatusCode::OK);
+    let mut slow = Vec::new();
+    for _ in 0..40 {
+        let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+        socket
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: seatlock\r\nX-Slow: ")
+            .await
+            .unwrap();
+        slow.push(socket);
+    }
+    // Someone else is served, once the slow connections' slots are freed.
+    let reply = tokio::time::timeout(
+        Duration::from_secs(10),
+        HttpBuyer::new().get(&format!("{}/healthz", app.address)),
+    )
+    .await
+    .expect("a normal request is served")
+    .unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    // Every slow connection was closed by the server.
+    for (n, socket) in slow.iter_mut().enumerate() {
+        let mut buffer = [0u8; 512];
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match socket.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {} // hyper may answer 408 first
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "slow connection {n} is still open");
+    }
+    // The live page's stream outlived the header timeout several times over.
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
+        .await
+        .expect("the snapshot")
+        .unwrap();
+    assert!(first.is_some(), "the stream is open");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let alive = tokio::time::timeout(Duration::from_millis(200), stream.chunk()).await;
+    assert!(
+        !matches!(alive, Ok(Ok(None)) | Ok(Err(_))),
+        "the event stream was not cut: {alive:?}"
+    );
+}

@@ -1,0 +1,94 @@
+//! The HTTP server loop: the application's router on hyper's HTTP/1.1 connections, with
+//! the limits that `axum::serve` does not set, against slow or abusive clients.
+//!
+//! * A request's headers must arrive within [`Limits::header_timeout`] (hyper's
+//!   `header_read_timeout`): a connection that sends part of its headers and then nothing
+//!   (slowloris) is closed. A request body has the same time
+//!   (`tower_http`'s `RequestBodyTimeoutLayer`, in [`crate::app::router`]).
+//! * At most [`Limits::max_connections`] connections are served at once; further ones
+//!   wait in the kernel's accept queue until one closes.
+//! * A response may take as long as it likes, so live pages' event streams are not cut.
+//!
+//! Shutdown is graceful: stop accepting, then wait for the open connections to finish
+//! (the live hub ends its streams first, see [`crate::app::Application::run_until`]).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+/// How much a client may hold of the server.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Time for a request's headers (and, in the router, its body) to arrive.
+    pub header_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+}
+
+/// Serves `router` on `listener` within `limits` until `shutdown` completes, then waits
+/// for the connections in flight to finish.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = accept(&listener, &permits) => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, permit) = accepted;
+        let service = router
+            .clone()
+            .map_request(|request: hyper::Request<Incoming>| request.map(Body::new));
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::trace!(error = %err, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// The next connection, once a permit is free; accept errors (too many open files, a
+/// connection reset before it was accepted) are retried after a moment.
+async fn accept(
+    listener: &TcpListener,
+    permits: &Arc<Semaphore>,
+) -> (tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit) {
+    let permit = permits
+        .clone()
+        .acquire_owned()
+        .await
+        .expect("the semaphore is never closed");
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => return (stream, permit),
+            Err(err) => {
+                tracing::debug!(error = %err, "accept failed; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
