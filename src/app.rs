@@ -17,15 +17,13 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
-use tower_sessions::ExpiredDeletion;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
-use tower_sessions_sqlx_store::PostgresStore;
 
 use crate::config::{PurchaseStrategy, Settings};
 use crate::ledger::PgFenceLedger;
 use crate::state::AppState;
-use crate::telemetry::{self, TimedSessionStore};
+use crate::telemetry;
 use crate::{auction, buyer, csrf, events, health, live, orders, racelab, seats};
 
 /// A pooled Postgres connection idle for at least this long is pinged before use; one
@@ -149,10 +147,8 @@ impl Application {
     ) -> std::io::Result<()> {
         let _closer = auction::close::spawn(self.state.clone());
         // Expired sessions are deleted once a minute (anonymous buyers never log out).
-        let sweeper = tokio::spawn(
-            PostgresStore::new(self.state.db.clone())
-                .continuously_delete_expired(std::time::Duration::from_secs(60)),
-        );
+        let sweeper =
+            tokio::spawn(crate::sessions::Sessions::new(self.state.db.clone()).sweep_expired());
         let _sweeper = AbortOnDrop(sweeper);
         let live = self.state.live.clone();
         let limits = crate::serve::Limits {
@@ -169,13 +165,13 @@ impl Application {
 }
 
 /// The routes and middleware. Sessions live in Postgres (tower-sessions-sqlx-store,
-/// timed by [`TimedSessionStore`]); cookies are HttpOnly and SameSite=Lax; every POST is
+/// [`crate::sessions::Sessions`]: timed, never resurrecting a rotated session); cookies are HttpOnly and SameSite=Lax; every POST is
 /// CSRF-checked by [`csrf::CsrfForm`] and refused if its Origin is foreign.
 /// `GET /metrics` serves [`telemetry`]'s Prometheus page. Hold and confirm are the
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
-    let store = TimedSessionStore(PostgresStore::new(state.db.clone()));
+    let store = crate::sessions::Sessions::new(state.db.clone());
     let sessions = SessionManagerLayer::new(store)
         .with_name("seatlock.sid")
         .with_http_only(true)

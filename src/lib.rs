@@ -31,6 +31,7 @@ pub mod racelab;
 pub mod seats;
 pub mod seed;
 pub mod serve;
+pub mod sessions;
 pub mod state;
 pub mod telemetry;
 

@@ -29,8 +29,6 @@ use std::time::{Duration, Instant};
 use axum::http::header;
 use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tower_sessions::session::{Id, Record};
-use tower_sessions::session_store::{self, SessionStore};
 
 use crate::error::Refusal;
 
@@ -183,32 +181,6 @@ pub fn confirm(outcome: ConfirmOutcome<'_>) {
 pub fn double_sale_detected() {
     tracing::error!("orders_one_per_seat refused a second sale of a seat");
     metrics::counter!(DOUBLE_SALES_DETECTED_TOTAL).increment(1);
-}
-
-/// A session store that times every call of the store it wraps
-/// ([`POSTGRES_ROUND_TRIP_SECONDS`], `op` = `session_load`, `session_save`,
-/// `session_create`, `session_delete`), so session traffic shows apart from the seat
-/// picker's own statements.
-#[derive(Clone, Debug)]
-pub struct TimedSessionStore<S>(pub S);
-
-#[async_trait::async_trait]
-impl<S: SessionStore> SessionStore for TimedSessionStore<S> {
-    async fn create(&self, record: &mut Record) -> session_store::Result<()> {
-        postgres("session_create", self.0.create(record)).await
-    }
-
-    async fn save(&self, record: &Record) -> session_store::Result<()> {
-        postgres("session_save", self.0.save(record)).await
-    }
-
-    async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
-        postgres("session_load", self.0.load(id)).await
-    }
-
-    async fn delete(&self, id: &Id) -> session_store::Result<()> {
-        postgres("session_delete", self.0.delete(id)).await
-    }
 }
 
 #[cfg(test)]

@@ -516,3 +516,40 @@ async fn connections_that_send_part_of_their_headers_are_closed_and_others_serve
         "the event stream was not cut: {alive:?}"
     );
 }
+
+/// A request still in flight when the buyer renames themselves (the session id rotated)
+/// cannot write the old session back: the old cookie stays worthless.
+#[tokio::test]
+async fn a_request_in_flight_during_a_rename_does_not_bring_the_old_session_back() {
+    let (app, event, seats, _) = app(|s| s.payment_delay_ms = 1_000).await;
+    let base = app.address.clone();
+    let mut buyer = holding(&app, event, seats[0]).await;
+    let old = buyer.cookie(&base, SESSION_COOKIE).unwrap();
+    // A confirm, slow in its payment, saves the session (it forgets the hold) at its end.
+    let tab = buyer.another_tab(Default::default());
+    let url = format!("{base}/events/{event}/seats/{}/confirm", seats[0]);
+    let slow = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
+    tokio::time::sleep(Duration::from_millis(300)).await; // the confirm loaded the session
+    let renamed = buyer
+        .post(&format!("{base}/me"), &[("name", "Alice")])
+        .await;
+    assert_eq!(renamed.unwrap().status, StatusCode::SEE_OTHER);
+    assert_ne!(buyer.cookie(&base, SESSION_COOKIE).unwrap(), old);
+    assert_eq!(slow.await.unwrap().status, StatusCode::SEE_OTHER);
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tower_sessions.session WHERE id = $1")
+        .bind(&old)
+        .fetch_one(app.db())
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "the old session stays deleted");
+    let mut stranger = HttpBuyer::new();
+    stranger.set_cookie(&base, SESSION_COOKIE, &old).unwrap();
+    let page = stranger
+        .get(&format!("{base}/events/{event}"))
+        .await
+        .unwrap();
+    assert!(
+        !page.body.contains("Alice"),
+        "the old cookie is a stranger's"
+    );
+}
