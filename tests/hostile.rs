@@ -523,7 +523,7 @@ async fn connections_that_send_part_of_their_headers_are_closed_and_others_serve
 async fn a_request_in_flight_during_a_rename_does_not_bring_the_old_session_back() {
     let (app, event, seats, _) = app(|s| s.payment_delay_ms = 1_000).await;
     let base = app.address.clone();
-    let mut buyer = holding(&app, event, seats[0]).await;
+    let buyer = holding(&app, event, seats[0]).await;
     let old = buyer.cookie(&base, SESSION_COOKIE).unwrap();
     // A confirm, slow in its payment, saves the session (it forgets the hold) at its end.
     let tab = buyer.another_tab(Default::default());
