@@ -69,6 +69,7 @@ pub fn prometheus() -> &'static PrometheusHandle {
             tracing::warn!("another metrics recorder is installed; GET /metrics stays empty");
         }
         describe();
+        register_at_zero();
         let upkeep = handle.clone();
         std::thread::Builder::new()
             .name("metrics-upkeep".into())
@@ -114,11 +115,50 @@ fn describe() {
         lease::telemetry::WATCHDOG_LOSSES_TOTAL,
         "Watchdogs that reported their lease lost."
     );
+    describe_counter!(
+        lease::telemetry::STALE_RESERVATIONS_TOTAL,
+        "Fence blocks refused at install because Redis lost its data after they were reserved."
+    );
+    describe_counter!(
+        lease::telemetry::REDIS_REPAIRS_TOTAL,
+        "Redis connection repairs: requests resent after a dropped connection, connections replaced after a timeout."
+    );
     describe_histogram!(
         lease::telemetry::LOCK_WAIT_SECONDS,
         metrics::Unit::Seconds,
         "Time spent acquiring a lock with backoff (bid locks), by outcome."
     );
+}
+
+/// Every counter series this process can report, registered at zero, so that the first
+/// scrape already shows each one with its `# HELP` (Prometheus practice: a rate or an
+/// alert over a series that appears only with its first event misses that event).
+/// Label values are the ones the code uses (refusal codes, outcomes).
+fn register_at_zero() {
+    use crate::error::Refusal;
+    metrics::counter!(HOLDS_GRANTED_TOTAL).absolute(0);
+    for reason in [Refusal::SomeoneIsBuying, Refusal::AlreadySold] {
+        metrics::counter!(HOLDS_REFUSED_TOTAL, "reason" => reason.code()).absolute(0);
+    }
+    let outcomes = [
+        Refusal::StaleToken,
+        Refusal::HoldExpired,
+        Refusal::AlreadySold,
+    ];
+    let labels = std::iter::once(ConfirmOutcome::Accepted.label())
+        .chain(outcomes.iter().map(|r| ConfirmOutcome::Rejected(r).label()));
+    for outcome in labels {
+        metrics::counter!(CONFIRMS_TOTAL, "outcome" => outcome).absolute(0);
+    }
+    metrics::counter!(DOUBLE_SALES_DETECTED_TOTAL).absolute(0);
+    for result in ["renewed", "not_owner"] {
+        metrics::counter!(lease::telemetry::RENEWALS_TOTAL, "result" => result).absolute(0);
+    }
+    metrics::counter!(lease::telemetry::WATCHDOG_LOSSES_TOTAL).absolute(0);
+    metrics::counter!(lease::telemetry::STALE_RESERVATIONS_TOTAL).absolute(0);
+    for repair in ["resent", "replaced"] {
+        metrics::counter!(lease::telemetry::REDIS_REPAIRS_TOTAL, "repair" => repair).absolute(0);
+    }
 }
 
 /// `GET /metrics`: every metric in the Prometheus text exposition format (version 0.0.4).

@@ -47,3 +47,38 @@ async fn metrics_count_holds_confirms_and_round_trips() {
     assert!(after.contains(r#"lease_redis_round_trip_seconds_bucket{op="release",le="+Inf"}"#));
     assert_eq!(sample(&after, "seatlock_double_sales_detected_total"), 0.0);
 }
+
+/// A fresh server process's first scrape already has every counter series, at zero, each
+/// with its HELP text: rates and alerts work from the first event.
+#[tokio::test]
+async fn a_fresh_servers_first_scrape_has_every_counter_at_zero_with_its_help() {
+    let settings = TestApp::builder().settings().await.unwrap();
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_seatlock"));
+    let server = seatlock_harness::ServerProcess::start(binary, &settings)
+        .await
+        .unwrap();
+    let page = reqwest::get(format!("{}/metrics", server.address))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        "seatlock_holds_granted_total",
+        "seatlock_holds_refused_total{reason=\"held\"}",
+        "seatlock_holds_refused_total{reason=\"sold\"}",
+        "seatlock_confirms_total{outcome=\"accepted\"}",
+        "seatlock_confirms_total{outcome=\"rejected_stale\"}",
+        "seatlock_confirms_total{outcome=\"rejected_expired\"}",
+        "seatlock_confirms_total{outcome=\"rejected_sold\"}",
+        "seatlock_double_sales_detected_total",
+        "lease_watchdog_losses_total",
+    ] {
+        assert!(
+            page.contains(&format!("{series} 0")),
+            "{series} at 0 in:\n{page}"
+        );
+        let name = series.split('{').next().unwrap();
+        assert!(page.contains(&format!("# HELP {name} ")), "HELP of {name}");
+    }
+}
