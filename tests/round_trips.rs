@@ -352,10 +352,12 @@ impl RedisCounter {
             if name == COUNTER_NAME {
                 continue;
             }
+            let command = args[0].to_lowercase();
             if client.starts_with('?') {
                 lua += 1;
-            } else {
-                commands.push(args[0].to_lowercase());
+            } else if command != "ping" {
+                // (a PING is the live feed's heartbeat, once a second, not the operation's)
+                commands.push(command);
             }
         }
         let scripts = ["evalsha", "eval"]

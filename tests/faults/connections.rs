@@ -10,7 +10,10 @@ use seatlock_harness::{HttpBuyer, RedisServer, TcpProxy, TestApp, eventually};
 
 /// A server on a private Redis (optionally behind `proxy`'s address) and a buyer who has
 /// read the event page.
-async fn scene(redis_url: String, store_timeout_ms: u64) -> (TestApp, HttpBuyer, i64, Vec<i64>) {
+pub(crate) async fn scene(
+    redis_url: String,
+    store_timeout_ms: u64,
+) -> (TestApp, HttpBuyer, i64, Vec<i64>) {
     let app = TestApp::builder()
         .redis(redis_url)
         .with(move |s| s.store_timeout_ms = store_timeout_ms)

@@ -6,20 +6,9 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use seatlock_harness::{HttpBuyer, RedisServer, TestApp};
+use seatlock_harness::RedisServer;
 
-/// A server on `redis`; its first event, that event's seats and a buyer who read the
-/// page.
-async fn served(redis: &RedisServer) -> (TestApp, HttpBuyer, i64, Vec<i64>) {
-    let app = TestApp::builder().redis(redis.url()).spawn().await.unwrap();
-    let (event, seats) = app.first_event_seats().await.unwrap();
-    let mut buyer = HttpBuyer::new();
-    buyer
-        .get(&format!("{}/events/{event}", app.address))
-        .await
-        .unwrap();
-    (app, buyer, event, seats)
-}
+use crate::connections::scene;
 
 async fn notify_flags(redis: &RedisServer) -> String {
     let mut conn = lease::connect(&redis.url(), Duration::from_secs(2))
@@ -39,7 +28,7 @@ async fn other_applications_notification_flags_are_kept_and_ours_added() {
     let redis = RedisServer::start_with(&["--notify-keyspace-events", "Kg"])
         .await
         .unwrap();
-    let (app, mut buyer, _, _) = served(&redis).await;
+    let (app, mut buyer, _, _) = scene(redis.url(), 2_000).await;
     let flags = notify_flags(&redis).await;
     for flag in ['K', 'g', 'E', 'x'] {
         assert!(flags.contains(flag), "{flag} in {flags:?}");
@@ -59,7 +48,7 @@ async fn a_redis_that_refuses_config_still_serves_holds_and_healthz_says_what_is
     let redis = RedisServer::start_with(&["--rename-command", "CONFIG", ""])
         .await
         .unwrap();
-    let (app, mut buyer, event, seats) = served(&redis).await;
+    let (app, mut buyer, event, seats) = scene(redis.url(), 2_000).await;
     let hold = buyer
         .seat_action(&app.address, event, seats[0], "hold")
         .await;
@@ -87,7 +76,7 @@ async fn an_eviction_policy_that_can_drop_holds_is_reported() {
     let redis = RedisServer::start_with(&["--maxmemory-policy", "volatile-lru"])
         .await
         .unwrap();
-    let (app, mut buyer, _, _) = served(&redis).await;
+    let (app, mut buyer, _, _) = scene(redis.url(), 2_000).await;
     let health = buyer
         .get(&format!("{}/healthz", app.address))
         .await
