@@ -19,8 +19,8 @@ stop:
 
 demo: services
 	source .run/env
-	$(CARGO) build --release --bin seatlock
 	trap 'scripts/services.sh down' EXIT
+	$(CARGO) build --release --bin seatlock
 	./target/release/seatlock migrate
 	./target/release/seatlock seed
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000} in two browsers and race for a seat. Ctrl-C stops everything."

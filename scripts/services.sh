@@ -82,8 +82,15 @@ case "${1:-}" in
     write_env "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/seatlock" "redis://127.0.0.1:$REDIS_PORT/"
     ;;
   down)
+    # Only what this checkout started: the Redis of our pidfile (whatever port the shell
+    # names now), the Postgres of our data folder.
     if [ -f "$RUN/redis/redis.pid" ]; then
-      redis-cli -p "$REDIS_PORT" shutdown nosave >/dev/null 2>&1 || kill "$(cat "$RUN/redis/redis.pid")" 2>/dev/null || true
+      pid="$(cat "$RUN/redis/redis.pid")"
+      if grep -q redis-server "/proc/$pid/cmdline" 2>/dev/null; then
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+      fi
+      rm -f "$RUN/redis/redis.pid"
     fi
     if [ -f "$RUN/pg/data/PG_VERSION" ]; then
       pg pg_ctl -D "$RUN/pg/data" -m fast stop >/dev/null 2>&1 || true

@@ -6,7 +6,7 @@
 //! | hold | 1 script (`EVALSHA`) | 1 read (the seat exists, unsold) |
 //! | release | 1 script | none |
 //! | renew | 1 script | none |
-//! | confirm | at most 1 script | 1 transaction (BEGIN, the fenced write, COMMIT) |
+//! | confirm | the owner check (`GET`) + the release (1 script) | the payment's authorization + 1 transaction (BEGIN, the fenced write, COMMIT) |
 //! | bid | lock (1 script) + release (1 script) | 1 transaction (BEGIN, read, fenced write, COMMIT); the first bid on an item in a process also reads that it exists |
 //! | seat map | 1 pipeline (`TIME` + `HGETALL`), the same for 32 and 11,056 seats | 3 reads, the same for both |
 //!

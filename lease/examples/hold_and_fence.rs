@@ -1,4 +1,6 @@
-//! Run with: REDIS_URL=redis://127.0.0.1:6379/ cargo run -p lease --example hold_and_fence
+//! Run with (a private Redis from the project's script, then the example):
+//! `scripts/services.sh up && source .run/env && cargo run -p lease --example hold_and_fence`
+//! (or with `REDIS_URL=redis://HOST:PORT/` naming any Redis you may write to).
 //!
 //! One lease from grant to release, and why writes carry a fencing token:
 //!
@@ -50,8 +52,13 @@ impl Resource {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL")
-        .expect("set REDIS_URL to a Redis server, e.g. REDIS_URL=redis://127.0.0.1:6379/");
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        eprintln!(
+            "REDIS_URL is not set: run `scripts/services.sh up && source .run/env` first \
+             (or set REDIS_URL=redis://HOST:PORT/)"
+        );
+        std::process::exit(2);
+    };
     let redis = lease::connect(&url, Duration::from_secs(2))?;
     let client = LeaseClient::new(redis, MemoryLedger::new());
     // A fresh group per run, so runs do not share fencing tokens.
