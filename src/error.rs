@@ -32,6 +32,9 @@ pub enum Refusal {
     /// The seat is sold: `sold`.
     #[error("This seat has already been sold.")]
     AlreadySold,
+    /// The event has started: its seats are no longer sold: `event_started`.
+    #[error("This event has already started, so its seats are no longer on sale.")]
+    EventStarted,
     /// Postgres refused the purchase because the seat's row had accepted a newer fencing
     /// token (Kleppmann's fencing): `stale`.
     #[error(
@@ -67,7 +70,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The stable code: `held`, `expired`, `sold`, `stale`, `busy`, `stale_bid_lock`,
+    /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`, `busy`, `stale_bid_lock`,
     /// `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
     /// ([`BidRefusal::code`]).
     pub fn code(&self) -> &'static str {
@@ -75,6 +78,7 @@ impl Refusal {
             Refusal::SomeoneIsBuying => "held",
             Refusal::HoldExpired => "expired",
             Refusal::AlreadySold => "sold",
+            Refusal::EventStarted => "event_started",
             Refusal::StaleToken => "stale",
             Refusal::BidLockBusy => "busy",
             Refusal::StaleBidLock => "stale_bid_lock",

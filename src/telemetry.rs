@@ -34,7 +34,7 @@ use crate::error::Refusal;
 
 /// Counter: holds granted.
 pub const HOLDS_GRANTED_TOTAL: &str = "seatlock_holds_granted_total";
-/// Counter, label `reason` (`held`, `sold`): holds refused.
+/// Counter, label `reason` (`held`, `sold`, `event_started`): holds refused.
 pub const HOLDS_REFUSED_TOTAL: &str = "seatlock_holds_refused_total";
 /// Counter, label `outcome` (see [`ConfirmOutcome`]): confirms by outcome.
 pub const CONFIRMS_TOTAL: &str = "seatlock_confirms_total";
@@ -137,7 +137,11 @@ fn describe() {
 fn register_at_zero() {
     use crate::error::Refusal;
     metrics::counter!(HOLDS_GRANTED_TOTAL).absolute(0);
-    for reason in [Refusal::SomeoneIsBuying, Refusal::AlreadySold] {
+    for reason in [
+        Refusal::SomeoneIsBuying,
+        Refusal::AlreadySold,
+        Refusal::EventStarted,
+    ] {
         metrics::counter!(HOLDS_REFUSED_TOTAL, "reason" => reason.code()).absolute(0);
     }
     let outcomes = [

@@ -515,3 +515,32 @@ async fn a_stale_hold_in_the_session_is_refreshed_from_redis_for_release_and_con
     assert_eq!(bought.status, StatusCode::SEE_OTHER, "{bought:?}");
     assert_eq!(orders_for(&app, event, seats[14]).await, 1);
 }
+
+/// Sales close when the event starts: a hold is refused, and a confirm of a hold taken
+/// before the start is refused at the moment of its write, writing nothing.
+#[tokio::test]
+async fn seats_of_an_event_that_has_started_are_no_longer_sold() {
+    let app = tiny().await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut early = HttpBuyer::new();
+    let held = early
+        .seat_action(&app.address, event, seats[20], "hold")
+        .await;
+    assert_eq!(held.unwrap().status, StatusCode::SEE_OTHER);
+    sqlx::query("UPDATE events SET starts_at = now() - interval '1 minute' WHERE id = $1")
+        .bind(event)
+        .execute(app.db())
+        .await
+        .unwrap();
+    let late = HttpBuyer::new()
+        .seat_action(&app.address, event, seats[21], "hold")
+        .await
+        .unwrap();
+    assert!(late.is_refused(&Refusal::EventStarted), "{late:?}");
+    let confirm = early
+        .seat_action(&app.address, event, seats[20], "confirm")
+        .await;
+    let confirm = confirm.unwrap();
+    assert!(confirm.is_refused(&Refusal::EventStarted), "{confirm:?}");
+    assert_eq!(orders_for(&app, event, seats[20]).await, 0);
+}

@@ -33,8 +33,9 @@ pub enum HoldOutcome {
 
 /// Holds `seat` for `buyer` for the configured TTL.
 ///
-/// Round trips: one Postgres read (the seat exists and is unsold), one Redis script
-/// (the lease), one session write. Errors: 404 unknown seat, 409 sold or "someone is buying this seat", 503
+/// Round trips: one Postgres read (the seat exists, is unsold, its event has not started),
+/// one Redis script
+/// (the lease), one session write. Errors: 404 unknown seat, 409 sold, event started or "someone is buying this seat", 503
 /// store unavailable.
 ///
 /// Traced as span `hold` with the event, seat, buyer and (once granted) fencing token;
@@ -44,9 +45,16 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
     let status = telemetry::postgres("seat_status", queries::seat_status(&state.db, seat))
         .await?
         .ok_or_else(|| Error::NotFound("This event has no such seat.".into()))?;
-    if status.sold {
-        telemetry::hold_refused(&Refusal::AlreadySold);
-        return Err(Refusal::AlreadySold.into());
+    let refusal = if status.sold {
+        Some(Refusal::AlreadySold)
+    } else if status.started {
+        Some(Refusal::EventStarted)
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        telemetry::hold_refused(&refusal);
+        return Err(refusal.into());
     }
     let key = super::lease_key(&state.settings.lease_namespace, seat);
     match state
@@ -271,7 +279,8 @@ async fn void_payment(state: &AppState, payment: &str) {
 }
 
 /// Explains a refused [`queries::sell`]: already bought by this buyer (a double submit:
-/// returns the order), a stale fencing token (the row accepted a higher one), or sold.
+/// returns the order), the event started, a stale fencing token (the row accepted a
+/// higher one), or sold.
 async fn refused(
     state: &AppState,
     buyer: &Buyer,
@@ -289,6 +298,10 @@ async fn refused(
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     let status = queries::seat_status(&state.db, seat).await?;
     match status {
+        Some(s) if !s.sold && s.started => {
+            telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::EventStarted));
+            Err(Refusal::EventStarted.into())
+        }
         Some(s) if s.fence_token > lease.fencing_token().0 as i64 => {
             tracing::warn!(
                 accepted = s.fence_token,

@@ -15,20 +15,27 @@ pub struct SeatStatus {
     pub sold: bool,
     /// Highest fencing token the row has accepted (0 = never written).
     pub fence_token: i64,
+    /// Whether the event has started (sales close when it starts).
+    pub started: bool,
 }
 
 /// The seat's state, or `None` if the event has no such seat.
 pub async fn seat_status(db: &PgPool, seat: SeatRef) -> sqlx::Result<Option<SeatStatus>> {
-    sqlx::query_as("SELECT sold, fence_token FROM event_seats WHERE event_id = $1 AND seat_id = $2")
-        .bind(seat.event_id)
-        .bind(seat.seat_id)
-        .fetch_optional(db)
-        .await
+    sqlx::query_as(
+        "SELECT es.sold, es.fence_token, e.starts_at <= clock_timestamp() AS started
+           FROM event_seats es JOIN events e ON e.id = es.event_id
+          WHERE es.event_id = $1 AND es.seat_id = $2",
+    )
+    .bind(seat.event_id)
+    .bind(seat.seat_id)
+    .fetch_optional(db)
+    .await
 }
 
 /// The fenced purchase, ONE statement: mark the seat sold and record `fencing_token` as
 /// the row's highest accepted token, only if the seat is unsold AND no higher token was
-/// accepted before (Kleppmann's fencing check); in the same statement insert the order
+/// accepted before (Kleppmann's fencing check) AND the event has not started (at the
+/// moment of the write); in the same statement insert the order
 /// and capture the payment authorized under `payment_key`. Returns the new order id, or
 /// `None` if either condition failed (nothing written). The same statement queues a
 /// `pg_notify` for live pages, delivered only on commit, and bounds how long its
@@ -50,6 +57,7 @@ pub async fn sell(
         "WITH sold AS (
              UPDATE event_seats SET sold = true, fence_token = $3
               WHERE event_id = $1 AND seat_id = $2 AND NOT sold AND fence_token <= $3
+                AND (SELECT starts_at FROM events WHERE id = $1) > clock_timestamp()
           RETURNING event_id, seat_id, price_cents),
          ordered AS (
              INSERT INTO orders (event_id, seat_id, buyer_id, buyer_name, price_cents, fence_token)
