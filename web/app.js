@@ -74,15 +74,51 @@
     setSeat(map, change.seat, change.state === "held" ? heldState(map, change.holder) : change.state);
   }
 
-  // Opens a server-sent event stream, calling handlers[event name](data); marks `el`
-  // data-live="connecting", then "open" (again after each automatic reconnect).
+  // Opens a server-sent event stream, calling handlers[event name](data), and keeps it
+  // open: `el` says data-live="connecting", "open", "offline" (shown on the page: not live,
+  // reconnecting) or "paused" (a hidden tab gives its connection back: browsers allow
+  // only a few per site over HTTP/1.1). A stream the browser gave up on (an error status,
+  // say while a store was down) is reopened with growing, jittered delays, 1 s to 30 s.
+  // Every (re)opened stream starts with a fresh snapshot from the server.
   function subscribe(el, url, handlers) {
-    const source = new EventSource(url);
-    Object.keys(handlers).forEach(function (name) {
-      source.addEventListener(name, function (e) { handlers[name](e.data); });
+    let source = null;
+    let retry = null;
+    let delay = 1000;
+    function open() {
+      clearTimeout(retry);
+      if (source || document.hidden) return;
+      source = new EventSource(url);
+      el.dataset.live = "connecting";
+      Object.keys(handlers).forEach(function (name) {
+        source.addEventListener(name, function (e) { handlers[name](e.data); });
+      });
+      source.addEventListener("open", function () {
+        el.dataset.live = "open";
+        delay = 1000;
+      });
+      source.addEventListener("error", function () {
+        el.dataset.live = "offline";
+        if (source.readyState !== EventSource.CLOSED) return; // the browser retries
+        source = null;
+        retry = setTimeout(open, delay / 2 + Math.random() * delay / 2);
+        delay = Math.min(delay * 2, 30000);
+      });
+    }
+    function close() {
+      clearTimeout(retry);
+      if (source) source.close();
+      source = null;
+    }
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden) {
+        close();
+        el.dataset.live = "paused";
+      } else {
+        delay = 1000;
+        open();
+      }
     });
-    el.dataset.live = "connecting";
-    source.addEventListener("open", function () { el.dataset.live = "open"; });
+    open();
   }
 
   function liveSeatMap() {

@@ -500,3 +500,53 @@ async fn the_arena_map_loads_and_a_seat_can_be_held() {
     })
     .await;
 }
+
+/// Scenario: the seat map's stream is refused once with an error status (a store briefly
+/// down), which makes a browser give up on it for good. The page says it is not live,
+/// reopens the stream after a moment, takes a fresh snapshot, and shows changes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_refused_once_says_not_live_then_reconnects_and_catches_up() {
+    support::run("stream_refused_once", async |w| {
+        let (_, hall) = hall(w).await?;
+        let (a, b) = (w.buyer("A", 0).await?, w.buyer("B", 1).await?);
+        let refused = Arc::new(AtomicUsize::new(0));
+        b.page
+            .route("**/stream", {
+                let refused = refused.clone();
+                move |route| {
+                    let first = refused.fetch_add(1, Ordering::SeqCst) == 0;
+                    async move {
+                        if first {
+                            let unavailable = playwright_rs::FulfillOptions::builder()
+                                .status(503)
+                                .body(b"Redis is unavailable".to_vec())
+                                .build();
+                            route.fulfill(unavailable).await
+                        } else {
+                            route.continue_(None).await
+                        }
+                    }
+                }
+            })
+            .await?;
+        b.open(&hall).await?;
+        let map = b.page.locator("[data-live]");
+        expect(map.clone())
+            .with_timeout(LIVE_TIMEOUT)
+            .to_have_attribute("data-live", "offline")
+            .await
+            .context("the page says it is not live")?;
+        expect(map)
+            .with_timeout(LIVE_TIMEOUT)
+            .to_have_attribute("data-live", "open")
+            .await
+            .context("the stream reopens")?;
+        ensure!(refused.load(Ordering::SeqCst) >= 2, "reopened through the route");
+        a.open(&hall).await?;
+        let seat = available_seat(&a, 0).await?;
+        a.seat(seat).click(None).await?;
+        b.wait_for_seat(seat, "held").await?;
+        Ok(())
+    })
+    .await;
+}
