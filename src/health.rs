@@ -13,10 +13,10 @@ use crate::state::AppState;
 pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
     let timeout = state.settings.store_timeout();
     let redis = async {
-        let mut conn = state.leases.redis().clone();
-        let cmd = redis::cmd("PING");
-        let ping = cmd.query_async::<String>(&mut conn);
-        matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_)))
+        // Through the lease client, so the check sees what the leases see (a connection
+        // Redis closed while idle is reopened, not reported as Redis down).
+        let ping = state.leases.ping();
+        matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(())))
     };
     let postgres = async {
         let ping = sqlx::query("SELECT 1").execute(&state.db);

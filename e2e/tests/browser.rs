@@ -541,7 +541,10 @@ async fn a_stream_refused_once_says_not_live_then_reconnects_and_catches_up() {
             .to_have_attribute("data-live", "open")
             .await
             .context("the stream reopens")?;
-        ensure!(refused.load(Ordering::SeqCst) >= 2, "reopened through the route");
+        ensure!(
+            refused.load(Ordering::SeqCst) >= 2,
+            "reopened through the route"
+        );
         a.open(&hall).await?;
         let seat = available_seat(&a, 0).await?;
         a.seat(seat).click(None).await?;

@@ -601,6 +601,21 @@ impl<L: FenceLedger> LeaseClient<L> {
             }))
     }
 
+    /// `PING`s Redis over the client's own connection, repaired like every other request
+    /// (resent once after a dropped connection, replaced after a timeout): for health
+    /// checks, which then see what the leases see. Errors: Redis unavailable.
+    pub async fn ping(&self) -> Result<(), LeaseError> {
+        let ping = redis::cmd("PING");
+        let _: String = self
+            .redis
+            .round_trip("ping", |mut conn| {
+                let ping = &ping;
+                async move { ping.query_async(&mut conn).await }
+            })
+            .await?;
+        Ok(())
+    }
+
     /// Whether `lease` is still held by its owner (one `GET`, compared here). Only a
     /// check at one instant: the lease can expire right after it returns `true`, which
     /// is exactly why writes must carry the fencing token.

@@ -12,7 +12,7 @@
 //! | [`LOCK_WAIT_SECONDS`] | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time [`crate::LeaseClient::acquire_with_backoff`] spent from its first try to its answer |
 //!
 //! `op` is one of `acquire`, `release`, `renew`, `holders`, `raise_ceiling`, `is_held`,
-//! `remaining`.
+//! `remaining`, `current`, `ping`.
 
 use std::future::Future;
 use std::time::Instant;

@@ -235,22 +235,39 @@ async fn buy(
     tokio::time::sleep(state.settings.payment_delay()).await;
     let authorize = queries::authorize_payment(&state.db, seat, &payment, buyer.id());
     telemetry::postgres("authorize", authorize).await?;
-    pause.sleep_at(PausePoint::BeforeWrite).await;
+    let bought = fenced_purchase(state, buyer, seat, lease, &payment, pause).await;
+    // Whatever did not buy (refused, lapsed, a store failing) voids the authorization; a
+    // retry with the same hold authorizes it again under the same key.
+    if !matches!(bought, Ok(Some(_))) {
+        void_payment(state, &payment).await;
+    }
+    bought
+}
 
+/// Steps 2 to 5 of [`buy`], once the payment is authorized under `payment`.
+async fn fenced_purchase(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+    lease: &Lease,
+    payment: &str,
+    pause: Pause,
+) -> Result<Option<i64>> {
+    pause.sleep_at(PausePoint::BeforeWrite).await;
+    let token = lease.fencing_token().0 as i64;
     let mut tx = state.db.begin().await?;
     let idle_bound = state.settings.purchase_idle_timeout();
-    let sell = queries::sell(&mut tx, seat, token, &buyer.profile, &payment, idle_bound);
+    let sell = queries::sell(&mut tx, seat, token, &buyer.profile, payment, idle_bound);
     let sold = telemetry::postgres("sell", sell)
         .await
         .inspect_err(detect_double_sale)?;
     let Some(order_id) = sold else {
         tx.rollback().await?;
-        return refused(state, buyer, seat, lease, &payment).await.map(Some);
+        return refused(state, buyer, seat, lease).await.map(Some);
     };
     pause.sleep_at(PausePoint::BeforeRelease).await;
     if !state.leases.is_held(lease).await? {
         tx.rollback().await?;
-        void_payment(state, &payment).await;
         return Ok(None);
     }
     pause.sleep_at(PausePoint::BeforeCommit).await;
@@ -270,8 +287,9 @@ fn payment_key(seat: SeatRef, fencing_token: i64) -> String {
     format!("{}:{}:{fencing_token}", seat.event_id, seat.seat_id)
 }
 
-/// Voids an authorization whose purchase was refused, best effort (one that stays
-/// authorized is never captured).
+/// Voids an authorization whose purchase did not buy, best effort (one that stays
+/// authorized is never captured; the authorization of a retry with the same hold renews
+/// it).
 async fn void_payment(state: &AppState, payment: &str) {
     if let Err(err) = queries::void_payment(&state.db, payment).await {
         tracing::warn!(error = %err, payment, "could not void a refused purchase's payment");
@@ -281,18 +299,11 @@ async fn void_payment(state: &AppState, payment: &str) {
 /// Explains a refused [`queries::sell`]: already bought by this buyer (a double submit:
 /// returns the order), the event started, a stale fencing token (the row accepted a
 /// higher one), or sold.
-async fn refused(
-    state: &AppState,
-    buyer: &Buyer,
-    seat: SeatRef,
-    lease: &Lease,
-    payment: &str,
-) -> Result<i64> {
+async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) -> Result<i64> {
     if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
         buyer.forget_hold(seat.event_id, seat.seat_id).await?;
         return Ok(order_id);
     }
-    void_payment(state, payment).await;
     // The hold is worthless now; free it if it is still ours (owner-checked).
     let _ = state.leases.release(lease).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;

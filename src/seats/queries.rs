@@ -85,8 +85,9 @@ pub async fn sell(
 }
 
 /// Authorizes the simulated payment for `seat` at its price under `payment_key`, once:
-/// a second call with the same key changes nothing (`ON CONFLICT DO NOTHING`), so a
-/// retried confirm never pays twice.
+/// a second call with the same key leaves an authorized or captured payment as it is, so
+/// a retried confirm never pays twice; one voided (its attempt failed) is authorized
+/// again.
 pub async fn authorize_payment(
     db: &PgPool,
     seat: SeatRef,
@@ -97,7 +98,8 @@ pub async fn authorize_payment(
         "INSERT INTO payments (idempotency_key, event_id, seat_id, buyer_id, amount_cents)
          SELECT $3, event_id, seat_id, $4, price_cents FROM event_seats
           WHERE event_id = $1 AND seat_id = $2
-         ON CONFLICT (idempotency_key) DO NOTHING",
+         ON CONFLICT (idempotency_key) DO UPDATE SET status = 'authorized'
+          WHERE payments.status = 'voided'",
     )
     .bind(seat.event_id)
     .bind(seat.seat_id)
