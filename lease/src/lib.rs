@@ -605,14 +605,7 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// (resent once after a dropped connection, replaced after a timeout): for health
     /// checks, which then see what the leases see. Errors: Redis unavailable.
     pub async fn ping(&self) -> Result<(), LeaseError> {
-        let ping = redis::cmd("PING");
-        let _: String = self
-            .redis
-            .round_trip("ping", |mut conn| {
-                let ping = &ping;
-                async move { ping.query_async(&mut conn).await }
-            })
-            .await?;
+        let _: String = self.redis.query("ping", &redis::cmd("PING")).await?;
         Ok(())
     }
 
@@ -621,13 +614,7 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// is exactly why writes must carry the fencing token.
     pub async fn is_held(&self, lease: &Lease) -> Result<bool, LeaseError> {
         let get = redis::cmd("GET").arg(lease.key.lease_key()).clone();
-        let owner: Option<String> = self
-            .redis
-            .round_trip("is_held", |mut conn| {
-                let get = &get;
-                async move { get.query_async(&mut conn).await }
-            })
-            .await?;
+        let owner: Option<String> = self.redis.query("is_held", &get).await?;
         Ok(owner.as_deref() == Some(lease.owner.as_str()))
     }
 
@@ -635,13 +622,7 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// lease exists.
     pub async fn remaining(&self, key: &LeaseKey) -> Result<Option<Duration>, LeaseError> {
         let pttl_cmd = redis::cmd("PTTL").arg(key.lease_key()).clone();
-        let pttl: i64 = self
-            .redis
-            .round_trip("remaining", |mut conn| {
-                let pttl_cmd = &pttl_cmd;
-                async move { pttl_cmd.query_async(&mut conn).await }
-            })
-            .await?;
+        let pttl: i64 = self.redis.query("remaining", &pttl_cmd).await?;
         Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
     }
 }

@@ -63,12 +63,8 @@ pub(crate) async fn acquire(
         .arg(holder)
         .arg(key.events_channel())
         .arg(RESERVATION_TTL_MS);
-    let (status, a, b, holder): (i64, i64, i64, String) = redis
-        .round_trip("acquire", |mut conn| {
-            let invocation = &invocation;
-            async move { invocation.invoke_async(&mut conn).await }
-        })
-        .await?;
+    let (status, a, b, holder): (i64, i64, i64, String) =
+        redis.invoke("acquire", &invocation).await?;
     Ok(match status {
         1 => AcquireReply::Granted {
             fencing_token: a as u64,
@@ -97,12 +93,7 @@ pub(crate) async fn raise_ceiling(
         .key(key.reservation_key(reservation))
         .arg(ceiling)
         .arg(block);
-    let installed: i64 = redis
-        .round_trip("raise_ceiling", |mut conn| {
-            let invocation = &invocation;
-            async move { invocation.invoke_async(&mut conn).await }
-        })
-        .await?;
+    let installed: i64 = redis.invoke("raise_ceiling", &invocation).await?;
     Ok(installed == 1)
 }
 
@@ -118,12 +109,7 @@ pub(crate) async fn release(
         .arg(owner.as_str())
         .arg(key.name())
         .arg(key.events_channel());
-    let deleted: i64 = redis
-        .round_trip("release", |mut conn| {
-            let invocation = &invocation;
-            async move { invocation.invoke_async(&mut conn).await }
-        })
-        .await?;
+    let deleted: i64 = redis.invoke("release", &invocation).await?;
     Ok(deleted == 1)
 }
 
@@ -140,12 +126,7 @@ pub(crate) async fn renew(
         .arg(owner.as_str())
         .arg(ttl_ms)
         .arg(key.name());
-    let expires_at_ms: i64 = redis
-        .round_trip("renew", |mut conn| {
-            let invocation = &invocation;
-            async move { invocation.invoke_async(&mut conn).await }
-        })
-        .await?;
+    let expires_at_ms: i64 = redis.invoke("renew", &invocation).await?;
     Ok((expires_at_ms > 0).then_some(expires_at_ms as u64))
 }
 
@@ -163,12 +144,8 @@ pub(crate) async fn current(
         .key(key.lease_key())
         .key(key.holders_key())
         .arg(key.name());
-    let (owner, entry, now_ms): (Option<String>, Option<String>, u64) = redis
-        .round_trip("current", |mut conn| {
-            let invocation = &invocation;
-            async move { invocation.invoke_async(&mut conn).await }
-        })
-        .await?;
+    let (owner, entry, now_ms): (Option<String>, Option<String>, u64) =
+        redis.invoke("current", &invocation).await?;
     Ok(match (owner, entry) {
         (Some(owner), Some(entry)) => parse_holding(key.name().to_owned(), &entry)
             .filter(|h| h.expires_at_ms > now_ms)

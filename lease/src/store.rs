@@ -18,7 +18,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisResult};
+use redis::{Client, Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 
 use crate::telemetry;
 
@@ -77,6 +77,30 @@ impl RedisStore {
             }
             other => other,
         }
+    }
+
+    /// Runs `script` as one [`RedisStore::round_trip`].
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        script: &ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
+        self.round_trip(op, |mut conn| async move {
+            script.invoke_async(&mut conn).await
+        })
+        .await
+    }
+
+    /// Runs `command` as one [`RedisStore::round_trip`].
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        command: &Cmd,
+    ) -> RedisResult<T> {
+        self.round_trip(op, |mut conn| async move {
+            command.query_async(&mut conn).await
+        })
+        .await
     }
 
     /// Replaces the current connection with a new, lazily connected one.
