@@ -137,7 +137,7 @@ async fn postgres_restarted_mid_confirm_fails_cleanly_and_the_pool_recovers_by_i
     let base = server.address.clone();
 
     // Six holders confirm at once, each parked for 1.5 s at a different point: before
-    // the write (in the payment), inside the transaction, between the Redis release and
+    // the write (in the payment), inside the transaction, between the owner check and
     // the commit. Postgres restarts under them.
     let points = [
         PausePoint::BeforeWrite,
