@@ -29,6 +29,15 @@ pub(crate) async fn scene(
     (app, buyer, event, seats)
 }
 
+/// A private Redis, a [`TcpProxy`] in front of it, and the proxy's Redis URL.
+async fn behind_a_proxy() -> (RedisServer, TcpProxy, String) {
+    let redis = RedisServer::start().await.unwrap();
+    let upstream = format!("127.0.0.1:{}", redis.port).parse().unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let url = format!("redis://{}/", proxy.address);
+    (redis, proxy, url)
+}
+
 /// Redis closes clients idle for 1 s (`CONFIG SET timeout`, as managed Redis services,
 /// NATs and proxies do): the first hold after a quiet spell is granted, not a 503.
 #[tokio::test]
@@ -66,10 +75,7 @@ async fn the_first_hold_after_redis_closed_an_idle_connection_is_granted() {
 /// the next one runs on a new connection, not on the dead one.
 #[tokio::test]
 async fn a_half_open_redis_connection_is_replaced_after_one_timeout() {
-    let redis = RedisServer::start().await.unwrap();
-    let upstream = format!("127.0.0.1:{}", redis.port).parse().unwrap();
-    let proxy = TcpProxy::start(upstream).await.unwrap();
-    let url = format!("redis://{}/", proxy.address);
+    let (_redis, proxy, url) = behind_a_proxy().await;
     let (app, mut buyer, event, seats) = scene(url, 500).await;
     let first = buyer
         .seat_action(&app.address, event, seats[0], "hold")
@@ -94,10 +100,7 @@ async fn a_half_open_redis_connection_is_replaced_after_one_timeout() {
 /// made afterwards reach them.
 #[tokio::test]
 async fn a_half_open_live_feed_is_replaced_and_open_pages_keep_getting_changes() {
-    let redis = RedisServer::start().await.unwrap();
-    let upstream = format!("127.0.0.1:{}", redis.port).parse().unwrap();
-    let proxy = TcpProxy::start(upstream).await.unwrap();
-    let url = format!("redis://{}/", proxy.address);
+    let (_redis, proxy, url) = behind_a_proxy().await;
     let (app, mut buyer, event, seats) = scene(url, 500).await;
     let page = Arc::new(Mutex::new(String::new()));
     let reader = tokio::spawn({

@@ -42,7 +42,7 @@ local entry = redis.call('HGET', KEYS[3], ARGV[3]) or ''
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   -- Our own grant, asked for again (a request resent after its connection dropped).
   local token, expires = string.match(entry, '^(%d+) (%d+) ')
-  return {1, tonumber(token), tonumber(expires), ''}
+  if token then return {1, tonumber(token), tonumber(expires), ''} end
 end
 local holder = string.match(entry, '^%d+ %d+ (.*)$') or ''
 return {0, math.max(redis.call('PTTL', KEYS[1]), 0), 0, holder}
