@@ -11,9 +11,6 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use std::str::FromStr;
-
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -24,11 +21,7 @@ use crate::config::{PurchaseStrategy, Settings};
 use crate::ledger::PgFenceLedger;
 use crate::state::AppState;
 use crate::telemetry;
-use crate::{auction, buyer, csrf, events, health, live, orders, racelab, seats};
-
-/// A pooled Postgres connection idle for at least this long is pinged before use; one
-/// used more recently was checked when it was returned (sqlx pings on release).
-pub const POOL_IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+use crate::{auction, buyer, csrf, deadline, events, health, live, orders, racelab, seats};
 
 /// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -45,38 +38,11 @@ impl Application {
     /// and `/healthz` says so), builds the router and binds `settings.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         telemetry::prometheus(); // installed before anything is counted
-        // The store timeout bounds every statement and every lock wait too, not only the
-        // wait for a pool connection: a stalled transaction fails its request with 503.
-        // A lock wait is shorter, so that a purchase cut off after its idle bound
-        // (Settings::purchase_idle_timeout) frees the row within it.
-        let timeout_ms = settings.store_timeout_ms.to_string();
-        let lock_wait_ms = settings.lock_wait().as_millis().to_string();
-        let options = PgConnectOptions::from_str(&settings.database_url)
-            .context("parsing DATABASE_URL")?
-            .options([
-                ("statement_timeout", timeout_ms.as_str()),
-                ("lock_timeout", lock_wait_ms.as_str()),
-                // The tables are small and cached: with the default 4 the planner reads
-                // every venue's seats to draw a 1,000-seat map (30 ms, not 3.6 ms).
-                ("random_page_cost", "1.1"),
-            ]);
-        let db = PgPoolOptions::new()
-            .max_connections(settings.db_pool_size)
-            .acquire_timeout(settings.store_timeout())
-            // sqlx pings every connection as it goes back to the pool; pinging it again
-            // when it is handed out would cost every statement a second round trip.
-            // Only a connection idle for a while (the server may have gone meanwhile)
-            // is checked first.
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= POOL_IDLE_CHECK {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_lazy_with(options);
+        // The store timeout bounds every statement and every lock wait (a lock wait is
+        // shorter, so that a purchase cut off after its idle bound,
+        // Settings::purchase_idle_timeout, frees the row within it); a request's
+        // deadline bounds the waits on a store that stopped answering (crate::db).
+        let db = crate::db::pool(&settings)?;
         let redis = lease::connect(&settings.redis_url, settings.store_timeout())
             .context("parsing REDIS_URL")?;
         let leases = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
@@ -197,6 +163,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
         .layer(sessions)
         .layer(axum::middleware::from_fn(buyer::session_save_failures))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            deadline::bound,
+        ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(RequestBodyTimeoutLayer::new(
             state.settings.header_timeout(),

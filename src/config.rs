@@ -216,6 +216,20 @@ impl Settings {
         self.store_timeout() / 2
     }
 
+    /// The longest a request may wait on the stores, together with the purchase or bid it
+    /// runs detached: four store timeouts (each step on a store that answers is bounded by
+    /// one; a store that stops answering without closing the connection is bounded only by
+    /// this), plus the longest race-lab pause when the race lab is enabled. On expiry the
+    /// request answers 503 and its work is dropped ([`crate::deadline`]).
+    pub fn request_deadline(&self) -> Duration {
+        let pauses = if self.enable_race_lab {
+            crate::pause::MAX_PAUSE
+        } else {
+            Duration::ZERO
+        };
+        self.store_timeout() * 4 + pauses
+    }
+
     /// The header (and body) read timeout as a `Duration`.
     pub fn header_timeout(&self) -> Duration {
         Duration::from_millis(self.header_timeout_ms)

@@ -232,6 +232,8 @@ impl PgCost {
                     cost.round_trips += 1;
                     continue;
                 }
+                // (the live feed's heartbeat, after a second without news, not the operation's)
+                PgMessage::Query(sql) if sql == seatlock::live::HEARTBEAT_QUERY => continue,
                 PgMessage::Query(sql) => {
                     cost.round_trips += 1;
                     sql

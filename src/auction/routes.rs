@@ -284,7 +284,8 @@ async fn place_bid(
         // is written or refused, and the lock released at once.
         Ok(amount_cents) => {
             let (state, bidder) = (state.clone(), buyer.profile.clone());
-            crate::detached::to_completion("The bid", async move {
+            let deadline = state.settings.request_deadline();
+            crate::detached::to_completion("The bid", deadline, async move {
                 let new_bid = Bid {
                     bidder: &bidder,
                     item_id,

@@ -166,7 +166,8 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 #[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
     let purchase = purchase(state.clone(), buyer.clone(), seat, pause);
-    crate::detached::to_completion("The purchase", purchase).await
+    let deadline = state.settings.request_deadline();
+    crate::detached::to_completion("The purchase", deadline, purchase).await
 }
 
 async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
