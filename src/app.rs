@@ -56,7 +56,7 @@ impl Application {
         if let Some(secret) = &settings.secret {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }
-        let csrf = csrf::config(settings.secret.as_deref());
+        let csrf = csrf::Csrf::new(settings.secret.as_deref());
         let live = Arc::new(live::LiveHub::default());
         live::spawn(
             live.clone(),

@@ -131,7 +131,8 @@ pub async fn session_save_failures(req: Request, next: Next) -> Response {
     response
 }
 
-fn session_error(err: tower_sessions::session::Error) -> Error {
+/// A session store failure, logged, as a 503.
+pub fn session_error(err: tower_sessions::session::Error) -> Error {
     tracing::warn!(error = %err, "session store failed");
     Error::Unavailable("Postgres")
 }

@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use axum::extract::FromRef;
-use axum_csrf::CsrfConfig;
 use lease::LeaseClient;
 use sqlx::PgPool;
 
@@ -23,15 +21,9 @@ pub struct AppState {
     /// The settings the server was started with.
     pub settings: Arc<Settings>,
     /// CSRF token signing.
-    pub csrf: CsrfConfig,
+    pub csrf: crate::csrf::Csrf,
     /// Live updates for the pages this process serves.
     pub live: Arc<crate::live::LiveHub>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
     pub known_items: Arc<crate::auction::bid::KnownItems>,
-}
-
-impl FromRef<AppState> for CsrfConfig {
-    fn from_ref(state: &AppState) -> Self {
-        state.csrf.clone()
-    }
 }

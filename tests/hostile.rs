@@ -18,6 +18,7 @@ use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SESSION_COOKIE: &str = "seatlock.sid";
+const CSRF_COOKIE: &str = "seatlock.csrf";
 
 /// A server over a fresh tiny database, its settings changed by `adjust`, with one open
 /// auction item; returns the app, the event, its seats and the item.
@@ -354,6 +355,30 @@ async fn csrf_tokens_of_another_session_and_foreign_origins_are_refused_on_every
             );
             assert!(reply.body.contains("Cross-site"), "{}", reply.body);
         }
+    }
+    assert_nothing_written(&app, event).await;
+}
+
+/// Cookie injection (a sibling subdomain, a plain-HTTP response) lets another site plant
+/// its own CSRF cookie in a victim's browser, with the form token that matches it. The
+/// token is bound to the session it was minted for, so in the victim's session the pair
+/// is refused on every form (before: the cookie and token matched, and the post went
+/// through).
+#[tokio::test]
+async fn a_planted_csrf_cookie_and_its_token_are_refused_in_another_session() {
+    let (app, event, seats, item) = app(|_| {}).await;
+    let victim = visitor(&app, event).await;
+    let attacker = visitor(&app, event).await;
+    let planted = attacker.cookie(&app.address, CSRF_COOKIE).unwrap();
+    victim.set_cookie(&app.address, CSRF_COOKIE, &planted).unwrap();
+    assert_eq!(victim.cookie(&app.address, CSRF_COOKIE).unwrap(), planted);
+    for (path, fields) in forms(event, seats[0], item) {
+        let mut form = vec![("authenticity_token", attacker.csrf_token())];
+        form.extend(fields.iter().copied());
+        let body = serde_urlencoded::to_string(&form).unwrap();
+        let url = format!("{}{path}", app.address);
+        let reply = victim.post_raw(&url, body).await.unwrap();
+        assert_page(&reply, StatusCode::FORBIDDEN, &format!("{path}, planted pair"));
     }
     assert_nothing_written(&app, event).await;
 }
