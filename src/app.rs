@@ -29,6 +29,7 @@ pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 /// A built, bound, not yet running server.
 pub struct Application {
     listener: TcpListener,
+    metrics_listener: TcpListener,
     router: Router,
     state: AppState,
 }
@@ -85,8 +86,12 @@ impl Application {
         let listener = TcpListener::bind(&state.settings.bind)
             .await
             .with_context(|| format!("binding {}", state.settings.bind))?;
+        let metrics_listener = TcpListener::bind(&state.settings.metrics_bind)
+            .await
+            .with_context(|| format!("binding {} (metrics)", state.settings.metrics_bind))?;
         Ok(Application {
             listener,
+            metrics_listener,
             router,
             state,
         })
@@ -95,6 +100,13 @@ impl Application {
     /// The address actually bound (with `bind = 127.0.0.1:0`, the port picked).
     pub fn address(&self) -> std::net::SocketAddr {
         self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// The address `GET /metrics` is served on (`--metrics-bind`).
+    pub fn metrics_address(&self) -> std::net::SocketAddr {
+        self.metrics_listener
             .local_addr()
             .expect("a bound listener has an address")
     }
@@ -116,6 +128,10 @@ impl Application {
         let sweeper =
             tokio::spawn(crate::sessions::Sessions::new(self.state.db.clone()).sweep_expired());
         let _sweeper = AbortOnDrop(sweeper);
+        let metrics = Router::new().route("/metrics", get(telemetry::metrics_page));
+        let _metrics = AbortOnDrop(tokio::spawn(
+            axum::serve(self.metrics_listener, metrics).into_future(),
+        ));
         let live = self.state.live.clone();
         let limits = crate::serve::Limits {
             header_timeout: self.state.settings.header_timeout(),
@@ -133,7 +149,8 @@ impl Application {
 /// The routes and middleware. Sessions live in Postgres (tower-sessions-sqlx-store,
 /// [`crate::sessions::Sessions`]: timed, never resurrecting a rotated session); cookies are HttpOnly and SameSite=Lax; every POST is
 /// CSRF-checked by [`csrf::CsrfForm`] and refused if its Origin is foreign.
-/// `GET /metrics` serves [`telemetry`]'s Prometheus page. Hold and confirm are the
+/// `GET /metrics` is not here: [`telemetry`]'s page has a listener of its own
+/// (`--metrics-bind`, [`Application::run_until`]). Hold and confirm are the
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
@@ -147,7 +164,6 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(events::index))
         .route("/healthz", get(health::healthz))
-        .route("/metrics", get(telemetry::metrics_page))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .merge(seats::router())

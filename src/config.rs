@@ -71,6 +71,11 @@ pub struct Settings {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, env = "SEATLOCK_BIND", default_value = "127.0.0.1:3000")]
     pub bind: String,
+    /// Address of the listener that serves `GET /metrics` (Prometheus), apart from the
+    /// app's port so that buyers, and whatever fronts the app, cannot read it; loopback
+    /// by default. Port 0 picks a free port.
+    #[arg(long, env = "SEATLOCK_METRICS_BIND", default_value = "127.0.0.1:9464")]
+    pub metrics_bind: String,
     /// Length of a seat hold (the lease TTL), in milliseconds. Default: ten minutes.
     #[arg(long, env = "SEATLOCK_HOLD_TTL_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(100..))]
     pub hold_ttl_ms: u64,
@@ -404,6 +409,7 @@ mod tests {
             database_url: "postgres://u:p@127.0.0.1:1/y".into(),
             redis_url: "redis://127.0.0.1:2/".into(),
             bind: "127.0.0.1:4000".into(),
+            metrics_bind: "127.0.0.1:4001".into(),
             hold_ttl_ms: 1_234,
             payment_delay_ms: 56,
             lease_namespace: "ns-7".parse().unwrap(),

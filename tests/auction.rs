@@ -847,7 +847,7 @@ async fn a_bid_stalled_past_the_end_is_refused_and_extends_nothing() {
 }
 /// The value of the Prometheus sample `name` on this process's `GET /metrics`, 0 if absent.
 async fn metric(app: &TestApp, name: &str) -> f64 {
-    let page = reqwest::get(format!("{}/metrics", app.address))
+    let page = reqwest::get(&app.metrics_url)
         .await
         .unwrap()
         .text()
