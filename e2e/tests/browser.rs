@@ -553,3 +553,31 @@ async fn a_stream_refused_once_says_not_live_then_reconnects_and_catches_up() {
     })
     .await;
 }
+
+/// Scenario: one buyer has the same seat map open in eight visible tabs. A browser opens
+/// at most six connections per site over HTTP/1.1, so eight tabs each holding a stream
+/// would leave none for the next click, which would stall. The tabs share one stream
+/// (one tab holds it and relays to the others), so the click in the last tab is served,
+/// and every tab shows the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_tabs_of_one_map_share_a_stream_and_a_click_in_the_last_is_served() {
+    support::run("eight_tabs", async |w| {
+        let (_, hall) = hall(w).await?;
+        let first = w.buyer("A", 0).await?;
+        first.open_live(&hall).await?;
+        let mut tabs = vec![first];
+        for _ in 1..8 {
+            let tab = tabs[0].tab().await?;
+            tab.open_live(&hall).await?;
+            tabs.push(tab);
+        }
+        let last = tabs.last().context("eight tabs")?;
+        let seat = available_seat(last, 0).await?;
+        last.seat(seat).click(None).await?;
+        for tab in &tabs {
+            tab.wait_for_seat(seat, "mine").await?;
+        }
+        Ok(())
+    })
+    .await;
+}
