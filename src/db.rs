@@ -80,7 +80,10 @@ async fn within<T>(
     call: impl Future<Output = Result<T, sqlx::Error>>,
 ) -> Result<T, sqlx::Error> {
     tokio::time::timeout(deadline, call).await.map_err(|_| {
-        tracing::warn!(?deadline, "a Postgres connection stopped answering; closing it");
+        tracing::warn!(
+            ?deadline,
+            "a Postgres connection stopped answering; closing it"
+        );
         sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())
     })?
 }

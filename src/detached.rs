@@ -24,8 +24,10 @@ pub async fn to_completion<T: Send + 'static>(
     work: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
     let bounded = async move { crate::deadline::within(deadline, work).await? };
-    tokio::spawn(bounded.in_current_span()).await.map_err(|err| {
-        tracing::error!(error = %err, what, "detached work failed");
-        Error::Unavailable(what)
-    })?
+    tokio::spawn(bounded.in_current_span())
+        .await
+        .map_err(|err| {
+            tracing::error!(error = %err, what, "detached work failed");
+            Error::Unavailable(what)
+        })?
 }

@@ -267,12 +267,27 @@ async fn at_the_maximum_amount_the_item_says_it_is_at_its_limit() {
     let refused = bid_on(&mut a, base, id, "1000000.00").await;
     assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
     assert_eq!(refused.refusal.as_deref(), Some("at_limit"));
-    assert!(refused.body.contains("cannot be outbid"), "{}", refused.body);
+    assert!(
+        refused.body.contains("cannot be outbid"),
+        "{}",
+        refused.body
+    );
     let page = a.get(&format!("{base}/auctions/{id}")).await.unwrap();
-    assert!(page.body.contains("Bidding is at its limit"), "{}", page.body);
-    assert!(!page.body.contains("id=\"bid\""), "no bid form: {}", page.body);
+    assert!(
+        page.body.contains("Bidding is at its limit"),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("id=\"bid\""),
+        "no bid form: {}",
+        page.body
+    );
     let item = fetch(&app, id).await;
-    assert_eq!((item.high_bid_cents, item.bid_count), (Some(100_000_000), 2));
+    assert_eq!(
+        (item.high_bid_cents, item.bid_count),
+        (Some(100_000_000), 2)
+    );
 }
 
 #[tokio::test]

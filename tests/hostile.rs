@@ -370,7 +370,9 @@ async fn a_planted_csrf_cookie_and_its_token_are_refused_in_another_session() {
     let victim = visitor(&app, event).await;
     let attacker = visitor(&app, event).await;
     let planted = attacker.cookie(&app.address, CSRF_COOKIE).unwrap();
-    victim.set_cookie(&app.address, CSRF_COOKIE, &planted).unwrap();
+    victim
+        .set_cookie(&app.address, CSRF_COOKIE, &planted)
+        .unwrap();
     assert_eq!(victim.cookie(&app.address, CSRF_COOKIE).unwrap(), planted);
     for (path, fields) in forms(event, seats[0], item) {
         let mut form = vec![("authenticity_token", attacker.csrf_token())];
@@ -378,7 +380,11 @@ async fn a_planted_csrf_cookie_and_its_token_are_refused_in_another_session() {
         let body = serde_urlencoded::to_string(&form).unwrap();
         let url = format!("{}{path}", app.address);
         let reply = victim.post_raw(&url, body).await.unwrap();
-        assert_page(&reply, StatusCode::FORBIDDEN, &format!("{path}, planted pair"));
+        assert_page(
+            &reply,
+            StatusCode::FORBIDDEN,
+            &format!("{path}, planted pair"),
+        );
     }
     assert_nothing_written(&app, event).await;
 }

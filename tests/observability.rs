@@ -88,9 +88,16 @@ async fn a_fresh_servers_first_scrape_has_every_counter_at_zero_with_its_help() 
 #[tokio::test]
 async fn metrics_are_served_on_their_own_listener_not_the_app_port() {
     let app = TestApp::builder().spawn().await.unwrap();
-    let on_app_port = reqwest::get(format!("{}/metrics", app.address)).await.unwrap();
+    let on_app_port = reqwest::get(format!("{}/metrics", app.address))
+        .await
+        .unwrap();
     assert_eq!(on_app_port.status(), reqwest::StatusCode::NOT_FOUND);
     let page = reqwest::get(&app.metrics_url).await.unwrap();
     assert_eq!(page.status(), reqwest::StatusCode::OK);
-    assert!(page.text().await.unwrap().contains("seatlock_holds_granted_total"));
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("seatlock_holds_granted_total")
+    );
 }

@@ -544,3 +544,32 @@ async fn seats_of_an_event_that_has_started_are_no_longer_sold() {
     assert!(confirm.is_refused(&Refusal::EventStarted), "{confirm:?}");
     assert_eq!(orders_for(&app, event, seats[20]).await, 0);
 }
+
+/// Pages are sent gzip-compressed to clients that ask (the seat map is the big one: the
+/// arena's 1.67 MB of HTML goes as about 100 kB); live pages' event streams are not, so
+/// no event waits in a compressor's buffer.
+#[tokio::test]
+async fn seat_maps_are_sent_compressed_and_event_streams_are_not() {
+    let app = tiny().await;
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let client = reqwest::Client::new();
+    let get = |path: String| {
+        client
+            .get(format!("{}{path}", app.address))
+            .header(reqwest::header::ACCEPT_ENCODING, "gzip")
+            .send()
+    };
+    let page = get(format!("/events/{event}")).await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    assert_eq!(page.headers()[reqwest::header::CONTENT_ENCODING], "gzip");
+    let stream = get(format!("/events/{event}/stream")).await.unwrap();
+    assert_eq!(
+        stream.headers()[reqwest::header::CONTENT_TYPE],
+        "text/event-stream"
+    );
+    assert!(
+        !stream
+            .headers()
+            .contains_key(reqwest::header::CONTENT_ENCODING)
+    );
+}

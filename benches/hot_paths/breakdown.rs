@@ -119,10 +119,7 @@ impl Processes {
         }
         let (busy, idle) = machine_ticks();
         let machine_s = (seconds(Some(busy)), seconds(Some(idle)));
-        let page = reqwest::get(metrics_url)
-            .await?
-            .text()
-            .await?;
+        let page = reqwest::get(metrics_url).await?.text().await?;
         let metrics = page
             .lines()
             .filter(|l| !l.starts_with('#'))

@@ -469,23 +469,28 @@ async fn the_arena_map_loads_and_a_seat_can_be_held() {
         a.open(&arena).await?;
         let loaded = started.elapsed();
         // Counted in the page: a locator count would fetch a handle per seat.
-        let (seats, timing): (usize, (f64, f64, f64)) = a
+        let (seats, timing, bytes): (usize, (f64, f64, f64), (f64, f64)) = a
             .page
             .evaluate(
                 "() => { const n = performance.getEntriesByType('navigation')[0]; \
                  return [document.querySelectorAll('.seat').length, \
-                         [n.responseEnd, n.domContentLoadedEventEnd, n.loadEventEnd]]; }",
+                         [n.responseEnd, n.domContentLoadedEventEnd, n.loadEventEnd], \
+                         [n.encodedBodySize, n.decodedBodySize]]; }",
                 None::<&()>,
             )
             .await?;
         ensure!(seats == 11_056, "the arena map shows {seats} seats");
+        ensure!(bytes.0 < bytes.1, "the map was sent compressed: {bytes:?}");
         eprintln!(
             "e2e: arena map, 11,056 seats: loaded in {} ms (response {:.0} ms, \
-             DOMContentLoaded {:.0} ms, load {:.0} ms after navigation start)",
+             DOMContentLoaded {:.0} ms, load {:.0} ms after navigation start); \
+             {:.0} kB sent for {:.0} kB of HTML",
             loaded.as_millis(),
             timing.0,
             timing.1,
-            timing.2
+            timing.2,
+            bytes.0 / 1e3,
+            bytes.1 / 1e3
         );
 
         let seat = available_seat(&a, 0).await?;

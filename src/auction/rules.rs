@@ -42,7 +42,10 @@ pub enum BidRefusal {
         minimum_cents: i64,
     },
     /// The high bid is already [`MAX_AMOUNT_CENTS`]: no bid can beat it.
-    #[error("The high bid is {}, the most this site accepts: it cannot be outbid.", format_cents(MAX_AMOUNT_CENTS))]
+    #[error(
+        "The high bid is {}, the most this site accepts: it cannot be outbid.",
+        format_cents(MAX_AMOUNT_CENTS)
+    )]
     AtLimit,
     /// Below the high bid plus the minimum increment (an equal bid included).
     #[error("Your bid of {} is no longer high enough: the high bid is {}, so a bid must be at least {} (the high bid plus the minimum increment of {}).", format_cents(*.amount_cents), format_cents(*.high_bid_cents), format_cents(*.minimum_cents), format_cents(*.increment_cents))]

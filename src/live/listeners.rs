@@ -233,7 +233,10 @@ async fn listen_postgres(hub: Arc<LiveHub>, db: PgPool) {
 /// arguments: sent as a simple query) within [`HEARTBEAT_DEADLINE`].
 async fn answers(listener: &mut PgListener) -> bool {
     let ping = sqlx::Executor::execute(listener, HEARTBEAT_QUERY);
-    matches!(tokio::time::timeout(HEARTBEAT_DEADLINE, ping).await, Ok(Ok(_)))
+    matches!(
+        tokio::time::timeout(HEARTBEAT_DEADLINE, ping).await,
+        Ok(Ok(_))
+    )
 }
 
 #[cfg(test)]

@@ -211,14 +211,20 @@ async fn half_open_postgres_connections_are_cut_off_and_replaced() {
     let buy = async |buyer: &mut HttpBuyer, seat: i64| {
         let hold = buyer.seat_action(&app.address, event, seat, "hold").await;
         match hold.unwrap().status {
-            StatusCode::SEE_OTHER => buyer.seat_action(&app.address, event, seat, "confirm").await,
+            StatusCode::SEE_OTHER => {
+                buyer
+                    .seat_action(&app.address, event, seat, "confirm")
+                    .await
+            }
             _ => Err(anyhow::anyhow!("hold of seat {seat} not granted")),
         }
     };
     let bought = buy(&mut buyer, seats[0]).await.unwrap();
     assert_eq!(bought.status, StatusCode::SEE_OTHER, "{bought:?}");
     eventually(Duration::from_secs(10), "the live page", || async {
-        page.lock().unwrap().contains(&format!("\"seat\":{}", seats[0]))
+        page.lock()
+            .unwrap()
+            .contains(&format!("\"seat\":{}", seats[0]))
     })
     .await;
 
@@ -250,8 +256,14 @@ async fn half_open_postgres_connections_are_cut_off_and_replaced() {
 /// `host:port` of a URL such as `postgres://user:password@127.0.0.1:15432/db`.
 fn authority(url: &str) -> String {
     let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let host_and_path = after_scheme.rsplit_once('@').map_or(after_scheme, |(_, h)| h);
-    host_and_path.split('/').next().unwrap_or_default().to_owned()
+    let host_and_path = after_scheme
+        .rsplit_once('@')
+        .map_or(after_scheme, |(_, h)| h);
+    host_and_path
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// Whether an event stream's text shows `seat` sold: as a `seat` change, or in a fresh
