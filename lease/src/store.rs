@@ -91,8 +91,11 @@ impl RedisStore {
         .await
     }
 
-    /// Runs `command` as one [`RedisStore::round_trip`].
-    pub(crate) async fn query<T: FromRedisValue>(
+    /// Runs `command` as one round trip, repaired as the module docs say (sent once more
+    /// after a dropped connection, so give it only a command that is safe to run twice;
+    /// a new connection after a timeout) and timed under `op` in
+    /// [`telemetry::REDIS_ROUND_TRIP_SECONDS`]. Errors: Redis's, or the timeout.
+    pub async fn query<T: FromRedisValue>(
         &self,
         op: &'static str,
         command: &Cmd,
