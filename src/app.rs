@@ -72,6 +72,7 @@ impl Application {
             settings: Arc::new(settings),
             csrf,
             live,
+            catalog: Arc::default(),
             known_items: Arc::default(),
         };
         // Not ready before the live feeds are subscribed (pages would miss changes),
@@ -125,10 +126,6 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let _closer = auction::close::spawn(self.state.clone());
-        // Expired sessions are deleted once a minute (anonymous buyers never log out).
-        let sweeper =
-            tokio::spawn(crate::sessions::Sessions::new(self.state.db.clone()).sweep_expired());
-        let _sweeper = AbortOnDrop(sweeper);
         let metrics = Router::new().route("/metrics", get(telemetry::metrics_page));
         let _metrics = AbortOnDrop(tokio::spawn(
             axum::serve(self.metrics_listener, metrics).into_future(),
@@ -147,15 +144,19 @@ impl Application {
     }
 }
 
-/// The routes and middleware. Sessions live in Postgres (tower-sessions-sqlx-store,
-/// [`crate::sessions::Sessions`]: timed, never resurrecting a rotated session); cookies are HttpOnly and SameSite=Lax; every POST is
-/// CSRF-checked by [`csrf::CsrfForm`] and refused if its Origin is foreign.
+/// The routes and middleware. Sessions live in Redis ([`crate::sessions::Sessions`]:
+/// under the lease namespace, expired by Redis, never resurrecting a rotated session);
+/// cookies are HttpOnly and SameSite=Lax; every POST is CSRF-checked by
+/// [`csrf::CsrfForm`] and refused if its Origin is foreign.
 /// `GET /metrics` is not here: [`telemetry`]'s page has a listener of its own
 /// (`--metrics-bind`, [`Application::run_until`]). Hold and confirm are the
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
-    let store = crate::sessions::Sessions::new(state.db.clone());
+    let store = crate::sessions::Sessions::new(
+        state.leases.clone(),
+        state.settings.lease_namespace.clone(),
+    );
     let sessions = SessionManagerLayer::new(store)
         .with_name("seatlock.sid")
         .with_http_only(true)

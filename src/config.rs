@@ -82,7 +82,8 @@ pub struct Settings {
     /// Simulated payment time before a purchase is written, in milliseconds.
     #[arg(long, env = "SEATLOCK_PAYMENT_DELAY_MS", default_value_t = 0)]
     pub payment_delay_ms: u64,
-    /// Prefix of every lease group, so several deployments (or tests) can share a Redis.
+    /// Prefix of every lease group and session key, so several deployments (or tests) can
+    /// share a Redis.
     #[arg(long, env = "SEATLOCK_LEASE_NAMESPACE", default_value = "seatlock")]
     pub lease_namespace: LeaseNamespace,
     /// Secret shared by all server processes, used to sign CSRF tokens. Random per
@@ -327,9 +328,9 @@ pub enum BidStrategy {
     Conditional,
 }
 
-/// The prefix of every lease group of one deployment (`--lease-namespace`), so several
-/// deployments or tests can share a Redis: groups are `<namespace>:event:<id>` and
-/// `<namespace>:auction:<id>`. Parsed once at start-up: it may not contain what a
+/// The prefix of every Redis key of one deployment (`--lease-namespace`), so several
+/// deployments or tests can share a Redis: lease groups are `<namespace>:event:<id>` and
+/// `<namespace>:auction:<id>`, sessions `<namespace>:session:<id>`. Parsed once at start-up: it may not contain what a
 /// [`lease::LeaseKey`] refuses (braces, white space) or be empty.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
@@ -345,6 +346,13 @@ impl LeaseNamespace {
     pub fn key(&self, kind: &str, id: i64, name: &str) -> lease::LeaseKey {
         lease::LeaseKey::new(self.group(kind, id), name)
             .expect("a parsed namespace, a kind word and an id make a valid key")
+    }
+
+    /// The Redis key of the browser session `session_id` ([`crate::sessions`]):
+    /// `<namespace>:session:<id>`. Never a lease key (those start with `lease:{`), and
+    /// distinct from another namespace's sessions: a session id has no `:`.
+    pub fn session_key(&self, session_id: &str) -> String {
+        format!("{}:session:{session_id}", self.0)
     }
 
     /// The namespace's text.
@@ -451,6 +459,7 @@ mod tests {
         }
         let ns: LeaseNamespace = "t1".parse().unwrap();
         assert_eq!(ns.key("event", 4, "9").lease_key(), "lease:{t1:event:4}:9");
+        assert_eq!(ns.session_key("AbC-_1"), "t1:session:AbC-_1");
     }
 
     #[test]

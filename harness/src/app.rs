@@ -184,6 +184,12 @@ impl TestApp {
         )
     }
 
+    /// The Redis key of the browser session whose cookie value is `session_id`, in this
+    /// server's namespace ([`seatlock::sessions`]).
+    pub fn session_key(&self, session_id: &str) -> String {
+        self.state.settings.lease_namespace.session_key(session_id)
+    }
+
     /// The lease group of event `event_id`'s seats in this server's namespace.
     pub fn event_group(&self, event_id: i64) -> String {
         seats::event_group(&self.state.settings.lease_namespace, event_id)

@@ -288,7 +288,10 @@ async fn a_retired_resource_is_never_granted_again_and_retire_releases_only_its_
     let ttl = Duration::from_secs(10);
     let key = key("1");
     let a = client.acquire(&key, "a", ttl).await.unwrap();
-    assert!(client.retire(&a).await.unwrap(), "the owner's lease is released");
+    assert!(
+        client.retire(&a).await.unwrap(),
+        "the owner's lease is released"
+    );
     assert!(!exists(&client, &key).await && !listed(&client, &key).await);
     let issued = fence_counter(&client, &key).await;
     for _ in 0..2 {
@@ -298,7 +301,11 @@ async fn a_retired_resource_is_never_granted_again_and_retire_releases_only_its_
         assert!(!client.retire(&a).await.unwrap());
     }
     assert!(!exists(&client, &key).await, "a refusal writes no lease");
-    assert_eq!(fence_counter(&client, &key).await, issued, "nor takes a token");
+    assert_eq!(
+        fence_counter(&client, &key).await,
+        issued,
+        "nor takes a token"
+    );
 
     // Retired by a holder whose lease lapsed: the next holder's lease is left alone (to
     // lapse or be released), and nobody is granted the resource any more.
