@@ -24,6 +24,9 @@ use crate::state::AppState;
 use crate::telemetry;
 use crate::{auction, buyer, csrf, deadline, events, health, live, orders, racelab, seats};
 
+/// The name of the session cookie; its value is the session id, nothing else.
+pub const SESSION_COOKIE: &str = "seatlock.sid";
+
 /// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 
@@ -158,7 +161,7 @@ pub fn router(state: AppState) -> Router {
         state.settings.lease_namespace.clone(),
     );
     let sessions = SessionManagerLayer::new(store)
-        .with_name("seatlock.sid")
+        .with_name(SESSION_COOKIE)
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
         .with_secure(false)

@@ -11,14 +11,13 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue, ORIGIN};
-use seatlock::app::BODY_LIMIT_BYTES;
+use seatlock::app::{BODY_LIMIT_BYTES, SESSION_COOKIE};
 use seatlock::auction::queries::insert_item;
 use seatlock::config::Settings;
 use seatlock::error::Refusal;
 use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const SESSION_COOKIE: &str = "seatlock.sid";
 const CSRF_COOKIE: &str = "seatlock.csrf";
 
 /// A server over a fresh tiny database, its settings changed by `adjust`, with one open
