@@ -323,7 +323,7 @@ async fn give_up(state: &AppState, lease: &Lease, sold: bool) {
 /// Explains a refused [`queries::sell`]: already bought by this buyer (a double submit:
 /// returns the order), the event started, a stale fencing token (the row accepted a
 /// higher one, which only a sale writes), or sold. The hold is worthless either way and
-/// is given up ([`give_up`]; the seat retired unless the refusal is the event's start).
+/// is given up ([`give_up`]; the seat is retired too when it is sold).
 async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) -> Result<i64> {
     if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
         give_up(state, lease, true).await;
