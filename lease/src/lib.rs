@@ -357,7 +357,8 @@ pub struct GroupSnapshot {
 }
 
 /// Why a lease operation failed. Callers usually map `Held` to "try again later",
-/// `Lost` to "your hold is gone", and `Unavailable`/`Ledger` to "service unavailable".
+/// `Lost` to "your hold is gone", `Retired` to "gone for good" (seatlock: sold), and
+/// `Unavailable`/`Ledger` to "service unavailable".
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
     /// Another holder has the lease. `holder` is the public label it gave (empty if the
@@ -568,7 +569,7 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// (seatlock: a sold seat), so that later contenders are turned away by the lock
     /// service instead of by the resource. Returns `true` if this call deleted the lease,
     /// `false` if it had already expired or passed to another owner (whose lease is left
-    /// as it is, to lapse or be released; it can never be renewed into a new grant).
+    /// as it is, to lapse, be renewed or be released: only new grants are refused).
     ///
     /// The retirement is a hint, not a guarantee: it lives in Redis, which can lose it
     /// (step 5), and it is recorded after the resource's final write, so a contender can

@@ -5,8 +5,8 @@
 //!   proxy): the next request fails with a dropped connection while the manager
 //!   reconnects. Such a request is sent once more on the new connection. Every script of
 //!   this crate is safe to run twice: acquire is idempotent for its owner token, release
-//!   and renew are compare-and-something, an install whose marker is gone is refused, the
-//!   rest are reads.
+//!   and renew are compare-and-something, retire adds to a set and compares-and-deletes,
+//!   an install whose marker is gone is refused, the rest are reads.
 //! * **A connection that stopped answering without closing** (a dropped flow, a suspended
 //!   host: half-open): each request times out and the manager keeps the dead connection,
 //!   so every later request would time out too. After a timeout the connection is
