@@ -94,9 +94,15 @@ async fn redis_lost_mid_traffic_stops_guarded_work_then_resumes_with_higher_toke
         .await;
     }
     // The holds were lost with Redis, and so were the sessions that kept them: each
-    // holder is a new guest now, told in words that it holds no seat, and its page no
-    // longer counts down.
+    // holder is a new guest now. The form it still has was bound to the lost session, so
+    // it is refused as expired; from a fresh page it is told in words that it holds no
+    // seat, and the page no longer counts down.
     for (buyer, server, seat) in &mut holders {
+        let stale = act(buyer, server, &d, *seat, "confirm").await;
+        assert_eq!(stale.status, StatusCode::FORBIDDEN, "{}", stale.body);
+        assert!(stale.body.contains("This form has expired"), "{}", stale.body);
+        let page = buyer.get(&d.page(server)).await.unwrap();
+        assert!(!page.body.contains("held for you"), "{}", page.body);
         let reply = act(buyer, server, &d, *seat, "confirm").await;
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
         assert!(
@@ -104,8 +110,6 @@ async fn redis_lost_mid_traffic_stops_guarded_work_then_resumes_with_higher_toke
             "{}",
             reply.body
         );
-        let page = buyer.get(&d.page(server)).await.unwrap();
-        assert!(!page.body.contains("held for you"), "{}", page.body);
     }
     // Work resumes in the same processes, with tokens above every token issued before.
     let before = *issued.iter().max().unwrap();
