@@ -100,7 +100,11 @@ async fn redis_lost_mid_traffic_stops_guarded_work_then_resumes_with_higher_toke
     for (buyer, server, seat) in &mut holders {
         let stale = act(buyer, server, &d, *seat, "confirm").await;
         assert_eq!(stale.status, StatusCode::FORBIDDEN, "{}", stale.body);
-        assert!(stale.body.contains("This form has expired"), "{}", stale.body);
+        assert!(
+            stale.body.contains("This form has expired"),
+            "{}",
+            stale.body
+        );
         let page = buyer.get(&d.page(server)).await.unwrap();
         assert!(!page.body.contains("held for you"), "{}", page.body);
         let reply = act(buyer, server, &d, *seat, "confirm").await;
