@@ -26,8 +26,9 @@
 //!
 //! The owner tokens of a buyer's holds are in the session, so they never leave the server.
 //! What this costs: a Redis that loses its data loses the sessions with the holds (every
-//! buyer becomes a new guest; orders stay in Postgres under the old buyer id), and while
-//! Redis is down no page is served (503 naming Redis).
+//! buyer becomes a new guest, whose forms served before are refused until the page is
+//! reloaded, their CSRF tokens being bound to the lost session; orders stay in Postgres
+//! under the old buyer id), and while Redis is down no page is served (503 naming Redis).
 
 use std::sync::Arc;
 
