@@ -93,8 +93,9 @@
 //! ledger reservation are one step, so blocks are reserved in the order their markers
 //! were written (with the designed guard a marker counts only on the server it was
 //! written on, which makes that order irrelevant). The confirm's second owner check before `COMMIT`
-//! (`src/seats/purchase.rs`) and a seat's `NOT sold`: the resource here is written more
-//! than once, like the auction's high bid, so only the fence decides. Retried scripts
+//! (`src/seats/purchase.rs`), a seat's `NOT sold` and its retirement after the sale
+//! (`lease/src/scripts/retire.lua`, itself lost with Redis's data): the resource here is
+//! written more than once, like the auction's high bid, so only the fence decides. Retried scripts
 //! (acquire is idempotent for its owner token). An old primary that keeps accepting
 //! writes after it was replaced (split brain, bounded in Redis by `min-replicas-to-write`).
 //! After a failover the replica is at once a full copy of the new primary. One lease
