@@ -31,7 +31,7 @@ use crate::state::AppState;
 const SESSION_BINDING: &str = "csrf";
 
 /// The CSRF configuration: the cookie settings and the signing secret, from which
-/// [`Csrf::for_session`] derives each session's own.
+/// `Csrf::for_session` derives each session's own.
 #[derive(Clone)]
 pub struct Csrf {
     cookie: CsrfConfig,
@@ -138,7 +138,7 @@ impl IntoResponseParts for FormToken {
     }
 }
 
-/// Checks that a secret is long enough for [`config`].
+/// Checks that a secret is long enough for [`Csrf::new`].
 pub fn check_secret(secret: &str) -> Result<(), String> {
     if secret.len() >= 32 {
         Ok(())

@@ -61,7 +61,7 @@ impl FromRequestParts<AppState> for RaceLabPause {
     }
 }
 
-/// Where in a fenced confirm ([`purchase::confirm`]) the race-lab pause happens. The
+/// Where in a fenced confirm ([`crate::seats::purchase::confirm`]) the race-lab pause happens. The
 /// fault tests park a server at one of these points and kill it there.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PausePoint {

@@ -289,7 +289,7 @@ impl PostgresServer {
     }
 
     /// `postgres://postgres@127.0.0.1:PORT/postgres`, a role that may create databases
-    /// (for [`fresh_database`]).
+    /// (for [`crate::fresh_database`]).
     pub fn admin_url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }

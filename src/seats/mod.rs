@@ -5,7 +5,7 @@
 //!   not ask Postgres.
 //! * [`map`]: the seat map of an event (one Postgres query + one Redis round trip).
 //! * [`queries`]: the SQL.
-//! * [`routes`]: thin HTTP handlers; `live`: the seat map's server-sent events.
+//! * `routes`: thin HTTP handlers; `live`: the seat map's server-sent events.
 
 pub mod catalog;
 mod live;

@@ -161,7 +161,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// tab, a lost signal) does not cancel it half way: the retry finds the order, or the
 /// hold still there.
 ///
-/// The order of the steps ([`buy`]) leaves the buyer, whatever fails or crashes, with
+/// The order of the steps (`buy`) leaves the buyer, whatever fails or crashes, with
 /// either the order or the hold (until its TTL), never neither, while a hold that lapsed
 /// before the commit still cannot buy. When the session's copy of the hold was stale,
 /// the purchase is made once more with the live lease Redis has for the buyer.
