@@ -163,11 +163,21 @@ async fn bounded<T>(
 }
 
 /// Lease pairs against redis-benchmark and rslock, and the Redis CPU of each kind of pair.
-async fn lease_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+/// `breakdowns` gets where the CPU time of each kind of pair went (`lease_pairs`,
+/// `rslock_pairs`: this process is the client, the server idles).
+async fn lease_rows(
+    s: &Setup,
+    rows: &mut Vec<Row>,
+    breakdowns: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
     let set_per_s = bounded("redis-benchmark -t set -c 64", async {
         stores::redis_benchmark_set(&s.redis_url, LEASE_CALLERS, 300_000)
     })
     .await?;
+    let pid = s.server.pid().context("the server has exited")?;
+    let processes = breakdown::Processes::find(pid, &s.redis_url, &s.db).await?;
+    let server = &s.server.address;
+    let before = processes.snapshot(server).await?;
     let (pairs, pair_cpu_us) = bounded(
         "lease pairs",
         stores::with_redis_cpu(
@@ -176,6 +186,7 @@ async fn lease_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         ),
     )
     .await?;
+    let between = processes.snapshot(server).await?;
     let (rslock, rslock_cpu_us) = bounded(
         "rslock pairs",
         stores::with_redis_cpu(
@@ -184,6 +195,13 @@ async fn lease_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         ),
     )
     .await?;
+    let after = processes.snapshot(server).await?;
+    for (name, from, to, rate) in [
+        ("lease_pairs", &before, &between, pairs),
+        ("rslock_pairs", &between, &after, rslock),
+    ] {
+        breakdowns.insert(name.into(), breakdown::between(from, to, rate.all as f64));
+    }
     rows.push(
         Row::versus(
             "lease_pairs_vs_redis_benchmark",
@@ -650,7 +668,7 @@ fn main() -> anyhow::Result<()> {
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let wanted = |group: &str| only.is_empty() || only.split(',').any(|g| g.trim() == group);
     if wanted("lease") {
-        rt.block_on(lease_rows(&setup, &mut rows))?;
+        rt.block_on(lease_rows(&setup, &mut rows, &mut breakdowns))?;
     }
     if wanted("http") {
         rt.block_on(http_rows(&setup, &BUYERS, &mut rows, &mut breakdowns))?;
