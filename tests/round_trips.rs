@@ -26,237 +26,22 @@
 //!   A command whose key is a session key (`<namespace>:session:<id>`) is session
 //!   traffic.
 //! * **Postgres**: the server under test reaches Postgres through a TCP proxy
-//!   ([`PgWire`]) that reads the client half of the wire protocol (v3): simple queries
-//!   (`Q`), extended-protocol executions (`Parse`/`Bind`/`Execute`, resolved to their SQL)
-//!   and `Sync`s. A `Sync` with nothing before it is a ping. This counts what was sent,
-//!   whatever the statistics collector has flushed, and tells each statement apart.
+//!   ([`PgWire`], shared with `make bench`) that reads the client half of the wire
+//!   protocol (v3): simple queries (`Q`), extended-protocol executions
+//!   (`Parse`/`Bind`/`Execute`, resolved to their SQL) and `Sync`s. A `Sync` with nothing
+//!   before it is a ping. This counts what was sent, whatever the statistics collector has
+//!   flushed, and tells each statement apart.
 //!
 //! Run with `--nocapture` to see the table.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use seatlock::config::LeaseNamespace;
 use seatlock::error::Refusal;
+use seatlock_harness::pgwire::{PgCost, PgWire};
 use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TINY_VENUES, TestApp};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// One message of the client half of the Postgres protocol, as logged by [`PgWire`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum PgMessage {
-    /// A simple query (`Q`), e.g. `BEGIN`.
-    Query(String),
-    /// An `Execute` of a prepared statement, with its SQL.
-    Execute(String),
-    /// A `Sync` ending a batch of extended-protocol messages: one round trip.
-    Sync,
-    /// A `Sync` with nothing before it: a connection check (sqlx's ping).
-    Ping,
-}
-
-/// A TCP proxy in front of Postgres that logs what its clients send.
-struct PgWire {
-    address: SocketAddr,
-    log: Arc<Mutex<Vec<PgMessage>>>,
-}
-
-impl PgWire {
-    /// Listens on a free loopback port and forwards every connection to `upstream`.
-    async fn start(upstream: SocketAddr) -> PgWire {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let accepted = log.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let server = TcpStream::connect(upstream).await.unwrap();
-                tokio::spawn(relay(client, server, accepted.clone()));
-            }
-        });
-        PgWire { address, log }
-    }
-
-    /// Messages logged so far.
-    fn len(&self) -> usize {
-        self.log.lock().unwrap().len()
-    }
-
-    /// Messages logged since `from`.
-    fn since(&self, from: usize) -> Vec<PgMessage> {
-        self.log.lock().unwrap()[from..].to_vec()
-    }
-
-    /// Waits until nothing new has arrived for 100 ms (sqlx checks a connection in a
-    /// background task after it is returned), at most 3 s.
-    async fn settle(&self) {
-        let mut seen = self.len();
-        for _ in 0..30 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            if self.len() == seen {
-                return;
-            }
-            seen = self.len();
-        }
-    }
-}
-
-/// Copies both directions; parses the client's.
-async fn relay(client: TcpStream, server: TcpStream, log: Arc<Mutex<Vec<PgMessage>>>) {
-    let (mut client_read, mut client_write) = client.into_split();
-    let (mut server_read, mut server_write) = server.into_split();
-    tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
-    let mut parser = Parser::default();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        let n = match client_read.read(&mut chunk).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        if server_write.write_all(&chunk[..n]).await.is_err() {
-            return;
-        }
-        let messages = parser.feed(&chunk[..n]);
-        log.lock().unwrap().extend(messages);
-    }
-}
-
-/// The client half of one connection: startup message first (no type byte; the URL
-/// says `sslmode=disable`, so no SSL request), then typed messages.
-#[derive(Default)]
-struct Parser {
-    buffer: Vec<u8>,
-    started: bool,
-    /// Prepared statement name → SQL.
-    statements: HashMap<String, String>,
-    /// Portal name → SQL of its statement.
-    portals: HashMap<String, String>,
-    /// Extended-protocol messages since the last `Sync`.
-    pending: bool,
-}
-
-/// The NUL-terminated string at the start of `bytes`, and what follows it.
-fn cstring(bytes: &[u8]) -> (String, &[u8]) {
-    let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
-    let rest = bytes.get(end + 1..).unwrap_or_default();
-    (String::from_utf8_lossy(&bytes[..end]).into_owned(), rest)
-}
-
-impl Parser {
-    fn feed(&mut self, bytes: &[u8]) -> Vec<PgMessage> {
-        self.buffer.extend_from_slice(bytes);
-        let mut out = Vec::new();
-        loop {
-            let header = if self.started { 5 } else { 4 };
-            if self.buffer.len() < header {
-                return out;
-            }
-            let at = header - 4;
-            let length = u32::from_be_bytes(self.buffer[at..at + 4].try_into().unwrap()) as usize;
-            let total = at + length;
-            if self.buffer.len() < total {
-                return out;
-            }
-            let message: Vec<u8> = self.buffer.drain(..total).collect();
-            if !self.started {
-                self.started = true;
-                continue;
-            }
-            out.extend(self.message(message[0], &message[5..]));
-        }
-    }
-
-    fn message(&mut self, kind: u8, body: &[u8]) -> Option<PgMessage> {
-        match kind {
-            b'Q' => Some(PgMessage::Query(cstring(body).0)),
-            b'P' => {
-                let (name, rest) = cstring(body);
-                self.statements.insert(name, cstring(rest).0);
-                self.pending = true;
-                None
-            }
-            b'B' => {
-                let (portal, rest) = cstring(body);
-                let sql = self.statements.get(&cstring(rest).0).cloned();
-                self.portals.insert(portal, sql.unwrap_or_default());
-                self.pending = true;
-                None
-            }
-            b'E' => {
-                self.pending = true;
-                let sql = self.portals.get(&cstring(body).0).cloned();
-                Some(PgMessage::Execute(sql.unwrap_or_default()))
-            }
-            b'S' => Some(if std::mem::take(&mut self.pending) {
-                PgMessage::Sync
-            } else {
-                PgMessage::Ping
-            }),
-            b'D' | b'C' | b'H' => {
-                self.pending = true;
-                None
-            }
-            _ => None,
-        }
-    }
-}
-
-/// What one operation cost Postgres.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct PgCost {
-    /// `BEGIN`s.
-    transactions: usize,
-    /// Statements of the application, in order (transaction control apart).
-    statements: Vec<String>,
-    /// Statements inside a transaction (between BEGIN and COMMIT/ROLLBACK).
-    in_transaction: usize,
-    /// Round trips: simple queries plus `Sync`s, pings included.
-    round_trips: usize,
-    /// Connection checks.
-    pings: usize,
-}
-
-impl PgCost {
-    fn of(messages: &[PgMessage]) -> PgCost {
-        let mut cost = PgCost::default();
-        let mut in_transaction = false;
-        for message in messages {
-            let sql = match message {
-                PgMessage::Ping => {
-                    cost.pings += 1;
-                    cost.round_trips += 1;
-                    continue;
-                }
-                PgMessage::Sync => {
-                    cost.round_trips += 1;
-                    continue;
-                }
-                // (the live feed's heartbeat, after a second without news, not the operation's)
-                PgMessage::Query(sql) if sql == seatlock::live::HEARTBEAT_QUERY => continue,
-                PgMessage::Query(sql) => {
-                    cost.round_trips += 1;
-                    sql
-                }
-                PgMessage::Execute(sql) => sql,
-            };
-            let flat = sql.split_whitespace().collect::<Vec<_>>().join(" ");
-            let upper = flat.to_uppercase();
-            if upper.starts_with("BEGIN") {
-                cost.transactions += 1;
-                in_transaction = true;
-            } else if upper.starts_with("COMMIT") || upper.starts_with("ROLLBACK") {
-                in_transaction = false;
-            } else {
-                cost.in_transaction += usize::from(in_transaction);
-                cost.statements.push(flat.chars().take(60).collect());
-            }
-        }
-        cost
-    }
-}
 
 /// What one operation cost Redis.
 #[derive(Debug, Default)]
@@ -409,20 +194,8 @@ impl Harness {
             .settings()
             .await
             .unwrap();
-        let parsed = reqwest::Url::parse(&settings.database_url).unwrap();
-        let upstream: SocketAddr = format!(
-            "{}:{}",
-            parsed.host_str().unwrap(),
-            parsed.port().unwrap_or(5432)
-        )
-        .parse()
-        .unwrap();
-        let pg = PgWire::start(upstream).await;
-        let mut proxied = parsed.clone();
-        proxied.set_host(Some("127.0.0.1")).unwrap();
-        proxied.set_port(Some(pg.address.port())).unwrap();
-        proxied.set_query(Some("sslmode=disable"));
-        settings.database_url = proxied.into();
+        let (pg, proxied) = PgWire::in_front_of(&settings.database_url).await.unwrap();
+        settings.database_url = proxied;
         let redis = RedisCounter::new(&redis_server, &settings.lease_namespace).await;
         let app = TestApp::spawn(settings).await.unwrap();
         Harness {

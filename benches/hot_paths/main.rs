@@ -6,19 +6,27 @@
 //! |---|---|---|
 //! | `lease_pairs_vs_redis_benchmark` | lease acquire + release pairs/s, 64 tasks on one `LeaseClient` | `redis-benchmark -t set -c 64` SET/s |
 //! | `lease_pairs_vs_rslock` | the same | `rslock` lock + unlock pairs/s, 64 tasks on one `LockManager` |
+//! | `lease_redis_cpu_us_per_pair` | Redis CPU per lease pair (`INFO cpu` deltas over the row) | the same per rslock pair |
 //! | `http_hold_vs_raw_setnx_{1,16,64}` | HTTP holds/s, N buyers (hold, then release, on own seat) | raw `SET NX PX` from redis-rs, N tasks |
 //! | `hold_p99_ms_{1,16,64}` | p99 of those holds | |
 //! | `confirm_vs_pgbench_{1,16,64}` | HTTP confirms/s, N buyers ([`seatlock_harness::load::throughput::confirms`]) | `pgbench -c N` running the fenced single-row UPDATE |
+//! | `http_hold_vs_floor_64` | HTTP holds/s, 64 buyers | the same against the [`floor`] server (bare axum, cookie, the lease scripts) |
+//! | `hold_open_loop_p99_ms` | p99 of holds sent at half the 64-buyer peak rate, timed from their scheduled send ([`seatlock_harness::load::open_loop`]) | |
+//! | `confirm_vs_floor_64` | HTTP confirms/s, 64 buyers | the same against the [`floor`] server (fenced UPDATE + order in one transaction, release) |
+//! | `{hold,release}_postgres_round_trips` | Postgres round trips per hold, per release, counted on the wire ([`seatlock_harness::pgwire`]) | |
 //! | `hold_p50_ms_{100..100000}_seats` | p50 of one buyer's holds on a venue of that size | the 100-seat figure (ratio = growth) |
 //! | `seat_map_ms_{100..100000}_seats` | `GET /events/{id}` (criterion median) | the 100-seat figure |
 //! | `server_rss_mb_64` | the server's peak RSS (`VmHWM`) after the 64-buyer rows | |
 //!
 //! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time; `BENCH_ONLY`
-//! (a comma-separated list of `lease`, `http`, `sizes`, `map`) runs only those groups,
-//! to re-measure one quickly (the report then has only their rows). Run by
-//! `cargo bench` only: under `cargo test` (no `--bench` argument) it does nothing.
+//! (a comma-separated list of `lease`, `http`, `floor`, `trips`, `sizes`, `map`) runs
+//! only those groups, to re-measure one quickly (the report then has only their rows).
+//! `http` is every concurrency level and the floor rows; `floor` is the 64-buyer level
+//! and the floor rows alone; `trips` is the round-trip rows. Run by `cargo bench` only:
+//! under `cargo test` (no `--bench` argument) it does nothing.
 
 mod breakdown;
+mod floor;
 mod report;
 mod stores;
 mod venues;
@@ -29,8 +37,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use criterion::Criterion;
 use report::{Report, Row, Target};
-use seatlock_harness::load::throughput as holds;
-use seatlock_harness::{self as harness, ServerProcess};
+use seatlock_harness::load::open_loop;
+use seatlock_harness::load::throughput::{self as holds, RunReport};
+use seatlock_harness::pgwire::{PgCost, PgWire};
+use seatlock_harness::{self as harness, HttpBuyer, ServerProcess};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -42,6 +52,10 @@ const BUYERS: [usize; 3] = [1, 16, 64];
 const LEASE_CALLERS: usize = 64;
 /// Seats each buyer holds, then confirms, per round of a confirms run.
 const CONFIRM_BATCH: usize = 8;
+/// Buyers of the floor rows (and the open loop's connections).
+const FLOOR_BUYERS: usize = 64;
+/// Holds (and releases) whose Postgres round trips are counted.
+const ROUND_TRIP_SAMPLES: usize = 10;
 /// Longest any one row may take before the bench gives up.
 const ROW_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -148,27 +162,51 @@ async fn bounded<T>(
         .with_context(|| format!("measuring {what}"))
 }
 
-/// Lease pairs against redis-benchmark and rslock.
-async fn lease_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+/// Lease pairs against redis-benchmark and rslock, and the Redis CPU of each kind of pair.
+/// `breakdowns` gets where the CPU time of each kind of pair went (`lease_pairs`,
+/// `rslock_pairs`: this process is the client, the server idles).
+async fn lease_rows(
+    s: &Setup,
+    rows: &mut Vec<Row>,
+    breakdowns: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
     let set_per_s = bounded("redis-benchmark -t set -c 64", async {
         stores::redis_benchmark_set(&s.redis_url, LEASE_CALLERS, 300_000)
     })
     .await?;
-    let pairs_per_s = bounded(
+    let pid = s.server.pid().context("the server has exited")?;
+    let processes = breakdown::Processes::find(pid, &s.redis_url, &s.db).await?;
+    let server = &s.server.address;
+    let before = processes.snapshot(server).await?;
+    let (pairs, pair_cpu_us) = bounded(
         "lease pairs",
-        stores::lease_pairs(&s.redis_url, &s.db, LEASE_CALLERS, s.seconds),
+        stores::with_redis_cpu(
+            &s.redis_url,
+            stores::lease_pairs(&s.redis_url, &s.db, LEASE_CALLERS, s.seconds),
+        ),
     )
     .await?;
-    let rslock_per_s = bounded(
+    let between = processes.snapshot(server).await?;
+    let (rslock, rslock_cpu_us) = bounded(
         "rslock pairs",
-        stores::rslock_pairs(&s.redis_url, LEASE_CALLERS, s.seconds),
+        stores::with_redis_cpu(
+            &s.redis_url,
+            stores::rslock_pairs(&s.redis_url, LEASE_CALLERS, s.seconds),
+        ),
     )
     .await?;
+    let after = processes.snapshot(server).await?;
+    for (name, from, to, rate) in [
+        ("lease_pairs", &before, &between, pairs),
+        ("rslock_pairs", &between, &after, rslock),
+    ] {
+        breakdowns.insert(name.into(), breakdown::between(from, to, rate.all as f64));
+    }
     rows.push(
         Row::versus(
             "lease_pairs_vs_redis_benchmark",
             "pairs/s vs SET/s",
-            pairs_per_s,
+            pairs.per_s,
             set_per_s,
         )
         .target(Target::RatioAtLeast(0.5)),
@@ -177,35 +215,76 @@ async fn lease_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         Row::versus(
             "lease_pairs_vs_rslock",
             "pairs/s",
-            pairs_per_s,
-            rslock_per_s,
+            pairs.per_s,
+            rslock.per_s,
         )
-        .target(Target::RatioAtLeast(1.0)),
+        .target(Target::RatioAtLeast(0.67)),
     );
+    rows.push(Row::versus(
+        "lease_redis_cpu_us_per_pair",
+        "µs Redis CPU/pair vs rslock's",
+        pair_cpu_us,
+        rslock_cpu_us,
+    ));
     Ok(())
 }
 
-/// For 1, 16 and 64 buyers: HTTP holds vs raw SET NX, hold p99, confirms vs pgbench;
-/// then the server's peak RSS. `breakdowns` gets, per level, where the CPU time of the
-/// holds (each with its release) and of the confirm rounds (holds included) went, and
-/// the server's store round trips ([`breakdown::between`]).
+/// The events the HTTP rows run on, with their seat ids in id order.
+struct Events {
+    /// The 11,056-seat arena: holds (each released).
+    arena: (i64, Vec<i64>),
+    /// The 1,642-seat hall: pgbench's UPDATEs.
+    hall: (i64, Vec<i64>),
+    /// The 100,000-seat event: confirms sell seats of [`confirm_seats`]; the size rows
+    /// hold its first seat.
+    big: (i64, Vec<i64>),
+}
+
+/// The seats of the 100,000-seat event that a confirms run sells, each run its own: a
+/// slice per concurrency level, and one for the floor server.
+fn confirm_seats(run: ConfirmRun) -> std::ops::Range<usize> {
+    match run {
+        ConfirmRun::Product(1) => 50_000..60_000,
+        ConfirmRun::Product(16) => 60_000..80_000,
+        ConfirmRun::Product(_) => 80_000..100_000,
+        ConfirmRun::Floor => 10_000..50_000,
+    }
+}
+
+/// Whose confirms a run measures.
+#[derive(Clone, Copy)]
+enum ConfirmRun {
+    /// The product's, at this many buyers.
+    Product(usize),
+    /// The floor server's, at [`FLOOR_BUYERS`].
+    Floor,
+}
+
+/// For each of `levels` (buyers): HTTP holds vs raw SET NX, hold p99, confirms vs
+/// pgbench; at 64 buyers also the floor rows ([`floor_rows`]); then the server's peak
+/// RSS. `breakdowns` gets, per level, where the CPU time of the holds (each with its
+/// release) and of the confirm rounds (holds included) went, and the server's store
+/// round trips ([`breakdown::between`]).
 async fn http_rows(
     s: &Setup,
+    levels: &[usize],
     rows: &mut Vec<Row>,
     breakdowns: &mut serde_json::Map<String, serde_json::Value>,
 ) -> anyhow::Result<()> {
-    let (arena, arena_seats) = s.event("harbour-arena").await?;
-    let (hall, hall_seats) = s.event("grand-hall").await?;
-    let (big, big_seats) = s.event(&venues::slug(100_000)).await?;
-    // Confirms sell seats: each level gets its own slice of the 100,000-seat event's
-    // second half (the first half stays for the size rows).
-    let slices = [(50_000, 60_000), (60_000, 80_000), (80_000, 100_000)];
+    let events = Events {
+        arena: s.event("harbour-arena").await?,
+        hall: s.event("grand-hall").await?,
+        big: s.event(&venues::slug(100_000)).await?,
+    };
+    let (arena, arena_seats) = (events.arena.0, &events.arena.1);
+    let (hall, hall_seats) = (events.hall.0, &events.hall.1);
+    let (big, big_seats) = (events.big.0, &events.big.1);
     let pgbench_range = (hall_seats[0], hall_seats[hall_seats.len() - 1]);
     let server = &s.server.address;
     let form_page = s.form_page().await?;
     let pid = s.server.pid().context("the server has exited")?;
     let processes = breakdown::Processes::find(pid, &s.redis_url, &s.db).await?;
-    for (buyers, (from, to)) in BUYERS.into_iter().zip(slices) {
+    for &buyers in levels {
         let set_per_s = bounded(
             &format!("raw SET NX PX, {buyers} callers"),
             stores::raw_set_nx(&s.redis_url, buyers, s.seconds),
@@ -214,7 +293,7 @@ async fn http_rows(
         let start = processes.snapshot(&s.server.metrics_url).await?;
         let hold = bounded(
             &format!("HTTP holds, {buyers} buyers"),
-            holds::run(server, &form_page, arena, &arena_seats, buyers, s.seconds),
+            holds::run(server, &form_page, arena, arena_seats, buyers, s.seconds),
         )
         .await?;
         warn_failures("holds", hold.failures);
@@ -225,7 +304,7 @@ async fn http_rows(
                 server,
                 &form_page,
                 big,
-                &big_seats[from..to],
+                &big_seats[confirm_seats(ConfirmRun::Product(buyers))],
                 buyers,
                 CONFIRM_BATCH,
                 s.seconds,
@@ -256,16 +335,15 @@ async fn http_rows(
             hold.per_s,
             set_per_s,
         );
-        let mut p99 = Row::alone(&format!("hold_p99_ms_{buyers}"), "ms", hold.latency_ms.p99);
+        let p99 = Row::alone(&format!("hold_p99_ms_{buyers}"), "ms", hold.latency_ms.p99);
         let mut confirm_row = Row::versus(
             &format!("confirm_vs_pgbench_{buyers}"),
             "confirms/s vs tps",
             confirm.per_s,
             tps,
         );
-        if buyers == 64 {
+        if buyers == FLOOR_BUYERS {
             hold_row = hold_row.target(Target::RatioAtLeast(0.25));
-            p99 = p99.target(Target::AtMost(10.0));
             confirm_row = confirm_row.target(Target::RatioAtLeast(0.5));
         }
         rows.extend([hold_row, p99, confirm_row]);
@@ -276,12 +354,182 @@ async fn http_rows(
             confirm.latency_ms.p50,
             confirm.latency_ms.p99
         );
+        if buyers == FLOOR_BUYERS {
+            let peak = Peak {
+                holds: &hold,
+                confirms: &confirm,
+            };
+            floor_rows(s, &events, &form_page, peak, &processes, rows, breakdowns).await?;
+        }
     }
     rows.push(Row::alone(
         "server_rss_mb_64",
         "MB (VmHWM)",
         peak_rss_mb(pid)?,
     ));
+    Ok(())
+}
+
+/// The product's 64-buyer runs of the same bench run, which the floor rows compare with.
+struct Peak<'a> {
+    holds: &'a RunReport,
+    confirms: &'a RunReport,
+}
+
+/// The 64-buyer rows against the floor server ([`floor`]), and the product's holds in
+/// open loop at half its 64-buyer peak (`peak.holds`). `breakdowns` gets the open loop's
+/// CPU per hold (`open_loop_holds`: where the time goes when the machine is not
+/// saturated) and the rate used (`open_loop_rate_per_s`).
+async fn floor_rows(
+    s: &Setup,
+    events: &Events,
+    form_page: &str,
+    peak: Peak<'_>,
+    processes: &breakdown::Processes,
+    rows: &mut Vec<Row>,
+    breakdowns: &mut serde_json::Map<String, serde_json::Value>,
+) -> anyhow::Result<()> {
+    let (arena, arena_seats) = (events.arena.0, &events.arena.1);
+    let (big, big_seats) = (events.big.0, &events.big.1);
+    let server = &s.server.address;
+    let floor = floor::FloorServer::start(&s.database_url, &s.redis_url)?;
+    let floor_holds = bounded(
+        "floor holds, 64 buyers",
+        holds::run(
+            &floor.address,
+            form_page,
+            arena,
+            arena_seats,
+            FLOOR_BUYERS,
+            s.seconds,
+        ),
+    )
+    .await?;
+    warn_failures("floor holds", floor_holds.failures);
+    let rate = peak.holds.per_s / 2.0;
+    let before = processes.snapshot(server).await?;
+    let open = bounded(
+        &format!("HTTP holds in open loop, {rate:.0}/s"),
+        open_loop::holds(
+            server,
+            form_page,
+            arena,
+            arena_seats,
+            FLOOR_BUYERS,
+            rate,
+            s.seconds,
+        ),
+    )
+    .await?;
+    warn_failures("open-loop holds", open.failures);
+    let after = processes.snapshot(server).await?;
+    breakdowns.insert(
+        "open_loop_holds".into(),
+        breakdown::between(&before, &after, open.requests as f64),
+    );
+    breakdowns.insert("open_loop_rate_per_s".into(), rate.into());
+    let floor_confirms = bounded(
+        "floor confirms, 64 buyers",
+        holds::confirms(
+            &floor.address,
+            form_page,
+            big,
+            &big_seats[confirm_seats(ConfirmRun::Floor)],
+            FLOOR_BUYERS,
+            CONFIRM_BATCH,
+            s.seconds,
+        ),
+    )
+    .await?;
+    warn_failures("floor holds or confirms", floor_confirms.failures);
+    drop(floor);
+    s.vacuum().await?;
+    eprintln!(
+        "  floor: holds {:.0}/s p99 {:.2} ms, confirms {:.0}/s; open loop at {rate:.0}/s: \
+         {:.0}/s answered, p50 {:.2} ms p99 {:.2} ms",
+        floor_holds.per_s,
+        floor_holds.latency_ms.p99,
+        floor_confirms.per_s,
+        open.per_s,
+        open.latency_ms.p50,
+        open.latency_ms.p99
+    );
+    rows.push(
+        Row::versus(
+            "http_hold_vs_floor_64",
+            "holds/s vs floor's",
+            peak.holds.per_s,
+            floor_holds.per_s,
+        )
+        .target(Target::RatioAtLeast(0.5)),
+    );
+    rows.push(
+        Row::alone(
+            "hold_open_loop_p99_ms",
+            &format!("ms at {rate:.0} holds/s"),
+            open.latency_ms.p99,
+        )
+        .target(Target::AtMost(10.0)),
+    );
+    rows.push(
+        Row::versus(
+            "confirm_vs_floor_64",
+            "confirms/s vs floor's",
+            peak.confirms.per_s,
+            floor_confirms.per_s,
+        )
+        .target(Target::RatioAtLeast(0.5)),
+    );
+    Ok(())
+}
+
+/// Postgres round trips per hold and per release: a second server whose Postgres traffic
+/// goes through a [`PgWire`], one buyer holding and releasing one seat
+/// [`ROUND_TRIP_SAMPLES`] times (after one warm-up pair), each request counted from its
+/// send until Postgres has heard nothing for 100 ms (sqlx pings a connection after it is
+/// returned to the pool, in the background). Pings included.
+async fn round_trip_rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+    let (wire, proxied) = PgWire::in_front_of(&s.database_url).await?;
+    let mut settings = harness::test_settings(&proxied, &s.redis_url);
+    settings.close_interval_ms = 0; // no auction closer polling Postgres meanwhile
+    let server = ServerProcess::start(env!("CARGO_BIN_EXE_seatlock").as_ref(), &settings)
+        .await
+        .context("starting the server behind the Postgres proxy")?;
+    let (event, seats) = s.event("harbour-arena").await?;
+    let seat = seats[seats.len() - 1];
+    let mut buyer = HttpBuyer::new();
+    buyer
+        .get(&format!("{}{}", server.address, s.form_page().await?))
+        .await?;
+    let mut per_action = [0usize; 2];
+    for round in 0..=ROUND_TRIP_SAMPLES {
+        for (total, action) in per_action.iter_mut().zip(["hold", "release"]) {
+            wire.settle().await;
+            let from = wire.len();
+            let reply = buyer
+                .seat_action(&server.address, event, seat, action)
+                .await?;
+            anyhow::ensure!(
+                reply.status == reqwest::StatusCode::SEE_OTHER,
+                "{action} answered {}",
+                reply.status
+            );
+            wire.settle().await;
+            if round > 0 {
+                *total += PgCost::of(&wire.since(from)).round_trips;
+            }
+        }
+    }
+    for (total, action) in per_action.into_iter().zip(["hold", "release"]) {
+        rows.push(
+            Row::alone(
+                &format!("{action}_postgres_round_trips"),
+                &format!("per {action} (pings included)"),
+                total as f64 / ROUND_TRIP_SAMPLES as f64,
+            )
+            .target(Target::AtMost(0.0)),
+        );
+    }
     Ok(())
 }
 
@@ -420,10 +668,20 @@ fn main() -> anyhow::Result<()> {
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
     let wanted = |group: &str| only.is_empty() || only.split(',').any(|g| g.trim() == group);
     if wanted("lease") {
-        rt.block_on(lease_rows(&setup, &mut rows))?;
+        rt.block_on(lease_rows(&setup, &mut rows, &mut breakdowns))?;
     }
     if wanted("http") {
-        rt.block_on(http_rows(&setup, &mut rows, &mut breakdowns))?;
+        rt.block_on(http_rows(&setup, &BUYERS, &mut rows, &mut breakdowns))?;
+    } else if wanted("floor") {
+        rt.block_on(http_rows(
+            &setup,
+            &[FLOOR_BUYERS],
+            &mut rows,
+            &mut breakdowns,
+        ))?;
+    }
+    if wanted("trips") {
+        rt.block_on(round_trip_rows(&setup, &mut rows))?;
     }
     if wanted("sizes") {
         rt.block_on(hold_size_rows(&setup, &mut rows))?;

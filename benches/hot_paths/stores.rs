@@ -12,9 +12,19 @@ use anyhow::{Context, bail};
 use seatlock::ledger::PgFenceLedger;
 use sqlx::PgPool;
 
+/// What [`per_second`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Rate {
+    /// Operations completed per second in the measured part.
+    pub per_s: f64,
+    /// Every operation completed, the warm-up's included (for per-operation costs taken
+    /// over the whole run, such as [`redis_cpu_s`] deltas).
+    pub all: u64,
+}
+
 /// Runs `callers` tasks, each repeating the operation `op(caller)` makes, for a short
-/// warm-up and then `duration`; returns completed operations per second (measured part).
-pub async fn per_second<F, Fut>(callers: usize, duration: Duration, op: F) -> anyhow::Result<f64>
+/// warm-up and then `duration`.
+pub async fn per_second<F, Fut>(callers: usize, duration: Duration, op: F) -> anyhow::Result<Rate>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
@@ -24,9 +34,10 @@ where
     let started = Instant::now();
     let (measure_from, deadline) = (started + warm_up, started + warm_up + duration);
     let done = Arc::new(AtomicU64::new(0));
+    let all = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..callers)
         .map(|caller| {
-            let (op, done) = (op.clone(), done.clone());
+            let (op, done, all) = (op.clone(), done.clone(), all.clone());
             tokio::spawn(async move {
                 loop {
                     let now = Instant::now();
@@ -34,6 +45,7 @@ where
                         return anyhow::Ok(());
                     }
                     op(caller).await?;
+                    all.fetch_add(1, Ordering::Relaxed);
                     if now >= measure_from {
                         done.fetch_add(1, Ordering::Relaxed);
                     }
@@ -44,7 +56,41 @@ where
     for task in tasks {
         task.await??;
     }
-    Ok(done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64())
+    Ok(Rate {
+        per_s: done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64(),
+        all: all.load(Ordering::Relaxed),
+    })
+}
+
+/// CPU seconds the Redis server at `redis_url` has used since it started (`INFO cpu`:
+/// `used_cpu_sys + used_cpu_user`, its main thread and any others).
+pub async fn redis_cpu_s(redis_url: &str) -> anyhow::Result<f64> {
+    let mut redis = lease::connect(redis_url, Duration::from_secs(2))?.connection();
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut redis)
+        .await?;
+    let field = |name: &str| -> anyhow::Result<f64> {
+        let value = info
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+            .with_context(|| format!("no {name} in INFO cpu"))?;
+        Ok(value.trim().parse()?)
+    };
+    Ok(field("used_cpu_sys")? + field("used_cpu_user")?)
+}
+
+/// Runs `measurement` (a [`per_second`] on the Redis at `redis_url`) and returns its rate
+/// and the Redis CPU time per operation, in µs ([`redis_cpu_s`] before and after, over
+/// every operation of the run).
+pub async fn with_redis_cpu(
+    redis_url: &str,
+    measurement: impl Future<Output = anyhow::Result<Rate>>,
+) -> anyhow::Result<(Rate, f64)> {
+    let before = redis_cpu_s(redis_url).await?;
+    let rate = measurement.await?;
+    let spent = redis_cpu_s(redis_url).await? - before;
+    Ok((rate, spent * 1e6 / rate.all.max(1) as f64))
 }
 
 /// Lease acquire + release pairs per second from `callers` tasks sharing one
@@ -55,7 +101,7 @@ pub async fn lease_pairs(
     db: &PgPool,
     callers: usize,
     duration: Duration,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Rate> {
     let redis = lease::connect(redis_url, Duration::from_secs(2))?;
     let client = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
     let group = seatlock_harness::unique_name("bench-lease");
@@ -82,7 +128,7 @@ pub async fn rslock_pairs(
     redis_url: &str,
     callers: usize,
     duration: Duration,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Rate> {
     let manager = Arc::new(rslock::LockManager::new(vec![redis_url.to_owned()]));
     let prefix = seatlock_harness::unique_name("bench-rslock");
     per_second(callers, duration, move |caller| {
@@ -116,7 +162,7 @@ pub async fn raw_set_nx(
     let (keys, mut cleanup) = (counter.clone(), redis.clone());
     let key_name = move |n: u64| format!("{prefix}:{n}");
     let name = key_name.clone();
-    let per_s = per_second(callers, duration, move |_| {
+    let rate = per_second(callers, duration, move |_| {
         let mut redis = redis.clone();
         let key = name(counter.fetch_add(1, Ordering::Relaxed));
         async move {
@@ -141,7 +187,7 @@ pub async fn raw_set_nx(
             .query_async(&mut cleanup)
             .await?;
     }
-    Ok(per_s)
+    Ok(rate.per_s)
 }
 
 /// Host and port of a `redis://host:port/` URL.

@@ -11,14 +11,18 @@
 //! * [`procs`]: real processes a test controls by PID: [`ServerProcess`],
 //!   [`RedisServer`], [`PostgresServer`].
 //! * [`proxy`]: [`TcpProxy`], a loopback TCP proxy whose open flows can be made half-open.
+//! * [`pgwire`]: [`pgwire::PgWire`], a proxy in front of Postgres that counts what a
+//!   server sends it ([`pgwire::PgCost`]: round trips, statements, session traffic).
 //! * [`check`]: the article's invariant checked over what Postgres accepted.
 //! * [`load`]: the race lab's client (`load-test race`), hold/confirm throughput
-//!   (`load-test holds`, `make bench`) and the report with its charts.
+//!   (`load-test holds`, `make bench`), holds at a fixed arrival rate (`make bench`) and
+//!   the report with its charts.
 
 pub mod app;
 pub mod check;
 pub mod http;
 pub mod load;
+pub mod pgwire;
 pub mod procs;
 pub mod proxy;
 pub mod stores;

@@ -4,9 +4,13 @@
 //! * [`race`]: virtual buyers racing for the same seats through the real HTTP flow, one
 //!   strategy at a time (`load-test race`).
 //! * [`throughput`]: hold+release pairs and confirms per second at N buyers
-//!   (`load-test holds`, the bench's HTTP rows).
+//!   (`load-test holds`, the bench's HTTP rows): closed loop, each buyer sends its next
+//!   request when the last one is answered.
+//! * [`open_loop`]: holds sent at a fixed arrival rate, whatever the answers (the
+//!   bench's `hold_open_loop_p99_ms`).
 //! * [`report`]: the JSON report, the Markdown table and the HTML page with its charts.
 
+pub mod open_loop;
 pub mod race;
 pub mod report;
 pub mod throughput;

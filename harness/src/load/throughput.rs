@@ -29,7 +29,13 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    fn new(buyers: usize, seconds: f64, all: &Histogram<u64>, failures: u64) -> RunReport {
+    /// The report of `buyers` buyers whose timed requests took `all` (µs) over `seconds`.
+    pub(super) fn new(
+        buyers: usize,
+        seconds: f64,
+        all: &Histogram<u64>,
+        failures: u64,
+    ) -> RunReport {
         RunReport {
             buyers,
             seconds,
@@ -42,7 +48,7 @@ impl RunReport {
 }
 
 /// A latency histogram in microseconds, 1 µs to 60 s, 3 significant digits.
-fn histogram() -> Histogram<u64> {
+pub(super) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
 }
 
@@ -57,7 +63,7 @@ fn latency_ms(all: &Histogram<u64>) -> super::report::Latency {
 }
 
 /// Counts the replies that are not 303 See Other (what every seat form answers).
-fn not_redirects(replies: &[StatusCode]) -> u64 {
+pub(super) fn not_redirects(replies: &[StatusCode]) -> u64 {
     replies
         .iter()
         .filter(|s| **s != StatusCode::SEE_OTHER)
@@ -71,10 +77,10 @@ fn failed(reply: anyhow::Result<Reply>) -> u64 {
 }
 
 /// One buyer's latencies (µs) and failed requests.
-type BuyerResult = anyhow::Result<(Histogram<u64>, u64)>;
+pub(super) type BuyerResult = anyhow::Result<(Histogram<u64>, u64)>;
 
 /// Merges the buyers' histograms and failure counts.
-async fn merge(tasks: Vec<tokio::task::JoinHandle<BuyerResult>>) -> BuyerResult {
+pub(super) async fn merge(tasks: Vec<tokio::task::JoinHandle<BuyerResult>>) -> BuyerResult {
     let mut all = histogram();
     let mut failures = 0;
     for task in tasks {
