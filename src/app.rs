@@ -129,6 +129,9 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let _closer = auction::close::spawn(self.state.clone());
+        let _payments = AbortOnDrop(tokio::spawn(seats::payments::sweep_forever(
+            self.state.clone(),
+        )));
         let metrics = Router::new().route("/metrics", get(telemetry::metrics_page));
         let _metrics = AbortOnDrop(tokio::spawn(
             axum::serve(self.metrics_listener, metrics).into_future(),

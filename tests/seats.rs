@@ -631,3 +631,44 @@ async fn seat_maps_are_sent_compressed_and_event_streams_are_not() {
             .contains_key(reqwest::header::CONTENT_ENCODING)
     );
 }
+
+/// An authorization left open (its server killed mid-purchase, or its statement arriving
+/// after the purchase gave up) is voided once it is older than the hold TTL plus the
+/// request deadline: nobody can capture it any more. Fresh ones and captured ones stay.
+#[tokio::test]
+async fn authorizations_left_open_past_the_hold_and_the_deadline_are_voided() {
+    let app = tiny().await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    for (key, seat, age_s) in [("old", seats[0], 3_600), ("fresh", seats[1], 0)] {
+        sqlx::query(
+            "INSERT INTO payments (idempotency_key, event_id, seat_id, buyer_id, amount_cents,
+                                   authorized_at)
+             VALUES ($1, $2, $3, 'b', 100, now() - make_interval(secs => $4))",
+        )
+        .bind(key)
+        .bind(event)
+        .bind(seat)
+        .bind(age_s as f64)
+        .execute(app.db())
+        .await
+        .unwrap();
+    }
+    let older_than = seatlock::seats::payments::stale_after(&app.state.settings);
+    assert!(older_than < Duration::from_secs(3_600), "the premise");
+    let voided = queries::void_stale_authorizations(app.db(), older_than)
+        .await
+        .unwrap();
+    assert_eq!(voided, 1);
+    let statuses: Vec<(String, String)> =
+        sqlx::query_as("SELECT idempotency_key, status FROM payments ORDER BY idempotency_key")
+            .fetch_all(app.db())
+            .await
+            .unwrap();
+    assert_eq!(
+        statuses,
+        [
+            ("fresh".to_owned(), "authorized".to_owned()),
+            ("old".to_owned(), "voided".to_owned())
+        ]
+    );
+}

@@ -10,6 +10,7 @@
 pub mod catalog;
 mod live;
 pub mod map;
+pub mod payments;
 pub mod purchase;
 pub mod queries;
 mod routes;

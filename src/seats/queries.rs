@@ -114,7 +114,7 @@ pub async fn authorize_payment(
         "INSERT INTO payments (idempotency_key, event_id, seat_id, buyer_id, amount_cents)
          SELECT $3, event_id, seat_id, $4, price_cents FROM event_seats
           WHERE event_id = $1 AND seat_id = $2
-         ON CONFLICT (idempotency_key) DO UPDATE SET status = 'authorized'
+         ON CONFLICT (idempotency_key) DO UPDATE SET status = 'authorized', authorized_at = now()
           WHERE payments.status = 'voided'",
     )
     .bind(seat.event_id)
@@ -136,6 +136,19 @@ pub async fn void_payment(db: &PgPool, payment_key: &str) -> sqlx::Result<()> {
     .execute(db)
     .await
     .map(drop)
+}
+
+/// Voids every authorization open for longer than `older_than` (see
+/// migrations/0008): returns how many.
+pub async fn void_stale_authorizations(db: &PgPool, older_than: Duration) -> sqlx::Result<u64> {
+    sqlx::query(
+        "UPDATE payments SET status = 'voided'
+          WHERE status = 'authorized' AND authorized_at < now() - make_interval(secs => $1)",
+    )
+    .bind(older_than.as_secs_f64())
+    .execute(db)
+    .await
+    .map(|done| done.rows_affected())
 }
 
 /// The order id if `buyer_id` bought this seat.
