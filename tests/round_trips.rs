@@ -161,8 +161,9 @@ impl RedisCounter {
                 cost.session_loads += 1;
             } else if on_session {
                 cost.session_writes += 1;
-            } else if command != "ping" {
-                // (a PING is the live feed's heartbeat, once a second, not the operation's)
+            } else if command != "ping" && command != "config" {
+                // (a PING is the live feed's heartbeat, once a second, and CONFIG its check
+                // of the server's settings, every few seconds: not the operation's)
                 cost.commands.push(command);
             }
         }

@@ -18,6 +18,11 @@ use super::{Feed, LiveHub, LiveMessage};
 const HEARTBEAT: Duration = Duration::from_secs(1);
 const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(2);
 
+/// How often the server-wide Redis settings are checked again ([`check_store`]) while the
+/// feed is up: another application may change them, a check refused by a busy Redis
+/// should not be reported for good.
+const STORE_RECHECK: Duration = Duration::from_secs(5);
+
 /// The Postgres feed's heartbeat: a simple query whose text names it, so that round-trip
 /// counts can leave it out.
 pub const HEARTBEAT_QUERY: &str = "SELECT 'seatlock live heartbeat'";
@@ -71,12 +76,18 @@ async fn redis_session(
     hub.set_feed(Feed::Redis, true);
     let (mut sink, mut messages) = pubsub.split();
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
+    let mut recheck =
+        tokio::time::interval_at(tokio::time::Instant::now() + STORE_RECHECK, STORE_RECHECK);
     loop {
         let msg = tokio::select! {
             msg = messages.next() => match msg {
                 Some(msg) => msg,
                 None => return Ok(()),
             },
+            _ = recheck.tick() => {
+                check_store(hub, &mut manager).await;
+                continue;
+            }
             _ = heartbeat.tick() => {
                 let ping = tokio::time::timeout(HEARTBEAT_DEADLINE, sink.ping::<redis::Value>());
                 if !matches!(ping.await, Ok(Ok(_))) {
@@ -102,7 +113,7 @@ async fn redis_session(
 }
 
 /// The server-wide Redis settings the live pages and the leases depend on, checked at
-/// every (re)connection and kept as notes for `/healthz`: expiry notifications (added to
+/// every (re)connection and every [`STORE_RECHECK`], and kept as notes for `/healthz`: expiry notifications (added to
 /// the flags other users set, never replacing them; off where `CONFIG` is refused, as on
 /// managed Redis: lapsed holds then show when a page reloads or resyncs) and an eviction
 /// policy that could drop holds before their TTL.

@@ -43,6 +43,31 @@ async fn other_applications_notification_flags_are_kept_and_ours_added() {
     );
 }
 
+/// Another application changes the flags later, dropping ours (`CONFIG SET
+/// notify-keyspace-events Kg`): the server notices within seconds and adds them back, so
+/// lapsed holds keep showing on live pages. (Before, the flags were checked only when the
+/// feed connected: the lapse of a hold never reached open pages again.)
+#[tokio::test]
+async fn flags_another_application_drops_later_are_added_back() {
+    let redis = RedisServer::start().await.unwrap();
+    let (_app, _buyer, _, _) = scene(redis.url(), 2_000).await;
+    let mut other = lease::connect(&redis.url(), Duration::from_secs(2))
+        .unwrap()
+        .connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kg")
+        .query_async(&mut other)
+        .await
+        .unwrap();
+    seatlock_harness::eventually(Duration::from_secs(15), "our flags back", || async {
+        let flags = notify_flags(&redis).await;
+        ['K', 'g', 'E', 'x'].iter().all(|f| flags.contains(*f))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_redis_that_refuses_config_still_serves_holds_and_healthz_says_what_is_off() {
     let redis = RedisServer::start_with(&["--rename-command", "CONFIG", ""])
