@@ -1,6 +1,6 @@
 # seatlock: two commands.
 #   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
-#   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy
+#   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
 #   make race   load-test race: which purchase strategies sell a seat twice
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
 SHELL := /bin/bash
@@ -53,3 +53,4 @@ test: services e2e-driver
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps -q # no broken doc links

@@ -11,10 +11,8 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
-use std::str::FromStr;
-
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::net::TcpListener;
+use tower_http::compression::CompressionLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 use tower_sessions::cookie::SameSite;
@@ -24,11 +22,10 @@ use crate::config::{PurchaseStrategy, Settings};
 use crate::ledger::PgFenceLedger;
 use crate::state::AppState;
 use crate::telemetry;
-use crate::{auction, buyer, csrf, events, health, live, orders, racelab, seats};
+use crate::{auction, buyer, csrf, deadline, events, health, live, orders, racelab, seats};
 
-/// A pooled Postgres connection idle for at least this long is pinged before use; one
-/// used more recently was checked when it was returned (sqlx pings on release).
-pub const POOL_IDLE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+/// The name of the session cookie; its value is the session id, nothing else.
+pub const SESSION_COOKIE: &str = "seatlock.sid";
 
 /// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -36,6 +33,7 @@ pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 /// A built, bound, not yet running server.
 pub struct Application {
     listener: TcpListener,
+    metrics_listener: TcpListener,
     router: Router,
     state: AppState,
 }
@@ -45,38 +43,11 @@ impl Application {
     /// and `/healthz` says so), builds the router and binds `settings.bind`.
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         telemetry::prometheus(); // installed before anything is counted
-        // The store timeout bounds every statement and every lock wait too, not only the
-        // wait for a pool connection: a stalled transaction fails its request with 503.
-        // A lock wait is shorter, so that a purchase cut off after its idle bound
-        // (Settings::purchase_idle_timeout) frees the row within it.
-        let timeout_ms = settings.store_timeout_ms.to_string();
-        let lock_wait_ms = settings.lock_wait().as_millis().to_string();
-        let options = PgConnectOptions::from_str(&settings.database_url)
-            .context("parsing DATABASE_URL")?
-            .options([
-                ("statement_timeout", timeout_ms.as_str()),
-                ("lock_timeout", lock_wait_ms.as_str()),
-                // The tables are small and cached: with the default 4 the planner reads
-                // every venue's seats to draw a 1,000-seat map (30 ms, not 3.6 ms).
-                ("random_page_cost", "1.1"),
-            ]);
-        let db = PgPoolOptions::new()
-            .max_connections(settings.db_pool_size)
-            .acquire_timeout(settings.store_timeout())
-            // sqlx pings every connection as it goes back to the pool; pinging it again
-            // when it is handed out would cost every statement a second round trip.
-            // Only a connection idle for a while (the server may have gone meanwhile)
-            // is checked first.
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= POOL_IDLE_CHECK {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_lazy_with(options);
+        // The store timeout bounds every statement and every lock wait (a lock wait is
+        // shorter, so that a purchase cut off after its idle bound,
+        // Settings::purchase_idle_timeout, frees the row within it); a request's
+        // deadline bounds the waits on a store that stopped answering (crate::db).
+        let db = crate::db::pool(&settings)?;
         let redis = lease::connect(&settings.redis_url, settings.store_timeout())
             .context("parsing REDIS_URL")?;
         let leases = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
@@ -90,7 +61,7 @@ impl Application {
         if let Some(secret) = &settings.secret {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }
-        let csrf = csrf::config(settings.secret.as_deref());
+        let csrf = csrf::Csrf::new(settings.secret.as_deref());
         let live = Arc::new(live::LiveHub::default());
         live::spawn(
             live.clone(),
@@ -104,6 +75,7 @@ impl Application {
             settings: Arc::new(settings),
             csrf,
             live,
+            catalog: Arc::default(),
             known_items: Arc::default(),
         };
         // Not ready before the live feeds are subscribed (pages would miss changes),
@@ -119,8 +91,12 @@ impl Application {
         let listener = TcpListener::bind(&state.settings.bind)
             .await
             .with_context(|| format!("binding {}", state.settings.bind))?;
+        let metrics_listener = TcpListener::bind(&state.settings.metrics_bind)
+            .await
+            .with_context(|| format!("binding {} (metrics)", state.settings.metrics_bind))?;
         Ok(Application {
             listener,
+            metrics_listener,
             router,
             state,
         })
@@ -129,6 +105,13 @@ impl Application {
     /// The address actually bound (with `bind = 127.0.0.1:0`, the port picked).
     pub fn address(&self) -> std::net::SocketAddr {
         self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// The address `GET /metrics` is served on (`--metrics-bind`).
+    pub fn metrics_address(&self) -> std::net::SocketAddr {
+        self.metrics_listener
             .local_addr()
             .expect("a bound listener has an address")
     }
@@ -146,10 +129,10 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let _closer = auction::close::spawn(self.state.clone());
-        // Expired sessions are deleted once a minute (anonymous buyers never log out).
-        let sweeper =
-            tokio::spawn(crate::sessions::Sessions::new(self.state.db.clone()).sweep_expired());
-        let _sweeper = AbortOnDrop(sweeper);
+        let metrics = Router::new().route("/metrics", get(telemetry::metrics_page));
+        let _metrics = AbortOnDrop(tokio::spawn(
+            axum::serve(self.metrics_listener, metrics).into_future(),
+        ));
         let live = self.state.live.clone();
         let limits = crate::serve::Limits {
             header_timeout: self.state.settings.header_timeout(),
@@ -164,16 +147,21 @@ impl Application {
     }
 }
 
-/// The routes and middleware. Sessions live in Postgres (tower-sessions-sqlx-store,
-/// [`crate::sessions::Sessions`]: timed, never resurrecting a rotated session); cookies are HttpOnly and SameSite=Lax; every POST is
-/// CSRF-checked by [`csrf::CsrfForm`] and refused if its Origin is foreign.
-/// `GET /metrics` serves [`telemetry`]'s Prometheus page. Hold and confirm are the
+/// The routes and middleware. Sessions live in Redis ([`crate::sessions::Sessions`]:
+/// under the lease namespace, expired by Redis, never resurrecting a rotated session);
+/// cookies are HttpOnly and SameSite=Lax; every POST is CSRF-checked by
+/// [`csrf::CsrfForm`] and refused if its Origin is foreign.
+/// `GET /metrics` is not here: [`telemetry`]'s page has a listener of its own
+/// (`--metrics-bind`, [`Application::run_until`]). Hold and confirm are the
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
-    let store = crate::sessions::Sessions::new(state.db.clone());
+    let store = crate::sessions::Sessions::new(
+        state.leases.clone(),
+        state.settings.lease_namespace.clone(),
+    );
     let sessions = SessionManagerLayer::new(store)
-        .with_name("seatlock.sid")
+        .with_name(SESSION_COOKIE)
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
         .with_secure(false)
@@ -181,7 +169,6 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(events::index))
         .route("/healthz", get(health::healthz))
-        .route("/metrics", get(telemetry::metrics_page))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .merge(seats::router())
@@ -197,10 +184,18 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
         .layer(sessions)
         .layer(axum::middleware::from_fn(buyer::session_save_failures))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            deadline::bound,
+        ))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
         .layer(RequestBodyTimeoutLayer::new(
             state.settings.header_timeout(),
         ))
+        // gzip for clients that ask (the 11,056-seat arena map: 1.67 MB of HTML, 103 kB
+        // sent); tower-http's default predicate leaves event streams and tiny bodies
+        // alone, so live pages are not buffered.
+        .layer(CompressionLayer::new())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -1,4 +1,5 @@
-//! The buyer: an anonymous browser session (tower-sessions, stored in Postgres) with a
+//! The buyer: an anonymous browser session (tower-sessions, stored in Redis:
+//! [`crate::sessions`]) with a
 //! public id, a display name, and the buyer's current holds.
 //!
 //! A hold's owner token is kept here, server side, and never sent to the browser: the
@@ -21,6 +22,7 @@ use tower_sessions::Session;
 
 use crate::csrf::CsrfForm;
 use crate::error::{Error, Result};
+use crate::sessions;
 use crate::state::AppState;
 
 const BUYER: &str = "buyer";
@@ -118,22 +120,24 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
 }
 
 /// Middleware, outside the session layer. When tower-sessions cannot save a session after
-/// the handler ran (Postgres down or too slow), it answers a bare, bodiless 500; this turns
-/// that into the same 503 page as any other unavailable store, so a buyer is told to try
-/// again (a confirm tried again finds its order).
+/// the handler ran (the session store, Redis, down or too slow), it answers a bare,
+/// bodiless 500; this turns that into the same 503 page as any other unavailable store,
+/// naming [`sessions::STORE`], so a buyer is told to try again (a confirm tried again
+/// finds its order, a hold its lease).
 pub async fn session_save_failures(req: Request, next: Next) -> Response {
     let response = next.run(req).await;
     if response.status() == StatusCode::INTERNAL_SERVER_ERROR
         && !response.headers().contains_key(header::CONTENT_TYPE)
     {
-        return Error::Unavailable("Postgres").into_response();
+        return Error::Unavailable(sessions::STORE).into_response();
     }
     response
 }
 
-fn session_error(err: tower_sessions::session::Error) -> Error {
+/// A session store failure, logged, as a 503.
+pub fn session_error(err: tower_sessions::session::Error) -> Error {
     tracing::warn!(error = %err, "session store failed");
-    Error::Unavailable("Postgres")
+    Error::Unavailable(sessions::STORE)
 }
 
 /// Session key of one hold: `"<event>/<seat>"`.

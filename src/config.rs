@@ -71,13 +71,19 @@ pub struct Settings {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, env = "SEATLOCK_BIND", default_value = "127.0.0.1:3000")]
     pub bind: String,
+    /// Address of the listener that serves `GET /metrics` (Prometheus), apart from the
+    /// app's port so that buyers, and whatever fronts the app, cannot read it; loopback
+    /// by default. Port 0 picks a free port.
+    #[arg(long, env = "SEATLOCK_METRICS_BIND", default_value = "127.0.0.1:9464")]
+    pub metrics_bind: String,
     /// Length of a seat hold (the lease TTL), in milliseconds. Default: ten minutes.
     #[arg(long, env = "SEATLOCK_HOLD_TTL_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(100..))]
     pub hold_ttl_ms: u64,
     /// Simulated payment time before a purchase is written, in milliseconds.
     #[arg(long, env = "SEATLOCK_PAYMENT_DELAY_MS", default_value_t = 0)]
     pub payment_delay_ms: u64,
-    /// Prefix of every lease group, so several deployments (or tests) can share a Redis.
+    /// Prefix of every lease group and session key, so several deployments (or tests) can
+    /// share a Redis.
     #[arg(long, env = "SEATLOCK_LEASE_NAMESPACE", default_value = "seatlock")]
     pub lease_namespace: LeaseNamespace,
     /// Secret shared by all server processes, used to sign CSRF tokens. Random per
@@ -216,6 +222,20 @@ impl Settings {
         self.store_timeout() / 2
     }
 
+    /// The longest a request may wait on the stores, together with the purchase or bid it
+    /// runs detached: four store timeouts (each step on a store that answers is bounded by
+    /// one; a store that stops answering without closing the connection is bounded only by
+    /// this), plus the longest race-lab pause when the race lab is enabled. On expiry the
+    /// request answers 503 and its work is dropped ([`crate::deadline`]).
+    pub fn request_deadline(&self) -> Duration {
+        let pauses = if self.enable_race_lab {
+            crate::pause::MAX_PAUSE
+        } else {
+            Duration::ZERO
+        };
+        self.store_timeout() * 4 + pauses
+    }
+
     /// The header (and body) read timeout as a `Duration`.
     pub fn header_timeout(&self) -> Duration {
         Duration::from_millis(self.header_timeout_ms)
@@ -308,9 +328,9 @@ pub enum BidStrategy {
     Conditional,
 }
 
-/// The prefix of every lease group of one deployment (`--lease-namespace`), so several
-/// deployments or tests can share a Redis: groups are `<namespace>:event:<id>` and
-/// `<namespace>:auction:<id>`. Parsed once at start-up: it may not contain what a
+/// The prefix of every Redis key of one deployment (`--lease-namespace`), so several
+/// deployments or tests can share a Redis: lease groups are `<namespace>:event:<id>` and
+/// `<namespace>:auction:<id>`, sessions `<namespace>:session:<id>`. Parsed once at start-up: it may not contain what a
 /// [`lease::LeaseKey`] refuses (braces, white space) or be empty.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(transparent)]
@@ -326,6 +346,13 @@ impl LeaseNamespace {
     pub fn key(&self, kind: &str, id: i64, name: &str) -> lease::LeaseKey {
         lease::LeaseKey::new(self.group(kind, id), name)
             .expect("a parsed namespace, a kind word and an id make a valid key")
+    }
+
+    /// The Redis key of the browser session `session_id` ([`crate::sessions`]):
+    /// `<namespace>:session:<id>`. Never a lease key (those start with `lease:{`), and
+    /// distinct from another namespace's sessions: a session id has no `:`.
+    pub fn session_key(&self, session_id: &str) -> String {
+        format!("{}:session:{session_id}", self.0)
     }
 
     /// The namespace's text.
@@ -390,6 +417,7 @@ mod tests {
             database_url: "postgres://u:p@127.0.0.1:1/y".into(),
             redis_url: "redis://127.0.0.1:2/".into(),
             bind: "127.0.0.1:4000".into(),
+            metrics_bind: "127.0.0.1:4001".into(),
             hold_ttl_ms: 1_234,
             payment_delay_ms: 56,
             lease_namespace: "ns-7".parse().unwrap(),
@@ -431,6 +459,7 @@ mod tests {
         }
         let ns: LeaseNamespace = "t1".parse().unwrap();
         assert_eq!(ns.key("event", 4, "9").lease_key(), "lease:{t1:event:4}:9");
+        assert_eq!(ns.session_key("AbC-_1"), "t1:session:AbC-_1");
     }
 
     #[test]

@@ -1,40 +1,144 @@
 //! Cross-site request forgery defences, two layers:
 //!
 //! 1. Every form carries an `authenticity_token` checked against the CSRF cookie
-//!    (axum_csrf's HMAC-signed double-submit cookie). Handlers get their form through
-//!    [`CsrfForm`], which refuses the request before the handler runs.
+//!    (axum_csrf's HMAC-signed double-submit cookie) **and bound to the session**: the
+//!    HMAC key is the server secret joined with a random value kept in the buyer's
+//!    session (OWASP's signed double submit with a session-dependent value). A cookie
+//!    and token pair minted for one session is worthless in another, so a site that can
+//!    plant cookies in a victim's browser (a sibling subdomain, a plain-HTTP response)
+//!    cannot plant a working pair. Pages get their token from [`FormToken`]; handlers get
+//!    their form through [`CsrfForm`], which refuses the request before the handler runs.
 //! 2. [`refuse_foreign_origin`] refuses any POST whose `Origin` header names another
 //!    site, for browsers that send it (all current ones do).
 
 use axum::body::Bytes;
-use axum::extract::{FromRef, FromRequest, Request};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{Method, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
 use axum_csrf::{CsrfConfig, CsrfToken};
+use rand::Rng;
+use rand::distr::Alphanumeric;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use tower_sessions::Session;
 
 use crate::error::Error;
+use crate::state::AppState;
 
-/// The CSRF configuration. With `secret` (at least 32 bytes) every server process signs
-/// and checks tokens the same way, so a form served by one process can be posted to
-/// another; without it each process makes a random key, which suits one process only.
-pub fn config(secret: Option<&str>) -> CsrfConfig {
-    let config = CsrfConfig::default()
-        .with_cookie_name("seatlock.csrf")
-        .with_http_only(true)
-        .with_secure(false)
-        .with_cookie_same_site(axum_csrf::SameSite::Lax);
-    match secret {
-        // The cookie holds a random token in clear; the form carries HMAC(secret, token),
-        // which a cross-site page can neither read nor compute (signed double submit).
-        Some(secret) => config.with_salt(secret.to_owned()).with_key(None),
-        None => config,
+/// Session key of the random value that binds CSRF tokens to the session.
+const SESSION_BINDING: &str = "csrf";
+
+/// The CSRF configuration: the cookie settings and the signing secret, from which
+/// `Csrf::for_session` derives each session's own.
+#[derive(Clone)]
+pub struct Csrf {
+    cookie: CsrfConfig,
+    secret: String,
+}
+
+impl Csrf {
+    /// With `secret` (at least 32 bytes) every server process signs and checks tokens the
+    /// same way, so a form served by one process can be posted to another; without it
+    /// each process makes a random one and encrypts the cookie with a random key, which
+    /// suits one process only.
+    pub fn new(secret: Option<&str>) -> Csrf {
+        let cookie = CsrfConfig::default()
+            .with_cookie_name("seatlock.csrf")
+            .with_http_only(true)
+            .with_secure(false)
+            .with_cookie_same_site(axum_csrf::SameSite::Lax);
+        match secret {
+            // The cookie holds a random token in clear; the form carries an HMAC of it,
+            // which a cross-site page can neither read nor compute (signed double submit).
+            Some(secret) => Csrf {
+                cookie: cookie.with_key(None),
+                secret: secret.to_owned(),
+            },
+            None => Csrf {
+                cookie,
+                secret: random_text(),
+            },
+        }
+    }
+
+    /// The configuration for the session whose binding value is `binding`: the form
+    /// token is HMAC(secret ":" binding, cookie token).
+    fn for_session(&self, binding: &str) -> CsrfConfig {
+        self.cookie
+            .clone()
+            .with_salt(format!("{}:{binding}", self.secret))
+    }
+
+    /// The CSRF token of the request's session, made (with the session's binding value)
+    /// on its first use. 503 if the session store fails.
+    async fn token(&self, parts: &mut Parts, state: &AppState) -> Result<CsrfToken, Error> {
+        let session = Session::from_request_parts(parts, state)
+            .await
+            .map_err(|_| Error::Unavailable("the session store"))?;
+        let binding = match session.get::<String>(SESSION_BINDING).await {
+            Ok(Some(binding)) => binding,
+            Ok(None) => {
+                let binding = random_text();
+                session
+                    .insert(SESSION_BINDING, &binding)
+                    .await
+                    .map_err(crate::buyer::session_error)?;
+                binding
+            }
+            Err(err) => return Err(crate::buyer::session_error(err)),
+        };
+        let config = self.for_session(&binding);
+        // (axum_csrf's extractor never fails: a missing cookie gets a new token.)
+        CsrfToken::from_request_parts(parts, &config)
+            .await
+            .map_err(|_| Error::Unavailable("CSRF"))
     }
 }
 
-/// Checks that a secret is long enough for [`config`].
+/// 32 random alphanumeric characters.
+fn random_text() -> String {
+    rand::rng()
+        .sample_iter(&Alphanumeric)
+        .take(32)
+        .map(char::from)
+        .collect()
+}
+
+/// A page's CSRF token: `authenticity` goes in its forms; returned with the page (as a
+/// response part) it sets the CSRF cookie the token is checked against. 503 if the
+/// session store fails.
+pub struct FormToken {
+    cookie: CsrfToken,
+    /// The value of every form's `authenticity_token` field.
+    pub authenticity: String,
+}
+
+impl FromRequestParts<AppState> for FormToken {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
+        let cookie = state.csrf.token(parts, state).await?;
+        let authenticity = cookie
+            .authenticity_token()
+            .map_err(|_| Error::Unavailable("CSRF"))?;
+        Ok(FormToken {
+            cookie,
+            authenticity,
+        })
+    }
+}
+
+impl IntoResponseParts for FormToken {
+    type Error = std::convert::Infallible;
+
+    fn into_response_parts(self, res: ResponseParts) -> Result<ResponseParts, Self::Error> {
+        self.cookie.into_response_parts(res)
+    }
+}
+
+/// Checks that a secret is long enough for [`Csrf::new`].
 pub fn check_secret(secret: &str) -> Result<(), String> {
     if secret.len() >= 32 {
         Ok(())
@@ -50,25 +154,20 @@ struct AuthenticityToken {
 }
 
 /// A urlencoded form of type `T` whose `authenticity_token` field matched the CSRF
-/// cookie. Rejections: 413 for a body over the limit, 403 for a missing or wrong token,
-/// 400 for a form that does not parse as `T`.
+/// cookie and the session. Rejections: 413 for a body over the limit, 403 for a missing
+/// or wrong token, 400 for a form that does not parse as `T`, 503 if the session store
+/// fails.
 pub struct CsrfForm<T>(pub T);
 
-impl<S, T> FromRequest<S> for CsrfForm<T>
+impl<T> FromRequest<AppState> for CsrfForm<T>
 where
-    S: Send + Sync,
-    CsrfConfig: FromRef<S>,
     T: DeserializeOwned,
 {
     type Rejection = Error;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = req.into_parts();
-        let token = <CsrfToken as axum::extract::FromRequestParts<S>>::from_request_parts(
-            &mut parts, state,
-        )
-        .await
-        .map_err(|_| forbidden())?;
+        let token = state.csrf.token(&mut parts, state).await?;
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(|rejection| match rejection.status().as_u16() {

@@ -7,20 +7,27 @@
 //! the request merely awaits.
 
 use std::future::Future;
+use std::time::Duration;
 
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
 
 /// Runs `work` on a Tokio task of its own, in the current tracing span, and awaits its
-/// result. If the caller is dropped (the client hung up), `work` still runs to its end.
-/// Errors: `work`'s own; a 503 naming `what` if the task panicked.
+/// result. If the caller is dropped (the client hung up), `work` still runs to its end,
+/// or to `deadline` ([`crate::config::Settings::request_deadline`]: a store that stopped
+/// answering), where it is dropped. Errors: `work`'s own; 503 at the deadline; a 503
+/// naming `what` if the task panicked.
 pub async fn to_completion<T: Send + 'static>(
     what: &'static str,
+    deadline: Duration,
     work: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    tokio::spawn(work.in_current_span()).await.map_err(|err| {
-        tracing::error!(error = %err, what, "detached work failed");
-        Error::Unavailable(what)
-    })?
+    let bounded = async move { crate::deadline::within(deadline, work).await? };
+    tokio::spawn(bounded.in_current_span())
+        .await
+        .map_err(|err| {
+            tracing::error!(error = %err, what, "detached work failed");
+            Error::Unavailable(what)
+        })?
 }

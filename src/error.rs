@@ -154,6 +154,8 @@ impl From<LeaseError> for Error {
         match err {
             LeaseError::Held { .. } => Refusal::SomeoneIsBuying.into(),
             LeaseError::Lost => Refusal::HoldExpired.into(),
+            // Only a sold seat is retired (seats::purchase).
+            LeaseError::Retired => Refusal::AlreadySold.into(),
             LeaseError::Unavailable(_) => Error::Unavailable("Redis"),
             LeaseError::Ledger(_) => Error::Unavailable("Postgres"),
             LeaseError::TokensExhausted { ceiling } => {

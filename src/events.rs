@@ -4,12 +4,12 @@ use askama::Template;
 use askama_web::WebTemplate;
 use axum::extract::State;
 use axum::response::IntoResponse;
-use axum_csrf::CsrfToken;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use crate::buyer::Buyer;
-use crate::error::{Error, Result};
+use crate::csrf::FormToken;
+use crate::error::Result;
 use crate::state::AppState;
 
 /// An event with its venue and seat counts.
@@ -62,7 +62,7 @@ pub struct IndexPage {
 pub async fn index(
     State(state): State<AppState>,
     buyer: Buyer,
-    csrf: CsrfToken,
+    csrf: FormToken,
 ) -> Result<impl IntoResponse> {
     let events = sqlx::query_as(
         "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at,
@@ -73,15 +73,10 @@ pub async fn index(
     )
     .fetch_all(&state.db)
     .await?;
-    let authenticity_token = csrf
-        .authenticity_token()
-        .map_err(|_| Error::Unavailable("CSRF"))?;
-    Ok((
-        csrf,
-        IndexPage {
-            events,
-            buyer_name: buyer.profile.name.clone(),
-            authenticity_token,
-        },
-    ))
+    let page = IndexPage {
+        events,
+        buyer_name: buyer.profile.name.clone(),
+        authenticity_token: csrf.authenticity.clone(),
+    };
+    Ok((csrf, page))
 }

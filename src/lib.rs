@@ -18,6 +18,8 @@ pub mod auction;
 pub mod buyer;
 pub mod config;
 pub mod csrf;
+pub mod db;
+pub mod deadline;
 pub mod detached;
 pub mod error;
 pub mod events;

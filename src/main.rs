@@ -18,6 +18,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve(settings) => {
             let app = Application::build(*settings).await?;
             println!("seatlock is serving at http://{}", app.address());
+            println!("metrics at http://{}/metrics", app.metrics_address());
             app.run_until(shutdown_signal()).await?;
         }
         Command::Migrate(db) => {

@@ -17,7 +17,7 @@ pub const PAUSE_HEADER: &str = "x-race-lab-pause-ms";
 /// Header moving the pause of a (fenced) confirm elsewhere: a [`PausePoint`] name.
 pub const PAUSE_AT_HEADER: &str = "x-race-lab-pause-at";
 /// Longest pause honoured.
-const MAX_PAUSE: Duration = Duration::from_secs(60);
+pub const MAX_PAUSE: Duration = Duration::from_secs(60);
 
 /// The value of race-lab header `name` parsed by `parse`, when the server runs with
 /// `--enable-race-lab`; `None` otherwise (the header is ignored) or when absent. 400 if
@@ -61,7 +61,7 @@ impl FromRequestParts<AppState> for RaceLabPause {
     }
 }
 
-/// Where in a fenced confirm ([`purchase::confirm`]) the race-lab pause happens. The
+/// Where in a fenced confirm ([`crate::seats::purchase::confirm`]) the race-lab pause happens. The
 /// fault tests park a server at one of these points and kill it there.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PausePoint {

@@ -2,8 +2,6 @@
 
 use std::sync::Arc;
 
-use axum::extract::FromRef;
-use axum_csrf::CsrfConfig;
 use lease::LeaseClient;
 use sqlx::PgPool;
 
@@ -16,22 +14,19 @@ pub type Leases = LeaseClient<PgFenceLedger>;
 /// Handles to the stores and the settings. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    /// Postgres pool (orders, seat state, sessions, fence ceilings).
+    /// Postgres pool (events and seats, orders, payments, fence ceilings, auctions).
     pub db: PgPool,
-    /// Redis leases (holds, bid locks).
+    /// Redis leases (holds, bid locks); its store also keeps the browser sessions
+    /// ([`crate::sessions`]).
     pub leases: Arc<Leases>,
     /// The settings the server was started with.
     pub settings: Arc<Settings>,
     /// CSRF token signing.
-    pub csrf: CsrfConfig,
+    pub csrf: crate::csrf::Csrf,
     /// Live updates for the pages this process serves.
     pub live: Arc<crate::live::LiveHub>,
+    /// Each event's seats and start, read once (a hold asks no Postgres).
+    pub catalog: Arc<crate::seats::catalog::Catalog>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
     pub known_items: Arc<crate::auction::bid::KnownItems>,
-}
-
-impl FromRef<AppState> for CsrfConfig {
-    fn from_ref(state: &AppState) -> Self {
-        state.csrf.clone()
-    }
 }

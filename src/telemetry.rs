@@ -8,16 +8,16 @@
 //! | `seatlock_holds_refused_total` | counter | `reason` = `held` / `sold` | holds refused: someone else holds the seat, or it is sold |
 //! | `seatlock_confirms_total` | counter | `outcome` = `accepted` / `rejected_stale` / `rejected_expired` / `rejected_sold` | confirms by outcome: sold; refused by the fencing token; refused because the buyer's own hold lapsed; the seat was sold already |
 //! | `seatlock_double_sales_detected_total` | counter | | writes stopped by the `orders_one_per_seat` constraint: the fence let a second sale through. Must stay 0 |
-//! | `seatlock_postgres_round_trip_seconds` | histogram, seconds | `op` | Postgres calls, pool wait included: `session_load`, `session_save`, `session_create`, `session_delete`, `seat_status`, `sell`, `commit`, `map_seats`, `fence_ledger` |
-//! | `lease_redis_round_trip_seconds` | histogram, seconds | `op` | Redis round trips of the lease library (`acquire`, `release`, `renew`, `holders`, …) |
+//! | `seatlock_postgres_round_trip_seconds` | histogram, seconds | `op` | Postgres calls, pool wait included: `event_seats` (an event's seats, once per process), `authorize`, `sell`, `commit`, `fence_ledger` |
+//! | `lease_redis_round_trip_seconds` | histogram, seconds | `op` | Redis round trips, through the lease library's connection: the leases' (`acquire`, `release`, `retire`, `renew`, `holders`, …) and the sessions' (`session_load`, `session_save`, `session_create`, `session_delete`, [`crate::sessions`]) |
 //! | `lease_renewals_total` | counter | `result` = `renewed` / `not_owner` | lease renewals (the closer's watchdog) |
 //! | `lease_watchdog_losses_total` | counter | | watchdogs that reported their lease lost |
 //! | `lease_lock_wait_seconds` | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time a bid waited for the item's bid lock (backoff included) |
 //!
 //! Histograms are Prometheus histograms with the buckets [`LATENCY_BUCKETS_SECONDS`]
 //! (`_bucket`, `_sum`, `_count`); a `_count` is also the number of calls, so
-//! `seatlock_postgres_round_trip_seconds_count{op="session_load"}` is the number of
-//! session loads. The `lease_*` names are defined by the lease library
+//! `lease_redis_round_trip_seconds_count{op="session_load"}` is the number of session
+//! loads. The `lease_*` names are defined by the lease library
 //! ([`lease::telemetry`]).
 //!
 //! The recorder is global to the process: servers built in one process (tests) share it.
@@ -105,7 +105,7 @@ fn describe() {
     describe_histogram!(
         lease::telemetry::REDIS_ROUND_TRIP_SECONDS,
         metrics::Unit::Seconds,
-        "Redis round trips of the lease library, by operation."
+        "Redis round trips (leases and sessions), by operation."
     );
     describe_counter!(
         lease::telemetry::RENEWALS_TOTAL,

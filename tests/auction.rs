@@ -246,6 +246,50 @@ async fn an_equal_bid_loses_and_the_high_bid_plus_the_increment_wins() {
     assert!(page.body.contains("at least $12.00"));
 }
 
+/// The most the site takes is $1,000,000.00. Near it, the maximum itself is a valid next
+/// bid (high bid + increment would pass it); at it, the item is at its limit: the bid form
+/// is withdrawn, the page says why, and a bid is refused as `at_limit`. Before, the page
+/// asked for at least $1,000,001.00, which the amount parser refuses: no bid could ever
+/// be placed and no message said why.
+#[tokio::test]
+async fn at_the_maximum_amount_the_item_says_it_is_at_its_limit() {
+    let app = app(|_| {}).await;
+    let id = item(&app, |_| {}).await;
+    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
+    let base = &app.address;
+    let near = bid_on(&mut a, base, id, "999999.50").await;
+    assert_eq!(near.status, StatusCode::SEE_OTHER, "{}", near.body);
+    let page = b.get(&format!("{base}/auctions/{id}")).await.unwrap();
+    assert!(page.body.contains("at least $1000000.00"), "{}", page.body);
+    let top = bid_on(&mut b, base, id, "1000000").await;
+    assert_eq!(top.status, StatusCode::SEE_OTHER, "{}", top.body);
+
+    let refused = bid_on(&mut a, base, id, "1000000.00").await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.body);
+    assert_eq!(refused.refusal.as_deref(), Some("at_limit"));
+    assert!(
+        refused.body.contains("cannot be outbid"),
+        "{}",
+        refused.body
+    );
+    let page = a.get(&format!("{base}/auctions/{id}")).await.unwrap();
+    assert!(
+        page.body.contains("Bidding is at its limit"),
+        "{}",
+        page.body
+    );
+    assert!(
+        !page.body.contains("id=\"bid\""),
+        "no bid form: {}",
+        page.body
+    );
+    let item = fetch(&app, id).await;
+    assert_eq!(
+        (item.high_bid_cents, item.bid_count),
+        (Some(100_000_000), 2)
+    );
+}
+
 #[tokio::test]
 async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
     let app = app(|s| s.bid_lock_ttl_ms = 200).await;
@@ -847,7 +891,7 @@ async fn a_bid_stalled_past_the_end_is_refused_and_extends_nothing() {
 }
 /// The value of the Prometheus sample `name` on this process's `GET /metrics`, 0 if absent.
 async fn metric(app: &TestApp, name: &str) -> f64 {
-    let page = reqwest::get(format!("{}/metrics", app.address))
+    let page = reqwest::get(&app.metrics_url)
         .await
         .unwrap()
         .text()

@@ -8,16 +8,17 @@
 
 use std::time::Duration;
 
+use redis::AsyncCommands;
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue, ORIGIN};
-use seatlock::app::BODY_LIMIT_BYTES;
+use seatlock::app::{BODY_LIMIT_BYTES, SESSION_COOKIE};
 use seatlock::auction::queries::insert_item;
 use seatlock::config::Settings;
 use seatlock::error::Refusal;
 use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const SESSION_COOKIE: &str = "seatlock.sid";
+const CSRF_COOKIE: &str = "seatlock.csrf";
 
 /// A server over a fresh tiny database, its settings changed by `adjust`, with one open
 /// auction item; returns the app, the event, its seats and the item.
@@ -97,13 +98,41 @@ async fn assert_nothing_written(app: &TestApp, event: i64) {
             .unwrap();
         assert_eq!(rows, 0, "{table}");
     }
-    let renamed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM tower_sessions.session WHERE position('Mallory' in encode(data, 'escape')) > 0",
-    )
-    .fetch_one(app.db())
-    .await
-    .unwrap();
+    let mallory = b"Mallory".as_slice();
+    let renamed = sessions(app)
+        .await
+        .into_iter()
+        .filter(|data| data.windows(mallory.len()).any(|w| w == mallory))
+        .count();
     assert_eq!(renamed, 0, "no buyer is named Mallory");
+}
+
+/// Every session of `app` as Redis has it (MessagePack records).
+async fn sessions(app: &TestApp) -> Vec<Vec<u8>> {
+    let mut redis = app.state.leases.redis();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(app.session_key("*"))
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let mut data = Vec::new();
+    for key in keys {
+        let value: Option<Vec<u8>> = redis.get(key).await.unwrap();
+        data.extend(value);
+    }
+    data
+}
+
+/// Whether the session whose cookie value is `sid` is in Redis.
+async fn session_exists(app: &TestApp, sid: &str) -> bool {
+    let exists: bool = app
+        .state
+        .leases
+        .redis()
+        .exists(app.session_key(sid))
+        .await
+        .unwrap();
+    exists
 }
 
 /// The lease groups that have a fence ceiling, and the Redis keys of this app's
@@ -358,6 +387,72 @@ async fn csrf_tokens_of_another_session_and_foreign_origins_are_refused_on_every
     assert_nothing_written(&app, event).await;
 }
 
+/// Cookie injection (a sibling subdomain, a plain-HTTP response) lets another site plant
+/// its own CSRF cookie in a victim's browser, with the form token that matches it. The
+/// token is bound to the session it was minted for, so in the victim's session the pair
+/// is refused on every form (before: the cookie and token matched, and the post went
+/// through).
+#[tokio::test]
+async fn a_planted_csrf_cookie_and_its_token_are_refused_in_another_session() {
+    let (app, event, seats, item) = app(|_| {}).await;
+    let victim = visitor(&app, event).await;
+    let attacker = visitor(&app, event).await;
+    let planted = attacker.cookie(&app.address, CSRF_COOKIE).unwrap();
+    victim
+        .set_cookie(&app.address, CSRF_COOKIE, &planted)
+        .unwrap();
+    assert_eq!(victim.cookie(&app.address, CSRF_COOKIE).unwrap(), planted);
+    for (path, fields) in forms(event, seats[0], item) {
+        let mut form = vec![("authenticity_token", attacker.csrf_token())];
+        form.extend(fields.iter().copied());
+        let body = serde_urlencoded::to_string(&form).unwrap();
+        let url = format!("{}{path}", app.address);
+        let reply = victim.post_raw(&url, body).await.unwrap();
+        assert_page(
+            &reply,
+            StatusCode::FORBIDDEN,
+            &format!("{path}, planted pair"),
+        );
+    }
+    assert_nothing_written(&app, event).await;
+}
+
+/// A session is one Redis key under the server's namespace (not a Postgres row), whose
+/// TTL is the session's expiry (a day of inactivity), and it keeps the hold's owner token
+/// on the server: the cookie carries only the session id.
+#[tokio::test]
+async fn a_session_is_a_redis_key_under_the_namespace_that_expires_by_its_ttl() {
+    let (app, event, seats, _) = app(|_| {}).await;
+    let buyer = holding(&app, event, seats[0]).await;
+    let sid = buyer.cookie(&app.address, SESSION_COOKIE).unwrap();
+    let key = app.session_key(&sid);
+    let namespace = app.state.settings.lease_namespace.as_str();
+    assert!(key.starts_with(&format!("{namespace}:session:")), "{key}");
+    let mut redis = app.state.leases.redis();
+    let ttl_ms: i64 = redis.pttl(&key).await.unwrap();
+    let day_ms = 24 * 3_600_000;
+    assert!(
+        (day_ms - 60_000..=day_ms).contains(&ttl_ms),
+        "{ttl_ms} ms left"
+    );
+    let owner: String = redis
+        .get(app.seat_key(event, seats[0]).lease_key())
+        .await
+        .unwrap();
+    let data: Vec<u8> = redis.get(&key).await.unwrap();
+    assert!(
+        data.windows(owner.len()).any(|w| w == owner.as_bytes()),
+        "the owner token is in the session"
+    );
+    assert!(!buyer.cookie_header(&app.address).unwrap().contains(&owner));
+    let in_postgres: Option<String> =
+        sqlx::query_scalar("SELECT to_regnamespace('tower_sessions')::text")
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert_eq!(in_postgres, None, "no session table in Postgres");
+}
+
 #[tokio::test]
 async fn naming_yourself_changes_the_session_id_and_the_old_cookie_gets_nothing() {
     let (app, event, seats, _) = app(|_| {}).await;
@@ -384,13 +479,10 @@ async fn naming_yourself_changes_the_session_id_and_the_old_cookie_gets_nothing(
     assert_eq!(renamed.status, StatusCode::SEE_OTHER, "{}", renamed.body);
     let fresh = victim.cookie(base, SESSION_COOKIE).unwrap();
     assert_ne!(fresh, planted, "a new session id");
-    let old_rows: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM tower_sessions.session WHERE id = $1")
-            .bind(&planted)
-            .fetch_one(app.db())
-            .await
-            .unwrap();
-    assert_eq!(old_rows, 0, "the old session is deleted");
+    assert!(
+        !session_exists(&app, &planted).await,
+        "the old session is deleted"
+    );
 
     // The old cookie now gets a stranger's empty session.
     attacker.set_cookie(base, SESSION_COOKIE, &planted).unwrap();
@@ -428,14 +520,19 @@ async fn an_expired_session_is_a_new_stranger_who_cannot_touch_the_old_hold() {
     let seat = seats[0];
     let mut buyer = holding(&app, event, seat).await;
     let sid = buyer.cookie(base, SESSION_COOKIE).unwrap();
-    let expired = sqlx::query(
-        "UPDATE tower_sessions.session SET expiry_date = now() - interval '1 minute' WHERE id = $1",
-    )
-    .bind(&sid)
-    .execute(app.db())
-    .await
-    .unwrap();
-    assert_eq!(expired.rows_affected(), 1);
+    // Its TTL runs out: Redis expires the session by itself.
+    let expiring: bool = app
+        .state
+        .leases
+        .redis()
+        .pexpire(app.session_key(&sid), 1)
+        .await
+        .unwrap();
+    assert!(expiring, "the session was in Redis");
+    eventually(Duration::from_secs(2), "the session to expire", || async {
+        !session_exists(&app, &sid).await
+    })
+    .await;
 
     for action in ["confirm", "release"] {
         let reply = buyer.seat_action(base, event, seat, action).await.unwrap();
@@ -536,12 +633,10 @@ async fn a_request_in_flight_during_a_rename_does_not_bring_the_old_session_back
     assert_eq!(renamed.unwrap().status, StatusCode::SEE_OTHER);
     assert_ne!(buyer.cookie(&base, SESSION_COOKIE).unwrap(), old);
     assert_eq!(slow.await.unwrap().status, StatusCode::SEE_OTHER);
-    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM tower_sessions.session WHERE id = $1")
-        .bind(&old)
-        .fetch_one(app.db())
-        .await
-        .unwrap();
-    assert_eq!(rows, 0, "the old session stays deleted");
+    assert!(
+        !session_exists(&app, &old).await,
+        "the old session stays deleted"
+    );
     let mut stranger = HttpBuyer::new();
     stranger.set_cookie(&base, SESSION_COOKIE, &old).unwrap();
     let page = stranger

@@ -14,7 +14,7 @@ fn sample(page: &str, name: &str) -> f64 {
 async fn metrics_count_holds_confirms_and_round_trips() {
     let app = TestApp::builder().spawn().await.unwrap();
     let (event, seats) = app.first_event_seats().await.unwrap();
-    let metrics_url = format!("{}/metrics", app.address);
+    let metrics_url = app.metrics_url.clone();
     // The recorder is shared by every server in this process: compare before and after.
     let before = reqwest::get(&metrics_url)
         .await
@@ -42,9 +42,11 @@ async fn metrics_count_holds_confirms_and_round_trips() {
     assert!(grew(r#"seatlock_holds_refused_total{reason="held"}"#) >= 1.0);
     assert!(grew(r#"seatlock_confirms_total{outcome="accepted"}"#) >= 1.0);
     assert!(grew(r#"lease_redis_round_trip_seconds_count{op="acquire"}"#) >= 2.0);
-    assert!(grew(r#"seatlock_postgres_round_trip_seconds_count{op="session_load"}"#) >= 3.0);
+    assert!(grew(r#"lease_redis_round_trip_seconds_count{op="session_load"}"#) >= 3.0);
+    assert!(grew(r#"lease_redis_round_trip_seconds_count{op="session_save"}"#) >= 2.0);
     assert!(after.contains("# TYPE seatlock_postgres_round_trip_seconds histogram"));
-    assert!(after.contains(r#"lease_redis_round_trip_seconds_bucket{op="release",le="+Inf"}"#));
+    // (the confirm's release after its commit also retires the seat)
+    assert!(after.contains(r#"lease_redis_round_trip_seconds_bucket{op="retire",le="+Inf"}"#));
     assert_eq!(sample(&after, "seatlock_double_sales_detected_total"), 0.0);
 }
 
@@ -57,7 +59,7 @@ async fn a_fresh_servers_first_scrape_has_every_counter_at_zero_with_its_help() 
     let server = seatlock_harness::ServerProcess::start(binary, &settings)
         .await
         .unwrap();
-    let page = reqwest::get(format!("{}/metrics", server.address))
+    let page = reqwest::get(&server.metrics_url)
         .await
         .unwrap()
         .text()
@@ -81,4 +83,23 @@ async fn a_fresh_servers_first_scrape_has_every_counter_at_zero_with_its_help() 
         let name = series.split('{').next().unwrap();
         assert!(page.contains(&format!("# HELP {name} ")), "HELP of {name}");
     }
+}
+
+/// `/metrics` has a listener of its own (`--metrics-bind`, loopback by default): the app's
+/// port, which buyers reach, does not serve it.
+#[tokio::test]
+async fn metrics_are_served_on_their_own_listener_not_the_app_port() {
+    let app = TestApp::builder().spawn().await.unwrap();
+    let on_app_port = reqwest::get(format!("{}/metrics", app.address))
+        .await
+        .unwrap();
+    assert_eq!(on_app_port.status(), reqwest::StatusCode::NOT_FOUND);
+    let page = reqwest::get(&app.metrics_url).await.unwrap();
+    assert_eq!(page.status(), reqwest::StatusCode::OK);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("seatlock_holds_granted_total")
+    );
 }

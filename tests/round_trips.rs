@@ -3,16 +3,19 @@
 //!
 //! | operation | Redis (lock store) | Postgres |
 //! |---|---|---|
-//! | hold | 1 script (`EVALSHA`) | 1 read (the seat exists, unsold) |
-//! | release | 1 script | none |
+//! | hold | 1 script (`EVALSHA`: the lease, refused if the seat is sold) | **none** (the seat and the event's start are read once per event and process, before the measured hold) |
+//! | release | 1 script | **none** |
 //! | renew | 1 script | none |
-//! | confirm | the owner check (`GET`) + the release (1 script) | the payment's authorization + 1 transaction (BEGIN, the fenced write, COMMIT) |
+//! | confirm | the owner check (`GET`) + the release that retires the seat (1 script) | the payment's authorization + 1 transaction (BEGIN, the fenced write, COMMIT) |
 //! | bid | lock (1 script) + release (1 script) | 1 transaction (BEGIN, read, fenced write, COMMIT); the first bid on an item in a process also reads that it exists |
 //! | seat map | 1 pipeline (`TIME` + `HGETALL`), the same for 32 and 11,056 seats | 3 reads, the same for both |
 //!
-//! Session loads and saves (tower-sessions in Postgres) are counted apart, and so are
-//! the pool's connection checks (sqlx pings every connection returned to the pool, and
-//! the server pings one before use only if it sat idle for a second or more).
+//! Every request that reads the buyer also loads its session, and one that changes it
+//! saves it: one Redis round trip each (`GET`, `SET … XX`), counted apart from the
+//! commands above. So a hold and a release are each 3 Redis round trips and no Postgres
+//! one. The pool's connection checks are counted with Postgres's round trips (sqlx pings
+//! every connection returned to the pool, and the server pings one before use only if it
+//! sat idle for a second or more).
 //!
 //! How it counts:
 //! * **Redis**: a private `redis-server` per test ([`RedisServer`]). `INFO commandstats`
@@ -20,11 +23,13 @@
 //!   command a script runs inside the server, so the *top-level* commands, the ones the
 //!   client sent, come from the slow log with a 0 µs threshold: each entry names the
 //!   client, and commands run by a script carry the Lua pseudo-client (address `?:0`).
+//!   A command whose key is a session key (`<namespace>:session:<id>`) is session
+//!   traffic.
 //! * **Postgres**: the server under test reaches Postgres through a TCP proxy
 //!   ([`PgWire`], shared with `make bench`) that reads the client half of the wire
-//!   protocol: simple queries, extended-protocol executions and `Sync`s. A `Sync` with
-//!   nothing before it is a ping. Statements on `tower_sessions` are session traffic
-//!   ([`PgCost`]). This counts what was sent, whatever the statistics collector has
+//!   protocol (v3): simple queries (`Q`), extended-protocol executions
+//!   (`Parse`/`Bind`/`Execute`, resolved to their SQL) and `Sync`s. A `Sync` with nothing
+//!   before it is a ping. This counts what was sent, whatever the statistics collector has
 //!   flushed, and tells each statement apart.
 //!
 //! Run with `--nocapture` to see the table.
@@ -33,29 +38,44 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use seatlock::config::LeaseNamespace;
+use seatlock::error::Refusal;
 use seatlock_harness::pgwire::{PgCost, PgWire};
 use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TINY_VENUES, TestApp};
 
 /// What one operation cost Redis.
 #[derive(Debug, Default)]
 struct RedisCost {
-    /// Commands the clients sent, lowercase, in order (slow log).
+    /// Commands the clients sent, lowercase, in order (slow log), session traffic apart.
     commands: Vec<String>,
+    /// Session loads (`GET` of a session key).
+    session_loads: usize,
+    /// Session writes (any other command on a session key).
+    session_writes: usize,
     /// `evalsha` + `eval` calls (INFO commandstats).
     scripts: u64,
     /// Commands run inside scripts (INFO commandstats minus the top-level ones).
     inside_scripts: u64,
 }
 
+impl RedisCost {
+    /// Round trips: the commands plus the session's.
+    fn round_trips(&self) -> usize {
+        self.commands.len() + self.session_loads + self.session_writes
+    }
+}
+
 /// The private Redis and a connection that reads its counters.
 struct RedisCounter {
     conn: redis::aio::MultiplexedConnection,
+    /// The start of every session key of the server under test (`<namespace>:session:`).
+    sessions: String,
 }
 
 const COUNTER_NAME: &str = "round-trip-counter";
 
 impl RedisCounter {
-    async fn new(server: &RedisServer) -> RedisCounter {
+    async fn new(server: &RedisServer, namespace: &LeaseNamespace) -> RedisCounter {
         let client = redis::Client::open(server.url()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         for (setting, value) in [
@@ -76,7 +96,10 @@ impl RedisCounter {
             .query_async(&mut conn)
             .await
             .unwrap();
-        RedisCounter { conn }
+        RedisCounter {
+            conn,
+            sessions: namespace.session_key(""),
+        }
     }
 
     /// Zeroes the command statistics and the slow log.
@@ -114,10 +137,10 @@ impl RedisCounter {
             .query_async(&mut self.conn)
             .await
             .unwrap();
-        let mut commands = Vec::new();
-        let mut lua = 0;
+        let mut cost = RedisCost::default();
         for entry in entries.into_iter().rev() {
-            let (args, client, name): (Vec<String>, String, String) = match entry {
+            // (arguments as bytes: a session's value is MessagePack, not text)
+            let (args, client, name): (Vec<Vec<u8>>, String, String) = match entry {
                 redis::Value::Array(fields) if fields.len() >= 6 => (
                     redis::from_redis_value(fields[3].clone()).unwrap(),
                     redis::from_redis_value(fields[4].clone()).unwrap(),
@@ -128,23 +151,26 @@ impl RedisCounter {
             if name == COUNTER_NAME {
                 continue;
             }
-            let command = args[0].to_lowercase();
+            let command = String::from_utf8_lossy(&args[0]).to_lowercase();
+            let on_session = args
+                .get(1)
+                .is_some_and(|key| key.starts_with(self.sessions.as_bytes()));
             if client.starts_with('?') {
-                lua += 1;
+                cost.inside_scripts += 1;
+            } else if on_session && command == "get" {
+                cost.session_loads += 1;
+            } else if on_session {
+                cost.session_writes += 1;
             } else if command != "ping" {
                 // (a PING is the live feed's heartbeat, once a second, not the operation's)
-                commands.push(command);
+                cost.commands.push(command);
             }
         }
-        let scripts = ["evalsha", "eval"]
+        cost.scripts = ["evalsha", "eval"]
             .iter()
             .map(|c| calls.get(*c).copied().unwrap_or(0))
             .sum();
-        RedisCost {
-            commands,
-            scripts,
-            inside_scripts: lua,
-        }
+        cost
     }
 }
 
@@ -161,7 +187,6 @@ struct Harness {
 impl Harness {
     async fn start(venues: &str) -> Harness {
         let redis_server = RedisServer::start().await.unwrap();
-        let redis = RedisCounter::new(&redis_server).await;
         let mut settings = TestApp::builder()
             .venues(venues)
             .redis(redis_server.url())
@@ -171,6 +196,7 @@ impl Harness {
             .unwrap();
         let (pg, proxied) = PgWire::in_front_of(&settings.database_url).await.unwrap();
         settings.database_url = proxied;
+        let redis = RedisCounter::new(&redis_server, &settings.lease_namespace).await;
         let app = TestApp::spawn(settings).await.unwrap();
         Harness {
             app,
@@ -195,14 +221,15 @@ impl Harness {
         let redis = self.redis.cost().await;
         let pg = PgCost::of(&self.pg.since(from));
         self.rows.push(format!(
-            "| {label} | {} ({}) | {} | {} | {} | {} / {} | {} ({} pings) |",
+            "| {label} | {} ({}) | {} | {} / {} | {} | {} | {} | {} ({} pings) |",
             redis.commands.len(),
             redis.commands.join(", "),
             redis.inside_scripts,
+            redis.session_loads,
+            redis.session_writes,
+            redis.round_trips(),
             pg.transactions,
             pg.statements.len(),
-            pg.session_loads,
-            pg.session_writes,
             pg.round_trips,
             pg.pings,
         ));
@@ -211,9 +238,9 @@ impl Harness {
 
     fn print(&self) {
         println!(
-            "| operation | Redis commands sent | run inside scripts | Postgres transactions | Postgres statements | session loads / writes | Postgres round trips |"
+            "| operation | Redis commands sent | run inside scripts | session loads / writes (Redis) | Redis round trips | Postgres transactions | Postgres statements | Postgres round trips |"
         );
-        println!("|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|");
         for row in &self.rows {
             println!("{row}");
         }
@@ -226,10 +253,12 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     let (event, seats) = h.app.first_event_seats().await.unwrap();
     let base = h.app.address.clone();
     let mut buyer = HttpBuyer::new();
-    // Warm up: the session, the scripts loaded in this Redis, the first fence block.
+    // Warm up: the session, the event's seats read by this process, the scripts loaded in
+    // this Redis (the first call of one costs two more round trips: NOSCRIPT, then
+    // SCRIPT LOAD), the first fence block.
     buyer.get(&format!("{base}/events/{event}")).await.unwrap();
-    for action in ["hold", "release"] {
-        let reply = buyer.seat_action(&base, event, seats[1], action).await;
+    for (seat, action) in [(1, "hold"), (1, "release"), (3, "hold"), (3, "confirm")] {
+        let reply = buyer.seat_action(&base, event, seats[seat], action).await;
         assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
     }
 
@@ -238,18 +267,19 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
     assert_eq!(redis.commands, ["evalsha"], "hold: one script");
     assert_eq!(redis.scripts, 1);
-    assert_eq!(pg.statements.len(), 1, "hold: the seat read {pg:?}");
-    assert_eq!(pg.transactions, 0);
-    assert_eq!(pg.session_loads, 1);
-    assert_eq!(pg.session_writes, 1, "hold: the owner token");
+    assert_eq!(redis.session_loads, 1);
+    assert_eq!(redis.session_writes, 1, "hold: the owner token");
+    assert_eq!(redis.round_trips(), 3);
+    assert_eq!(pg, PgCost::default(), "hold: no Postgres round trip");
 
     let release = buyer.seat_action(&base, event, seats[0], "release");
     let (reply, redis, pg) = h.measure("release", release).await;
     assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
     assert_eq!(redis.commands, ["evalsha"], "release: one script");
-    assert_eq!(pg.statements, Vec::<String>::new(), "release: no statement");
-    assert_eq!(pg.session_loads, 1);
-    assert_eq!(pg.session_writes, 1, "release: the hold is forgotten");
+    assert_eq!(redis.session_loads, 1);
+    assert_eq!(redis.session_writes, 1, "release: the hold is forgotten");
+    assert_eq!(redis.round_trips(), 3);
+    assert_eq!(pg, PgCost::default(), "release: no Postgres round trip");
 
     let hold = buyer.seat_action(&base, event, seats[0], "hold").await;
     assert_eq!(hold.unwrap().status, StatusCode::SEE_OTHER);
@@ -259,7 +289,8 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     assert_eq!(
         redis.commands,
         ["get", "evalsha"],
-        "confirm: the owner check with the row locked, the release after the commit"
+        "confirm: the owner check with the row locked, the release (and the seat's \
+         retirement) after the commit"
     );
     assert_eq!(pg.transactions, 1, "confirm: one transaction {pg:?}");
     assert_eq!(
@@ -271,7 +302,18 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
         pg.in_transaction, 1,
         "confirm: the fenced write inside the transaction"
     );
-    assert_eq!(pg.session_writes, 1, "confirm: the hold is forgotten");
+    assert_eq!(redis.session_loads, 1);
+    assert_eq!(redis.session_writes, 1, "confirm: the hold is forgotten");
+
+    // The sold seat is refused by the lease script: still no Postgres.
+    let mut other = HttpBuyer::new();
+    other.get(&format!("{base}/events/{event}")).await.unwrap();
+    let late = other.seat_action(&base, event, seats[0], "hold");
+    let (reply, redis, pg) = h.measure("hold of a sold seat", late).await;
+    assert!(reply.unwrap().is_refused(&Refusal::AlreadySold));
+    assert_eq!(redis.commands, ["evalsha"], "refused by the script");
+    assert_eq!(redis.session_writes, 0, "nothing to remember");
+    assert_eq!(pg, PgCost::default(), "hold of a sold seat: no Postgres");
 
     let key = h.app.seat_key(event, seats[2]);
     let ttl = Duration::from_secs(60);
@@ -321,7 +363,7 @@ async fn a_seat_map_costs_the_same_round_trips_for_32_and_11056_seats() {
         assert_eq!(page.unwrap().status, StatusCode::OK);
         assert_eq!(redis.commands, ["time", "hgetall"], "one pipeline");
         assert_eq!(pg.transactions, 0);
-        assert_eq!(pg.session_loads, 1);
+        assert_eq!(redis.session_loads, 1);
         costs.push((redis.commands, pg.statements.len()));
         h.print();
     }
@@ -356,6 +398,6 @@ async fn a_bid_is_a_lock_one_transaction_and_a_release() {
         pg.statements.len(),
         "every statement inside it (the item is known to exist after the first bid) {pg:?}"
     );
-    assert_eq!(pg.session_loads, 1);
+    assert_eq!(redis.session_loads, 1);
     h.print();
 }

@@ -70,55 +70,124 @@
     });
   }
 
+  // The map as shown, in the shape of a snapshot (for a tab that joins a shared stream):
+  // the holder of a seat held by someone else is not known here, and need not be.
+  function mapState(map) {
+    const state = { held: {}, sold: [] };
+    map.querySelectorAll(".seat").forEach(function (el) {
+      const id = el.id.slice("seat-".length);
+      const s = seatState(el);
+      if (s === "sold" || s === "bought") state.sold.push(Number(id));
+      else if (s === "mine") state.held[id] = map.dataset.buyer;
+      else if (s === "held") state.held[id] = "";
+    });
+    return state;
+  }
+
   function applySeat(map, change) {
     setSeat(map, change.seat, change.state === "held" ? heldState(map, change.holder) : change.state);
   }
 
   // Opens a server-sent event stream, calling handlers[event name](data), and keeps it
-  // open: `el` says data-live="connecting", "open", "offline" (shown on the page: not live,
-  // reconnecting) or "paused" (a hidden tab gives its connection back: browsers allow
-  // only a few per site over HTTP/1.1). A stream the browser gave up on (an error status,
-  // say while a store was down) is reopened with growing, jittered delays, 1 s to 30 s.
-  // Every (re)opened stream starts with a fresh snapshot from the server.
-  function subscribe(el, url, handlers) {
+  // open: `live(state)` reports "connecting", "open" or "offline" (not live,
+  // reconnecting). A stream the browser gave up on (an error status, say while a store was
+  // down) is reopened with growing, jittered delays, 1 s to 30 s. Every (re)opened stream
+  // starts with a fresh snapshot from the server. Returns a function that closes it.
+  function openStream(url, handlers, live) {
     let source = null;
     let retry = null;
     let delay = 1000;
     function open() {
-      clearTimeout(retry);
-      if (source || document.hidden) return;
       source = new EventSource(url);
-      el.dataset.live = "connecting";
+      live("connecting");
       Object.keys(handlers).forEach(function (name) {
         source.addEventListener(name, function (e) { handlers[name](e.data); });
       });
       source.addEventListener("open", function () {
-        el.dataset.live = "open";
+        live("open");
         delay = 1000;
       });
       source.addEventListener("error", function () {
-        el.dataset.live = "offline";
+        live("offline");
         if (source.readyState !== EventSource.CLOSED) return; // the browser retries
-        source = null;
         retry = setTimeout(open, delay / 2 + Math.random() * delay / 2);
         delay = Math.min(delay * 2, 30000);
       });
     }
-    function close() {
+    open();
+    return function () {
       clearTimeout(retry);
-      if (source) source.close();
-      source = null;
+      source.close();
+    };
+  }
+
+  // Keeps `el`'s page live with ONE stream per page per browser: browsers open only a few
+  // connections per site over HTTP/1.1 (six in Chromium), so tabs each holding a stream
+  // would leave none for the next click. The visible tabs showing `url` elect one holder
+  // with a Web Lock; it alone holds the stream and relays each event, and its live state,
+  // to the others over a BroadcastChannel. A tab that joins asks for the page's current
+  // state (`current()`, as an event). A hidden tab gives the lock up, and closes its
+  // stream, so another visible tab takes over; el's data-live says "connecting", "open",
+  // "offline" or "paused" (hidden, and nobody relays). Browsers without Web Locks or
+  // BroadcastChannel keep one stream per visible tab.
+  function subscribe(el, url, handlers, current) {
+    const show = function (state) { el.dataset.live = state; };
+    const apply = function (msg) { if (handlers[msg.name]) handlers[msg.name](msg.data); };
+    const shared = navigator.locks && window.BroadcastChannel;
+    const channel = shared ? new BroadcastChannel("seatlock " + url) : null;
+    let resign = null; // set while this tab holds the stream
+    let campaigning = false;
+    function hold(release) {
+      const relay = {};
+      Object.keys(handlers).forEach(function (name) {
+        relay[name] = function (data) {
+          handlers[name](data);
+          if (channel) channel.postMessage({ name: name, data: data });
+        };
+      });
+      const close = openStream(url, relay, function (state) {
+        show(state);
+        if (channel) channel.postMessage({ live: state });
+      });
+      resign = function () {
+        close();
+        resign = null;
+        show("paused");
+        if (channel) channel.postMessage({ live: "paused" });
+        release();
+      };
+    }
+    function campaign() {
+      if (document.hidden || resign || campaigning) return;
+      if (!shared) return hold(function () {});
+      campaigning = true;
+      navigator.locks.request("seatlock " + url, function () {
+        campaigning = false;
+        if (document.hidden) return null; // give it up at once; campaign when visible
+        return new Promise(hold);
+      });
+    }
+    if (channel) {
+      channel.onmessage = function (e) {
+        const msg = e.data;
+        if (msg.join) {
+          if (resign) {
+            channel.postMessage(current());
+            channel.postMessage({ live: el.dataset.live });
+          }
+        } else if (!resign) {
+          if (msg.live) show(msg.live);
+          else apply(msg);
+        }
+      };
+      channel.postMessage({ join: true });
     }
     document.addEventListener("visibilitychange", function () {
-      if (document.hidden) {
-        close();
-        el.dataset.live = "paused";
-      } else {
-        delay = 1000;
-        open();
-      }
+      if (document.hidden && resign) resign();
+      else campaign();
     });
-    open();
+    show(document.hidden ? "paused" : "connecting");
+    campaign();
   }
 
   function liveSeatMap() {
@@ -127,7 +196,7 @@
     subscribe(map, "/events/" + map.dataset.event + "/stream", {
       snapshot: function (data) { applySnapshot(map, JSON.parse(data)); },
       seat: function (data) { applySeat(map, JSON.parse(data)); },
-    });
+    }, function () { return { name: "snapshot", data: JSON.stringify(mapState(map)) }; });
   }
 
   // Live auction item: each event carries the page's changing part as server-rendered
@@ -150,7 +219,8 @@
     const live = document.getElementById("auction-live");
     if (!live || !window.EventSource) return;
     const apply = function (html) { applyItem(live, html); };
-    subscribe(live, live.dataset.stream, { snapshot: apply, bid: apply, closed: apply });
+    subscribe(live, live.dataset.stream, { snapshot: apply, bid: apply, closed: apply },
+      function () { return { name: "snapshot", data: live.innerHTML }; });
   }
 
   document.addEventListener("DOMContentLoaded", function () {

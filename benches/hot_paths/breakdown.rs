@@ -101,8 +101,9 @@ impl Processes {
         })
     }
 
-    /// CPU seconds used so far by each group, and the server's metrics page.
-    pub async fn snapshot(&self, server_address: &str) -> anyhow::Result<Snapshot> {
+    /// CPU seconds used so far by each group, and the server's metrics page (at
+    /// `metrics_url`).
+    pub async fn snapshot(&self, metrics_url: &str) -> anyhow::Result<Snapshot> {
         let seconds = |t: Option<u64>| t.unwrap_or(0) as f64 / self.ticks_per_s;
         let mut cpu_s = BTreeMap::new();
         cpu_s.insert("server", seconds(ticks(self.server)));
@@ -118,10 +119,7 @@ impl Processes {
         }
         let (busy, idle) = machine_ticks();
         let machine_s = (seconds(Some(busy)), seconds(Some(idle)));
-        let page = reqwest::get(format!("{server_address}/metrics"))
-            .await?
-            .text()
-            .await?;
+        let page = reqwest::get(metrics_url).await?.text().await?;
         let metrics = page
             .lines()
             .filter(|l| !l.starts_with('#'))

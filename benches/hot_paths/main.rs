@@ -290,14 +290,14 @@ async fn http_rows(
             stores::raw_set_nx(&s.redis_url, buyers, s.seconds),
         )
         .await?;
-        let start = processes.snapshot(server).await?;
+        let start = processes.snapshot(&s.server.metrics_url).await?;
         let hold = bounded(
             &format!("HTTP holds, {buyers} buyers"),
             holds::run(server, &form_page, arena, arena_seats, buyers, s.seconds),
         )
         .await?;
         warn_failures("holds", hold.failures);
-        let held = processes.snapshot(server).await?;
+        let held = processes.snapshot(&s.server.metrics_url).await?;
         let confirm = bounded(
             &format!("HTTP confirms, {buyers} buyers"),
             holds::confirms(
@@ -312,7 +312,7 @@ async fn http_rows(
         )
         .await?;
         warn_failures("holds or confirms", confirm.failures);
-        let confirmed = processes.snapshot(server).await?;
+        let confirmed = processes.snapshot(&s.server.metrics_url).await?;
         let per_hold = breakdown::between(&start, &held, hold.requests as f64);
         eprintln!("  per hold (with its release): {per_hold}");
         breakdowns.insert(format!("holds_{buyers}"), per_hold);

@@ -469,23 +469,28 @@ async fn the_arena_map_loads_and_a_seat_can_be_held() {
         a.open(&arena).await?;
         let loaded = started.elapsed();
         // Counted in the page: a locator count would fetch a handle per seat.
-        let (seats, timing): (usize, (f64, f64, f64)) = a
+        let (seats, timing, bytes): (usize, (f64, f64, f64), (f64, f64)) = a
             .page
             .evaluate(
                 "() => { const n = performance.getEntriesByType('navigation')[0]; \
                  return [document.querySelectorAll('.seat').length, \
-                         [n.responseEnd, n.domContentLoadedEventEnd, n.loadEventEnd]]; }",
+                         [n.responseEnd, n.domContentLoadedEventEnd, n.loadEventEnd], \
+                         [n.encodedBodySize, n.decodedBodySize]]; }",
                 None::<&()>,
             )
             .await?;
         ensure!(seats == 11_056, "the arena map shows {seats} seats");
+        ensure!(bytes.0 < bytes.1, "the map was sent compressed: {bytes:?}");
         eprintln!(
             "e2e: arena map, 11,056 seats: loaded in {} ms (response {:.0} ms, \
-             DOMContentLoaded {:.0} ms, load {:.0} ms after navigation start)",
+             DOMContentLoaded {:.0} ms, load {:.0} ms after navigation start); \
+             {:.0} kB sent for {:.0} kB of HTML",
             loaded.as_millis(),
             timing.0,
             timing.1,
-            timing.2
+            timing.2,
+            bytes.0 / 1e3,
+            bytes.1 / 1e3
         );
 
         let seat = available_seat(&a, 0).await?;
@@ -549,6 +554,34 @@ async fn a_stream_refused_once_says_not_live_then_reconnects_and_catches_up() {
         let seat = available_seat(&a, 0).await?;
         a.seat(seat).click(None).await?;
         b.wait_for_seat(seat, "held").await?;
+        Ok(())
+    })
+    .await;
+}
+
+/// Scenario: one buyer has the same seat map open in eight visible tabs. A browser opens
+/// at most six connections per site over HTTP/1.1, so eight tabs each holding a stream
+/// would leave none for the next click, which would stall. The tabs share one stream
+/// (one tab holds it and relays to the others), so the click in the last tab is served,
+/// and every tab shows the hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_tabs_of_one_map_share_a_stream_and_a_click_in_the_last_is_served() {
+    support::run("eight_tabs", async |w| {
+        let (_, hall) = hall(w).await?;
+        let first = w.buyer("A", 0).await?;
+        first.open_live(&hall).await?;
+        let mut tabs = vec![first];
+        for _ in 1..8 {
+            let tab = tabs[0].tab().await?;
+            tab.open_live(&hall).await?;
+            tabs.push(tab);
+        }
+        let last = tabs.last().context("eight tabs")?;
+        let seat = available_seat(last, 0).await?;
+        last.seat(seat).click(None).await?;
+        for tab in &tabs {
+            tab.wait_for_seat(seat, "mine").await?;
+        }
         Ok(())
     })
     .await;

@@ -22,6 +22,7 @@ pub const TEST_SECRET: &str = "seatlock-test-secret-at-least-32-bytes";
 /// namespace (tests share one Redis) and the shared test secret.
 pub fn test_settings(database_url: &str, redis_url: &str) -> Settings {
     let mut settings = Settings::new(database_url, redis_url, "127.0.0.1:0");
+    settings.metrics_bind = "127.0.0.1:0".into();
     settings.lease_namespace = unique_name("test")
         .parse()
         .expect("a unique name is a valid namespace");
@@ -127,6 +128,8 @@ pub fn auction_item(title: &str) -> seatlock::auction::queries::NewItem {
 pub struct TestApp {
     /// `http://127.0.0.1:PORT`.
     pub address: String,
+    /// `http://127.0.0.1:PORT/metrics`, on the server's metrics listener.
+    pub metrics_url: String,
     /// The server's state (pool, lease client, settings).
     pub state: AppState,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -149,6 +152,7 @@ impl TestApp {
     pub async fn spawn(settings: Settings) -> anyhow::Result<TestApp> {
         let app = Application::build(settings).await?;
         let address = format!("http://{}", app.address());
+        let metrics_url = format!("http://{}/metrics", app.metrics_address());
         let state = app.state().clone();
         let (stop, stopped) = tokio::sync::oneshot::channel();
         tokio::spawn(app.run_until(async {
@@ -156,6 +160,7 @@ impl TestApp {
         }));
         Ok(TestApp {
             address,
+            metrics_url,
             state,
             stop: Some(stop),
         })
@@ -177,6 +182,12 @@ impl TestApp {
             &self.state.settings.lease_namespace,
             SeatRef { event_id, seat_id },
         )
+    }
+
+    /// The Redis key of the browser session whose cookie value is `session_id`, in this
+    /// server's namespace ([`seatlock::sessions`]).
+    pub fn session_key(&self, session_id: &str) -> String {
+        self.state.settings.lease_namespace.session_key(session_id)
     }
 
     /// The lease group of event `event_id`'s seats in this server's namespace.

@@ -3,7 +3,7 @@
 //! (`Q`), extended-protocol executions (`Parse`/`Bind`/`Execute`, resolved to their SQL)
 //! and `Sync`s. A `Sync` with nothing before it is a ping (sqlx checks every connection
 //! returned to its pool that way). [`PgCost::of`] sorts a stretch of that log into
-//! transactions, statements, session traffic and round trips. This counts what was sent,
+//! transactions, statements and round trips. This counts what was sent,
 //! whatever the statistics collector has flushed, and tells each statement apart.
 //!
 //! Used by `tests/round_trips.rs` (the round-trip budget) and `make bench`
@@ -229,16 +229,14 @@ impl Parser {
 pub struct PgCost {
     /// `BEGIN`s.
     pub transactions: usize,
-    /// Statements of the application, in order (transaction control and sessions apart),
-    /// whitespace folded, at most 60 characters each.
+    /// Statements of the application, in order (transaction control apart), whitespace
+    /// folded, at most 60 characters each.
     pub statements: Vec<String>,
     /// Statements inside a transaction (between BEGIN and COMMIT/ROLLBACK).
     pub in_transaction: usize,
-    /// Session loads (`select data from tower_sessions…`).
-    pub session_loads: usize,
-    /// Session writes (insert/update/delete on tower_sessions).
-    pub session_writes: usize,
-    /// Round trips: simple queries plus `Sync`s, pings included.
+    /// Round trips: simple queries plus `Sync`s, pings included; the live feed's
+    /// heartbeat ([`seatlock::live::HEARTBEAT_QUERY`], sent after a second without news)
+    /// left out, as not the operation's.
     pub round_trips: usize,
     /// Connection checks.
     pub pings: usize,
@@ -260,6 +258,7 @@ impl PgCost {
                     cost.round_trips += 1;
                     continue;
                 }
+                PgMessage::Query(sql) if sql == seatlock::live::HEARTBEAT_QUERY => continue,
                 PgMessage::Query(sql) => {
                     cost.round_trips += 1;
                     sql
@@ -273,12 +272,6 @@ impl PgCost {
                 in_transaction = true;
             } else if upper.starts_with("COMMIT") || upper.starts_with("ROLLBACK") {
                 in_transaction = false;
-            } else if flat.contains("tower_sessions") {
-                if upper.starts_with("SELECT DATA") {
-                    cost.session_loads += 1;
-                } else {
-                    cost.session_writes += 1;
-                }
             } else {
                 cost.in_transaction += usize::from(in_transaction);
                 cost.statements.push(flat.chars().take(60).collect());

@@ -138,6 +138,8 @@ impl Drop for RedisServer {
 pub struct ServerProcess {
     /// `http://127.0.0.1:PORT`.
     pub address: String,
+    /// `http://127.0.0.1:PORT/metrics`, on the server's metrics listener.
+    pub metrics_url: String,
     /// The file the server logs to.
     pub log: std::path::PathBuf,
     child: tokio::process::Child,
@@ -145,8 +147,8 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts `binary serve` with `settings` passed as environment variables
-    /// ([`Settings::to_env`]: every field; bind is forced to `127.0.0.1:0`) and waits for
-    /// the line announcing its address.
+    /// ([`Settings::to_env`]: every field; both listeners forced to `127.0.0.1:0`) and waits for
+    /// the lines announcing their addresses.
     pub async fn start(
         binary: &std::path::Path,
         settings: &Settings,
@@ -168,6 +170,7 @@ impl ServerProcess {
             .arg("serve")
             .envs(settings.to_env())
             .env("SEATLOCK_BIND", "127.0.0.1:0")
+            .env("SEATLOCK_METRICS_BIND", "127.0.0.1:0")
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
@@ -190,15 +193,19 @@ impl ServerProcess {
                     log.display()
                 )
             })?;
-        let address = announced
-            .split_whitespace()
-            .find(|w| w.starts_with("http://"))
-            .with_context(|| format!("unexpected first line {announced:?}"))?
-            .to_owned();
+        let url_in = |line: &str| {
+            line.split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .map(str::to_owned)
+                .with_context(|| format!("unexpected announcement {line:?}"))
+        };
+        let address = url_in(&announced)?;
+        let metrics_url = url_in(&lines.next_line().await?.unwrap_or_default())?;
         // Keep draining stdout so the server never writes into a closed pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Ok(ServerProcess {
             address,
+            metrics_url,
             log,
             child,
         })
@@ -282,7 +289,7 @@ impl PostgresServer {
     }
 
     /// `postgres://postgres@127.0.0.1:PORT/postgres`, a role that may create databases
-    /// (for [`fresh_database`]).
+    /// (for [`crate::fresh_database`]).
     pub fn admin_url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }

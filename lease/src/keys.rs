@@ -71,6 +71,12 @@ impl LeaseKey {
         holders_key(&self.group)
     }
 
+    /// `lease:{group}:~retired`: the set of the group's resource names retired for good
+    /// ([`crate::LeaseClient::retire`]), which no acquire grants again.
+    pub fn retired_key(&self) -> String {
+        format!("lease:{{{}}}:~retired", self.group)
+    }
+
     /// `lease:{group}:~reserving:<nonce>`: the marker of one block reservation in
     /// flight (see `scripts/raise_ceiling.lua`).
     pub(crate) fn reservation_key(&self, nonce: &str) -> String {
@@ -120,6 +126,7 @@ mod tests {
         assert_eq!(key.lease_key(), "lease:{event:7}:1234");
         assert_eq!(key.fence_key(), "lease:{event:7}:~fence");
         assert_eq!(key.holders_key(), "lease:{event:7}:~holders");
+        assert_eq!(key.retired_key(), "lease:{event:7}:~retired");
     }
 
     #[test]

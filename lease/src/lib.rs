@@ -97,6 +97,7 @@
 //! | [`renew`](LeaseClient::renew) | compare-and-pexpire: extends the lease by its TTL | one script |
 //! | [`watch`](LeaseClient::watch) | starts a [`Watchdog`]: renews every TTL/3, reports [`WatchdogEvent::Lost`] | one script per renewal |
 //! | [`release`](LeaseClient::release) | compare-and-delete | one script |
+//! | [`retire`](LeaseClient::retire) | retires the resource for good (no acquire grants it again: [`LeaseError::Retired`]) and releases the caller's lease on it (compare-and-delete) | one script |
 //! | [`holders`](LeaseClient::holders) | every live lease of a group ([`GroupSnapshot`]) | one pipeline |
 //! | [`owned_by`](LeaseClient::owned_by) | the live lease held under a label, owner token included | one script |
 //! | [`is_held`](LeaseClient::is_held), [`remaining`](LeaseClient::remaining) | one-instant checks | one command |
@@ -113,6 +114,7 @@
 //! | `lease:{group}:<name>` | string, with PX TTL | the holder's owner token |
 //! | `lease:{group}:~fence` | hash | `counter` (last token issued), `ceiling` (highest token the ledger allows) |
 //! | `lease:{group}:~holders` | hash | `<name>` → `"<fencing token> <expires_at_ms> <holder label>"` |
+//! | `lease:{group}:~retired` | set | names retired for good ([`LeaseClient::retire`]); no TTL |
 //!
 //! Grants and releases are announced on the pub/sub channel `lease:{group}:~events` by the
 //! scripts that make them; see [`events`] for watching a group.
@@ -127,7 +129,7 @@
 //! the caller's clock: `expires_at_ms` is Unix milliseconds on the Redis clock.
 //!
 //! ## Round trips
-//! `acquire`, `release`, `renew` and `holders` are one round trip each
+//! `acquire`, `release`, `retire`, `renew` and `holders` are one round trip each
 //! ([`LeaseClient::acquire_with_backoff`]: one per attempt). `acquire` costs one
 //! more Redis round trip and one ledger call once per [`LeaseClient::with_block_size`]
 //! grants per group, and after Redis has lost its data.
@@ -355,7 +357,8 @@ pub struct GroupSnapshot {
 }
 
 /// Why a lease operation failed. Callers usually map `Held` to "try again later",
-/// `Lost` to "your hold is gone", and `Unavailable`/`Ledger` to "service unavailable".
+/// `Lost` to "your hold is gone", `Retired` to "gone for good" (seatlock: sold), and
+/// `Unavailable`/`Ledger` to "service unavailable".
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
     /// Another holder has the lease. `holder` is the public label it gave (empty if the
@@ -377,6 +380,10 @@ pub enum LeaseError {
     /// ledger's own error ([`FenceLedger::Error`]) as the source.
     #[error("fence ledger unavailable: {0}")]
     Ledger(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The resource was retired for good ([`LeaseClient::retire`]): no lease on it is
+    /// granted again. Nothing was written.
+    #[error("the resource is retired: no lease on it is granted again")]
+    Retired,
     /// The ledger's next ceiling is above [`MAX_FENCING_TOKEN`]: the group has used up
     /// the tokens a Lua number can count exactly. Nothing was granted or written.
     #[error("fencing tokens of this group are exhausted (ceiling {ceiling} > 2^53 - 1)")]
@@ -459,13 +466,22 @@ impl<L: FenceLedger> LeaseClient<L> {
         self.redis.connection()
     }
 
+    /// The healing Redis store the leases use, for callers that keep data of their own in
+    /// the same Redis and want each command repaired and timed like the leases' own
+    /// ([`RedisStore::query`]; seatlock keeps its browser sessions there).
+    pub fn store(&self) -> &RedisStore {
+        &self.redis
+    }
+
     /// Tries once to take the lease on `key` for `ttl`, labelled with the public `holder`
     /// string (shown to readers of [`LeaseClient::holders`]).
     ///
     /// One atomic Lua script: `SET key owner NX PX ttl_ms`, and only if that succeeded,
     /// increment the group's fencing counter and record the holding. Returns the
     /// [`Lease`], or [`LeaseError::Held`] with the current holder's label and remaining
-    /// time. `ttl` is rounded down to whole milliseconds and must be at least 1 ms.
+    /// time, or [`LeaseError::Retired`] for a resource retired by [`LeaseClient::retire`]
+    /// (checked first, in the same script). `ttl` is rounded down to whole milliseconds
+    /// and must be at least 1 ms.
     pub async fn acquire(
         &self,
         key: &LeaseKey,
@@ -502,6 +518,7 @@ impl<L: FenceLedger> LeaseClient<L> {
                         remaining: Duration::from_millis(remaining_ms),
                     });
                 }
+                scripts::AcquireReply::Retired => return Err(LeaseError::Retired),
                 scripts::AcquireReply::NeedsCeiling => {
                     use std::sync::atomic::Ordering::SeqCst;
                     let seen = self.reservations.load(SeqCst);
@@ -544,6 +561,22 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// in which case nothing is touched.
     pub async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
         scripts::release(&self.redis, &lease.key, &lease.owner).await
+    }
+
+    /// Retires `lease`'s resource for good and releases `lease` if the caller still owns
+    /// it, in one script: from then on every [`LeaseClient::acquire`] of the resource is
+    /// refused with [`LeaseError::Retired`]. For a resource whose fenced write was final
+    /// (seatlock: a sold seat), so that later contenders are turned away by the lock
+    /// service instead of by the resource. Returns `true` if this call deleted the lease,
+    /// `false` if it had already expired or passed to another owner (whose lease is left
+    /// as it is, to lapse, be renewed or be released: only new grants are refused).
+    ///
+    /// The retirement is a hint, not a guarantee: it lives in Redis, which can lose it
+    /// (step 5), and it is recorded after the resource's final write, so a contender can
+    /// be granted a lease in between. The resource's own check (the fence, and for a sold
+    /// seat its `NOT sold`) stays what refuses a late write. Idempotent.
+    pub async fn retire(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        scripts::retire(&self.redis, &lease.key, &lease.owner).await
     }
 
     /// Extends `lease` to `lease.ttl()` from now if the caller still owns it

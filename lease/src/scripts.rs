@@ -11,8 +11,8 @@ use crate::keys::holders_key;
 use crate::store::RedisStore;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
-/// Grant: `SET NX PX`, then the next fencing token and the holding (see the file's header
-/// for KEYS, ARGV and the reply).
+/// Grant: refused if retired, else `SET NX PX`, then the next fencing token and the
+/// holding (see the file's header for KEYS, ARGV and the reply).
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 
@@ -23,6 +23,9 @@ static RAISE_CEILING: LazyLock<Script> =
 /// Compare-and-delete.
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+
+/// Retire for good, and compare-and-delete.
+static RETIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/retire.lua")));
 
 /// Compare-and-pexpire.
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
@@ -37,6 +40,7 @@ pub(crate) enum AcquireReply {
         remaining_ms: u64,
     },
     NeedsCeiling,
+    Retired,
 }
 
 /// How long a block reservation may take, from the acquire that asked for it to its
@@ -57,6 +61,7 @@ pub(crate) async fn acquire(
         .key(key.fence_key())
         .key(key.holders_key())
         .key(key.reservation_key(reservation))
+        .key(key.retired_key())
         .arg(owner.as_str())
         .arg(ttl_ms)
         .arg(key.name())
@@ -74,6 +79,7 @@ pub(crate) async fn acquire(
             holder,
             remaining_ms: a as u64,
         },
+        -2 => AcquireReply::Retired,
         _ => AcquireReply::NeedsCeiling,
     })
 }
@@ -111,6 +117,23 @@ pub(crate) async fn release(
         .arg(key.events_channel());
     let deleted: i64 = redis.invoke("release", &invocation).await?;
     Ok(deleted == 1)
+}
+
+pub(crate) async fn retire(
+    redis: &RedisStore,
+    key: &LeaseKey,
+    owner: &OwnerToken,
+) -> Result<bool, crate::LeaseError> {
+    let mut invocation = RETIRE.prepare_invoke();
+    invocation
+        .key(key.lease_key())
+        .key(key.holders_key())
+        .key(key.retired_key())
+        .arg(owner.as_str())
+        .arg(key.name())
+        .arg(key.events_channel());
+    let released: i64 = redis.invoke("retire", &invocation).await?;
+    Ok(released == 1)
 }
 
 pub(crate) async fn renew(
@@ -199,6 +222,7 @@ mod tests {
                 include_str!("scripts/raise_ceiling.lua"),
             ),
             ("release.lua", include_str!("scripts/release.lua")),
+            ("retire.lua", include_str!("scripts/retire.lua")),
             ("renew.lua", include_str!("scripts/renew.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
         ] {

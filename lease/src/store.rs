@@ -5,8 +5,8 @@
 //!   proxy): the next request fails with a dropped connection while the manager
 //!   reconnects. Such a request is sent once more on the new connection. Every script of
 //!   this crate is safe to run twice: acquire is idempotent for its owner token, release
-//!   and renew are compare-and-something, an install whose marker is gone is refused, the
-//!   rest are reads.
+//!   and renew are compare-and-something, retire adds to a set and compares-and-deletes,
+//!   an install whose marker is gone is refused, the rest are reads.
 //! * **A connection that stopped answering without closing** (a dropped flow, a suspended
 //!   host: half-open): each request times out and the manager keeps the dead connection,
 //!   so every later request would time out too. After a timeout the connection is
@@ -91,8 +91,11 @@ impl RedisStore {
         .await
     }
 
-    /// Runs `command` as one [`RedisStore::round_trip`].
-    pub(crate) async fn query<T: FromRedisValue>(
+    /// Runs `command` as one round trip, repaired as the module docs say (sent once more
+    /// after a dropped connection, so give it only a command that is safe to run twice;
+    /// a new connection after a timeout) and timed under `op` in
+    /// [`telemetry::REDIS_ROUND_TRIP_SECONDS`]. Errors: Redis's, or the timeout.
+    pub async fn query<T: FromRedisValue>(
         &self,
         op: &'static str,
         command: &Cmd,

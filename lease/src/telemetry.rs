@@ -11,8 +11,10 @@
 //! | [`STALE_RESERVATIONS_TOTAL`] | counter | | fence blocks refused at install because Redis lost its data after they were reserved (reserved again) |
 //! | [`LOCK_WAIT_SECONDS`] | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time [`crate::LeaseClient::acquire_with_backoff`] spent from its first try to its answer |
 //!
-//! `op` is one of `acquire`, `release`, `renew`, `holders`, `raise_ceiling`, `is_held`,
-//! `remaining`, `current`, `ping`.
+//! `op` is one of `acquire`, `release`, `retire`, `renew`, `holders`, `raise_ceiling`,
+//! `is_held`, `remaining`, `current`, `ping`, or the name an application gives a command
+//! of its own run through [`crate::RedisStore::query`] (seatlock: `session_load`,
+//! `session_save`, `session_create`, `session_delete`).
 
 use std::future::Future;
 use std::time::Instant;

@@ -80,7 +80,12 @@ pub fn spawn(state: AppState) -> Option<Closer> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(err) = close_due(&state, &label).await {
+            // A pass caught on a store that stopped answering is cut off like a request.
+            let pass = crate::deadline::within(
+                state.settings.request_deadline(),
+                close_due(&state, &label),
+            );
+            if let Err(err) = pass.await.and_then(|closed| closed) {
                 tracing::warn!(closer = label, error = %err, "closing pass failed");
             }
         }

@@ -9,7 +9,7 @@
 //! * [`close`]: the background closer: finds items past their end, claims each closing
 //!   job with a lease kept alive by a [`lease::Watchdog`], writes the result fenced.
 //! * [`queries`]: the SQL.
-//! * [`routes`]: thin HTTP handlers and the pages.
+//! * `routes`: thin HTTP handlers and the pages.
 //! * `live`: `GET /auctions/{id}/stream`, the item page's live updates.
 //!
 //! Lease keys: group `<namespace>:auction:<id>`, names `bid` ([`bid_lock_key`]) and

@@ -227,7 +227,8 @@ pub async fn place_bid(
               WHERE id = $1 AND status = 'open'
                 AND starts_at <= clock_timestamp() AND clock_timestamp() < ends_at
                 AND ($5::bigint IS NULL OR fence_token <= $5)
-                AND $4 >= coalesce(high_bid_cents + min_increment_cents, starting_price_cents)
+                AND $4 >= least(coalesce(high_bid_cents + min_increment_cents, starting_price_cents), $6)
+                AND $4 > coalesce(high_bid_cents, -1) AND $4 <= $6
           RETURNING id, ends_at)
          INSERT INTO bids (item_id, bidder_id, bidder_name, amount_cents, fence_token)
          SELECT id, $2, $3, $4, $5 FROM high
@@ -241,6 +242,7 @@ pub async fn place_bid(
     .bind(&bid.bidder.name)
     .bind(bid.amount_cents)
     .bind(fencing_token)
+    .bind(crate::money::MAX_AMOUNT_CENTS)
     .fetch_optional(db)
     .await
 }

@@ -10,7 +10,6 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum_csrf::CsrfToken;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
@@ -18,7 +17,7 @@ use super::queries::{self, BidRow, Item};
 use super::rules::Outcome;
 use super::{Bid, bid};
 use crate::buyer::Buyer;
-use crate::csrf::CsrfForm;
+use crate::csrf::{CsrfForm, FormToken};
 use crate::error::{Error, REFUSAL_HEADER, Result};
 use crate::money::{format_cents, parse_amount};
 use crate::pause::RaceLabPause;
@@ -225,16 +224,13 @@ async fn list(State(state): State<AppState>, buyer: Buyer) -> Result<ListPage> {
 async fn item_page(
     state: &AppState,
     buyer: &Buyer,
-    csrf: &CsrfToken,
+    csrf: &FormToken,
     item_id: i64,
     refused: Option<(String, &Error)>,
 ) -> Result<ItemPage> {
     let live = LiveItem::load(state, item_id, buyer.id())
         .await?
         .ok_or_else(|| Error::NotFound("There is no such auction.".into()))?;
-    let authenticity_token = csrf
-        .authenticity_token()
-        .map_err(|_| Error::Unavailable("CSRF"))?;
     let (amount, error, refusal) = match refused {
         Some((amount, error)) => (
             amount,
@@ -246,7 +242,7 @@ async fn item_page(
     Ok(ItemPage {
         live,
         buyer_name: buyer.profile.name.clone(),
-        authenticity_token,
+        authenticity_token: csrf.authenticity.clone(),
         amount,
         error,
         refusal,
@@ -256,7 +252,7 @@ async fn item_page(
 async fn show(
     State(state): State<AppState>,
     buyer: Buyer,
-    csrf: CsrfToken,
+    csrf: FormToken,
     Path(item): Path<String>,
 ) -> Result<impl IntoResponse> {
     let item_id = parse_id(&item, "auction")?;
@@ -273,7 +269,7 @@ pub struct BidForm {
 async fn place_bid(
     State(state): State<AppState>,
     buyer: Buyer,
-    csrf: CsrfToken,
+    csrf: FormToken,
     RaceLabPause(pause): RaceLabPause,
     Path(item): Path<String>,
     CsrfForm(form): CsrfForm<BidForm>,
@@ -284,7 +280,8 @@ async fn place_bid(
         // is written or refused, and the lock released at once.
         Ok(amount_cents) => {
             let (state, bidder) = (state.clone(), buyer.profile.clone());
-            crate::detached::to_completion("The bid", async move {
+            let deadline = state.settings.request_deadline();
+            crate::detached::to_completion("The bid", deadline, async move {
                 let new_bid = Bid {
                     bidder: &bidder,
                     item_id,

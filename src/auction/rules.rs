@@ -6,6 +6,11 @@
 //!   EQUAL to the high bid loses (two buyers bidding the same amount in the same
 //!   millisecond: the first one serialised wins, the other is told it is no longer high
 //!   enough);
+//! * no bid is over [`MAX_AMOUNT_CENTS`] (the most the site takes): where the high bid
+//!   plus the increment would pass it, the next bid may be the maximum itself, and a
+//!   high bid AT the maximum cannot be outbid (the item is at its limit: the form is
+//!   withdrawn and a bid is refused as `at_limit`, where it used to ask for an amount
+//!   that the amount parser refuses, so no bid could ever be placed);
 //! * at the end, the high bidder wins if the high bid meets the reserve price.
 //!
 //! The bid path checks these before writing, for a precise message; the write itself
@@ -14,7 +19,7 @@
 use chrono::{DateTime, Utc};
 
 use super::queries::Item;
-use crate::money::format_cents;
+use crate::money::{MAX_AMOUNT_CENTS, format_cents};
 
 /// Why a bid is refused by the rules. The `Display` text is shown next to the bid form.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -36,6 +41,12 @@ pub enum BidRefusal {
         /// The starting price, in cents.
         minimum_cents: i64,
     },
+    /// The high bid is already [`MAX_AMOUNT_CENTS`]: no bid can beat it.
+    #[error(
+        "The high bid is {}, the most this site accepts: it cannot be outbid.",
+        format_cents(MAX_AMOUNT_CENTS)
+    )]
+    AtLimit,
     /// Below the high bid plus the minimum increment (an equal bid included).
     #[error("Your bid of {} is no longer high enough: the high bid is {}, so a bid must be at least {} (the high bid plus the minimum increment of {}).", format_cents(*.amount_cents), format_cents(*.high_bid_cents), format_cents(*.minimum_cents), format_cents(*.increment_cents))]
     TooLow {
@@ -52,12 +63,13 @@ pub enum BidRefusal {
 
 impl BidRefusal {
     /// The stable code pages carry ([`crate::error::Refusal::code`]): `not_open_yet`,
-    /// `ended`, `below_starting_price`, `too_low`.
+    /// `ended`, `below_starting_price`, `at_limit`, `too_low`.
     pub fn code(&self) -> &'static str {
         match self {
             BidRefusal::NotOpenYet { .. } => "not_open_yet",
             BidRefusal::Ended => "ended",
             BidRefusal::BelowStartingPrice { .. } => "below_starting_price",
+            BidRefusal::AtLimit => "at_limit",
             BidRefusal::TooLow { .. } => "too_low",
         }
     }
@@ -88,17 +100,27 @@ impl Outcome {
 
 impl Item {
     /// The least amount the next bid may be, in cents: the starting price before the first
-    /// bid, then the high bid plus the minimum increment.
+    /// bid, then the high bid plus the minimum increment; never above
+    /// [`MAX_AMOUNT_CENTS`].
     pub fn minimum_bid_cents(&self) -> i64 {
         match self.high_bid_cents {
             None => self.terms.starting_price_cents,
             Some(high) => high.saturating_add(self.terms.min_increment_cents),
         }
+        .min(MAX_AMOUNT_CENTS)
     }
 
-    /// Whether bids are accepted at `self.now`: open, started, not ended.
+    /// Whether the high bid is [`MAX_AMOUNT_CENTS`], so that no bid can beat it.
+    pub fn at_limit(&self) -> bool {
+        self.high_bid_cents == Some(MAX_AMOUNT_CENTS)
+    }
+
+    /// Whether bids are accepted at `self.now`: open, started, not ended, not at the limit.
     pub fn accepts_bids(&self) -> bool {
-        self.status == "open" && self.starts_at <= self.now && self.now < self.ends_at
+        self.status == "open"
+            && self.starts_at <= self.now
+            && self.now < self.ends_at
+            && !self.at_limit()
     }
 
     /// Whether the end time has passed (the item may still await its closer).
@@ -127,6 +149,9 @@ pub fn check_bid(item: &Item, amount_cents: i64) -> Result<(), BidRefusal> {
         return Err(BidRefusal::NotOpenYet {
             starts_at: item.starts_at,
         });
+    }
+    if item.at_limit() {
+        return Err(BidRefusal::AtLimit);
     }
     let minimum_cents = item.minimum_bid_cents();
     match item.high_bid_cents {
@@ -179,6 +204,17 @@ mod tests {
             closed_at: None,
             now: Utc::now(),
         }
+    }
+
+    #[test]
+    fn near_the_maximum_the_maximum_itself_wins_and_at_it_nothing_can() {
+        let near = item(Some(MAX_AMOUNT_CENTS - 50));
+        assert_eq!(near.minimum_bid_cents(), MAX_AMOUNT_CENTS);
+        assert!(check_bid(&near, MAX_AMOUNT_CENTS).is_ok());
+        assert!(near.accepts_bids());
+        let at = item(Some(MAX_AMOUNT_CENTS));
+        assert!(!at.accepts_bids());
+        assert_eq!(check_bid(&at, MAX_AMOUNT_CENTS), Err(BidRefusal::AtLimit));
     }
 
     #[test]

@@ -12,10 +12,15 @@ use sqlx::postgres::PgListener;
 
 use super::{Feed, LiveHub, LiveMessage};
 
-/// How often the Redis feed's connection is pinged, and how long its answer may take
-/// before the connection counts as dead (half-open) and is replaced.
+/// How often the Redis feed's connection is pinged (the Postgres feed's: after how long
+/// without a message), and how long the answer may take before the connection counts as
+/// dead (half-open) and is replaced.
 const HEARTBEAT: Duration = Duration::from_secs(1);
 const HEARTBEAT_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The Postgres feed's heartbeat: a simple query whose text names it, so that round-trip
+/// counts can leave it out.
+pub const HEARTBEAT_QUERY: &str = "SELECT 'seatlock live heartbeat'";
 
 /// The Postgres NOTIFY channel. Payload: `{"topic": "event:1", "event": "seat", "data": {…}}`.
 pub const NOTIFY_CHANNEL: &str = "seatlock_live";
@@ -164,7 +169,10 @@ fn seat_message(event: &LeaseEvent, prefix: &str) -> Option<(String, LiveMessage
     ))
 }
 
-/// Postgres: `LISTEN seatlock_live`; each payload names its topic.
+/// Postgres: `LISTEN seatlock_live`; each payload names its topic. A connection that
+/// brings nothing for [`HEARTBEAT`] is pinged on the spot (a simple query tagged
+/// [`HEARTBEAT_QUERY`]); one that does not answer within [`HEARTBEAT_DEADLINE`] is
+/// half-open, and is replaced like a closed one.
 async fn listen_postgres(hub: Arc<LiveHub>, db: PgPool) {
     loop {
         let mut listener = match PgListener::connect_with(&db).await {
@@ -180,7 +188,21 @@ async fn listen_postgres(hub: Arc<LiveHub>, db: PgPool) {
         }
         hub.set_feed(Feed::Postgres, true);
         loop {
-            match listener.try_recv().await {
+            // Waiting for a message is dropped only between messages: sqlx keeps partial
+            // reads in the connection's buffer.
+            let received = match tokio::time::timeout(HEARTBEAT, listener.try_recv()).await {
+                Ok(received) => received,
+                Err(_) => {
+                    if answers(&mut listener).await {
+                        continue;
+                    }
+                    tracing::warn!("postgres LISTEN connection stopped answering; replacing it");
+                    hub.set_feed(Feed::Postgres, false);
+                    hub.resync_all();
+                    break;
+                }
+            };
+            match received {
                 Ok(Some(notification)) => {
                     #[derive(serde::Deserialize)]
                     struct Payload {
@@ -205,6 +227,16 @@ async fn listen_postgres(hub: Arc<LiveHub>, db: PgPool) {
             }
         }
     }
+}
+
+/// Whether the listener's connection answers [`HEARTBEAT_QUERY`] (a query without
+/// arguments: sent as a simple query) within [`HEARTBEAT_DEADLINE`].
+async fn answers(listener: &mut PgListener) -> bool {
+    let ping = sqlx::Executor::execute(listener, HEARTBEAT_QUERY);
+    matches!(
+        tokio::time::timeout(HEARTBEAT_DEADLINE, ping).await,
+        Ok(Ok(_))
+    )
 }
 
 #[cfg(test)]

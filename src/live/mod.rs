@@ -23,5 +23,5 @@ mod listeners;
 mod stream;
 
 pub use hub::{Feed, LiveHub, LiveMessage, Subscription};
-pub use listeners::{NOTIFY_CHANNEL, spawn};
+pub use listeners::{HEARTBEAT_QUERY, NOTIFY_CHANNEL, spawn};
 pub use stream::{Update, page_stream};

@@ -99,7 +99,9 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -
                 strategy.short_name(),
             )
             .await?;
-            state.leases.release(&lease).await?; // owner-checked: false if it lapsed
+            // Sold: retire the seat as the product does, so later holds are refused as
+            // sold by the lease script; owner-checked release (false if it lapsed).
+            state.leases.retire(&lease).await?;
             buyer.forget_hold(seat.event_id, seat.seat_id).await?;
             Ok(sale)
         }

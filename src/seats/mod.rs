@@ -1,10 +1,13 @@
 //! The seat picker: holds (Redis leases), releases, and fenced purchases.
 //!
 //! * [`purchase`]: the rules: hold, release, confirm.
+//! * [`catalog`]: each event's seats and start, read once per process, so a hold does
+//!   not ask Postgres.
 //! * [`map`]: the seat map of an event (one Postgres query + one Redis round trip).
 //! * [`queries`]: the SQL.
-//! * [`routes`]: thin HTTP handlers; `live`: the seat map's server-sent events.
+//! * `routes`: thin HTTP handlers; `live`: the seat map's server-sent events.
 
+pub mod catalog;
 mod live;
 pub mod map;
 pub mod purchase;

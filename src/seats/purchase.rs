@@ -1,11 +1,13 @@
 //! The seat picker's rules, along the article's steps:
 //!
 //! * [`hold`]: step 1 and 2: create-if-absent with a lease (`SET … NX PX`), one Redis
-//!   round trip, plus the grant's fencing token (step 4).
+//!   round trip, plus the grant's fencing token (step 4). No Postgres: the seat and the
+//!   event's start come from the process's [`super::catalog`], and a sold seat is refused
+//!   by the lease script (a sale retires the seat's lease).
 //! * [`release`]: step 3: compare-and-delete with the owner token kept in the session.
 //! * [`confirm`]: step 4: the fenced, conditional write in Postgres, then the owner check
-//!   with the row locked, the commit, and only then the release: whatever fails, the
-//!   buyer keeps the order or the hold.
+//!   with the row locked, the commit, and only then the release, which also retires the
+//!   seat: whatever fails, the buyer keeps the order or the hold.
 //!
 //! Redis is the record of who holds what; the session keeps a copy of the buyer's holds
 //! (owner tokens included, never sent to the browser), checked against Redis at every
@@ -33,28 +35,31 @@ pub enum HoldOutcome {
 
 /// Holds `seat` for `buyer` for the configured TTL.
 ///
-/// Round trips: one Postgres read (the seat exists, is unsold, its event has not started),
-/// one Redis script
-/// (the lease), one session write. Errors: 404 unknown seat, 409 sold, event started or "someone is buying this seat", 503
-/// store unavailable.
+/// Checks, without Postgres: the seat belongs to the event and the event has not started
+/// (the [`super::catalog`], read from Postgres once per event and process, the start on
+/// this process's clock); the seat is not sold (the acquire script refuses a seat retired
+/// by its sale, [`lease::LeaseClient::retire`]). A sold seat can still be granted while
+/// Redis does not know it is retired (Redis lost its data, or the server that sold it
+/// died between its commit and the retire): that hold is refused at confirm by the fenced
+/// write, as `sold`, and the confirm retires the seat then. The fenced write is the
+/// guarantee; these checks only spare buyers a hold that cannot be bought.
+///
+/// Round trips: one Redis script (the lease), and the session's load and save (Redis);
+/// Postgres none, except one read on the event's first hold in this process. Errors: 404
+/// unknown seat, 409 sold, event started or "someone is buying this seat", 503 store
+/// unavailable.
 ///
 /// Traced as span `hold` with the event, seat, buyer and (once granted) fencing token;
 /// counted in [`telemetry::HOLDS_GRANTED_TOTAL`] / [`telemetry::HOLDS_REFUSED_TOTAL`].
 #[tracing::instrument(name = "hold", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<HoldOutcome> {
-    let status = telemetry::postgres("seat_status", queries::seat_status(&state.db, seat))
-        .await?
+    let event = state.catalog.event(&state.db, seat.event_id).await?;
+    let event = event
+        .filter(|event| event.has_seat(seat.seat_id))
         .ok_or_else(|| Error::NotFound("This event has no such seat.".into()))?;
-    let refusal = if status.sold {
-        Some(Refusal::AlreadySold)
-    } else if status.started {
-        Some(Refusal::EventStarted)
-    } else {
-        None
-    };
-    if let Some(refusal) = refusal {
-        telemetry::hold_refused(&refusal);
-        return Err(refusal.into());
+    if event.started() {
+        telemetry::hold_refused(&Refusal::EventStarted);
+        return Err(Refusal::EventStarted.into());
     }
     let key = super::lease_key(&state.settings.lease_namespace, seat);
     match state
@@ -77,10 +82,12 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
             Ok(HoldOutcome::AlreadyYours)
         }
         Err(err) => {
-            if matches!(err, LeaseError::Held { .. }) {
-                telemetry::hold_refused(&Refusal::SomeoneIsBuying);
+            // Held by someone else: `held`; retired by its sale: `sold`.
+            let err = Error::from(err);
+            if let Error::Refused(refusal) = &err {
+                telemetry::hold_refused(refusal);
             }
-            Err(err.into())
+            Err(err)
         }
     }
 }
@@ -154,7 +161,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// tab, a lost signal) does not cancel it half way: the retry finds the order, or the
 /// hold still there.
 ///
-/// The order of the steps ([`buy`]) leaves the buyer, whatever fails or crashes, with
+/// The order of the steps (`buy`) leaves the buyer, whatever fails or crashes, with
 /// either the order or the hold (until its TTL), never neither, while a hold that lapsed
 /// before the commit still cannot buy. When the session's copy of the hold was stale,
 /// the purchase is made once more with the live lease Redis has for the buyer.
@@ -166,7 +173,8 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 #[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
     let purchase = purchase(state.clone(), buyer.clone(), seat, pause);
-    crate::detached::to_completion("The purchase", purchase).await
+    let deadline = state.settings.request_deadline();
+    crate::detached::to_completion("The purchase", deadline, purchase).await
 }
 
 async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
@@ -206,8 +214,9 @@ async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) ->
 ///    other holder's write can be accepted, so the lease was ours at a moment from which
 ///    the row stayed ours until the commit.
 /// 4. COMMIT.
-/// 5. Release the hold (compare-and-delete), best effort: the order stands either way,
-///    and a hold left behind only lapses by its TTL on a seat shown sold.
+/// 5. Release the hold (compare-and-delete) and retire the seat, so later holds of it are
+///    refused by the lease script ([`give_up`]), best effort: the order stands either
+///    way, and a hold left behind only lapses by its TTL on a seat shown sold.
 ///
 /// A crash before 4 rolls the transaction back and leaves the hold (the retry buys); a
 /// crash after 4 leaves the order. A holder that stalls between 2 and 4 keeps the row
@@ -275,9 +284,7 @@ async fn fenced_purchase(
     telemetry::confirm(ConfirmOutcome::Accepted);
     tracing::info!(order = order_id, "seat sold");
     pause.sleep_at(PausePoint::AfterCommit).await;
-    if let Err(err) = state.leases.release(lease).await {
-        tracing::warn!(error = %err, "sold, but the hold could not be released: it lapses by its TTL");
-    }
+    give_up(state, lease, true).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     Ok(Some(order_id))
 }
@@ -296,19 +303,37 @@ async fn void_payment(state: &AppState, payment: &str) {
     }
 }
 
+/// Gives `lease` up once a purchase attempt is over: releases it if it is still ours
+/// (owner-checked) and, when the seat is `sold`, retires the seat in the same script
+/// ([`lease::LeaseClient::retire`]), so that later holds of it are refused by the lease
+/// script instead of granted and refused at confirm. Best effort: a hold left behind
+/// lapses by its TTL, and a seat sold but not retired is refused at its next confirm
+/// (which retires it).
+async fn give_up(state: &AppState, lease: &Lease, sold: bool) {
+    let done = if sold {
+        state.leases.retire(lease).await
+    } else {
+        state.leases.release(lease).await
+    };
+    if let Err(err) = done {
+        tracing::warn!(error = %err, sold, "the hold could not be given up: it lapses by its TTL");
+    }
+}
+
 /// Explains a refused [`queries::sell`]: already bought by this buyer (a double submit:
 /// returns the order), the event started, a stale fencing token (the row accepted a
-/// higher one), or sold.
+/// higher one, which only a sale writes), or sold. The hold is worthless either way and
+/// is given up ([`give_up`]; the seat is retired too when it is sold).
 async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) -> Result<i64> {
     if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
+        give_up(state, lease, true).await;
         buyer.forget_hold(seat.event_id, seat.seat_id).await?;
         return Ok(order_id);
     }
-    // The hold is worthless now; free it if it is still ours (owner-checked).
-    let _ = state.leases.release(lease).await;
+    let status = queries::seat_status(&state.db, seat).await;
+    give_up(state, lease, matches!(&status, Ok(Some(s)) if s.sold)).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
-    let status = queries::seat_status(&state.db, seat).await?;
-    match status {
+    match status? {
         Some(s) if !s.sold && s.started => {
             telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::EventStarted));
             Err(Refusal::EventStarted.into())

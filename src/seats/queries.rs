@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::SeatRef;
 use crate::buyer::BuyerProfile;
 
-/// A seat's sale state for one event.
+/// A seat's sale state for one event, read when a purchase is refused to say why.
 #[derive(Debug, sqlx::FromRow)]
 pub struct SeatStatus {
     /// Whether the seat is sold.
@@ -28,6 +29,21 @@ pub async fn seat_status(db: &PgPool, seat: SeatRef) -> sqlx::Result<Option<Seat
     )
     .bind(seat.event_id)
     .bind(seat.seat_id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Event `event_id`'s start and the ids of its seats, or `None` if there is no such
+/// event: what a hold checks, read once per process ([`super::catalog::Catalog`]).
+pub async fn event_seats(
+    db: &PgPool,
+    event_id: i64,
+) -> sqlx::Result<Option<(DateTime<Utc>, Vec<i64>)>> {
+    sqlx::query_as(
+        "SELECT e.starts_at, array(SELECT seat_id FROM event_seats WHERE event_id = e.id)
+           FROM events e WHERE e.id = $1",
+    )
+    .bind(event_id)
     .fetch_optional(db)
     .await
 }

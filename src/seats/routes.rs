@@ -6,13 +6,12 @@ use axum::Router;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
-use axum_csrf::CsrfToken;
 
 use super::map::{self, SeatMap};
 use super::purchase;
 use super::{SeatRef, parse_id};
 use crate::buyer::Buyer;
-use crate::csrf::{CsrfForm, Empty};
+use crate::csrf::{CsrfForm, Empty, FormToken};
 use crate::error::{Error, Result};
 use crate::money::format_cents;
 use crate::pause::Pause;
@@ -55,21 +54,18 @@ impl EventPage {
 async fn show(
     State(state): State<AppState>,
     buyer: Buyer,
-    csrf: CsrfToken,
+    csrf: FormToken,
     Path(event): Path<String>,
 ) -> Result<impl IntoResponse> {
     let event_id = parse_id(&event, "event")?;
     let map = map::load(&state, event_id, buyer.id())
         .await?
         .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
-    let authenticity_token = csrf
-        .authenticity_token()
-        .map_err(|_| Error::Unavailable("CSRF"))?;
     let page = EventPage {
         map,
         buyer_name: buyer.profile.name.clone(),
         buyer_id: buyer.id().to_owned(),
-        authenticity_token,
+        authenticity_token: csrf.authenticity.clone(),
         hold_for: in_words(state.settings.hold_ttl()),
     };
     Ok((csrf, page))

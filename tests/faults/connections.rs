@@ -172,3 +172,111 @@ async fn healthz_names_a_live_feed_that_is_down() {
     })
     .await;
 }
+
+/// Postgres behind a proxy whose open flows all go half-open at once: the pool's
+/// connections and the live feed's LISTEN. The request caught on a silent connection is
+/// answered 503 at its deadline (before: it waited until TCP gave up, past the client's
+/// 30 s), the silent connections are closed rather than reused, purchases succeed again
+/// on new ones, and the LISTEN feed is replaced: a sale made afterwards reaches a page
+/// that was open all along.
+#[tokio::test]
+async fn half_open_postgres_connections_are_cut_off_and_replaced() {
+    let (admin, _) = seatlock_harness::store_urls().unwrap();
+    let upstream = authority(&admin);
+    let proxy = TcpProxy::start(upstream.parse().unwrap()).await.unwrap();
+    let proxied = proxy.address.to_string();
+    let app = TestApp::builder()
+        .with(move |s| {
+            s.store_timeout_ms = 500;
+            s.database_url = s.database_url.replacen(&upstream, &proxied, 1);
+        })
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut buyer = HttpBuyer::new();
+    let page_url = format!("{}/events/{event}", app.address);
+    buyer.get(&page_url).await.unwrap();
+    let page = Arc::new(Mutex::new(String::new()));
+    let reader = tokio::spawn({
+        let (page, url) = (page.clone(), format!("{page_url}/stream"));
+        async move {
+            let mut stream = reqwest::get(url).await.unwrap();
+            while let Ok(Some(chunk)) = stream.chunk().await {
+                let chunk = String::from_utf8_lossy(&chunk).into_owned();
+                page.lock().unwrap().push_str(&chunk);
+            }
+        }
+    });
+    let buy = async |buyer: &mut HttpBuyer, seat: i64| {
+        let hold = buyer.seat_action(&app.address, event, seat, "hold").await;
+        match hold.unwrap().status {
+            StatusCode::SEE_OTHER => {
+                buyer
+                    .seat_action(&app.address, event, seat, "confirm")
+                    .await
+            }
+            _ => Err(anyhow::anyhow!("hold of seat {seat} not granted")),
+        }
+    };
+    let bought = buy(&mut buyer, seats[0]).await.unwrap();
+    assert_eq!(bought.status, StatusCode::SEE_OTHER, "{bought:?}");
+    eventually(Duration::from_secs(10), "the live page", || async {
+        page.lock()
+            .unwrap()
+            .contains(&format!("\"seat\":{}", seats[0]))
+    })
+    .await;
+
+    proxy.freeze_open_connections();
+    let seen_before = page.lock().unwrap().len();
+    // Used a moment ago, the pooled connection is handed out unchecked: this request is
+    // caught on it.
+    let caught = buyer.get(&page_url).await.unwrap();
+    assert_eq!(caught.status, StatusCode::SERVICE_UNAVAILABLE, "{caught:?}");
+    let mut sold = None;
+    for &seat in &seats[1..10] {
+        if let Ok(reply) = buy(&mut buyer, seat).await
+            && reply.status == StatusCode::SEE_OTHER
+        {
+            sold = Some(seat);
+            break;
+        }
+    }
+    let seat = sold.expect("a purchase succeeds on new connections");
+    eventually(
+        Duration::from_secs(15),
+        "the sale to reach the page open all along",
+        || async { shows_sold(&page.lock().unwrap()[seen_before..], seat) },
+    )
+    .await;
+    reader.abort();
+}
+
+/// `host:port` of a URL such as `postgres://user:password@127.0.0.1:15432/db`.
+fn authority(url: &str) -> String {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let host_and_path = after_scheme
+        .rsplit_once('@')
+        .map_or(after_scheme, |(_, h)| h);
+    host_and_path
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Whether an event stream's text shows `seat` sold: as a `seat` change, or in a fresh
+/// snapshot's `sold` list.
+fn shows_sold(stream: &str, seat: i64) -> bool {
+    stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
+        .any(|data| {
+            (data["seat"] == seat && data["state"] == "sold")
+                || data["sold"]
+                    .as_array()
+                    .is_some_and(|sold| sold.contains(&seat.into()))
+        })
+}

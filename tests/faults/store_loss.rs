@@ -1,5 +1,5 @@
 //! A store lost or unwritable under traffic: Redis lost mid-traffic, Postgres restarted
-//! mid-confirm, a session that cannot be saved.
+//! mid-confirm, a session that cannot be saved (sessions live in Redis).
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -93,13 +93,27 @@ async fn redis_lost_mid_traffic_stops_guarded_work_then_resumes_with_higher_toke
         })
         .await;
     }
-    // The holds were lost with Redis; their buyers are told so, in words, and their
-    // pages no longer count down.
+    // The holds were lost with Redis, and so were the sessions that kept them: each
+    // holder is a new guest now. The form it still has was bound to the lost session, so
+    // it is refused as expired; from a fresh page it is told in words that it holds no
+    // seat, and the page no longer counts down.
     for (buyer, server, seat) in &mut holders {
-        let reply = act(buyer, server, &d, *seat, "confirm").await;
-        assert_conflict(&reply, Refusal::HoldExpired);
+        let stale = act(buyer, server, &d, *seat, "confirm").await;
+        assert_eq!(stale.status, StatusCode::FORBIDDEN, "{}", stale.body);
+        assert!(
+            stale.body.contains("This form has expired"),
+            "{}",
+            stale.body
+        );
         let page = buyer.get(&d.page(server)).await.unwrap();
         assert!(!page.body.contains("held for you"), "{}", page.body);
+        let reply = act(buyer, server, &d, *seat, "confirm").await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+        assert!(
+            reply.body.contains("You do not hold this seat"),
+            "{}",
+            reply.body
+        );
     }
     // Work resumes in the same processes, with tokens above every token issued before.
     let before = *issued.iter().max().unwrap();
@@ -204,25 +218,53 @@ async fn postgres_restarted_mid_confirm_fails_cleanly_and_the_pool_recovers_by_i
     d.assert_invariant().await;
 }
 
+/// A deployment on a private Redis (the shared Postgres) and one server process of it.
+async fn on_private_redis() -> (RedisServer, Deployment, ServerProcess) {
+    let redis = RedisServer::start().await.unwrap();
+    let (admin, _) = store_urls().unwrap();
+    let d = Deployment::new(&admin, &redis.url(), TINY_VENUES).await;
+    let server = d.server(|_| {}).await;
+    (redis, d, server)
+}
+
+/// Makes the deployment's (private) Redis refuse every write to a key that is not a
+/// lease's (`lease:*`), and allow reads: sessions load but cannot be saved, while holds,
+/// releases and retirements go on. `ACL SETUSER` applies to the connections already
+/// open. `false` lifts it.
+async fn refuse_session_writes(d: &Deployment, refuse: bool) {
+    let rules: &[&str] = if refuse {
+        &["resetkeys", "~lease:*", "%R~*"]
+    } else {
+        &["allkeys"]
+    };
+    let () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("default")
+        .arg(rules)
+        .query_async(&mut d.leases.redis())
+        .await
+        .unwrap();
+}
+
 #[tokio::test]
 async fn a_sale_whose_session_cannot_be_saved_is_a_503_page_and_a_retry_finds_the_order() {
-    let (postgres, d, server) = on_private_postgres().await;
+    let (_redis, d, server) = on_private_redis().await;
     let seat = d.seats[0];
     let (buyer, id, _) = holder(&d, &server.address, seat).await;
     let tab = buyer.another_tab(pause_headers(PausePoint::AfterCommit, 1_000));
     let url = format!("{}/events/{}/seats/{seat}/confirm", server.address, d.event);
     let confirm = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
     parked(&server, 1).await;
-    // Committed; Postgres goes away before the session (which forgets the hold) is saved.
-    postgres.stop("fast").await.unwrap();
+    // Committed; Redis refuses the session's save (which forgets the hold).
+    refuse_session_writes(&d, true).await;
     let reply = confirm.await.unwrap();
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(
-        reply.body.contains("Postgres is unavailable"),
+        reply.body.contains("Redis is unavailable"),
         "{}",
         reply.body
     );
-    postgres.start_again().await.unwrap();
+    refuse_session_writes(&d, false).await;
     let order = d.assert_sold_once_to(seat, &id).await;
     let again = act(&buyer, &server.address, &d, seat, "confirm").await;
     let location = format!("/orders/{}", order.id);
@@ -237,8 +279,7 @@ async fn a_sale_whose_session_cannot_be_saved_is_a_503_page_and_a_retry_finds_th
 
 #[tokio::test]
 async fn a_hold_whose_session_cannot_be_saved_is_a_503_page_and_a_retry_finds_the_hold() {
-    let d = Deployment::tiny().await;
-    let server = d.server(|_| {}).await;
+    let (_redis, d, server) = on_private_redis().await;
     let seat = d.seats[0];
     let mut buyer = HttpBuyer::new();
     let page = buyer.get(&d.page(&server.address)).await.unwrap();
@@ -249,21 +290,17 @@ async fn a_hold_whose_session_cannot_be_saved_is_a_503_page_and_a_retry_finds_th
         let reply = act(&buyer, &server.address, &d, seat, action).await;
         assert_eq!(reply.status, SEE_OTHER, "{action}: {}", reply.body);
     }
-    // Session reads go on, session writes wait on this lock until the server's
-    // lock_timeout: the hold is granted in Redis, then saving its owner token fails.
-    let mut blocker = d.db.begin().await.unwrap();
-    sqlx::query("LOCK TABLE tower_sessions.session IN SHARE MODE")
-        .execute(&mut *blocker)
-        .await
-        .unwrap();
+    // Session reads go on, session writes are refused: the hold is granted in Redis,
+    // then saving its owner token fails.
+    refuse_session_writes(&d, true).await;
     let reply = act(&buyer, &server.address, &d, seat, "hold").await;
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(
-        reply.body.contains("Postgres is unavailable"),
+        reply.body.contains("Redis is unavailable"),
         "{}",
         reply.body
     );
-    blocker.rollback().await.unwrap();
+    refuse_session_writes(&d, false).await;
     // The lease stands under the buyer's id: trying again recovers it from Redis.
     let again = act(&buyer, &server.address, &d, seat, "hold").await;
     assert_eq!(again.status, SEE_OTHER, "{}", again.body);

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use reqwest::header::HeaderMap;
+use seatlock::app::SESSION_COOKIE;
 use seatlock::error::Refusal;
 use seatlock::pause::PausePoint;
 use seatlock_harness::{HttpBuyer, Reply};
@@ -81,6 +82,7 @@ impl Traffic {
                     tally: tally.clone(),
                     http: HttpBuyer::new(),
                     id: None,
+                    session: None,
                 };
                 let (stop, seats, cursor) = (stop.clone(), seats.clone(), cursor.clone());
                 tokio::spawn(async move {
@@ -119,6 +121,9 @@ pub(crate) struct TrafficBuyer {
     pub(crate) http: HttpBuyer,
     /// The public buyer id, once a page was read.
     pub(crate) id: Option<String>,
+    /// The session cookie `id` was read under. Sessions live in Redis: when Redis loses
+    /// its data the server starts a new session (a new cookie) for a new guest.
+    pub(crate) session: Option<String>,
 }
 
 impl TrafficBuyer {
@@ -145,9 +150,25 @@ impl TrafficBuyer {
         reply
     }
 
-    /// Reads the page first if the session is new; then holds `seat` and by `roll`
-    /// (0..100) walks away (< 20), releases (< 35) or confirms, pausing past the hold
-    /// when `roll` < 45. Returns whether the seat turned out to be sold already.
+    /// The session cookie this buyer sends (the same to every server of the deployment).
+    fn session_cookie(&self) -> Option<String> {
+        self.http.cookie(&self.server(), SESSION_COOKIE)
+    }
+
+    /// Whether the server gave this buyer a new session since its id was read (Redis lost
+    /// the old one): then the id is forgotten, to be read again.
+    fn lost_session(&mut self) -> bool {
+        let lost = self.session_cookie() != self.session;
+        if lost {
+            self.id = None;
+        }
+        lost
+    }
+
+    /// Reads the page first if the session is new (or was lost with Redis); then holds
+    /// `seat` and by `roll` (0..100) walks away (< 20), releases (< 35) or confirms,
+    /// pausing past the hold when `roll` < 45. Returns whether the seat turned out to be
+    /// sold already.
     pub(crate) async fn attempt(&mut self, seat: i64, roll: u32, pause_ms: u64) -> bool {
         let Some(id) = self.id.clone() else {
             let page = self
@@ -158,10 +179,14 @@ impl TrafficBuyer {
             self.id = page
                 .ok()
                 .and_then(|p| between(&p.body, "data-buyer=\"", "\""));
+            self.session = self.session_cookie();
             tokio::time::sleep(Duration::from_millis(20)).await;
             return false;
         };
         let hold = self.act(seat, "hold", HeaderMap::new()).await;
+        if self.lost_session() {
+            return false; // held, if at all, by a guest whose id this buyer has not read
+        }
         match hold {
             Ok(hold) if hold.status == SEE_OTHER => {}
             Ok(hold) if hold.is_refused(&Refusal::AlreadySold) => return true,
@@ -184,9 +209,12 @@ impl TrafficBuyer {
         }) = &reply
             && let Some(order) = location.strip_prefix("/orders/")
         {
+            // Bought under the session the hold was made in, hence by `id`: a session
+            // lost before the confirm read it leaves a guest with no hold (403).
             let order = order.parse().expect("an order id");
             self.tally.confirmed.lock().unwrap().push((order, seat, id));
         }
+        self.lost_session();
         false
     }
 }

@@ -100,6 +100,20 @@ impl Buyer {
             .with_context(|| format!("{}: the live stream of {path} did not open", self.label))
     }
 
+    /// Another tab of this buyer's browser (same context: same cookies, same connection
+    /// pool), on the same server.
+    pub async fn tab(&self) -> anyhow::Result<Buyer> {
+        let page = self.context.new_page().await?;
+        page.set_default_timeout(ACTION_TIMEOUT.as_millis() as f64)
+            .await;
+        page.set_default_navigation_timeout(ACTION_TIMEOUT.as_millis() as f64)
+            .await;
+        Ok(Buyer {
+            page,
+            ..self.clone()
+        })
+    }
+
     /// Seat `seat_id` on the seat map.
     pub fn seat(&self, seat_id: i64) -> Locator {
         self.page.locator(format!("#seat-{seat_id}"))

@@ -1,5 +1,5 @@
--- acquire.lua: grants a lease if the resource is free, then takes the group's next
--- fencing token and records the holding, all in one atomic step.
+-- acquire.lua: grants a lease if the resource is free and not retired, then takes the
+-- group's next fencing token and records the holding, all in one atomic step.
 --
 -- KEYS[1]  lease key      lease:{group}:<name>    string: owner token, with a PX TTL
 -- KEYS[2]  fence hash     lease:{group}:~fence    fields counter, ceiling
@@ -7,6 +7,7 @@
 -- KEYS[4]  reservation    lease:{group}:~reserving:<nonce>  set (PX ARGV[6]) when a block
 --                         is needed; only a reservation whose marker survives until its
 --                         install is installed (raise_ceiling.lua)
+-- KEYS[5]  retired set    lease:{group}:~retired  names never leased again (retire.lua)
 -- ARGV[1]  owner token (the lease key's value)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  resource name inside the group
@@ -16,6 +17,7 @@
 -- ARGV[6]  the reservation marker's TTL in milliseconds
 --
 -- Reply {status, a, b, holder}:
+--   {-2, 0, 0, ""}                         retired: never granted again, nothing written
 --   {1, fencing token, expires_at_ms, ""}  granted (expires_at_ms: Unix ms, Redis clock),
 --                                          or already granted to this owner token (the
 --                                          same request sent twice: idempotent)
@@ -23,6 +25,9 @@
 --   {-1, 0, 0, ""}                         no token left below the ceiling; only the
 --                                          reservation marker was written: reserve a
 --                                          block, install it, and call again
+if redis.call('SISMEMBER', KEYS[5], ARGV[3]) == 1 then
+  return {-2, 0, 0, ''}
+end
 local counter = tonumber(redis.call('HGET', KEYS[2], 'counter') or '0')
 local ceiling = tonumber(redis.call('HGET', KEYS[2], 'ceiling') or '0')
 if redis.call('EXISTS', KEYS[1]) == 0 and counter >= ceiling then
