@@ -236,3 +236,57 @@ pub async fn release_all(state: &AppState, buyer: &Buyer, event_id: i64) -> Resu
     }
     Ok(holds.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seats of one row: (id, number, aisle before, price).
+    fn row(label: &str, seats: &[(i64, i32, bool, i64)]) -> Vec<queries::FreeSeat> {
+        seats
+            .iter()
+            .map(
+                |&(seat_id, number, aisle_before, price_cents)| queries::FreeSeat {
+                    seat_id,
+                    section_id: 1,
+                    row_label: label.into(),
+                    number,
+                    aisle_before,
+                    price_cents,
+                },
+            )
+            .collect()
+    }
+
+    #[test]
+    fn a_block_is_adjacent_unheld_seats_of_one_row_across_no_aisle_or_gap() {
+        let mut free = row(
+            "A",
+            &[
+                (1, 1, false, 50),
+                (2, 2, false, 50),
+                (3, 3, true, 50),
+                (4, 4, false, 50),
+            ],
+        );
+        free.extend(row(
+            "B",
+            &[(5, 1, false, 50), (6, 2, false, 50), (8, 4, false, 50)],
+        ));
+        let none = HashSet::new();
+        assert_eq!(pick_block(&free, &none, 2), Some(vec![1, 2]));
+        // 2 and 3 are across an aisle; B2 and B4 are not neighbours (B3 is sold).
+        assert_eq!(pick_block(&free, &none, 3), None);
+        assert_eq!(pick_block(&free, &HashSet::from([2]), 2), Some(vec![3, 4]));
+        assert_eq!(
+            pick_block(&free, &HashSet::from([2, 4]), 2),
+            Some(vec![5, 6])
+        );
+        // A row's last seats and the next row's first are not adjacent.
+        assert_eq!(
+            pick_block(&free, &HashSet::from([1, 2, 5]), 2),
+            Some(vec![3, 4])
+        );
+        assert_eq!(pick_block(&free, &HashSet::from([1, 4, 5]), 2), None);
+    }
+}
