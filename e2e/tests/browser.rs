@@ -638,7 +638,8 @@ async fn best_available_4_in_two_browsers_at_once_gives_disjoint_groups_and_a_ca
         c.open_live(&hall).await?;
         mark_page(&c).await?;
         let (asked_a, asked_b) = tokio::join!(ask_best_available(&a, 4), ask_best_available(&b, 4));
-        (asked_a?, asked_b?);
+        asked_a?;
+        asked_b?;
         let hold_ttl = w.settings.hold_ttl().as_secs();
         let mut groups = Vec::new();
         for buyer in [&a, &b] {
@@ -653,7 +654,10 @@ async fn best_available_4_in_two_browsers_at_once_gives_disjoint_groups_and_a_ca
                 .to_contain_text_regex(r"^\(\d\d:\d\d left\)$")
                 .await?;
             let secs = seconds_left(&left.inner_text().await?)?;
-            ensure!(secs > 0 && secs <= hold_ttl, "countdown {secs}s, hold {hold_ttl}s");
+            ensure!(
+                secs > 0 && secs <= hold_ttl,
+                "countdown {secs}s, hold {hold_ttl}s"
+            );
             groups.push(seats);
         }
         ensure!(
