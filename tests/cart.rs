@@ -236,6 +236,37 @@ async fn checkout_buys_every_held_seat_in_one_step_each_with_its_own_token() {
 }
 
 #[tokio::test]
+async fn a_checkout_sent_twice_at_once_buys_each_seat_once_and_both_lead_to_the_tickets() {
+    let app = tiny().await;
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let a = buyer(&app, event).await;
+    assert_eq!(
+        best_available(&app, &a, event, "4").await.status,
+        StatusCode::SEE_OTHER
+    );
+    let (first, second) = tokio::join!(
+        post(&app, &a, event, "checkout"),
+        post(&app, &a, event, "checkout")
+    );
+    for reply in [first, second] {
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        assert_eq!(reply.location.unwrap(), format!("/events/{event}#tickets"));
+    }
+    assert_eq!(orders_of_event(&app, event).await.len(), 4);
+    let payments: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM payments WHERE event_id = $1 GROUP BY status")
+            .bind(event)
+            .fetch_all(app.db())
+            .await
+            .unwrap();
+    assert_eq!(
+        payments,
+        vec![("captured".to_owned(), 4)],
+        "each seat paid once"
+    );
+}
+
+#[tokio::test]
 async fn a_lapsed_hold_at_checkout_is_named_nothing_is_bought_and_the_rest_stay_held() {
     let app = tiny().await;
     let (event, _) = app.first_event_seats().await.unwrap();

@@ -37,7 +37,7 @@ const PICKS: usize = 3;
 ///
 /// Reads the unsold seats (Postgres, one query) and the live holds (Redis, one round
 /// trip), picks the first block ([`pick_block`]) and holds it with the group script; a
-/// block that someone else took meanwhile is picked again, up to [`PICKS`] times.
+/// block that someone else took meanwhile is picked again, up to three times.
 /// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
 /// event started, no such block ([`Refusal::NoBlock`]), the buyer's limit
 /// ([`Refusal::SeatLimit`]), or held by others on every pick; 503 store unavailable.
@@ -166,12 +166,15 @@ pub async fn checkout(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<
 }
 
 async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<Vec<i64>> {
-    // A hold whose session copy was stale (its owner check failed, but Redis has another
-    // live hold of this buyer on the seat, now in the session) is bought on the second
-    // attempt with the live lease.
-    for _ in 0..2 {
+    let mut bought_already = false;
+    let mut refreshed = false;
+    loop {
         let holds = held_leases(&state, &buyer, event_id).await?;
         if holds.is_empty() {
+            // A checkout sent twice: the first one bought what this one was to buy.
+            if bought_already {
+                return Ok(Vec::new());
+            }
             return Err(Error::Forbidden(
                 "You hold no seats of this event. Pick seats on the seat map first.".into(),
             ));
@@ -180,11 +183,20 @@ async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<V
             Ok(orders) => return Ok(orders),
             Err(not_ours) => not_ours,
         };
+        if not_ours.is_empty() {
+            // A seat was already bought by this buyer (and is now forgotten): try the
+            // rest. Each pass forgets one seat, so this ends.
+            bought_already = true;
+            continue;
+        }
+        // A hold whose session copy was stale (its owner check failed, but Redis has
+        // another live hold of this buyer on the seat, now in the session) is bought on
+        // the next pass with the live lease; once.
         let mut lapsed = Vec::new();
         for i in not_ours {
             let (seat, lease) = &holds[i];
             match purchase::refresh_hold(&state, &buyer, *seat).await? {
-                Some(live) if live != *lease => {}
+                Some(live) if live != *lease && !refreshed => {}
                 _ => lapsed.push(seat.seat_id),
             }
         }
@@ -193,8 +205,8 @@ async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<V
             tracing::info!(?lapsed, "checkout refused: holds lapsed");
             return Err(Refusal::HoldsLapsed { seats }.into());
         }
+        refreshed = true;
     }
-    Err(Refusal::HoldExpired.into())
 }
 
 /// The buyer's holds in `event_id`: every seat the session remembers, and every live
