@@ -165,6 +165,20 @@ impl Buyer {
         Ok(self.holds().await?.remove(&hold_key(event_id, seat_id)))
     }
 
+    /// The seats of `event_id` the session remembers holding, in seat order (some may have
+    /// lapsed in Redis).
+    pub async fn held_seats(&self, event_id: i64) -> Result<Vec<i64>> {
+        let prefix = format!("{event_id}/");
+        let mut seats: Vec<i64> = self
+            .holds()
+            .await?
+            .keys()
+            .filter_map(|key| key.strip_prefix(&prefix)?.parse().ok())
+            .collect();
+        seats.sort_unstable();
+        Ok(seats)
+    }
+
     /// Records a granted hold.
     pub async fn remember_hold(&self, event_id: i64, seat_id: i64, held: HeldSeat) -> Result<()> {
         let mut holds = self.holds().await?;

@@ -79,6 +79,11 @@ pub struct Settings {
     /// Length of a seat hold (the lease TTL), in milliseconds. Default: ten minutes.
     #[arg(long, env = "SEATLOCK_HOLD_TTL_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(100..))]
     pub hold_ttl_ms: u64,
+    /// Most seats one buyer may hold in one event at once (single holds and best-available
+    /// groups together). Counted by Redis in the hold's own script, so two concurrent
+    /// holds of one buyer cannot both slip under it.
+    #[arg(long, env = "SEATLOCK_MAX_SEATS_PER_BUYER", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub max_seats_per_buyer: u64,
     /// Simulated payment time before a purchase is written, in milliseconds.
     #[arg(long, env = "SEATLOCK_PAYMENT_DELAY_MS", default_value_t = 0)]
     pub payment_delay_ms: u64,
@@ -419,6 +424,7 @@ mod tests {
             bind: "127.0.0.1:4000".into(),
             metrics_bind: "127.0.0.1:4001".into(),
             hold_ttl_ms: 1_234,
+            max_seats_per_buyer: 3,
             payment_delay_ms: 56,
             lease_namespace: "ns-7".parse().unwrap(),
             secret: Some("s".repeat(40)),

@@ -41,6 +41,37 @@ pub enum Refusal {
         "Your hold was superseded by a newer one: its fencing token is stale, so the purchase was refused."
     )]
     StaleToken,
+    /// The buyer already holds `held` seats of this event and the hold asked for would
+    /// take them past the per-buyer limit (`--max-seats-per-buyer`), counted by Redis in
+    /// the hold's own script: `seat_limit`.
+    #[error(
+        "You can hold at most {limit} seats of this event at once, and you already hold {held}. \
+         Buy or release some of them first."
+    )]
+    SeatLimit {
+        /// The buyer's live holds in the event when refused.
+        held: u64,
+        /// The per-buyer limit.
+        limit: u64,
+    },
+    /// Best available found no `quantity` adjacent unsold, unheld seats in one row:
+    /// `no_block`.
+    #[error(
+        "There are no {quantity} seats together in one row right now. Try fewer seats, or pick seats on the map."
+    )]
+    NoBlock {
+        /// The number of seats asked for.
+        quantity: u64,
+    },
+    /// At checkout, the holds on `seats` had lapsed: nothing was bought, the buyer's
+    /// other holds stay: `holds_lapsed`.
+    #[error(
+        "Your hold on {seats} has expired, so nothing was bought. Your other seats are still held for you: buy them, or pick more seats."
+    )]
+    HoldsLapsed {
+        /// The lapsed seats, named for a person.
+        seats: String,
+    },
     /// The item's bid lock stayed busy through every retry: `busy`.
     #[error(
         "Bidding on this item is busy right now, so your bid was not placed. Please try again."
@@ -70,7 +101,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`, `busy`, `stale_bid_lock`,
+    /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`, `seat_limit`, `no_block`, `holds_lapsed`, `busy`, `stale_bid_lock`,
     /// `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
     /// ([`BidRefusal::code`]).
     pub fn code(&self) -> &'static str {
@@ -80,6 +111,9 @@ impl Refusal {
             Refusal::AlreadySold => "sold",
             Refusal::EventStarted => "event_started",
             Refusal::StaleToken => "stale",
+            Refusal::SeatLimit { .. } => "seat_limit",
+            Refusal::NoBlock { .. } => "no_block",
+            Refusal::HoldsLapsed { .. } => "holds_lapsed",
             Refusal::BidLockBusy => "busy",
             Refusal::StaleBidLock => "stale_bid_lock",
             Refusal::Bid(rule) => rule.code(),
@@ -156,6 +190,10 @@ impl From<LeaseError> for Error {
             LeaseError::Lost => Refusal::HoldExpired.into(),
             // Only a sold seat is retired (seats::purchase).
             LeaseError::Retired => Refusal::AlreadySold.into(),
+            LeaseError::OverLimit { held, limit } => Refusal::SeatLimit { held, limit }.into(),
+            LeaseError::NotOneGroup => {
+                Error::BadRequest("Those seats cannot be held together.".into())
+            }
             LeaseError::Unavailable(_) => Error::Unavailable("Redis"),
             LeaseError::Ledger(_) => Error::Unavailable("Postgres"),
             LeaseError::TokensExhausted { ceiling } => {

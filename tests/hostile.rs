@@ -59,13 +59,20 @@ async fn holding(app: &TestApp, event: i64, seat: i64) -> HttpBuyer {
     buyer
 }
 
-/// Every form of the site, as (path, extra fields): hold, release, confirm, rename, bid.
+/// Every form of the site, as (path, extra fields): hold, release, confirm, best
+/// available, checkout, release all, rename, bid.
 fn forms(event: i64, seat: i64, item: i64) -> Vec<(String, Vec<(&'static str, &'static str)>)> {
     let seat = format!("/events/{event}/seats/{seat}");
     vec![
         (format!("{seat}/hold"), vec![]),
         (format!("{seat}/release"), vec![]),
         (format!("{seat}/confirm"), vec![]),
+        (
+            format!("/events/{event}/best-available"),
+            vec![("quantity", "4")],
+        ),
+        (format!("/events/{event}/checkout"), vec![]),
+        (format!("/events/{event}/release-all"), vec![]),
         ("/me".into(), vec![("name", "Mallory")]),
         (format!("/auctions/{item}/bids"), vec![("amount", "50.00")]),
     ]

@@ -586,3 +586,90 @@ async fn eight_tabs_of_one_map_share_a_stream_and_a_click_in_the_last_is_served(
     })
     .await;
 }
+
+/// The seat ids of `buyer`'s cart (the `#hold-N` entries of the panel).
+async fn cart_seats(buyer: &Buyer) -> anyhow::Result<Vec<i64>> {
+    let ids: Vec<String> = buyer
+        .page
+        .evaluate(
+            "() => [...document.querySelectorAll('ul.holds li.hold')].map(li => li.id)",
+            None::<&()>,
+        )
+        .await?;
+    ids.iter()
+        .map(|id| {
+            id.strip_prefix("hold-")
+                .and_then(|n| n.parse().ok())
+                .with_context(|| format!("hold id {id:?} is not hold-N"))
+        })
+        .collect()
+}
+
+/// Picks `quantity` in `buyer`'s best-available form and submits it.
+async fn ask_best_available(buyer: &Buyer, quantity: u64) -> anyhow::Result<()> {
+    buyer
+        .page
+        .evaluate_expression(&format!(
+            "document.querySelector('#best-available select').value = '{quantity}'"
+        ))
+        .await?;
+    Ok(buyer
+        .page
+        .locator("#best-available button")
+        .click(None)
+        .await?)
+}
+
+/// Scenario: two buyers ask for the best 4 seats at once, on two servers: each gets four
+/// seats together, the two groups disjoint; a third buyer's open map shows every seat of
+/// both groups held, live (one message per group, one change per seat); each cart shows
+/// the total and one countdown within the hold's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn best_available_4_in_two_browsers_at_once_gives_disjoint_groups_and_a_cart() {
+    support::run("best_available", async |w| {
+        let (_, hall) = hall(w).await?;
+        let (a, b, c) = (
+            w.buyer("A", 0).await?,
+            w.buyer("B", 1).await?,
+            w.buyer("C", 0).await?,
+        );
+        a.open(&hall).await?;
+        b.open(&hall).await?;
+        c.open_live(&hall).await?;
+        mark_page(&c).await?;
+        let (asked_a, asked_b) = tokio::join!(ask_best_available(&a, 4), ask_best_available(&b, 4));
+        asked_a?;
+        asked_b?;
+        let hold_ttl = w.settings.hold_ttl().as_secs();
+        let mut groups = Vec::new();
+        for buyer in [&a, &b] {
+            expect(buyer.page.locator("#cart-total"))
+                .to_be_visible()
+                .await
+                .with_context(|| format!("{}: no cart after best available", buyer.label))?;
+            let seats = cart_seats(buyer).await?;
+            ensure!(seats.len() == 4, "{}: cart {seats:?}", buyer.label);
+            let left = buyer.page.locator("#cart-countdown .left");
+            expect(left.clone())
+                .to_contain_text_regex(r"^\(\d\d:\d\d left\)$")
+                .await?;
+            let secs = seconds_left(&left.inner_text().await?)?;
+            ensure!(
+                secs > 0 && secs <= hold_ttl,
+                "countdown {secs}s, hold {hold_ttl}s"
+            );
+            groups.push(seats);
+        }
+        ensure!(
+            groups[0].iter().all(|s| !groups[1].contains(s)),
+            "the groups overlap: {groups:?}"
+        );
+        for seat in groups.concat() {
+            c.wait_for_seat(seat, "held").await?;
+        }
+        not_reloaded(&c).await?;
+        w.screenshot(&a, "cart").await?;
+        Ok(())
+    })
+    .await;
+}

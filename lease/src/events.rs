@@ -113,30 +113,52 @@ pub async fn eviction_risk(
     Ok((policy != "noeviction").then_some(policy))
 }
 
-/// Parses one pub/sub message received through [`patterns`]; `None` for anything that is
-/// not a lease event (e.g. the expiry of some other key).
-pub fn parse(channel: &str, payload: &str) -> Option<LeaseEvent> {
+/// Parses one pub/sub message received through [`patterns`] into the change of each
+/// lease it announces: one event for a grant of one resource, a release or an expiry,
+/// one [`LeaseEvent::Acquired`] per resource for a group grant (`acquired-group`, one
+/// message from [`crate::LeaseClient::acquire_all`]), none for anything that is not a
+/// lease event (e.g. the expiry of some other key) or does not parse.
+pub fn parse(channel: &str, payload: &str) -> Vec<LeaseEvent> {
+    parse_all(channel, payload).unwrap_or_default()
+}
+
+fn parse_all(channel: &str, payload: &str) -> Option<Vec<LeaseEvent>> {
     if channel.starts_with("__keyevent@") {
-        return LeaseKey::from_lease_key(payload).map(|key| LeaseEvent::Expired { key });
+        return LeaseKey::from_lease_key(payload).map(|key| vec![LeaseEvent::Expired { key }]);
     }
     let group = channel.strip_prefix("lease:{")?.strip_suffix("}:~events")?;
     let (kind, rest) = payload.split_once(' ')?;
-    match kind {
+    let (names, entry): (Vec<&str>, &str) = match kind {
         "acquired" => {
             let (name, entry) = rest.split_once(' ')?;
-            let holding = parse_holding(name.to_owned(), entry)?;
+            (vec![name], entry)
+        }
+        "acquired-group" => {
+            let mut parts = rest.splitn(2, ' ');
+            let n: usize = parts.next()?.parse().ok()?;
+            let mut parts = parts.next()?.splitn(n + 1, ' ');
+            let names: Vec<&str> = parts.by_ref().take(n).collect();
+            (names, parts.next()?)
+        }
+        "released" => {
+            return Some(vec![LeaseEvent::Released {
+                key: LeaseKey::new(group, rest).ok()?,
+            }]);
+        }
+        _ => return None,
+    };
+    let holding = parse_holding(String::new(), entry)?;
+    names
+        .into_iter()
+        .map(|name| {
             Some(LeaseEvent::Acquired {
                 key: LeaseKey::new(group, name).ok()?,
-                holder: holding.holder,
+                holder: holding.holder.clone(),
                 fencing_token: holding.fencing_token,
                 expires_at_ms: holding.expires_at_ms,
             })
-        }
-        "released" => Some(LeaseEvent::Released {
-            key: LeaseKey::new(group, rest).ok()?,
-        }),
-        _ => None,
-    }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -154,27 +176,36 @@ mod tests {
     #[test]
     fn parses_grants_releases_and_expiries() {
         let key = LeaseKey::new("ns:event:1", "14").unwrap();
+        let acquired = |name: &str| LeaseEvent::Acquired {
+            key: LeaseKey::new("ns:event:1", name).unwrap(),
+            holder: "buyer a".into(),
+            fencing_token: FencingToken(42),
+            expires_at_ms: 1_700_000_000_000,
+        };
         assert_eq!(
             parse(
                 &key.events_channel(),
                 "acquired 14 42 1700000000000 buyer a"
             ),
-            Some(LeaseEvent::Acquired {
-                key: key.clone(),
-                holder: "buyer a".into(),
-                fencing_token: FencingToken(42),
-                expires_at_ms: 1_700_000_000_000
-            })
+            vec![acquired("14")]
         );
         assert_eq!(
+            parse(
+                &key.events_channel(),
+                "acquired-group 3 14 15 16 42 1700000000000 buyer a"
+            ),
+            vec![acquired("14"), acquired("15"), acquired("16")]
+        );
+        assert!(parse(&key.events_channel(), "acquired-group 3 14 15").is_empty());
+        assert_eq!(
             parse(&key.events_channel(), "released 14"),
-            Some(LeaseEvent::Released { key: key.clone() })
+            vec![LeaseEvent::Released { key: key.clone() }]
         );
         assert_eq!(
             parse("__keyevent@0__:expired", &key.lease_key()),
-            Some(LeaseEvent::Expired { key })
+            vec![LeaseEvent::Expired { key }]
         );
-        assert_eq!(parse("__keyevent@0__:expired", "tower:session"), None);
-        assert_eq!(parse("other", "released 14"), None);
+        assert!(parse("__keyevent@0__:expired", "tower:session").is_empty());
+        assert!(parse("other", "released 14").is_empty());
     }
 }

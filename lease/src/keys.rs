@@ -77,6 +77,12 @@ impl LeaseKey {
         format!("lease:{{{}}}:~retired", self.group)
     }
 
+    /// `lease:{group}:~held-by:<holder>`: the names `holder` was granted in the group
+    /// under a per-holder limit (see `scripts/acquire.lua`, which counts and prunes it).
+    pub(crate) fn held_by_key(&self, holder: &str) -> String {
+        format!("lease:{{{}}}:~held-by:{holder}", self.group)
+    }
+
     /// `lease:{group}:~reserving:<nonce>`: the marker of one block reservation in
     /// flight (see `scripts/raise_ceiling.lua`).
     pub(crate) fn reservation_key(&self, nonce: &str) -> String {

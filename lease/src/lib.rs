@@ -93,6 +93,7 @@
 //! | operation | what | Redis |
 //! |---|---|---|
 //! | [`acquire`](LeaseClient::acquire) | one try: a [`Lease`], or [`LeaseError::Held`] | one script |
+//! | [`acquire_all`](LeaseClient::acquire_all) | one try at several resources of one group, all or none, one fencing token, optionally under a per-holder limit ([`LeaseError::OverLimit`]) | one script |
 //! | [`acquire_with_backoff`](LeaseClient::acquire_with_backoff) | retries a busy lease with jittered exponential [`Backoff`], bounded in attempts and time | one script per attempt |
 //! | [`renew`](LeaseClient::renew) | compare-and-pexpire: extends the lease by its TTL | one script |
 //! | [`watch`](LeaseClient::watch) | starts a [`Watchdog`]: renews every TTL/3, reports [`WatchdogEvent::Lost`] | one script per renewal |
@@ -115,6 +116,7 @@
 //! | `lease:{group}:~fence` | hash | `counter` (last token issued), `ceiling` (highest token the ledger allows) |
 //! | `lease:{group}:~holders` | hash | `<name>` → `"<fencing token> <expires_at_ms> <holder label>"` |
 //! | `lease:{group}:~retired` | set | names retired for good ([`LeaseClient::retire`]); no TTL |
+//! | `lease:{group}:~held-by:<holder>` | set, PX the longest grant in it | names granted to `holder` under a limit ([`LeaseClient::acquire_all`]); a member counts while the holders hash gives it to `holder`, unexpired |
 //!
 //! Grants and releases are announced on the pub/sub channel `lease:{group}:~events` by the
 //! scripts that make them; see [`events`] for watching a group.
@@ -384,6 +386,21 @@ pub enum LeaseError {
     /// granted again. Nothing was written.
     #[error("the resource is retired: no lease on it is granted again")]
     Retired,
+    /// A holder limit passed to [`LeaseClient::acquire_all`] would be exceeded: the
+    /// holder has `held` live leases in the group, and the request's keys on top of them
+    /// would make more than `limit`. Nothing was granted or written.
+    #[error("the holder has {held} leases in this group; the limit is {limit}")]
+    OverLimit {
+        /// The holder's live leases in the group, counted by Redis in the refusing script.
+        held: u64,
+        /// The limit asked for.
+        limit: u64,
+    },
+    /// [`LeaseClient::acquire_all`] was given no key, keys of several groups, or one
+    /// name twice: a group hold is over distinct resources of one group (one Redis slot).
+    /// Nothing was sent.
+    #[error("a group hold needs at least one key, all of one group, no name twice")]
+    NotOneGroup,
     /// The ledger's next ceiling is above [`MAX_FENCING_TOKEN`]: the group has used up
     /// the tokens a Lua number can count exactly. Nothing was granted or written.
     #[error("fencing tokens of this group are exhausted (ceiling {ceiling} > 2^53 - 1)")]
@@ -481,33 +498,90 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// [`Lease`], or [`LeaseError::Held`] with the current holder's label and remaining
     /// time, or [`LeaseError::Retired`] for a resource retired by [`LeaseClient::retire`]
     /// (checked first, in the same script). `ttl` is rounded down to whole milliseconds
-    /// and must be at least 1 ms.
+    /// and must be at least 1 ms. The same as [`LeaseClient::acquire_all`] with one key
+    /// and no limit.
     pub async fn acquire(
         &self,
         key: &LeaseKey,
         holder: &str,
         ttl: Duration,
     ) -> Result<Lease, LeaseError> {
+        let mut leases = self
+            .acquire_all(std::slice::from_ref(key), holder, ttl, None)
+            .await?;
+        Ok(leases.remove(0))
+    }
+
+    /// Tries once to take leases on every one of `keys` (one group, no name twice) for
+    /// `ttl`, all or none, labelled `holder`: a group hold, e.g. four seats together.
+    ///
+    /// One atomic Lua script (`scripts/acquire.lua`) over one Redis slot: it refuses the
+    /// whole request if any key is retired ([`LeaseError::Retired`]) or held by another
+    /// owner ([`LeaseError::Held`], that lease's holder and remaining time), or, with
+    /// `limit = Some(n)`, if the holder's live leases in the group plus `keys.len()`
+    /// would exceed `n` ([`LeaseError::OverLimit`], counted by Redis in the same script,
+    /// in O(n): only this holder's own grants are read). Otherwise it sets every key with
+    /// one new owner token and takes ONE fencing token for all of them (the returned
+    /// leases, in the order of `keys`, share both), records each holding and publishes
+    /// one message for the group ([`events`]). Nothing is locked key by key, so two
+    /// callers asking for overlapping groups get all or nothing each and never deadlock.
+    /// Leases granted without a limit are not counted against a later limit.
+    ///
+    /// Idempotent for its owner token: a request resent after a dropped connection gets
+    /// the same grant. Errors: [`LeaseError::NotOneGroup`] for no keys, keys of several
+    /// groups or a name given twice (nothing sent); the errors of
+    /// [`LeaseClient::acquire`].
+    pub async fn acquire_all(
+        &self,
+        keys: &[LeaseKey],
+        holder: &str,
+        ttl: Duration,
+        limit: Option<u64>,
+    ) -> Result<Vec<Lease>, LeaseError> {
+        let one_group = keys.first().is_some_and(|first| {
+            keys.iter().all(|k| k.group() == first.group())
+                && keys
+                    .iter()
+                    .map(LeaseKey::name)
+                    .collect::<std::collections::HashSet<_>>()
+                    .len()
+                    == keys.len()
+        });
+        if !one_group {
+            return Err(LeaseError::NotOneGroup);
+        }
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         let owner = OwnerToken::random();
         let reservation = format!("{:016x}", rand::random::<u64>());
+        let limit = limit.map_or(0, |n| n.max(1));
         loop {
             let sent_at = tokio::time::Instant::now();
-            let reply =
-                scripts::acquire(&self.redis, key, &owner, ttl_ms, holder, &reservation).await?;
+            let reply = scripts::acquire(
+                &self.redis,
+                keys,
+                &owner,
+                ttl_ms,
+                holder,
+                &reservation,
+                limit,
+            )
+            .await?;
             match reply {
                 scripts::AcquireReply::Granted {
                     fencing_token,
                     expires_at_ms,
                 } => {
-                    return Ok(Lease {
-                        key: key.clone(),
-                        owner,
-                        fencing_token: FencingToken(fencing_token),
-                        ttl: Duration::from_millis(ttl_ms),
-                        expires_at_ms,
-                        sent_at: Some(sent_at),
-                    });
+                    return Ok(keys
+                        .iter()
+                        .map(|key| Lease {
+                            key: key.clone(),
+                            owner: owner.clone(),
+                            fencing_token: FencingToken(fencing_token),
+                            ttl: Duration::from_millis(ttl_ms),
+                            expires_at_ms,
+                            sent_at: Some(sent_at),
+                        })
+                        .collect());
                 }
                 scripts::AcquireReply::Held {
                     holder,
@@ -518,13 +592,16 @@ impl<L: FenceLedger> LeaseClient<L> {
                         remaining: Duration::from_millis(remaining_ms),
                     });
                 }
+                scripts::AcquireReply::OverLimit { held, limit } => {
+                    return Err(LeaseError::OverLimit { held, limit });
+                }
                 scripts::AcquireReply::Retired => return Err(LeaseError::Retired),
                 scripts::AcquireReply::NeedsCeiling => {
                     use std::sync::atomic::Ordering::SeqCst;
                     let seen = self.reservations.load(SeqCst);
                     let _one_at_a_time = self.reserving.lock().await;
                     if self.reservations.load(SeqCst) == seen
-                        && self.reserve_block(key, &reservation).await?
+                        && self.reserve_block(&keys[0], &reservation).await?
                     {
                         self.reservations.fetch_add(1, SeqCst);
                     }

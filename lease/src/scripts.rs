@@ -11,8 +11,9 @@ use crate::keys::holders_key;
 use crate::store::RedisStore;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
-/// Grant: refused if retired, else `SET NX PX`, then the next fencing token and the
-/// holding (see the file's header for KEYS, ARGV and the reply).
+/// Grant, one resource or several of one group, all or none: refused if one is
+/// retired, held, or over the holder's limit, else `SET PX` each, then one fencing token
+/// for all and their holdings (see the file's header for KEYS, ARGV and the reply).
 static ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
 
@@ -39,6 +40,10 @@ pub(crate) enum AcquireReply {
         holder: String,
         remaining_ms: u64,
     },
+    OverLimit {
+        held: u64,
+        limit: u64,
+    },
     NeedsCeiling,
     Retired,
 }
@@ -47,28 +52,35 @@ pub(crate) enum AcquireReply {
 /// install, before the install is refused and the reservation made again.
 pub(crate) const RESERVATION_TTL_MS: u64 = 30_000;
 
+/// One run of `acquire.lua` over `keys` (one group, at least one key; the caller checks).
+/// `limit` 0 means no per-holder limit.
 pub(crate) async fn acquire(
     redis: &RedisStore,
-    key: &LeaseKey,
+    keys: &[LeaseKey],
     owner: &OwnerToken,
     ttl_ms: u64,
     holder: &str,
     reservation: &str,
+    limit: u64,
 ) -> redis::RedisResult<AcquireReply> {
+    let first = &keys[0];
     let mut invocation = ACQUIRE.prepare_invoke();
     invocation
-        .key(key.lease_key())
-        .key(key.fence_key())
-        .key(key.holders_key())
-        .key(key.reservation_key(reservation))
-        .key(key.retired_key())
+        .key(first.fence_key())
+        .key(first.holders_key())
+        .key(first.reservation_key(reservation))
+        .key(first.retired_key())
+        .key(first.held_by_key(holder))
         .arg(owner.as_str())
         .arg(ttl_ms)
-        .arg(key.name())
         .arg(holder)
-        .arg(key.events_channel())
-        .arg(RESERVATION_TTL_MS);
-    let (status, a, b, holder): (i64, i64, i64, String) =
+        .arg(first.events_channel())
+        .arg(RESERVATION_TTL_MS)
+        .arg(limit);
+    for key in keys {
+        invocation.key(key.lease_key()).arg(key.name());
+    }
+    let (status, a, b, holder, _name): (i64, i64, i64, String, String) =
         redis.invoke("acquire", &invocation).await?;
     Ok(match status {
         1 => AcquireReply::Granted {
@@ -80,6 +92,10 @@ pub(crate) async fn acquire(
             remaining_ms: a as u64,
         },
         -2 => AcquireReply::Retired,
+        -3 => AcquireReply::OverLimit {
+            held: a as u64,
+            limit: b as u64,
+        },
         _ => AcquireReply::NeedsCeiling,
     })
 }

@@ -98,9 +98,11 @@ async fn redis_session(
             }
         };
         let payload: String = msg.get_payload().unwrap_or_default();
-        if let Some(event) = events::parse(msg.get_channel_name(), &payload)
-            && let Some((topic, message)) = seat_message(&event, prefix)
-        {
+        // A group grant is one message naming every seat: each seat's change goes out.
+        for event in events::parse(msg.get_channel_name(), &payload) {
+            let Some((topic, message)) = seat_message(&event, prefix) else {
+                continue;
+            };
             if let LeaseEvent::Acquired {
                 key, expires_at_ms, ..
             } = &event

@@ -74,6 +74,8 @@ pub struct MyHold {
     /// Expiry as "20:41:07 UTC" (the page's script shows local time).
     pub until: String,
     pub fencing_token: u64,
+    /// The seat's price for this event, in cents.
+    pub price_cents: i64,
 }
 
 /// Everything the event page shows.
@@ -86,6 +88,19 @@ pub struct SeatMap {
     pub my_seats: Vec<String>,
     pub available: usize,
     pub total: usize,
+}
+
+impl SeatMap {
+    /// What the viewer's held seats cost together, formatted ("$200.00"; summed in
+    /// cents).
+    pub fn cart_total(&self) -> String {
+        format_cents(self.my_holds.iter().map(|h| h.price_cents).sum())
+    }
+
+    /// The viewer's hold that lapses first: the cart's one countdown.
+    pub fn first_to_lapse(&self) -> Option<&MyHold> {
+        self.my_holds.iter().min_by_key(|h| h.remaining_ms)
+    }
 }
 
 /// Builds the map of `event_id` for `buyer_id`. Round trips: event, seats and zones
@@ -134,6 +149,7 @@ pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Opt
                     remaining_ms: h.expires_at_ms.saturating_sub(holds.now_ms),
                     until: clock_time(h.expires_at_ms),
                     fencing_token: h.fencing_token.0,
+                    price_cents: seat.price_cents,
                 });
             }
             SeatState::SoldToYou => map.my_seats.push(title.clone()),

@@ -1,12 +1,15 @@
 //! The seat picker: holds (Redis leases), releases, and fenced purchases.
 //!
 //! * [`purchase`]: the rules: hold, release, confirm.
+//! * [`cart`]: several seats at once: best available (one group hold), checkout (one
+//!   fenced transaction), release all.
 //! * [`catalog`]: each event's seats and start, read once per process, so a hold does
 //!   not ask Postgres.
 //! * [`map`]: the seat map of an event (one Postgres query + one Redis round trip).
 //! * [`queries`]: the SQL.
 //! * `routes`: thin HTTP handlers; `live`: the seat map's server-sent events.
 
+pub mod cart;
 pub mod catalog;
 mod live;
 pub mod map;

@@ -46,8 +46,9 @@ pub enum HoldOutcome {
 ///
 /// Round trips: one Redis script (the lease), and the session's load and save (Redis);
 /// Postgres none, except one read on the event's first hold in this process. Errors: 404
-/// unknown seat, 409 sold, event started or "someone is buying this seat", 503 store
-/// unavailable.
+/// unknown seat, 409 sold, event started, "someone is buying this seat" or the buyer's
+/// limit reached (`--max-seats-per-buyer`, counted by Redis in the same script:
+/// [`Refusal::SeatLimit`]), 503 store unavailable.
 ///
 /// Traced as span `hold` with the event, seat, buyer and (once granted) fencing token;
 /// counted in [`telemetry::HOLDS_GRANTED_TOTAL`] / [`telemetry::HOLDS_REFUSED_TOTAL`].
@@ -62,10 +63,12 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         return Err(Refusal::EventStarted.into());
     }
     let key = super::lease_key(&state.settings.lease_namespace, seat);
+    let limit = Some(state.settings.max_seats_per_buyer);
     match state
         .leases
-        .acquire(&key, buyer.id(), state.settings.hold_ttl())
+        .acquire_all(&[key], buyer.id(), state.settings.hold_ttl(), limit)
         .await
+        .map(|mut leases| leases.remove(0))
     {
         Ok(lease) => {
             Span::current().record("fencing_token", lease.fencing_token().0);
@@ -82,7 +85,8 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
             Ok(HoldOutcome::AlreadyYours)
         }
         Err(err) => {
-            // Held by someone else: `held`; retired by its sale: `sold`.
+            // Held by someone else: `held`; retired by its sale: `sold`; over the
+            // buyer's limit: `seat_limit`.
             let err = Error::from(err);
             if let Error::Refused(refusal) = &err {
                 telemetry::hold_refused(refusal);
@@ -112,7 +116,11 @@ pub(crate) async fn held_lease(
 /// concurrent requests of one session, or a session save that failed after a grant) or
 /// a stale copy. `None`, and the session forgets the seat, if Redis has no live hold of
 /// this buyer on it.
-async fn refresh_hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Option<Lease>> {
+pub(super) async fn refresh_hold(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+) -> Result<Option<Lease>> {
     let key = super::lease_key(&state.settings.lease_namespace, seat);
     match state.leases.owned_by(&key, buyer.id()).await? {
         Some(lease) => {
@@ -287,6 +295,87 @@ async fn fenced_purchase(
     give_up(state, lease, true).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     Ok(Some(order_id))
+}
+
+/// [`buy`] for several holds at once (the cart's checkout, [`super::cart::checkout`]),
+/// all or nothing, in the same order of steps: each seat's payment authorized under its
+/// own hold's key; ONE transaction with [`queries::sell`] per seat, each fenced with its
+/// own hold's fencing token; the owner check of every hold in Redis with every row
+/// locked; COMMIT; then each hold released and its seat retired.
+///
+/// Returns the order ids in the order of `holds`, or `Ok(Err(indices))`: the holds (by
+/// index) that were not the buyer's at the owner check; nothing was bought, every
+/// payment voided, and the other holds are untouched. A seat the fenced write refused
+/// (sold, stale token, event started) rolls everything back with that seat's refusal
+/// ([`refused`], which gives up its worthless hold). Round trips: Postgres one
+/// authorization per seat and one transaction; Redis one owner check per seat, then one
+/// retire per seat.
+pub(super) async fn buy_all(
+    state: &AppState,
+    buyer: &Buyer,
+    holds: &[(SeatRef, Lease)],
+) -> Result<std::result::Result<Vec<i64>, Vec<usize>>> {
+    let payments: Vec<String> = holds
+        .iter()
+        .map(|(seat, lease)| payment_key(*seat, lease.fencing_token().0 as i64))
+        .collect();
+    tokio::time::sleep(state.settings.payment_delay()).await;
+    for ((seat, _), payment) in holds.iter().zip(&payments) {
+        let authorize = queries::authorize_payment(&state.db, *seat, payment, buyer.id());
+        telemetry::postgres("authorize", authorize).await?;
+    }
+    let bought = fenced_purchase_all(state, buyer, holds, &payments).await;
+    if !matches!(bought, Ok(Ok(_))) {
+        for payment in &payments {
+            void_payment(state, payment).await;
+        }
+    }
+    bought
+}
+
+/// The transaction, owner checks, commit and releases of [`buy_all`].
+async fn fenced_purchase_all(
+    state: &AppState,
+    buyer: &Buyer,
+    holds: &[(SeatRef, Lease)],
+    payments: &[String],
+) -> Result<std::result::Result<Vec<i64>, Vec<usize>>> {
+    let mut tx = state.db.begin().await?;
+    let idle_bound = state.settings.purchase_idle_timeout();
+    let mut orders = Vec::with_capacity(holds.len());
+    for ((seat, lease), payment) in holds.iter().zip(payments) {
+        let token = lease.fencing_token().0 as i64;
+        let sell = queries::sell(&mut tx, *seat, token, &buyer.profile, payment, idle_bound);
+        let sold = telemetry::postgres("sell", sell)
+            .await
+            .inspect_err(detect_double_sale)?;
+        let Some(order_id) = sold else {
+            tx.rollback().await?;
+            // Bought already by this buyer (a checkout sent twice): the seat's hold is
+            // forgotten, and the next attempt buys the rest.
+            refused(state, buyer, *seat, lease).await?;
+            return Ok(Err(Vec::new()));
+        };
+        orders.push(order_id);
+    }
+    let mut not_ours = Vec::new();
+    for (i, (_, lease)) in holds.iter().enumerate() {
+        if !state.leases.is_held(lease).await? {
+            not_ours.push(i);
+        }
+    }
+    if !not_ours.is_empty() {
+        tx.rollback().await?;
+        return Ok(Err(not_ours));
+    }
+    telemetry::postgres("commit", tx.commit()).await?;
+    for (seat, lease) in holds {
+        telemetry::confirm(ConfirmOutcome::Accepted);
+        give_up(state, lease, true).await;
+        buyer.forget_hold(seat.event_id, seat.seat_id).await?;
+    }
+    tracing::info!(seats = holds.len(), "cart sold");
+    Ok(Ok(orders))
 }
 
 /// The payment's idempotency key: one per hold, `<event>:<seat>:<fencing token>`.

@@ -163,6 +163,57 @@ pub async fn order_of(db: &PgPool, seat: SeatRef, buyer_id: &str) -> sqlx::Resul
     .await
 }
 
+/// An unsold seat, for picking a block of adjacent seats ([`super::cart::pick_block`]).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct FreeSeat {
+    /// `seats.id`.
+    pub seat_id: i64,
+    /// `sections.id`: seats of different sections are never adjacent.
+    pub section_id: i64,
+    /// The row's label ("C").
+    pub row_label: String,
+    /// The seat's number in its row.
+    pub number: i32,
+    /// An aisle runs just before this seat: it is not adjacent to the one before.
+    pub aisle_before: bool,
+    /// The seat's price for this event, in cents.
+    pub price_cents: i64,
+}
+
+/// The event's unsold seats, best price zone first (highest price), then section, row
+/// and number: one query.
+pub async fn unsold_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<FreeSeat>> {
+    sqlx::query_as(
+        "SELECT s.id AS seat_id, s.section_id, s.row_label, s.number, s.aisle_before,
+                es.price_cents
+           FROM event_seats es
+           JOIN seats s ON s.id = es.seat_id
+           JOIN sections sec ON sec.id = s.section_id
+          WHERE es.event_id = $1 AND NOT es.sold
+          ORDER BY es.price_cents DESC, sec.position, s.row_position, s.number",
+    )
+    .bind(event_id)
+    .fetch_all(db)
+    .await
+}
+
+/// The seats `seat_ids` of the event named for a person, in seat order and joined:
+/// "Orchestra row C seat 14, Orchestra row C seat 15".
+pub async fn seat_names(db: &PgPool, event_id: i64, seat_ids: &[i64]) -> sqlx::Result<String> {
+    sqlx::query_scalar(
+        "SELECT coalesce(string_agg(sec.name || ' row ' || s.row_label || ' seat ' || s.number,
+                                    ', ' ORDER BY sec.position, s.row_position, s.number), '')
+           FROM event_seats es
+           JOIN seats s ON s.id = es.seat_id
+           JOIN sections sec ON sec.id = s.section_id
+          WHERE es.event_id = $1 AND es.seat_id = ANY($2)",
+    )
+    .bind(event_id)
+    .bind(seat_ids)
+    .fetch_one(db)
+    .await
+}
+
 /// One seat of the map, in drawing order.
 #[derive(Debug, sqlx::FromRow)]
 pub struct MapSeat {

@@ -7,9 +7,11 @@ use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 
+use serde::Deserialize;
+
 use super::map::{self, SeatMap};
-use super::purchase;
 use super::{SeatRef, parse_id};
+use super::{cart, purchase};
 use crate::buyer::Buyer;
 use crate::csrf::{CsrfForm, Empty, FormToken};
 use crate::error::{Error, Result};
@@ -17,12 +19,19 @@ use crate::money::format_cents;
 use crate::pause::Pause;
 use crate::state::AppState;
 
-/// `GET /events/{id}`, its stream, and release.
+/// `GET /events/{id}`, its stream, release, and the cart: best available, the checkout
+/// page and its purchase, release all.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/events/{event}", get(show))
         .route("/events/{event}/stream", get(super::live::stream))
         .route("/events/{event}/seats/{seat}/release", post(release))
+        .route("/events/{event}/best-available", post(best_available))
+        .route(
+            "/events/{event}/checkout",
+            get(show_checkout).post(checkout),
+        )
+        .route("/events/{event}/release-all", post(release_all))
 }
 
 /// The product's hold and confirm (lease + fenced purchase).
@@ -43,9 +52,28 @@ pub struct EventPage {
     pub authenticity_token: String,
     /// The hold length in words ("10 minutes").
     pub hold_for: String,
+    /// `--max-seats-per-buyer`.
+    pub max_seats: u64,
+    /// The choices of the best-available quantity: 1 to `max_seats`.
+    pub quantities: Vec<u64>,
 }
 
 impl EventPage {
+    fn price(&self, cents: &i64) -> String {
+        format_cents(*cents)
+    }
+}
+
+/// `GET /events/{id}/checkout`: the buyer's held seats of the event, each price, the
+/// total, one countdown, Buy all and Release all.
+#[derive(Template, WebTemplate)]
+#[template(path = "checkout.html")]
+pub struct CheckoutPage {
+    pub map: SeatMap,
+    pub authenticity_token: String,
+}
+
+impl CheckoutPage {
     fn price(&self, cents: &i64) -> String {
         format_cents(*cents)
     }
@@ -57,18 +85,79 @@ async fn show(
     csrf: FormToken,
     Path(event): Path<String>,
 ) -> Result<impl IntoResponse> {
-    let event_id = parse_id(&event, "event")?;
-    let map = map::load(&state, event_id, buyer.id())
-        .await?
-        .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
     let page = EventPage {
-        map,
+        map: event_map(&state, &buyer, &event).await?,
         buyer_name: buyer.profile.name.clone(),
         buyer_id: buyer.id().to_owned(),
         authenticity_token: csrf.authenticity.clone(),
         hold_for: in_words(state.settings.hold_ttl()),
+        max_seats: state.settings.max_seats_per_buyer,
+        quantities: (1..=state.settings.max_seats_per_buyer).collect(),
     };
     Ok((csrf, page))
+}
+
+/// The map of the event named by a URL's `{event}` segment for `buyer`: 400 malformed
+/// id, 404 no such event.
+async fn event_map(state: &AppState, buyer: &Buyer, event: &str) -> Result<SeatMap> {
+    let event_id = parse_id(event, "event")?;
+    map::load(state, event_id, buyer.id())
+        .await?
+        .ok_or_else(|| Error::NotFound("There is no such event.".into()))
+}
+
+async fn show_checkout(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    csrf: FormToken,
+    Path(event): Path<String>,
+) -> Result<impl IntoResponse> {
+    let page = CheckoutPage {
+        map: event_map(&state, &buyer, &event).await?,
+        authenticity_token: csrf.authenticity.clone(),
+    };
+    Ok((csrf, page))
+}
+
+/// The best-available form: how many seats, as typed (parsed by the handler, so a bad
+/// value gets the same 400 page as one out of range).
+#[derive(Deserialize)]
+struct QuantityForm {
+    quantity: String,
+}
+
+async fn best_available(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path(event): Path<String>,
+    CsrfForm(form): CsrfForm<QuantityForm>,
+) -> Result<Redirect> {
+    let event_id = parse_id(&event, "event")?;
+    let quantity = form.quantity.trim().parse().unwrap_or(0);
+    cart::best_available(&state, &buyer, event_id, quantity).await?;
+    Ok(Redirect::to(&format!("/events/{event_id}#cart")))
+}
+
+async fn checkout(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path(event): Path<String>,
+    CsrfForm(Empty {}): CsrfForm<Empty>,
+) -> Result<Redirect> {
+    let event_id = parse_id(&event, "event")?;
+    cart::checkout(&state, &buyer, event_id).await?;
+    Ok(Redirect::to(&format!("/events/{event_id}#tickets")))
+}
+
+async fn release_all(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path(event): Path<String>,
+    CsrfForm(Empty {}): CsrfForm<Empty>,
+) -> Result<Redirect> {
+    let event_id = parse_id(&event, "event")?;
+    cart::release_all(&state, &buyer, event_id).await?;
+    Ok(Redirect::to(&format!("/events/{event_id}#cart")))
 }
 
 /// The seat named by a URL's `{event}` and `{seat}` segments; 400 if malformed.

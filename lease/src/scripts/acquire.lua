@@ -1,53 +1,120 @@
--- acquire.lua: grants a lease if the resource is free and not retired, then takes the
--- group's next fencing token and records the holding, all in one atomic step.
+-- acquire.lua: grants leases on one or more resources of ONE group, all or none, under
+-- ONE fencing token, and records each holding, all in one atomic step. One resource is
+-- the ordinary acquire; several are a group hold (seatlock: four seats together). The
+-- script runs alone on the server and touches one slot (every key carries the group's
+-- hash tag), so two callers racing for overlapping resources cannot each get a part of
+-- what they asked for, and cannot deadlock: nothing is locked one by one, there is no
+-- order to get wrong.
 --
--- KEYS[1]  lease key      lease:{group}:<name>    string: owner token, with a PX TTL
--- KEYS[2]  fence hash     lease:{group}:~fence    fields counter, ceiling
--- KEYS[3]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>"
--- KEYS[4]  reservation    lease:{group}:~reserving:<nonce>  set (PX ARGV[6]) when a block
+-- KEYS[1]  fence hash     lease:{group}:~fence    fields counter, ceiling
+-- KEYS[2]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>"
+-- KEYS[3]  reservation    lease:{group}:~reserving:<nonce>  set (PX ARGV[5]) when a block
 --                         is needed; only a reservation whose marker survives until its
 --                         install is installed (raise_ceiling.lua)
--- KEYS[5]  retired set    lease:{group}:~retired  names never leased again (retire.lua)
--- ARGV[1]  owner token (the lease key's value)
+-- KEYS[4]  retired set    lease:{group}:~retired  names never leased again (retire.lua)
+-- KEYS[5]  holder's set   lease:{group}:~held-by:<holder>  names this holder was granted
+--                         under a limit; a member counts while the holders hash still
+--                         gives it to this holder, unexpired (Redis clock), and is
+--                         removed when counted otherwise. PX: the longest grant in it.
+-- KEYS[6..5+N]  lease keys  lease:{group}:<name>  string: owner token, with a PX TTL
+-- ARGV[1]  owner token (every lease key's value)
 -- ARGV[2]  TTL in milliseconds
--- ARGV[3]  resource name inside the group
--- ARGV[4]  holder label (public)
--- ARGV[5]  events channel; a grant is published as
---          "acquired <name> <token> <expires_at_ms> <holder>"
--- ARGV[6]  the reservation marker's TTL in milliseconds
+-- ARGV[3]  holder label (public)
+-- ARGV[4]  events channel; a grant of one resource is published as
+--          "acquired <name> <token> <expires_at_ms> <holder>", of N > 1 as
+--          "acquired-group <N> <name 1> … <name N> <token> <expires_at_ms> <holder>"
+-- ARGV[5]  the reservation marker's TTL in milliseconds
+-- ARGV[6]  limit: the most leases the holder may have in the group at once, this grant
+--          included; 0 for none (then the holder's set is neither read nor written)
+-- ARGV[6+i]  the resource name of KEYS[5+i]
 --
--- Reply {status, a, b, holder}:
---   {-2, 0, 0, ""}                         retired: never granted again, nothing written
---   {1, fencing token, expires_at_ms, ""}  granted (expires_at_ms: Unix ms, Redis clock),
---                                          or already granted to this owner token (the
---                                          same request sent twice: idempotent)
---   {0, pttl_ms, 0, holder label}          held by another owner
---   {-1, 0, 0, ""}                         no token left below the ceiling; only the
+-- Reply {status, a, b, holder, name}:
+--   {-2, 0, 0, "", name}                   name is retired: nothing granted or written
+--   {1, fencing token, expires_at_ms, "", ""}  all granted (expires_at_ms: Unix ms, Redis
+--                                          clock), or all already granted to this owner
+--                                          token (a request sent twice: idempotent)
+--   {0, pttl_ms, 0, holder label, name}    name is held by another owner (or, after a
+--                                          partial lapse, by this one): nothing granted
+--   {-3, held, limit, "", ""}              the holder has `held` live leases in the
+--                                          group; N more would pass `limit`: nothing
+--                                          granted or written
+--   {-1, 0, 0, "", ""}                     no token left below the ceiling; only the
 --                                          reservation marker was written: reserve a
 --                                          block, install it, and call again
-if redis.call('SISMEMBER', KEYS[5], ARGV[3]) == 1 then
-  return {-2, 0, 0, ''}
+local n = #KEYS - 5
+for i = 1, n do
+  if redis.call('SISMEMBER', KEYS[4], ARGV[6 + i]) == 1 then
+    return {-2, 0, 0, '', ARGV[6 + i]}
+  end
 end
-local counter = tonumber(redis.call('HGET', KEYS[2], 'counter') or '0')
-local ceiling = tonumber(redis.call('HGET', KEYS[2], 'ceiling') or '0')
-if redis.call('EXISTS', KEYS[1]) == 0 and counter >= ceiling then
-  redis.call('SET', KEYS[4], '1', 'PX', ARGV[6])
-  return {-1, 0, 0, ''}
+local taken, ours = 0, 0
+for i = 1, n do
+  local owner = redis.call('GET', KEYS[5 + i])
+  if owner == ARGV[1] then
+    ours = ours + 1
+  elseif owner and taken == 0 then
+    taken = i
+  end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local token = redis.call('HINCRBY', KEYS[2], 'counter', 1)
-  local t = redis.call('TIME')
-  local expires = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-  local entry = string.format('%d %d %s', token, expires, ARGV[4])
-  redis.call('HSET', KEYS[3], ARGV[3], entry)
-  redis.call('PUBLISH', ARGV[5], 'acquired ' .. ARGV[3] .. ' ' .. entry)
-  return {1, token, expires, ''}
-end
-local entry = redis.call('HGET', KEYS[3], ARGV[3]) or ''
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if ours == n then
   -- Our own grant, asked for again (a request resent after its connection dropped).
+  local entry = redis.call('HGET', KEYS[2], ARGV[7]) or ''
   local token, expires = string.match(entry, '^(%d+) (%d+) ')
-  if token then return {1, tonumber(token), tonumber(expires), ''} end
+  if token then return {1, tonumber(token), tonumber(expires), '', ''} end
 end
-local holder = string.match(entry, '^%d+ %d+ (.*)$') or ''
-return {0, math.max(redis.call('PTTL', KEYS[1]), 0), 0, holder}
+if taken > 0 or ours > 0 then
+  if taken == 0 then
+    for i = 1, n do
+      if redis.call('EXISTS', KEYS[5 + i]) == 1 then taken = i break end
+    end
+  end
+  local entry = redis.call('HGET', KEYS[2], ARGV[6 + taken]) or ''
+  local holder = string.match(entry, '^%d+ %d+ (.*)$') or ''
+  return {0, math.max(redis.call('PTTL', KEYS[5 + taken]), 0), 0, holder, ARGV[6 + taken]}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local limit = tonumber(ARGV[6])
+if limit > 0 then
+  local held = 0
+  for _, name in ipairs(redis.call('SMEMBERS', KEYS[5])) do
+    local entry = redis.call('HGET', KEYS[2], name) or ''
+    local expires, holder = string.match(entry, '^%d+ (%d+) (.*)$')
+    if holder == ARGV[3] and tonumber(expires) > now then
+      held = held + 1
+    else
+      redis.call('SREM', KEYS[5], name)
+    end
+  end
+  if held + n > limit then
+    return {-3, held, limit, '', ''}
+  end
+end
+local counter = tonumber(redis.call('HGET', KEYS[1], 'counter') or '0')
+local ceiling = tonumber(redis.call('HGET', KEYS[1], 'ceiling') or '0')
+if counter >= ceiling then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[5])
+  return {-1, 0, 0, '', ''}
+end
+local token = redis.call('HINCRBY', KEYS[1], 'counter', 1)
+local expires = now + tonumber(ARGV[2])
+local entry = string.format('%d %d %s', token, expires, ARGV[3])
+local names = {}
+for i = 1, n do
+  redis.call('SET', KEYS[5 + i], ARGV[1], 'PX', ARGV[2])
+  redis.call('HSET', KEYS[2], ARGV[6 + i], entry)
+  names[i] = ARGV[6 + i]
+end
+if limit > 0 then
+  redis.call('SADD', KEYS[5], unpack(names))
+  if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+  end
+end
+if n == 1 then
+  redis.call('PUBLISH', ARGV[4], 'acquired ' .. names[1] .. ' ' .. entry)
+else
+  redis.call('PUBLISH', ARGV[4],
+    'acquired-group ' .. n .. ' ' .. table.concat(names, ' ') .. ' ' .. entry)
+end
+return {1, token, expires, '', ''}

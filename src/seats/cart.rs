@@ -1,0 +1,304 @@
+//! Several seats at once: the group hold behind **Best available**, the buyer's cart, and
+//! the checkout that buys the whole cart in ONE Postgres transaction.
+//!
+//! * [`best_available`]: picks `quantity` adjacent unsold, unheld seats of one row (best
+//!   price zone first) and holds them with ONE lease script
+//!   ([`lease::LeaseClient::acquire_all`]): all or none, one fencing token for the group,
+//!   one Redis slot, so two buyers racing for overlapping blocks get a whole block or
+//!   nothing, and nothing can deadlock (no seat is locked one by one).
+//! * [`checkout`]: the single-seat confirm's steps ([`super::purchase`]) for every seat of
+//!   the cart at once: each seat's payment authorized under its own hold's key, then one
+//!   transaction with [`super::queries::sell`] per seat (each fenced with its own hold's
+//!   token), the owner check of every hold in Redis, and only then the commit and the
+//!   releases. All or nothing: a lapsed hold rolls everything back and is named; the
+//!   other holds stay.
+//! * [`release_all`]: [`super::purchase::release`] for each held seat.
+//!
+//! The per-buyer limit (`--max-seats-per-buyer`) is counted by Redis inside the hold's
+//! script, for single holds and groups alike.
+
+use std::collections::HashSet;
+
+use lease::{Lease, LeaseError};
+
+use super::purchase;
+use super::{SeatRef, queries};
+use crate::buyer::{Buyer, HeldSeat};
+use crate::error::{Error, Refusal, Result};
+use crate::state::AppState;
+use crate::telemetry;
+
+/// How many fresh picks [`best_available`] makes when another buyer took part of the
+/// block it chose between its read and its hold.
+const PICKS: usize = 3;
+
+/// Holds `quantity` adjacent seats of `event_id` for `buyer` in one step; returns their
+/// leases (one owner token, one fencing token), in seat order.
+///
+/// Reads the unsold seats (Postgres, one query) and the live holds (Redis, one round
+/// trip), picks the first block ([`pick_block`]) and holds it with the group script; a
+/// block that someone else took meanwhile is picked again, up to three times.
+/// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
+/// event started, no such block ([`Refusal::NoBlock`]), the buyer's limit
+/// ([`Refusal::SeatLimit`]), or held by others on every pick; 503 store unavailable.
+#[tracing::instrument(name = "best_available", skip_all, fields(event = event_id, buyer = buyer.id(), quantity))]
+pub async fn best_available(
+    state: &AppState,
+    buyer: &Buyer,
+    event_id: i64,
+    quantity: u64,
+) -> Result<Vec<Lease>> {
+    let limit = state.settings.max_seats_per_buyer;
+    if !(1..=limit).contains(&quantity) {
+        return Err(Error::BadRequest(format!(
+            "Choose between 1 and {limit} seats."
+        )));
+    }
+    let event = state
+        .catalog
+        .event(&state.db, event_id)
+        .await?
+        .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
+    if event.started() {
+        return Err(Refusal::EventStarted.into());
+    }
+    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let mut last = None;
+    for _ in 0..PICKS {
+        let (free, holds) = tokio::join!(
+            queries::unsold_seats(&state.db, event_id),
+            state.leases.holders(&group)
+        );
+        let held: HashSet<i64> = holds?
+            .holdings
+            .iter()
+            .filter_map(|h| h.name.parse().ok())
+            .collect();
+        let block =
+            pick_block(&free?, &held, quantity as usize).ok_or(Refusal::NoBlock { quantity })?;
+        let keys: Vec<_> = block
+            .iter()
+            .map(|&seat_id| {
+                super::lease_key(
+                    &state.settings.lease_namespace,
+                    SeatRef { event_id, seat_id },
+                )
+            })
+            .collect();
+        let ttl = state.settings.hold_ttl();
+        match state
+            .leases
+            .acquire_all(&keys, buyer.id(), ttl, Some(limit))
+            .await
+        {
+            Ok(leases) => {
+                telemetry::hold_granted();
+                for (lease, &seat_id) in leases.iter().zip(&block) {
+                    buyer
+                        .remember_hold(event_id, seat_id, HeldSeat::from_lease(lease))
+                        .await?;
+                }
+                tracing::info!(
+                    fencing_token = leases[0].fencing_token().0,
+                    "group hold granted"
+                );
+                return Ok(leases);
+            }
+            // Someone took part of the block since the read: pick again.
+            Err(err @ LeaseError::Held { .. }) => last = Some(err),
+            Err(err) => {
+                let err = Error::from(err);
+                if let Error::Refused(refusal) = &err {
+                    telemetry::hold_refused(refusal);
+                }
+                return Err(err);
+            }
+        }
+    }
+    Err(last.map_or(Refusal::NoBlock { quantity }.into(), Error::from))
+}
+
+/// The first `quantity` seats in a row of `free` (ordered by price, highest first, then
+/// section, row and number, as [`queries::unsold_seats`] returns them) that are adjacent
+/// (same section, row and price, consecutive numbers, no aisle between them) and not in
+/// `held`. Their ids, or `None` if there is no such block.
+pub fn pick_block(
+    free: &[queries::FreeSeat],
+    held: &HashSet<i64>,
+    quantity: usize,
+) -> Option<Vec<i64>> {
+    let mut run: Vec<&queries::FreeSeat> = Vec::new();
+    for seat in free {
+        let adjacent = run.last().is_some_and(|prev| {
+            prev.section_id == seat.section_id
+                && prev.row_label == seat.row_label
+                && prev.price_cents == seat.price_cents
+                && prev.number + 1 == seat.number
+                && !seat.aisle_before
+        });
+        if !adjacent {
+            run.clear();
+        }
+        if held.contains(&seat.seat_id) {
+            run.clear();
+            continue;
+        }
+        run.push(seat);
+        if run.len() == quantity {
+            return Some(run.iter().map(|s| s.seat_id).collect());
+        }
+    }
+    None
+}
+
+/// Buys every seat `buyer` holds in `event_id` in one fenced transaction; returns the
+/// order ids. Runs on a task of its own, like the single-seat confirm
+/// ([`purchase::confirm`]), so a buyer who hangs up does not cancel it half way.
+///
+/// Errors: 403 the buyer holds no seat of the event; 409 [`Refusal::HoldsLapsed`]
+/// naming the seats whose holds lapsed (nothing bought, the other holds kept), or the
+/// refusal of a seat sold, stale or started (nothing bought; that seat's worthless hold
+/// given up, the others kept); 503 a store unavailable (nothing lost: retry).
+#[tracing::instrument(name = "checkout", skip_all, fields(event = event_id, buyer = buyer.id()))]
+pub async fn checkout(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Vec<i64>> {
+    let work = checkout_cart(state.clone(), buyer.clone(), event_id);
+    crate::detached::to_completion("The purchase", state.settings.request_deadline(), work).await
+}
+
+async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<Vec<i64>> {
+    let mut bought_already = false;
+    let mut refreshed = false;
+    loop {
+        let holds = held_leases(&state, &buyer, event_id).await?;
+        if holds.is_empty() {
+            // A checkout sent twice: the first one bought what this one was to buy.
+            if bought_already {
+                return Ok(Vec::new());
+            }
+            return Err(Error::Forbidden(
+                "You hold no seats of this event. Pick seats on the seat map first.".into(),
+            ));
+        }
+        let not_ours = match purchase::buy_all(&state, &buyer, &holds).await? {
+            Ok(orders) => return Ok(orders),
+            Err(not_ours) => not_ours,
+        };
+        if not_ours.is_empty() {
+            // A seat was already bought by this buyer (and is now forgotten): try the
+            // rest. Each pass forgets one seat, so this ends.
+            bought_already = true;
+            continue;
+        }
+        // A hold whose session copy was stale (its owner check failed, but Redis has
+        // another live hold of this buyer on the seat, now in the session) is bought on
+        // the next pass with the live lease; once.
+        let mut lapsed = Vec::new();
+        for i in not_ours {
+            let (seat, lease) = &holds[i];
+            match purchase::refresh_hold(&state, &buyer, *seat).await? {
+                Some(live) if live != *lease && !refreshed => {}
+                _ => lapsed.push(seat.seat_id),
+            }
+        }
+        if !lapsed.is_empty() {
+            let seats = queries::seat_names(&state.db, event_id, &lapsed).await?;
+            tracing::info!(?lapsed, "checkout refused: holds lapsed");
+            return Err(Refusal::HoldsLapsed { seats }.into());
+        }
+        refreshed = true;
+    }
+}
+
+/// The buyer's holds in `event_id`: every seat the session remembers, and every live
+/// hold Redis has under the buyer's id (found by [`purchase::held_lease`] from the
+/// session, else from Redis), in seat order. A seat the session remembers whose hold
+/// lapsed is included with its lapsed lease: the checkout's owner check names it.
+async fn held_leases(
+    state: &AppState,
+    buyer: &Buyer,
+    event_id: i64,
+) -> Result<Vec<(SeatRef, Lease)>> {
+    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let live = state.leases.holders(&group).await?;
+    let mut seats: Vec<i64> = buyer.held_seats(event_id).await?;
+    seats.extend(
+        live.holdings
+            .iter()
+            .filter(|h| h.holder == buyer.id())
+            .filter_map(|h| h.name.parse::<i64>().ok()),
+    );
+    seats.sort_unstable();
+    seats.dedup();
+    let mut holds = Vec::with_capacity(seats.len());
+    for seat_id in seats {
+        let seat = SeatRef { event_id, seat_id };
+        if let Some(lease) = purchase::held_lease(state, buyer, seat).await? {
+            holds.push((seat, lease));
+        }
+    }
+    Ok(holds)
+}
+
+/// Releases every seat `buyer` holds in `event_id` (each owner-checked, as
+/// [`purchase::release`]); returns how many were released. 503 Redis unavailable.
+pub async fn release_all(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<usize> {
+    let holds = held_leases(state, buyer, event_id).await?;
+    for (seat, _) in &holds {
+        purchase::release(state, buyer, *seat).await?;
+    }
+    Ok(holds.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seats of one row: (id, number, aisle before, price).
+    fn row(label: &str, seats: &[(i64, i32, bool, i64)]) -> Vec<queries::FreeSeat> {
+        seats
+            .iter()
+            .map(
+                |&(seat_id, number, aisle_before, price_cents)| queries::FreeSeat {
+                    seat_id,
+                    section_id: 1,
+                    row_label: label.into(),
+                    number,
+                    aisle_before,
+                    price_cents,
+                },
+            )
+            .collect()
+    }
+
+    #[test]
+    fn a_block_is_adjacent_unheld_seats_of_one_row_across_no_aisle_or_gap() {
+        let mut free = row(
+            "A",
+            &[
+                (1, 1, false, 50),
+                (2, 2, false, 50),
+                (3, 3, true, 50),
+                (4, 4, false, 50),
+            ],
+        );
+        free.extend(row(
+            "B",
+            &[(5, 1, false, 50), (6, 2, false, 50), (8, 4, false, 50)],
+        ));
+        let none = HashSet::new();
+        assert_eq!(pick_block(&free, &none, 2), Some(vec![1, 2]));
+        // 2 and 3 are across an aisle; B2 and B4 are not neighbours (B3 is sold).
+        assert_eq!(pick_block(&free, &none, 3), None);
+        assert_eq!(pick_block(&free, &HashSet::from([2]), 2), Some(vec![3, 4]));
+        assert_eq!(
+            pick_block(&free, &HashSet::from([2, 4]), 2),
+            Some(vec![5, 6])
+        );
+        // A row's last seats and the next row's first are not adjacent.
+        assert_eq!(
+            pick_block(&free, &HashSet::from([1, 2, 5]), 2),
+            Some(vec![3, 4])
+        );
+        assert_eq!(pick_block(&free, &HashSet::from([1, 4, 5]), 2), None);
+    }
+}
