@@ -83,6 +83,18 @@ fn adjacent_in_one_row(places: &[(i64, String, i32, i64)]) -> bool {
         .all(|w| w[0].0 == w[1].0 && w[0].1 == w[1].1 && w[0].3 == w[1].3 && w[0].2 + 1 == w[1].2)
 }
 
+/// A tiny-venue app and a buyer who holds four seats there by best available.
+async fn holding_four() -> (TestApp, i64, HttpBuyer) {
+    let app = tiny().await;
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let a = buyer(&app, event).await;
+    assert_eq!(
+        best_available(&app, &a, event, "4").await.status,
+        StatusCode::SEE_OTHER
+    );
+    (app, event, a)
+}
+
 async fn orders_of_event(app: &TestApp, event: i64) -> Vec<(i64, i64)> {
     sqlx::query_as("SELECT seat_id, fence_token FROM orders WHERE event_id = $1 ORDER BY seat_id")
         .bind(event)
@@ -237,13 +249,7 @@ async fn checkout_buys_every_held_seat_in_one_step_each_with_its_own_token() {
 
 #[tokio::test]
 async fn a_checkout_sent_twice_at_once_buys_each_seat_once_and_both_lead_to_the_tickets() {
-    let app = tiny().await;
-    let (event, _) = app.first_event_seats().await.unwrap();
-    let a = buyer(&app, event).await;
-    assert_eq!(
-        best_available(&app, &a, event, "4").await.status,
-        StatusCode::SEE_OTHER
-    );
+    let (app, event, a) = holding_four().await;
     let (first, second) = tokio::join!(
         post(&app, &a, event, "checkout"),
         post(&app, &a, event, "checkout")
@@ -268,13 +274,7 @@ async fn a_checkout_sent_twice_at_once_buys_each_seat_once_and_both_lead_to_the_
 
 #[tokio::test]
 async fn a_lapsed_hold_at_checkout_is_named_nothing_is_bought_and_the_rest_stay_held() {
-    let app = tiny().await;
-    let (event, _) = app.first_event_seats().await.unwrap();
-    let a = buyer(&app, event).await;
-    assert_eq!(
-        best_available(&app, &a, event, "4").await.status,
-        StatusCode::SEE_OTHER
-    );
+    let (app, event, a) = holding_four().await;
     let (seats, _) = holds(&app, event).await.into_values().next().unwrap();
     let lapsing = *seats.iter().nth(1).unwrap();
     // The second seat's lease lapses (Redis expires it now).
@@ -380,13 +380,7 @@ async fn the_per_buyer_limit_refuses_the_ninth_seat_and_bad_quantities() {
 
 #[tokio::test]
 async fn release_all_frees_every_held_seat() {
-    let app = tiny().await;
-    let (event, _) = app.first_event_seats().await.unwrap();
-    let a = buyer(&app, event).await;
-    assert_eq!(
-        best_available(&app, &a, event, "4").await.status,
-        StatusCode::SEE_OTHER
-    );
+    let (app, event, a) = holding_four().await;
     let (first, _) = holds(&app, event).await.into_values().next().unwrap();
     let reply = post(&app, &a, event, "release-all").await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
