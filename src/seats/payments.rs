@@ -33,10 +33,12 @@ pub async fn sweep_forever(state: AppState) {
         every.tick().await;
         let older_than = stale_after(&state.settings);
         let sweep = queries::void_stale_authorizations(&state.db, older_than);
-        match crate::deadline::within(state.settings.request_deadline(), sweep).await {
-            Ok(Ok(0)) => {}
-            Ok(Ok(voided)) => tracing::warn!(voided, "voided authorizations left open"),
-            Ok(Err(err)) => tracing::warn!(error = %err, "open authorizations not swept"),
+        let swept = crate::deadline::within(state.settings.request_deadline(), sweep)
+            .await
+            .and_then(|voided| voided.map_err(crate::error::Error::from));
+        match swept {
+            Ok(0) => {}
+            Ok(voided) => tracing::warn!(voided, "voided authorizations left open"),
             Err(err) => tracing::warn!(error = %err, "open authorizations not swept"),
         }
     }
