@@ -14,9 +14,13 @@
 //! server-side pause between the lock check and the write (the article's step 4 failure),
 //! and `x-race-lab-pause-at`, which moves a fenced confirm's pause to another
 //! [`crate::pause::PausePoint`] (the fault tests kill a server parked there).
+//! `POST /race-lab/events/{event}/hold-group` (also behind `--enable-race-lab`) holds a
+//! named group of seats with the product's one-script group hold, for the race of
+//! overlapping groups (`load-test race --strategy groups`).
 //! Race-lab sales go to `race_lab_sales`, which has no unique constraint, so a double sale
 //! is visible rather than prevented.
 
+mod group;
 mod queries;
 mod server;
 

@@ -117,17 +117,28 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -
 /// `GET /race-lab`: `{"strategy": "race-lab-naive"}`, so `load-test --target` can check
 /// what it is racing; 404 unless the server runs with `--enable-race-lab`.
 async fn describe(State(state): State<AppState>) -> Result<Json<serde_json::Value>> {
-    if !state.settings.enable_race_lab {
-        return Err(Error::NotFound(
-            "The race lab is not enabled on this server.".into(),
-        ));
-    }
+    require_race_lab(&state)?;
     Ok(Json(
         serde_json::json!({ "strategy": state.settings.purchase_strategy.flag_value() }),
     ))
 }
 
-/// `GET /race-lab`.
+/// 404 unless the server runs with `--enable-race-lab`.
+pub(super) fn require_race_lab(state: &AppState) -> Result<()> {
+    if state.settings.enable_race_lab {
+        Ok(())
+    } else {
+        Err(Error::NotFound(
+            "The race lab is not enabled on this server.".into(),
+        ))
+    }
+}
+
+/// `GET /race-lab` and `POST /race-lab/events/{event}/hold-group` (both 404 unless the
+/// server runs with `--enable-race-lab`).
 pub fn router() -> Router<AppState> {
-    Router::new().route("/race-lab", get(describe))
+    Router::new().route("/race-lab", get(describe)).route(
+        "/race-lab/events/{event}/hold-group",
+        post(super::group::hold_group_route),
+    )
 }

@@ -76,46 +76,71 @@ pub async fn best_available(
             .collect();
         let block =
             pick_block(&free?, &held, quantity as usize).ok_or(Refusal::NoBlock { quantity })?;
-        let keys: Vec<_> = block
-            .iter()
-            .map(|&seat_id| {
-                super::lease_key(
-                    &state.settings.lease_namespace,
-                    SeatRef { event_id, seat_id },
-                )
-            })
-            .collect();
-        let ttl = state.settings.hold_ttl();
-        match state
-            .leases
-            .acquire_all(&keys, buyer.id(), ttl, Some(limit))
-            .await
-        {
-            Ok(leases) => {
-                telemetry::hold_granted();
-                for (lease, &seat_id) in leases.iter().zip(&block) {
-                    buyer
-                        .remember_hold(event_id, seat_id, HeldSeat::from_lease(lease))
-                        .await?;
-                }
-                tracing::info!(
-                    fencing_token = leases[0].fencing_token().0,
-                    "group hold granted"
-                );
-                return Ok(leases);
-            }
+        match hold_group(state, buyer, event_id, &block).await? {
+            Ok(leases) => return Ok(leases),
             // Someone took part of the block since the read: pick again.
             Err(err @ LeaseError::Held { .. }) => last = Some(err),
-            Err(err) => {
-                let err = Error::from(err);
-                if let Error::Refused(refusal) = &err {
-                    telemetry::hold_refused(refusal);
-                }
-                return Err(err);
-            }
+            Err(err) => return Err(refused(err)),
         }
     }
     Err(last.map_or(Refusal::NoBlock { quantity }.into(), Error::from))
+}
+
+/// Holds exactly `seats` (ids of seats of `event_id`, checked by the caller) for `buyer`
+/// in ONE run of the group script ([`lease::LeaseClient::acquire_all`]): every seat with
+/// one owner token, one fencing token and the hold TTL, or none; then remembers each
+/// hold in the buyer's session. Returns the leases in the order of `seats`, or the lease
+/// error as it came (`Held`, `Retired` for a sold seat, `OverLimit`, `Unavailable`...:
+/// nothing was held; [`refused`] turns it into the buyer's 409 or 503). Errors: 503 the
+/// session store unavailable.
+///
+/// Used by [`best_available`] and by the race lab's hold of a named group.
+pub async fn hold_group(
+    state: &AppState,
+    buyer: &Buyer,
+    event_id: i64,
+    seats: &[i64],
+) -> Result<std::result::Result<Vec<Lease>, LeaseError>> {
+    let keys: Vec<_> = seats
+        .iter()
+        .map(|&seat_id| {
+            super::lease_key(
+                &state.settings.lease_namespace,
+                SeatRef { event_id, seat_id },
+            )
+        })
+        .collect();
+    let limit = Some(state.settings.max_seats_per_buyer);
+    let ttl = state.settings.hold_ttl();
+    let leases = match state
+        .leases
+        .acquire_all(&keys, buyer.id(), ttl, limit)
+        .await
+    {
+        Ok(leases) => leases,
+        Err(err) => return Ok(Err(err)),
+    };
+    telemetry::hold_granted();
+    for (lease, &seat_id) in leases.iter().zip(seats) {
+        buyer
+            .remember_hold(event_id, seat_id, HeldSeat::from_lease(lease))
+            .await?;
+    }
+    tracing::info!(
+        fencing_token = leases[0].fencing_token().0,
+        "group hold granted"
+    );
+    Ok(Ok(leases))
+}
+
+/// A hold refused by Redis as the buyer's error (409 held, sold or the buyer's limit;
+/// 503 a store unavailable), counted in [`telemetry::HOLDS_REFUSED_TOTAL`].
+pub fn refused(err: LeaseError) -> Error {
+    let err = Error::from(err);
+    if let Error::Refused(refusal) = &err {
+        telemetry::hold_refused(refusal);
+    }
+    err
 }
 
 /// The first `quantity` seats in a row of `free` (ordered by price, highest first, then

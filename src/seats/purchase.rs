@@ -84,15 +84,9 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
             refresh_hold(state, buyer, seat).await?;
             Ok(HoldOutcome::AlreadyYours)
         }
-        Err(err) => {
-            // Held by someone else: `held`; retired by its sale: `sold`; over the
-            // buyer's limit: `seat_limit`.
-            let err = Error::from(err);
-            if let Error::Refused(refusal) = &err {
-                telemetry::hold_refused(refusal);
-            }
-            Err(err)
-        }
+        // Held by someone else: `held`; retired by its sale: `sold`; over the buyer's
+        // limit: `seat_limit`.
+        Err(err) => Err(super::cart::refused(err)),
     }
 }
 

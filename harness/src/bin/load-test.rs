@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use seatlock::config::PurchaseStrategy;
+use seatlock_harness::load::groups::{self as lab_groups, GroupConfig, GroupStrategy};
 use seatlock_harness::load::race::{self as lab, RaceConfig};
 use seatlock_harness::load::report::{self, Report, StrategyRow};
 use seatlock_harness::load::throughput;
@@ -82,6 +83,9 @@ enum Choice {
     Fenced,
     Conditional,
     All,
+    /// Buyers wanting overlapping groups of --group-size seats, held seat by seat
+    /// against the one-script group hold (product servers, fenced).
+    Groups,
 }
 
 #[derive(clap::Args)]
@@ -114,6 +118,10 @@ struct RaceArgs {
     /// RNG seed: who pauses and when the others start.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// With --strategy groups: seats each buyer wants together (at most the servers'
+    /// --max-seats-per-buyer, 8).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(2..=8))]
+    group_size: u64,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -134,7 +142,8 @@ impl Choice {
             Choice::All => PurchaseStrategy::ALL.to_vec(),
             Choice::Naive => vec![PurchaseStrategy::RaceLabNaive],
             Choice::Lease => vec![PurchaseStrategy::RaceLabUnfencedLease],
-            Choice::Fenced => vec![PurchaseStrategy::Fenced],
+            // The group race runs on the product's servers.
+            Choice::Fenced | Choice::Groups => vec![PurchaseStrategy::Fenced],
             Choice::Conditional => vec![PurchaseStrategy::RaceLabConditional],
         }
     }
@@ -229,7 +238,14 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         hold_ttl: Duration::from_millis(args.hold_ttl_ms),
         seed: args.seed,
     };
-    let per_strategy = (config.buyers * config.seats * config.rounds) as u64;
+    let groups = (args.strategy == Choice::Groups).then(|| GroupConfig {
+        race: config.clone(),
+        group_size: args.group_size as usize,
+    });
+    let per_strategy = match &groups {
+        Some(groups) => (groups.groups() * GroupStrategy::BOTH.len()) as u64,
+        None => (config.buyers * config.seats * config.rounds) as u64,
+    };
     let progress = ProgressBar::new(per_strategy * strategies.len() as u64).with_style(
         ProgressStyle::with_template(
             "{spinner} {msg:12} [{bar:40}] {pos}/{len} attempts, {elapsed}",
@@ -239,23 +255,56 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
     );
     let mut report = Report::default();
     for strategy in strategies {
+        if let Some(groups) = &groups {
+            let servers = Servers::start(&server_bin, &args, &database_url, strategy).await?;
+            for side in GroupStrategy::BOTH {
+                progress.set_message(side.short_name());
+                let label = format!(
+                    "Race lab: groups {} (seed {})",
+                    side.short_name(),
+                    args.seed
+                );
+                let (event_id, seats) = lab::create_race_event(&db, &label).await?;
+                let row = lab_groups::race(
+                    groups,
+                    side,
+                    &servers.addresses,
+                    &db,
+                    event_id,
+                    &seats,
+                    &progress,
+                )
+                .await?;
+                report.groups.push(row);
+            }
+            continue;
+        }
         progress.set_message(strategy.short_name());
         let label = format!("Race lab: {} (seed {})", strategy.short_name(), args.seed);
         let (event_id, seats) = lab::create_race_event(&db, &label).await?;
-        let (servers, _processes) = if args.target.is_empty() {
-            start_servers(&server_bin, &args, &database_url, strategy).await?
-        } else {
-            (args.target.clone(), Vec::new())
-        };
-        let numbers = lab::race(&config, strategy, &servers, event_id, &seats, &progress).await?;
+        let servers = Servers::start(&server_bin, &args, &database_url, strategy).await?;
+        let numbers = lab::race(
+            &config,
+            strategy,
+            &servers.addresses,
+            event_id,
+            &seats,
+            &progress,
+        )
+        .await?;
         let checked = check::check(&db, event_id).await?;
         report
             .strategies
             .push(StrategyRow::new(strategy.short_name(), &numbers, checked));
     }
     progress.finish_and_clear();
-    println!("{}", report::table(&report));
-    let failures: usize = report.strategies.iter().map(|r| r.failures).sum();
+    if report.groups.is_empty() {
+        println!("{}", report::table(&report));
+    } else {
+        println!("{}", lab_groups::table(&report.groups));
+    }
+    let failures: usize = report.strategies.iter().map(|r| r.failures).sum::<usize>()
+        + report.groups.iter().map(|r| r.failures).sum::<usize>();
     if failures > 0 {
         println!("{failures} attempt(s) ended in an unexpected status (see the servers' logs)");
     }
@@ -264,27 +313,42 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts `--servers` processes with `strategy` (race lab enabled) on one shared Redis
-/// namespace and database. Returns their addresses and the handles that keep them alive.
-async fn start_servers(
-    binary: &std::path::Path,
-    args: &RaceArgs,
-    database_url: &str,
-    strategy: PurchaseStrategy,
-) -> anyhow::Result<(Vec<String>, Vec<ServerProcess>)> {
-    let mut settings = test_settings(database_url, &args.stores.redis_url);
-    settings.hold_ttl_ms = args.hold_ttl_ms;
-    settings.payment_delay_ms = args.payment_delay_ms;
-    settings.purchase_strategy = strategy;
-    settings.enable_race_lab = true;
-    let mut processes = Vec::new();
-    for _ in 0..args.servers {
-        processes.push(ServerProcess::start(binary, &settings).await?);
+/// The servers one strategy is raced on: `--target`'s, or `--servers` processes this
+/// command started (`processes` keeps them alive).
+struct Servers {
+    addresses: Vec<String>,
+    _processes: Vec<ServerProcess>,
+}
+
+impl Servers {
+    /// `--target`'s addresses, or `--servers` new processes with `strategy` (race lab
+    /// enabled) on one shared Redis namespace and database.
+    async fn start(
+        binary: &std::path::Path,
+        args: &RaceArgs,
+        database_url: &str,
+        strategy: PurchaseStrategy,
+    ) -> anyhow::Result<Servers> {
+        if !args.target.is_empty() {
+            return Ok(Servers {
+                addresses: args.target.clone(),
+                _processes: Vec::new(),
+            });
+        }
+        let mut settings = test_settings(database_url, &args.stores.redis_url);
+        settings.hold_ttl_ms = args.hold_ttl_ms;
+        settings.payment_delay_ms = args.payment_delay_ms;
+        settings.purchase_strategy = strategy;
+        settings.enable_race_lab = true;
+        let mut processes = Vec::new();
+        for _ in 0..args.servers {
+            processes.push(ServerProcess::start(binary, &settings).await?);
+        }
+        Ok(Servers {
+            addresses: processes.iter().map(|p| p.address.clone()).collect(),
+            _processes: processes,
+        })
     }
-    Ok((
-        processes.iter().map(|p| p.address.clone()).collect(),
-        processes,
-    ))
 }
 
 /// Checks that every target runs the race lab with `strategy` (`GET /race-lab`).

@@ -3,6 +3,8 @@
 //!
 //! * [`race`]: virtual buyers racing for the same seats through the real HTTP flow, one
 //!   strategy at a time (`load-test race`).
+//! * [`groups`]: buyers racing for overlapping groups of seats, seat by seat against
+//!   the one-script group hold (`load-test race --strategy groups`).
 //! * [`throughput`]: hold+release pairs and confirms per second at N buyers
 //!   (`load-test holds`, the bench's HTTP rows): closed loop, each buyer sends its next
 //!   request when the last one is answered.
@@ -10,6 +12,7 @@
 //!   bench's `hold_open_loop_p99_ms`).
 //! * [`report`]: the JSON report, the Markdown table and the HTML page with its charts.
 
+pub mod groups;
 pub mod open_loop;
 pub mod race;
 pub mod report;

@@ -43,6 +43,14 @@ pub struct RaceConfig {
     pub seed: u64,
 }
 
+impl RaceConfig {
+    /// How long a buyer keeps trying in one round: the hold TTL and the pause (a holder
+    /// that stalls past its lease lets the next one in), plus 5 s of slack.
+    pub fn deadline(&self) -> Duration {
+        self.hold_ttl + self.pause + Duration::from_secs(5)
+    }
+}
+
 /// How one buyer's attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -125,7 +133,7 @@ pub async fn race(
     let started = Instant::now();
     for round in seat_ids[..needed].chunks(config.seats) {
         let barrier = Arc::new(Barrier::new(round.len() * config.buyers));
-        let deadline = config.hold_ttl + config.pause + Duration::from_secs(5);
+        let deadline = config.deadline();
         let mut tasks = Vec::new();
         for (seat_index, &seat) in round.iter().enumerate() {
             let pauser = rng.random_range(0..config.buyers);

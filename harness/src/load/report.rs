@@ -37,10 +37,13 @@ pub struct StrategyRow {
     pub failures: usize,
 }
 
-/// `{"strategies": [...]}`.
+/// `{"strategies": [...]}`, and `"groups": [...]` when the group scenario ran
+/// ([`super::groups::GroupRow`]).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     pub strategies: Vec<StrategyRow>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<super::groups::GroupRow>,
 }
 
 impl StrategyRow {
