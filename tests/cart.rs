@@ -415,3 +415,58 @@ async fn no_block_of_adjacent_seats_is_a_409_that_holds_nothing() {
     );
     assert!(holds(&app, event).await.is_empty());
 }
+
+/// The race lab's hold of a named group (`load-test race --strategy groups`): off
+/// without `--enable-race-lab`; bad input is a 400 holding nothing; two buyers naming
+/// overlapping groups get one whole group and nothing.
+#[tokio::test]
+async fn the_race_labs_named_group_hold_is_all_or_none_and_off_without_the_flag() {
+    let off = tiny().await;
+    let (event, seats) = off.first_event_seats().await.unwrap();
+    let a = buyer(&off, event).await;
+    let url = |app: &TestApp| format!("{}/race-lab/events/{event}/hold-group", app.address);
+    let group = |ids: &[i64]| ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    let reply = a
+        .post(&url(&off), &[("seats", &group(&seats[..2]))])
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+
+    let app = TestApp::builder()
+        .with(|s| s.enable_race_lab = true)
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let (a, b) = (buyer(&app, event).await, buyer(&app, event).await);
+    let twice = format!("{},{}", seats[0], seats[0]);
+    for (bad, status) in [
+        (twice.as_str(), StatusCode::BAD_REQUEST),
+        ("1,x", StatusCode::BAD_REQUEST),
+        ("", StatusCode::BAD_REQUEST),
+        ("999999", StatusCode::NOT_FOUND),
+    ] {
+        let reply = a.post(&url(&app), &[("seats", bad)]).await.unwrap();
+        assert_eq!(reply.status, status, "{bad:?}: {}", reply.body);
+    }
+    assert!(
+        holds(&app, event).await.is_empty(),
+        "bad input holds nothing"
+    );
+
+    let reply = a
+        .post(&url(&app), &[("seats", &group(&seats[..3]))])
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let reply = b
+        .post(&url(&app), &[("seats", &group(&seats[2..5]))])
+        .await
+        .unwrap();
+    assert!(reply.is_refused(&Refusal::SomeoneIsBuying), "{reply:?}");
+    let by_holder = holds(&app, event).await;
+    assert_eq!(by_holder.len(), 1, "b holds nothing: {by_holder:?}");
+    let (held, tokens) = by_holder.into_values().next().unwrap();
+    assert_eq!(held, seats[..3].iter().copied().collect());
+    assert_eq!(tokens.len(), 1, "one fencing token for the group");
+}

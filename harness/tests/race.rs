@@ -75,3 +75,98 @@ fn only_fenced_and_conditional_never_sell_a_seat_twice() {
     assert!(page.contains("<svg") && page.contains("fenced"));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `load-test race --strategy groups` with small numbers: buyers wanting overlapping
+/// groups of 3. The atomic group hold never leaves a buyer holding or buying part of a
+/// group; the seat-by-seat side is measured (its partial groups and wasted holds depend
+/// on timing, so they are printed, not asserted). Both sell each seat at most once and
+/// every completed group whole.
+#[test]
+fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_measured() {
+    let dir = std::env::temp_dir().join(seatlock_harness::unique_name("race-groups"));
+    let json = dir.join("report.json");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
+        .args([
+            "race",
+            "--strategy",
+            "groups",
+            "--group-size",
+            "3",
+            "--servers",
+            "2",
+            "--buyers",
+            "3",
+            "--seats",
+            "6",
+            "--rounds",
+            "2",
+        ])
+        .arg("--json")
+        .arg(&json)
+        .env(
+            "SEATLOCK_SERVER_BIN",
+            seatlock_harness::procs::seatlock_binary().unwrap(),
+        )
+        .output()
+        .expect("load-test runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{stdout}");
+
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["strategies"].as_array().unwrap().len(), 0);
+    let rows: HashMap<&str, &serde_json::Value> = report["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| (row["strategy"].as_str().unwrap(), row))
+        .collect();
+    let n = |strategy: &str, field: &str| {
+        rows[strategy][field]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{strategy}.{field}: {stdout}"))
+    };
+    for strategy in ["seat-by-seat", "atomic"] {
+        // 3 buyers per seat × 6 seats / 3 per group = 6 buyers a round, 2 rounds.
+        assert_eq!(n(strategy, "groups"), 12, "{strategy}");
+        assert_eq!(n(strategy, "failures"), 0, "{strategy}: {stdout}");
+        let ended =
+            n(strategy, "completed") + n(strategy, "lost_to_a_sale") + n(strategy, "gave_up");
+        assert_eq!(ended, 12, "{strategy}: every buyer's group ended one way");
+        assert!(n(strategy, "completed") > 0, "{strategy}: {stdout}");
+        assert_eq!(
+            n(strategy, "seats_sold"),
+            3 * n(strategy, "completed"),
+            "{strategy}: every completed group bought whole, nothing else: {stdout}"
+        );
+        assert_eq!(n(strategy, "partial_purchases"), 0, "{strategy}: {stdout}");
+        assert_eq!(n(strategy, "double_sold_seats"), 0, "{strategy}: {stdout}");
+        assert_eq!(
+            n(strategy, "invariant_violations"),
+            0,
+            "{strategy}: {stdout}"
+        );
+        for measured in ["retries", "wasted_holds", "max_attempts_one_buyer"] {
+            n(strategy, measured);
+        }
+    }
+    assert_eq!(
+        n("atomic", "partial_groups"),
+        0,
+        "no cart ever held part of a group: {stdout}"
+    );
+    assert_eq!(
+        n("atomic", "hold_requests"),
+        n("atomic", "attempts"),
+        "one request per attempt"
+    );
+    assert!(
+        n("seat-by-seat", "hold_requests") >= n("seat-by-seat", "attempts"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
