@@ -44,7 +44,6 @@
     if (was === state || was === "sold" || was === "bought") return;
     const next = document.createElement(state === "available" ? "button" : "span");
     next.id = el.id;
-    next.title = el.title;
     next.textContent = el.textContent;
     next.className = el.className.split(" ").filter(function (c) { return STATES.indexOf(c) < 0; }).concat(state).join(" ");
     if (state === "available") {
@@ -190,9 +189,23 @@
     campaign();
   }
 
+  // A seat's tooltip, "Orchestra, row C, seat 14", made when first pointed at: the page
+  // does not repeat the section and row on each of the arena's 11,056 seats.
+  function seatTitles(map) {
+    map.addEventListener("mouseover", function (e) {
+      const el = e.target;
+      if (!el.classList.contains("seat") || el.title) return;
+      const row = el.parentElement;
+      el.title = row.closest("fieldset").querySelector("legend").textContent +
+        ", row " + row.querySelector(".row-label").textContent + ", seat " + el.textContent;
+    });
+  }
+
   function liveSeatMap() {
     const map = document.querySelector("form.seatmap");
-    if (!map || !window.EventSource) return;
+    if (!map) return;
+    seatTitles(map);
+    if (!window.EventSource) return;
     subscribe(map, "/events/" + map.dataset.event + "/stream", {
       snapshot: function (data) { applySnapshot(map, JSON.parse(data)); },
       seat: function (data) { applySeat(map, JSON.parse(data)); },

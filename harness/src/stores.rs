@@ -78,3 +78,21 @@ pub async fn event_seats(db: &PgPool, event: i64) -> sqlx::Result<Vec<i64>> {
     .fetch_all(db)
     .await
 }
+
+/// Makes the lease on `key` lapse now, as its TTL running out would: in one `MULTI`,
+/// the lease key is deleted and its entry in the group's holders hash removed (a lapsed
+/// entry is one no reader counts: not on the seat map, not in the holder's limit). The
+/// holder's other leases and the fencing counter are left alone, as a real lapse leaves
+/// them. Errors: Redis unreachable at `redis_url`.
+pub async fn lapse_lease(redis_url: &str, key: &lease::LeaseKey) -> anyhow::Result<()> {
+    let mut redis = redis::Client::open(redis_url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let _: (i64, i64) = redis::pipe()
+        .atomic()
+        .del(key.lease_key())
+        .hdel(key.holders_key(), key.name())
+        .query_async(&mut redis)
+        .await?;
+    Ok(())
+}

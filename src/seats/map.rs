@@ -41,21 +41,33 @@ impl SeatState {
     }
 }
 
-/// One seat on the map.
+/// One seat on the map. Its section, row and price are the row's and the legend's, not
+/// repeated per seat (the arena has 11,056 seats; the page's script shows them in a
+/// tooltip).
 pub struct SeatView {
     pub id: i64,
     pub number: i32,
     pub aisle_before: bool,
     pub zone: String,
     pub state: SeatState,
-    /// "Orchestra, row C, seat 14 ($85.00)".
-    pub title: String,
 }
 
 /// One row of a section.
 pub struct RowView {
     pub label: String,
     pub seats: Vec<SeatView>,
+}
+
+impl RowView {
+    /// The price zone of every seat of the row, if they share one (then the page names
+    /// it once on the row instead of on each seat).
+    pub fn zone(&self) -> Option<&str> {
+        let first = &self.seats.first()?.zone;
+        self.seats
+            .iter()
+            .all(|seat| seat.zone == *first)
+            .then_some(first.as_str())
+    }
 }
 
 /// One section.
@@ -138,24 +150,23 @@ pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Opt
     for seat in seats {
         let holding = held.get(seat.seat_id.to_string().as_str()).copied();
         let state = seat_state(&seat, holding, buyer_id);
-        let title = title(&seat);
         match state {
             SeatState::Available => map.available += 1,
             SeatState::HeldByYou => {
                 let h = holding.expect("held seats have a holding");
                 map.my_holds.push(MyHold {
                     seat_id: seat.seat_id,
-                    title: title.clone(),
+                    title: title(&seat),
                     remaining_ms: h.expires_at_ms.saturating_sub(holds.now_ms),
                     until: clock_time(h.expires_at_ms),
                     fencing_token: h.fencing_token.0,
                     price_cents: seat.price_cents,
                 });
             }
-            SeatState::SoldToYou => map.my_seats.push(title.clone()),
+            SeatState::SoldToYou => map.my_seats.push(title(&seat)),
             SeatState::Held | SeatState::Sold => {}
         }
-        push_seat(&mut map.sections, seat, state, title);
+        push_seat(&mut map.sections, seat, state);
     }
     Ok(Some(map))
 }
@@ -181,7 +192,7 @@ fn title(seat: &MapSeat) -> String {
 }
 
 /// Appends a seat, opening a new section or row when it changes (seats arrive sorted).
-fn push_seat(sections: &mut Vec<SectionView>, seat: MapSeat, state: SeatState, title: String) {
+fn push_seat(sections: &mut Vec<SectionView>, seat: MapSeat, state: SeatState) {
     if sections.last().is_none_or(|s| s.code != seat.section_code) {
         sections.push(SectionView {
             code: seat.section_code.clone(),
@@ -211,7 +222,6 @@ fn push_seat(sections: &mut Vec<SectionView>, seat: MapSeat, state: SeatState, t
             aisle_before: seat.aisle_before,
             zone: seat.zone_code,
             state,
-            title,
         });
 }
 

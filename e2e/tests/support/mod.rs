@@ -228,6 +228,16 @@ impl World {
         )
     }
 
+    /// Makes the hold on seat `seat_id` of event `event_id` lapse now, as its TTL running
+    /// out would (Redis expires that one lease key; the buyer's other holds stay).
+    pub async fn lapse_hold(&self, event_id: i64, seat_id: i64) -> anyhow::Result<()> {
+        let key = seatlock::seats::lease_key(
+            &self.settings.lease_namespace,
+            seatlock::seats::SeatRef { event_id, seat_id },
+        );
+        seatlock_harness::lapse_lease(&self.settings.redis_url, &key).await
+    }
+
     /// With `E2E_SCREENSHOTS=1`, saves what `buyer` sees at the top of the page (the
     /// browser window, not the whole page) as `target/e2e/<test>-<label>.png`; otherwise
     /// does nothing.

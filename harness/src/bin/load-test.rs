@@ -112,9 +112,11 @@ struct RaceArgs {
     /// Simulated payment time on the servers, in ms.
     #[arg(long, default_value_t = 20)]
     payment_delay_ms: u64,
-    /// Hold (lease) TTL on the servers, in ms.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(100..))]
-    hold_ttl_ms: u64,
+    /// Hold (lease) TTL on the servers, in ms. Default 300 (shorter than --pause-ms, so
+    /// the pausing holder's lease lapses); with --strategy groups 10000 (longer than any
+    /// checkout: that race is about taking seats, not about stalled holders).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(100..))]
+    hold_ttl_ms: Option<u64>,
     /// RNG seed: who pauses and when the others start.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -134,6 +136,18 @@ struct RaceArgs {
     target: Vec<String>,
     #[command(flatten)]
     stores: Stores,
+}
+
+impl RaceArgs {
+    /// `--hold-ttl-ms`, or its default for the chosen race.
+    fn hold_ttl_ms(&self) -> u64 {
+        let default = if self.strategy == Choice::Groups {
+            10_000
+        } else {
+            300
+        };
+        self.hold_ttl_ms.unwrap_or(default)
+    }
 }
 
 impl Choice {
@@ -209,7 +223,7 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
 
 async fn race(args: RaceArgs) -> anyhow::Result<()> {
     let strategies = args.strategy.strategies();
-    if args.pause_ms <= args.hold_ttl_ms {
+    if args.strategy != Choice::Groups && args.pause_ms <= args.hold_ttl_ms() {
         eprintln!(
             "note: --pause-ms is not longer than --hold-ttl-ms, so no lease lapses mid-purchase"
         );
@@ -235,7 +249,7 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         seats: args.seats as usize,
         rounds: args.rounds as usize,
         pause: Duration::from_millis(args.pause_ms),
-        hold_ttl: Duration::from_millis(args.hold_ttl_ms),
+        hold_ttl: Duration::from_millis(args.hold_ttl_ms()),
         seed: args.seed,
     };
     let groups = (args.strategy == Choice::Groups).then(|| GroupConfig {
@@ -336,7 +350,7 @@ impl Servers {
             });
         }
         let mut settings = test_settings(database_url, &args.stores.redis_url);
-        settings.hold_ttl_ms = args.hold_ttl_ms;
+        settings.hold_ttl_ms = args.hold_ttl_ms();
         settings.payment_delay_ms = args.payment_delay_ms;
         settings.purchase_strategy = strategy;
         settings.enable_race_lab = true;
