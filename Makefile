@@ -1,7 +1,7 @@
 # seatlock: two commands.
 #   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
-#   make race   load-test race: which purchase strategies sell a seat twice
+#   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
 SHELL := /bin/bash
 .ONESHELL:
@@ -26,11 +26,12 @@ demo: services
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000} in two browsers and race for a seat. Ctrl-C stops everything."
 	./target/release/seatlock serve
 
-# The double-purchase race, four strategies side by side (see README "Race lab").
+# The double-purchase race, four strategies side by side, then the group race (see README "Race lab").
 race: services
 	source .run/env
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
 	./target/release/load-test race --strategy all --json target/race/report.json --html target/race/report.html
+	./target/release/load-test race --strategy groups --json target/race/groups.json
 
 # Hot paths against their baselines in one run on the same Redis and Postgres, release
 # build: writes target/bench/report.json and prints the table (see README "Performance").
