@@ -481,15 +481,19 @@ async fn the_arena_map_loads_and_a_seat_can_be_held() {
         hold(&a, seat).await?;
         let click_served = clicked.elapsed();
         a.wait_for_seat(seat, "mine").await?;
-        // The map after the hold: the hold's response ended where this navigation's
-        // fetch began (after the redirect).
+        // The map after the hold, once loaded (the panel listing the hold comes before
+        // the map in the page): the hold's response ended where this navigation's fetch
+        // began (after the redirect).
         let (served_at, seats, bytes): (f64, usize, (f64, f64)) = a
             .page
             .evaluate(
-                "() => { const n = performance.getEntriesByType('navigation')[0]; \
-                 return [performance.timeOrigin + n.fetchStart, \
+                "() => new Promise(done => { const read = () => { \
+                   const n = performance.getEntriesByType('navigation')[0]; \
+                   done([performance.timeOrigin + n.fetchStart, \
                          document.querySelectorAll('.seat').length, \
-                         [n.encodedBodySize, n.decodedBodySize]]; }",
+                         [n.encodedBodySize, n.decodedBodySize]]); }; \
+                 if (document.readyState === 'complete') read(); \
+                 else addEventListener('load', read); })",
                 None::<&()>,
             )
             .await?;
