@@ -41,9 +41,9 @@ impl SeatState {
     }
 }
 
-/// One seat on the map. Its section, row and price are the row's and the legend's, not
-/// repeated per seat (the arena has 11,056 seats; the page's script shows them in a
-/// tooltip).
+/// One seat on the map. Its section and row are the row's and its price the zone's in
+/// the legend, not repeated per seat (the arena has 11,056 seats; the page's script
+/// shows the section, row and seat in a tooltip).
 pub struct SeatView {
     pub id: i64,
     pub number: i32,

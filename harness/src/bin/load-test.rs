@@ -1,6 +1,8 @@
 //! `load-test race`: reproduces the double-purchase race across several `seatlock serve`
 //! processes, one purchase strategy at a time, and checks the article's invariant on what
-//! Postgres accepted. See `seatlock_harness::load`.
+//! Postgres accepted; `load-test race --strategy groups` races buyers for overlapping
+//! groups of seats, seat by seat against the one-script group hold. See
+//! `seatlock_harness::load`.
 
 use std::path::PathBuf;
 use std::time::Duration;
