@@ -6,12 +6,9 @@ use std::collections::HashMap;
 
 #[test]
 fn only_fenced_and_conditional_never_sell_a_seat_twice() {
-    let dir = std::env::temp_dir().join(seatlock_harness::unique_name("race"));
-    let json = dir.join("report.json");
-    let html = dir.join("report.html");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
-        .args([
-            "race",
+    let (dir, stdout, report) = run_race(
+        "race",
+        &[
             "--strategy",
             "all",
             "--servers",
@@ -22,31 +19,9 @@ fn only_fenced_and_conditional_never_sell_a_seat_twice() {
             "4",
             "--rounds",
             "2",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .arg("--html")
-        .arg(&html)
-        .env(
-            "SEATLOCK_SERVER_BIN",
-            seatlock_harness::procs::seatlock_binary().unwrap(),
-        )
-        .output()
-        .expect("load-test runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        ],
     );
-
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let rows: HashMap<&str, &serde_json::Value> = report["strategies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| (row["strategy"].as_str().unwrap(), row))
-        .collect();
+    let rows = rows_by_strategy(&report["strategies"]);
     let n = |strategy: &str, field: &str| rows[strategy][field].as_u64().unwrap();
     for strategy in ["naive", "lease", "fenced", "conditional"] {
         assert_eq!(n(strategy, "attempts"), 3 * 4 * 2, "{strategy}");
@@ -71,7 +46,7 @@ fn only_fenced_and_conditional_never_sell_a_seat_twice() {
         n("fenced", "stale_rejected") > 0,
         "the pause must really bite: {stdout}"
     );
-    let page = std::fs::read_to_string(&html).unwrap();
+    let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(page.contains("<svg") && page.contains("fenced"));
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -83,11 +58,9 @@ fn only_fenced_and_conditional_never_sell_a_seat_twice() {
 /// every completed group whole.
 #[test]
 fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_measured() {
-    let dir = std::env::temp_dir().join(seatlock_harness::unique_name("race-groups"));
-    let json = dir.join("report.json");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
-        .args([
-            "race",
+    let (dir, stdout, report) = run_race(
+        "race-groups",
+        &[
             "--strategy",
             "groups",
             "--group-size",
@@ -100,31 +73,11 @@ fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_measured()
             "6",
             "--rounds",
             "2",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .env(
-            "SEATLOCK_SERVER_BIN",
-            seatlock_harness::procs::seatlock_binary().unwrap(),
-        )
-        .output()
-        .expect("load-test runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        ],
     );
     println!("{stdout}");
-
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["strategies"].as_array().unwrap().len(), 0);
-    let rows: HashMap<&str, &serde_json::Value> = report["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|row| (row["strategy"].as_str().unwrap(), row))
-        .collect();
+    let rows = rows_by_strategy(&report["groups"]);
     let n = |strategy: &str, field: &str| {
         rows[strategy][field]
             .as_u64()
@@ -169,4 +122,42 @@ fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_measured()
         "{stdout}"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Runs `load-test race ARGS --json DIR/report.json --html DIR/report.html` against
+/// this build's server, asserts it succeeded, and returns the directory, its stdout and
+/// the JSON report.
+fn run_race(name: &str, args: &[&str]) -> (std::path::PathBuf, String, serde_json::Value) {
+    let dir = std::env::temp_dir().join(seatlock_harness::unique_name(name));
+    let json = dir.join("report.json");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
+        .arg("race")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .arg("--html")
+        .arg(dir.join("report.html"))
+        .env(
+            "SEATLOCK_SERVER_BIN",
+            seatlock_harness::procs::seatlock_binary().unwrap(),
+        )
+        .output()
+        .expect("load-test runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (dir, stdout, report)
+}
+
+/// The rows of a report array (`strategies` or `groups`) by their `strategy` field.
+fn rows_by_strategy(rows: &serde_json::Value) -> HashMap<&str, &serde_json::Value> {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .map(|row| (row["strategy"].as_str().unwrap(), row))
+        .collect()
 }
