@@ -673,3 +673,68 @@ async fn best_available_4_in_two_browsers_at_once_gives_disjoint_groups_and_a_ca
     })
     .await;
 }
+
+/// Waits until `buyer`'s page (reloaded by its own hold) has its live stream open again,
+/// then marks it for [`not_reloaded`].
+async fn live_again(buyer: &Buyer) -> anyhow::Result<()> {
+    expect(buyer.page.locator("[data-live]"))
+        .with_timeout(LIVE_TIMEOUT)
+        .to_have_attribute("data-live", "open")
+        .await
+        .with_context(|| format!("{}: the live stream did not reopen", buyer.label))?;
+    mark_page(buyer).await
+}
+
+/// Scenario: behind HAProxy, configured as `make scale` configures it. A's browser is
+/// kept on the first backend and B's on the second (the proxy's cookie); each map's live
+/// stream passes through the proxy, and each buyer sees the other's hold at once, without
+/// a reload. Every response names the backend that answered it: all of A's came from
+/// the first, all of B's from the second, so each hold crossed both processes (Redis
+/// pub/sub) and the proxy (no buffering of the stream: `option http-no-delay`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_haproxy_buyers_on_two_backends_see_each_others_holds_live() {
+    support::run_behind_proxy("behind_haproxy", async |w| {
+        let (_, hall) = hall(w).await?;
+        let a = w.buyer_through_proxy("A", 0).await?;
+        let b = w.buyer_through_proxy("B", 1).await?;
+        a.open_live(&hall).await?;
+        b.open_live(&hall).await?;
+        mark_page(&b).await?;
+
+        let (first, second) = (available_seat(&a, 0).await?, available_seat(&b, 1).await?);
+        b.record_seat_changes().await?;
+        let clicked = unix_ms();
+        a.seat(first).click(None).await?;
+        b.wait_for_seat(first, "held").await?;
+        let shown = b.shown_at(first, "held").await?.context("recorded")?;
+        eprintln!(
+            "e2e: through HAProxy, B's map (app2) showed A's hold (app1) {} ms after A's click",
+            shown.saturating_sub(clicked)
+        );
+        not_reloaded(&b).await?;
+        a.wait_for_seat(first, "mine").await?;
+        live_again(&a).await?;
+
+        b.seat(second).click(None).await?;
+        a.wait_for_seat(second, "held").await?;
+        not_reloaded(&a).await?;
+        b.wait_for_seat(second, "mine").await?;
+
+        for (buyer, backend) in [(&a, "app1"), (&b, "app2")] {
+            let streams = buyer.served_by("/stream").await?;
+            ensure!(
+                streams == [backend],
+                "{}'s live streams were served by {streams:?}, not {backend}",
+                buyer.label
+            );
+            let all = buyer.served_by("").await?;
+            ensure!(
+                all == [backend],
+                "{}'s responses came from {all:?}, not only {backend}",
+                buyer.label
+            );
+        }
+        Ok(())
+    })
+    .await;
+}
