@@ -115,6 +115,17 @@ async fn not_reloaded(buyer: &Buyer) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `holder` clicks seat `seat`; waits until `watcher`'s open map shows it held, and
+/// returns how long after the click it was shown, in ms (the page's `Date.now()`).
+async fn shown_held_after_click(holder: &Buyer, watcher: &Buyer, seat: i64) -> anyhow::Result<u64> {
+    watcher.record_seat_changes().await?;
+    let clicked = unix_ms();
+    holder.seat(seat).click(None).await?;
+    watcher.wait_for_seat(seat, "held").await?;
+    let shown = watcher.shown_at(seat, "held").await?.context("recorded")?;
+    Ok(shown.saturating_sub(clicked))
+}
+
 /// Scenario 1: B's open map shows A's hold at once, and B's own attempt is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_shows_on_the_other_buyers_open_map_and_refuses_their_attempt() {
@@ -126,15 +137,8 @@ async fn a_hold_shows_on_the_other_buyers_open_map_and_refuses_their_attempt() {
         mark_page(&b).await?;
 
         let seat = available_seat(&a, 0).await?;
-        b.record_seat_changes().await?;
-        let clicked = unix_ms();
-        a.seat(seat).click(None).await?;
-        b.wait_for_seat(seat, "held").await?;
-        let shown = b.shown_at(seat, "held").await?.context("recorded")?;
-        eprintln!(
-            "e2e: B's map (other server) showed A's hold {} ms after A's click",
-            shown.saturating_sub(clicked)
-        );
+        let ms = shown_held_after_click(&a, &b, seat).await?;
+        eprintln!("e2e: B's map (other server) showed A's hold {ms} ms after A's click");
         not_reloaded(&b).await?;
         a.wait_for_seat(seat, "mine").await?;
 
@@ -677,9 +681,8 @@ async fn best_available_4_in_two_browsers_at_once_gives_disjoint_groups_and_a_ca
 /// Waits until `buyer`'s page (reloaded by its own hold) has its live stream open again,
 /// then marks it for [`not_reloaded`].
 async fn live_again(buyer: &Buyer) -> anyhow::Result<()> {
-    expect(buyer.page.locator("[data-live]"))
-        .with_timeout(LIVE_TIMEOUT)
-        .to_have_attribute("data-live", "open")
+    buyer
+        .wait_live()
         .await
         .with_context(|| format!("{}: the live stream did not reopen", buyer.label))?;
     mark_page(buyer).await
@@ -702,14 +705,9 @@ async fn behind_haproxy_buyers_on_two_backends_see_each_others_holds_live() {
         mark_page(&b).await?;
 
         let (first, second) = (available_seat(&a, 0).await?, available_seat(&b, 1).await?);
-        b.record_seat_changes().await?;
-        let clicked = unix_ms();
-        a.seat(first).click(None).await?;
-        b.wait_for_seat(first, "held").await?;
-        let shown = b.shown_at(first, "held").await?.context("recorded")?;
+        let ms = shown_held_after_click(&a, &b, first).await?;
         eprintln!(
-            "e2e: through HAProxy, B's map (app2) showed A's hold (app1) {} ms after A's click",
-            shown.saturating_sub(clicked)
+            "e2e: through HAProxy, B's map (app2) showed A's hold (app1) {ms} ms after A's click"
         );
         not_reloaded(&b).await?;
         a.wait_for_seat(first, "mine").await?;

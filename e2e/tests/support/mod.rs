@@ -105,11 +105,17 @@ impl Buyer {
     /// `data-live`, the seat map or the auction item, says "open").
     pub async fn open_live(&self, path: &str) -> anyhow::Result<()> {
         self.open(path).await?;
-        expect(self.page.locator("[data-live]"))
-            .with_timeout(LIVE_TIMEOUT)
-            .to_have_attribute("data-live", "open")
+        self.wait_live()
             .await
             .with_context(|| format!("{}: the live stream of {path} did not open", self.label))
+    }
+
+    /// Waits until the page's live stream is connected (after a reload, say).
+    pub async fn wait_live(&self) -> anyhow::Result<()> {
+        Ok(expect(self.page.locator("[data-live]"))
+            .with_timeout(LIVE_TIMEOUT)
+            .to_have_attribute("data-live", "open")
+            .await?)
     }
 
     /// Another tab of this buyer's browser (same context: same cookies, same connection
