@@ -215,9 +215,9 @@ impl World {
         self.new_buyer(label, base, true, None).await
     }
 
-    /// A new buyer (JavaScript on) going through the proxy, kept on backend `server` (0 or
-    /// 1) by the proxy's cookie, as if its first request had been given that backend.
-    /// Records which backend answers each response ([`Buyer::served_by`]).
+    /// A new buyer (JavaScript on) going through the proxy, kept on backend number
+    /// `server` (0 or 1) by the proxy's cookie, as if its first request had been given
+    /// that backend; records which backend answers each response ([`Buyer::served_by`]).
     pub async fn buyer_through_proxy(
         &self,
         label: &'static str,
