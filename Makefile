@@ -1,6 +1,7 @@
 # seatlock: two commands.
 #   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
+#   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (README "Scale-out")
 #   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
 SHELL := /bin/bash
@@ -9,7 +10,7 @@ SHELL := /bin/bash
 export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
 
-.PHONY: demo test race bench services stop e2e-driver lint
+.PHONY: demo scale test race bench services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -17,14 +18,28 @@ services:
 stop:
 	scripts/services.sh down
 
-demo: services
-	source .run/env
-	trap 'scripts/services.sh down' EXIT
+# The release server over the migrated, seeded database of .run/env (demo and scale).
+define release_server
 	$(CARGO) build --release --bin seatlock
 	./target/release/seatlock migrate
 	./target/release/seatlock seed
+endef
+
+demo: services
+	source .run/env
+	trap 'scripts/services.sh down' EXIT
+	$(release_server)
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000} in two browsers and race for a seat. Ctrl-C stops everything."
 	./target/release/seatlock serve
+
+# N server processes behind HAProxy on SEATLOCK_BIND (default 127.0.0.1:3000); the same
+# stores and settings as demo. Ctrl-C stops everything (see README "Scale-out").
+N ?= 3
+scale: services
+	source .run/env
+	trap 'scripts/services.sh down' EXIT
+	$(release_server)
+	scripts/scale.sh run $(N)
 
 # The double-purchase race, four strategies side by side, then the group race (see README "Race lab").
 race: services

@@ -5,6 +5,8 @@
 #                              writes .run/env (DATABASE_URL, REDIS_URL) and prints it
 #   scripts/services.sh down   stop what `up` started
 #   scripts/services.sh env    print the exports of a running set
+#   scripts/services.sh need COMMAND APT_PACKAGE
+#                              install APT_PACKAGE (as root) unless COMMAND exists
 #
 # When DATABASE_URL and REDIS_URL are both set already, `up` starts nothing and writes
 # those into .run/env instead. Ports: SEATLOCK_REDIS_PORT (default 16379) and
@@ -73,12 +75,14 @@ up_postgres() {
 
 case "${1:-}" in
   up)
+    # The tools the tests run beside the stores, whichever stores they use.
+    need faketime faketime # libfaketime: the fault tests run a server with an offset clock
+    need haproxy haproxy   # the reverse proxy of `make scale` and the scale-out tests
     if [ -n "${DATABASE_URL:-}" ] && [ -n "${REDIS_URL:-}" ]; then
       write_env "$DATABASE_URL" "$REDIS_URL"; exit 0
     fi
     up_redis
     up_postgres
-    need faketime faketime # libfaketime: the fault tests run a server with an offset clock
     write_env "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/seatlock" "redis://127.0.0.1:$REDIS_PORT/"
     ;;
   down)
@@ -97,5 +101,6 @@ case "${1:-}" in
     fi
     ;;
   env) cat "$RUN/env" ;;
-  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+  need) need "$2" "$3" ;;
+  *) echo "usage: $0 up|down|env|need COMMAND APT_PACKAGE" >&2; exit 2 ;;
 esac

@@ -115,6 +115,17 @@ async fn not_reloaded(buyer: &Buyer) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `holder` clicks seat `seat`; waits until `watcher`'s open map shows it held, and
+/// returns how long after the click it was shown, in ms (the page's `Date.now()`).
+async fn shown_held_after_click(holder: &Buyer, watcher: &Buyer, seat: i64) -> anyhow::Result<u64> {
+    watcher.record_seat_changes().await?;
+    let clicked = unix_ms();
+    holder.seat(seat).click(None).await?;
+    watcher.wait_for_seat(seat, "held").await?;
+    let shown = watcher.shown_at(seat, "held").await?.context("recorded")?;
+    Ok(shown.saturating_sub(clicked))
+}
+
 /// Scenario 1: B's open map shows A's hold at once, and B's own attempt is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_shows_on_the_other_buyers_open_map_and_refuses_their_attempt() {
@@ -126,15 +137,8 @@ async fn a_hold_shows_on_the_other_buyers_open_map_and_refuses_their_attempt() {
         mark_page(&b).await?;
 
         let seat = available_seat(&a, 0).await?;
-        b.record_seat_changes().await?;
-        let clicked = unix_ms();
-        a.seat(seat).click(None).await?;
-        b.wait_for_seat(seat, "held").await?;
-        let shown = b.shown_at(seat, "held").await?.context("recorded")?;
-        eprintln!(
-            "e2e: B's map (other server) showed A's hold {} ms after A's click",
-            shown.saturating_sub(clicked)
-        );
+        let ms = shown_held_after_click(&a, &b, seat).await?;
+        eprintln!("e2e: B's map (other server) showed A's hold {ms} ms after A's click");
         not_reloaded(&b).await?;
         a.wait_for_seat(seat, "mine").await?;
 
@@ -791,6 +795,65 @@ async fn one_seat_of_a_group_lapsing_at_checkout_is_named_and_the_rest_stay_held
             ensure!(
                 bought == i64::from(seat != lapsing),
                 "seat {seat}: {bought} orders"
+            );
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Waits until `buyer`'s page (reloaded by its own hold) has its live stream open again,
+/// then marks it for [`not_reloaded`].
+async fn live_again(buyer: &Buyer) -> anyhow::Result<()> {
+    buyer
+        .wait_live()
+        .await
+        .with_context(|| format!("{}: the live stream did not reopen", buyer.label))?;
+    mark_page(buyer).await
+}
+
+/// Scenario: behind HAProxy, configured as `make scale` configures it. A's browser is
+/// kept on the first backend and B's on the second (the proxy's cookie); each map's live
+/// stream passes through the proxy, and each buyer sees the other's hold at once, without
+/// a reload. Every response names the backend that answered it: all of A's came from
+/// the first, all of B's from the second, so each hold crossed both processes (Redis
+/// pub/sub) and the proxy (no buffering of the stream: `option http-no-delay`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_haproxy_buyers_on_two_backends_see_each_others_holds_live() {
+    support::run_behind_proxy("behind_haproxy", async |w| {
+        let (_, hall) = hall(w).await?;
+        let a = w.buyer_through_proxy("A", 0).await?;
+        let b = w.buyer_through_proxy("B", 1).await?;
+        a.open_live(&hall).await?;
+        b.open_live(&hall).await?;
+        mark_page(&b).await?;
+
+        let (first, second) = (available_seat(&a, 0).await?, available_seat(&b, 1).await?);
+        let ms = shown_held_after_click(&a, &b, first).await?;
+        eprintln!(
+            "e2e: through HAProxy, B's map (app2) showed A's hold (app1) {ms} ms after A's click"
+        );
+        not_reloaded(&b).await?;
+        a.wait_for_seat(first, "mine").await?;
+        live_again(&a).await?;
+
+        b.seat(second).click(None).await?;
+        a.wait_for_seat(second, "held").await?;
+        not_reloaded(&a).await?;
+        b.wait_for_seat(second, "mine").await?;
+
+        for (buyer, backend) in [(&a, "app1"), (&b, "app2")] {
+            let streams = buyer.served_by("/stream").await?;
+            ensure!(
+                streams == [backend],
+                "{}'s live streams were served by {streams:?}, not {backend}",
+                buyer.label
+            );
+            let all = buyer.served_by("").await?;
+            ensure!(
+                all == [backend],
+                "{}'s responses came from {all:?}, not only {backend}",
+                buyer.label
             );
         }
         Ok(())

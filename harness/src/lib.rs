@@ -10,6 +10,9 @@
 //!   and [`Reply`] with its typed refusal code.
 //! * [`procs`]: real processes a test controls by PID: [`ServerProcess`],
 //!   [`RedisServer`], [`PostgresServer`].
+//! * [`haproxy`]: [`HaProxy`], HAProxy in front of several server processes, configured
+//!   as `make scale` configures it, with its stats (which backend is up, how many
+//!   connections each was sent).
 //! * [`proxy`]: [`TcpProxy`], a loopback TCP proxy whose open flows can be made half-open.
 //! * [`pgwire`]: [`pgwire::PgWire`], a proxy in front of Postgres that counts what a
 //!   server sends it ([`pgwire::PgCost`]: round trips, statements, session traffic).
@@ -20,6 +23,7 @@
 
 pub mod app;
 pub mod check;
+pub mod haproxy;
 pub mod http;
 pub mod load;
 pub mod pgwire;
@@ -28,6 +32,7 @@ pub mod proxy;
 pub mod stores;
 
 pub use app::{TEST_SECRET, TestApp, TestAppBuilder, auction_item, eventually, test_settings};
+pub use haproxy::HaProxy;
 pub use http::{HttpBuyer, Reply, authenticity_token};
 pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
 pub use proxy::TcpProxy;

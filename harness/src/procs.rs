@@ -9,12 +9,18 @@ use seatlock::config::Settings;
 
 use crate::stores::unique_name;
 
-/// A free loopback port (free when asked) and a new, empty temporary folder named after
-/// `prefix`, for a private server.
-fn port_and_folder(prefix: &str) -> anyhow::Result<(u16, std::path::PathBuf)> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+/// A free loopback port (free when asked: the kernel picks it for a listener that is
+/// closed at once).
+pub(crate) fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
-        .port();
+        .port())
+}
+
+/// A free loopback port ([`free_port`]) and a new, empty temporary folder named after
+/// `prefix`, for a private server.
+pub(crate) fn port_and_folder(prefix: &str) -> anyhow::Result<(u16, std::path::PathBuf)> {
+    let port = free_port()?;
     let dir = std::env::temp_dir().join(unique_name(prefix));
     std::fs::create_dir_all(&dir)?;
     Ok((port, dir))

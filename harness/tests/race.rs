@@ -1,26 +1,16 @@
 //! `load-test race` with small numbers: the unsafe strategies sell seats twice, the
 //! fenced product path and the conditional UPDATE never do, and fencing really rejected
-//! the paused holders' late writes.
+//! the paused holders' late writes; and the fenced path behind HAProxy (`--target` the
+//! proxy, three backends) sells no seat twice either.
 
 use std::collections::HashMap;
 
-#[test]
-fn only_fenced_and_conditional_never_sell_a_seat_twice() {
-    let (dir, stdout, report) = run_race(
-        "race",
-        &[
-            "--strategy",
-            "all",
-            "--servers",
-            "2",
-            "--buyers",
-            "3",
-            "--seats",
-            "4",
-            "--rounds",
-            "2",
-        ],
-    );
+use seatlock::config::PurchaseStrategy;
+use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp, procs::seatlock_binary};
+
+#[tokio::test]
+async fn only_fenced_and_conditional_never_sell_a_seat_twice() {
+    let (dir, stdout, report) = run_race("race", &["--strategy", "all", "--servers", "2"]).await;
     let rows = rows_by_strategy(&report["strategies"]);
     let n = |strategy: &str, field: &str| rows[strategy][field].as_u64().unwrap();
     for strategy in ["naive", "lease", "fenced", "conditional"] {
@@ -30,17 +20,7 @@ fn only_fenced_and_conditional_never_sell_a_seat_twice() {
     assert!(n("naive", "double_sold_seats") > 0, "{stdout}");
     assert!(n("lease", "double_sold_seats") > 0, "{stdout}");
     for strategy in ["fenced", "conditional"] {
-        assert_eq!(n(strategy, "double_sold_seats"), 0, "{strategy}: {stdout}");
-        assert_eq!(
-            n(strategy, "invariant_violations"),
-            0,
-            "{strategy}: {stdout}"
-        );
-        assert_eq!(
-            n(strategy, "confirmed"),
-            4 * 2,
-            "{strategy}: every seat sold once"
-        );
+        assert_sold_once_each(&rows, strategy, &stdout);
     }
     assert!(
         n("fenced", "stale_rejected") > 0,
@@ -51,13 +31,61 @@ fn only_fenced_and_conditional_never_sell_a_seat_twice() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+#[tokio::test]
+async fn fenced_behind_haproxy_sells_no_seat_twice() {
+    let settings = TestApp::builder()
+        .venues(DEMO_VENUES)
+        .with(|s| {
+            s.enable_race_lab = true;
+            s.purchase_strategy = PurchaseStrategy::Fenced;
+            s.hold_ttl_ms = 300;
+            s.payment_delay_ms = 20;
+        })
+        .settings()
+        .await
+        .unwrap();
+    let binary = seatlock_binary().unwrap();
+    let mut backends = Vec::new();
+    for _ in 0..3 {
+        backends.push(ServerProcess::start(&binary, &settings).await.unwrap());
+    }
+    let addresses: Vec<&str> = backends.iter().map(|b| b.address.as_str()).collect();
+    let proxy = HaProxy::start(&addresses).await.unwrap();
+
+    let hold_ttl_ms = settings.hold_ttl_ms.to_string();
+    let args = [
+        "--strategy",
+        "fenced",
+        "--target",
+        &proxy.address,
+        "--database-url",
+        &settings.database_url,
+        "--hold-ttl-ms",
+        &hold_ttl_ms,
+    ];
+    let (dir, stdout, report) = run_race("race-proxy", &args).await;
+    println!("{stdout}");
+    let rows = rows_by_strategy(&report["strategies"]);
+    assert_sold_once_each(&rows, "fenced", &stdout);
+    assert!(
+        rows["fenced"]["stale_rejected"].as_u64().unwrap() > 0,
+        "the pause must really bite through the proxy: {stdout}"
+    );
+    let served = proxy.backends().await.unwrap();
+    assert!(
+        served.values().all(|b| b.sessions > 0),
+        "every backend served buyers: {served:?}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// `load-test race --strategy groups` with small numbers: buyers wanting overlapping
 /// groups of 3. The atomic group hold never leaves a buyer holding or buying part of a
 /// group; the seat-by-seat side is measured (its partial groups and wasted holds depend
 /// on timing, so they are printed, not asserted). Both sell each seat at most once and
 /// every completed group whole.
-#[test]
-fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_measured() {
+#[tokio::test]
+async fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_measured() {
     let (dir, stdout, report) = run_race(
         "race-groups",
         &[
@@ -67,14 +95,11 @@ fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_measured()
             "3",
             "--servers",
             "2",
-            "--buyers",
-            "3",
             "--seats",
             "6",
-            "--rounds",
-            "2",
         ],
-    );
+    )
+    .await;
     println!("{stdout}");
     assert_eq!(report["strategies"].as_array().unwrap().len(), 0);
     let rows = rows_by_strategy(&report["groups"]);
@@ -124,24 +149,23 @@ fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_measured()
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// Runs `load-test race ARGS --json DIR/report.json --html DIR/report.html` against
-/// this build's server, asserts it succeeded, and returns the directory, its stdout and
-/// the JSON report.
-fn run_race(name: &str, args: &[&str]) -> (std::path::PathBuf, String, serde_json::Value) {
+/// Runs `load-test race --buyers 3 --seats 4 --rounds 2 ARGS --json DIR/report.json
+/// --html DIR/report.html` against this build's server (later flags win), asserts it
+/// succeeded, and returns the directory, its stdout and the JSON report.
+async fn run_race(name: &str, args: &[&str]) -> (std::path::PathBuf, String, serde_json::Value) {
     let dir = std::env::temp_dir().join(seatlock_harness::unique_name(name));
     let json = dir.join("report.json");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
         .arg("race")
+        .args(["--buyers", "3", "--seats", "4", "--rounds", "2"])
         .args(args)
         .arg("--json")
         .arg(&json)
         .arg("--html")
         .arg(dir.join("report.html"))
-        .env(
-            "SEATLOCK_SERVER_BIN",
-            seatlock_harness::procs::seatlock_binary().unwrap(),
-        )
+        .env("SEATLOCK_SERVER_BIN", seatlock_binary().unwrap())
         .output()
+        .await
         .expect("load-test runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
@@ -160,4 +184,14 @@ fn rows_by_strategy(rows: &serde_json::Value) -> HashMap<&str, &serde_json::Valu
         .iter()
         .map(|row| (row["strategy"].as_str().unwrap(), row))
         .collect()
+}
+
+/// A safe strategy's row (`rows` by strategy): every attempt made, every seat sold
+/// exactly once, the invariant kept.
+fn assert_sold_once_each(rows: &HashMap<&str, &serde_json::Value>, strategy: &str, out: &str) {
+    let n = |field: &str| rows[strategy][field].as_u64().unwrap();
+    assert_eq!(n("attempts"), 3 * 4 * 2, "{strategy}");
+    assert_eq!(n("double_sold_seats"), 0, "{strategy}: {out}");
+    assert_eq!(n("invariant_violations"), 0, "{strategy}: {out}");
+    assert_eq!(n("confirmed"), 4 * 2, "{strategy}: every seat sold once");
 }

@@ -13,6 +13,7 @@ mod connections;
 mod crashes;
 mod deployment;
 mod hangups;
+mod scale_out;
 mod shared_redis;
 mod soak;
 mod stalls;

@@ -2,7 +2,9 @@
 //! with the demo venues (the 1,642-seat hall and the 11,056-seat arena), TWO
 //! `seatlock serve` processes over it (one deployment: same secret, same lease
 //! namespace), and Debian's chromium driven by playwright-rs, in which every buyer is a
-//! browser context of its own (its own cookies, so its own session).
+//! browser context of its own (its own cookies, so its own session). A world started
+//! with [`run_behind_proxy`] also has HAProxy in front of the two servers, configured as
+//! `make scale` configures it.
 //!
 //! Needs `DATABASE_URL` and `REDIS_URL` (`scripts/services.sh up && source .run/env`), a
 //! Playwright driver (`scripts/e2e-driver.sh && source e2e/driver.env`) and the server
@@ -15,18 +17,20 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
+use playwright_rs::protocol::ResponseObject;
 use playwright_rs::{
-    Browser, BrowserContext, BrowserContextOptions, LaunchOptions, Locator, Page, Playwright,
-    ScreenshotOptions, expect,
+    Browser, BrowserContext, BrowserContextOptions, Cookie, LaunchOptions, Locator, Page,
+    Playwright, ScreenshotOptions, expect,
 };
 use seatlock::config::Settings;
+use seatlock_harness::haproxy::{BACKEND_COOKIE, BACKEND_HEADER};
 use seatlock_harness::procs::{seatlock_binary, target_dir};
-use seatlock_harness::{DEMO_VENUES, ServerProcess, TestApp};
+use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -48,7 +52,8 @@ pub const ACTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// few milliseconds; this is generous for a loaded 2-core machine).
 pub const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One test's world: the database, two server processes and a browser.
+/// One test's world: the database, two server processes (perhaps behind HAProxy) and a
+/// browser.
 pub struct World {
     name: &'static str,
     /// The test database (to check what was written).
@@ -56,9 +61,13 @@ pub struct World {
     /// The settings both servers were started with.
     pub settings: Settings,
     servers: Vec<ServerProcess>,
+    proxy: Option<HaProxy>,
     browser: Browser,
     buyers: Mutex<Vec<Buyer>>,
 }
+
+/// The responses a page received, recorded as they come.
+type Responses = Arc<Mutex<Vec<ResponseObject>>>;
 
 /// One buyer: a browser context (its own cookies) with one page, on one server.
 #[derive(Clone)]
@@ -69,6 +78,9 @@ pub struct Buyer {
     pub page: Page,
     context: BrowserContext,
     base: String,
+    /// Behind the proxy: every response this buyer's page received, in the order they
+    /// came (for [`Buyer::served_by`]).
+    responses: Option<Responses>,
 }
 
 impl Buyer {
@@ -93,11 +105,17 @@ impl Buyer {
     /// `data-live`, the seat map or the auction item, says "open").
     pub async fn open_live(&self, path: &str) -> anyhow::Result<()> {
         self.open(path).await?;
-        expect(self.page.locator("[data-live]"))
-            .with_timeout(LIVE_TIMEOUT)
-            .to_have_attribute("data-live", "open")
+        self.wait_live()
             .await
             .with_context(|| format!("{}: the live stream of {path} did not open", self.label))
+    }
+
+    /// Waits until the page's live stream is connected (after a reload, say).
+    pub async fn wait_live(&self) -> anyhow::Result<()> {
+        Ok(expect(self.page.locator("[data-live]"))
+            .with_timeout(LIVE_TIMEOUT)
+            .to_have_attribute("data-live", "open")
+            .await?)
     }
 
     /// Another tab of this buyer's browser (same context: same cookies, same connection
@@ -112,6 +130,29 @@ impl Buyer {
             page,
             ..self.clone()
         })
+    }
+
+    /// Behind the proxy: the backends that answered (the proxy's [`BACKEND_HEADER`]) this
+    /// buyer's responses whose URL ends with `suffix` (e.g. `/stream`: its live
+    /// streams), each once, in the order seen; `none` for a response without the header.
+    pub async fn served_by(&self, suffix: &str) -> anyhow::Result<Vec<String>> {
+        let responses = self
+            .responses
+            .as_ref()
+            .context("not a buyer behind the proxy")?;
+        let responses = responses.lock().expect("responses").clone();
+        let mut backends: Vec<String> = Vec::new();
+        for response in responses.iter().filter(|r| r.url().ends_with(suffix)) {
+            let headers = response.raw_headers().await?;
+            let backend = headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(BACKEND_HEADER))
+                .map_or("none", |h| h.value.as_str());
+            if !backends.iter().any(|b| b == backend) {
+                backends.push(backend.to_owned());
+            }
+        }
+        Ok(backends)
     }
 
     /// Seat `seat_id` on the seat map.
@@ -170,7 +211,33 @@ impl Buyer {
 impl World {
     /// A new buyer (a fresh browser context, JavaScript on) on server `server` (0 or 1).
     pub async fn buyer(&self, label: &'static str, server: usize) -> anyhow::Result<Buyer> {
-        self.new_buyer(label, server, true).await
+        let base = self.servers[server].address.clone();
+        self.new_buyer(label, base, true, None).await
+    }
+
+    /// A new buyer (JavaScript on) going through the proxy, kept on backend number
+    /// `server` (0 or 1) by the proxy's cookie, as if its first request had been given
+    /// that backend; records which backend answers each response ([`Buyer::served_by`]).
+    pub async fn buyer_through_proxy(
+        &self,
+        label: &'static str,
+        server: usize,
+    ) -> anyhow::Result<Buyer> {
+        let proxy = self.proxy.as_ref().context("this world has no proxy")?;
+        let responses = Responses::default();
+        let buyer = self
+            .new_buyer(label, proxy.address.clone(), true, Some(responses.clone()))
+            .await?;
+        let cookie = Cookie::new(BACKEND_COOKIE, HaProxy::backend_name(server)).url(&buyer.base);
+        buyer.context.add_cookies(&[cookie]).await?;
+        buyer
+            .page
+            .on_response(move |response| {
+                responses.lock().expect("responses").push(response);
+                async { Ok(()) }
+            })
+            .await?;
+        Ok(buyer)
     }
 
     /// A new buyer whose browser has JavaScript disabled, on server `server`.
@@ -179,14 +246,18 @@ impl World {
         label: &'static str,
         server: usize,
     ) -> anyhow::Result<Buyer> {
-        self.new_buyer(label, server, false).await
+        let base = self.servers[server].address.clone();
+        self.new_buyer(label, base, false, None).await
     }
 
+    /// A new buyer on `base` (a server's or the proxy's address): a fresh browser
+    /// context with one page.
     async fn new_buyer(
         &self,
         label: &'static str,
-        server: usize,
+        base: String,
         javascript: bool,
+        responses: Option<Responses>,
     ) -> anyhow::Result<Buyer> {
         let options = BrowserContextOptions::builder()
             .javascript_enabled(javascript)
@@ -201,7 +272,8 @@ impl World {
             label,
             page,
             context,
-            base: self.servers[server].address.clone(),
+            base,
+            responses,
         };
         self.buyers.lock().expect("buyers").push(buyer.clone());
         Ok(buyer)
@@ -285,6 +357,12 @@ impl World {
             })
             .await;
         }
+        if let Some(proxy) = &self.proxy {
+            save_artifact(&format!("{name}-haproxy.log"), async {
+                Ok(std::fs::read(&proxy.log)?)
+            })
+            .await;
+        }
     }
 
     /// Closes every context, then the browser.
@@ -313,6 +391,14 @@ pub async fn run(name: &'static str, body: impl AsyncFnOnce(&World) -> anyhow::R
     run_with(name, |_| {}, body).await
 }
 
+/// [`run`] with HAProxy in front of the two servers ([`World::buyer_through_proxy`]).
+pub async fn run_behind_proxy(
+    name: &'static str,
+    body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
+) {
+    run_world(name, |_| {}, true, body).await
+}
+
 /// Starts a world whose servers run with the settings `adjust` makes, runs `body`, saves
 /// artifacts when it fails (an error or a panic), then closes the browser and the
 /// Playwright driver and stops the servers whatever happened, so no chromium, node or
@@ -322,10 +408,27 @@ pub async fn run_with(
     adjust: impl FnOnce(&mut Settings) + Send + 'static,
     body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
+    run_world(name, adjust, false, body).await
+}
+
+/// [`run_with`], the servers behind HAProxy if `proxied`.
+async fn run_world(
+    name: &'static str,
+    adjust: impl FnOnce(&mut Settings) + Send + 'static,
+    proxied: bool,
+    body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
+) {
     let clock = Instant::now();
     let (db, settings, servers) = start_servers(adjust)
         .await
         .unwrap_or_else(|e| panic!("{name}: starting the servers: {e:?}"));
+    let proxy = if proxied {
+        let addresses: Vec<&str> = servers.iter().map(|s| s.address.as_str()).collect();
+        let proxy = HaProxy::start(&addresses).await;
+        Some(proxy.unwrap_or_else(|e| panic!("{name}: starting HAProxy: {e:?}")))
+    } else {
+        None
+    };
     let servers_ready = clock.elapsed();
     let playwright = Playwright::launch()
         .await
@@ -342,6 +445,7 @@ pub async fn run_with(
         db,
         settings,
         servers,
+        proxy,
         browser,
         buyers: Mutex::new(Vec::new()),
     };
@@ -361,7 +465,7 @@ pub async fn run_with(
         eprintln!("e2e: {name}: shutting down Playwright: {e}");
     }
     world.db.close().await;
-    drop(world); // kills the servers
+    drop(world); // kills the servers and the proxy
 
     match outcome {
         Ok(Ok(())) => {}
