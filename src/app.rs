@@ -49,7 +49,7 @@ impl Application {
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
         let redis = lease::connect(&settings.redis_url, settings.store_timeout())
-            .context("parsing REDIS_URL")?;
+            .context("opening REDIS_URL")?;
         let leases = Arc::new(
             lease::LeaseClient::new(redis, PgFenceLedger(db.clone()))
                 .with_failover_guard(!settings.lab_disable_failover_guard),

@@ -10,6 +10,8 @@
 //!   and [`Reply`] with its typed refusal code.
 //! * [`procs`]: real processes a test controls by PID: [`ServerProcess`],
 //!   [`RedisServer`], [`PostgresServer`].
+//! * [`sentinel`]: [`sentinel::SentinelTopology`], a primary, a replica and three Sentinels
+//!   on loopback, with the failover that loses a grant.
 //! * [`proxy`]: [`TcpProxy`], a loopback TCP proxy whose open flows can be made half-open.
 //! * [`pgwire`]: [`pgwire::PgWire`], a proxy in front of Postgres that counts what a
 //!   server sends it ([`pgwire::PgCost`]: round trips, statements, session traffic).
@@ -25,6 +27,7 @@ pub mod load;
 pub mod pgwire;
 pub mod procs;
 pub mod proxy;
+pub mod sentinel;
 pub mod stores;
 
 pub use app::{TEST_SECRET, TestApp, TestAppBuilder, auction_item, eventually, test_settings};

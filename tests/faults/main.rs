@@ -12,6 +12,7 @@ mod clocks;
 mod connections;
 mod crashes;
 mod deployment;
+mod failover;
 mod hangups;
 mod shared_redis;
 mod soak;
