@@ -107,7 +107,13 @@ impl RedisStore {
     {
         let first = telemetry::redis_round_trip(op, request(self.connection())).await;
         let first = match first {
-            Err(err) if self.sentinel.is_some() && after_failover(&err) && self.follow().await => {
+            // Boxed: the Sentinel client's future is deep, and every future that awaits a
+            // round trip would otherwise carry its layout (only this path allocates).
+            Err(err)
+                if self.sentinel.is_some()
+                    && after_failover(&err)
+                    && Box::pin(self.follow()).await =>
+            {
                 metrics::counter!(telemetry::REDIS_REPAIRS_TOTAL, "repair" => "new_primary")
                     .increment(1);
                 return telemetry::redis_round_trip(op, request(self.connection())).await;

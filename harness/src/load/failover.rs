@@ -30,6 +30,7 @@ use seatlock::error::Refusal;
 use seatlock::pause::PAUSE_HEADER;
 
 use super::timeline::{self, Lane, Moment};
+use crate::http::hold_token;
 use crate::procs::ServerProcess;
 use crate::sentinel::SentinelTopology;
 use crate::{HttpBuyer, Reply, TINY_VENUES, auction_item, check, fresh_database, seed};
@@ -174,13 +175,6 @@ async fn post_served(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The fencing token of the viewer's hold, as the event page shows it.
-pub fn hold_token(page: &str) -> Option<i64> {
-    let from = page.find("fencing token ")? + "fencing token ".len();
-    let to = page[from..].find('<')?;
-    page[from..from + to].trim().parse().ok()
 }
 
 /// Counts the tokens granted to more than one holder.

@@ -7,6 +7,9 @@
 
 use plotters::prelude::*;
 
+use super::race::{Attempt, Outcome};
+use crate::check::CheckReport;
+
 /// One holder's lease on one resource and the writes it sent under it.
 #[derive(Debug, Clone)]
 pub struct Lane {
@@ -73,7 +76,7 @@ pub fn svg(title: &str, lanes: &[Lane], moments: &[Moment]) -> Result<String, St
             chart
                 .draw_series(std::iter::once(Text::new(
                     format!("{} · {} · {token}", lane.resource, lane.holder),
-                    (lane.lease_ms.0, y + 0.28),
+                    (0.0, y + 0.28), // at the left edge: a late lane's label stays in view
                     ("sans-serif", 12),
                 )))
                 .map_err(|e| e.to_string())?;
@@ -109,7 +112,51 @@ pub fn svg(title: &str, lanes: &[Lane], moments: &[Moment]) -> Result<String, St
 pub const LEGEND_HTML: &str = "<p>Each bar is one holder's lease as the holder believes it \
     (from its grant to the end of its TTL), labelled with its fencing token; a green dot is a \
     write the resource accepted, a red dot one it refused. Red lines mark what happened to \
-    the lock service.</p>";
+    the lock service. \"token ?\": the write was refused and the holder was never shown its token.</p>";
+
+/// Seats drawn per strategy in the race report.
+pub const RACE_SEATS: usize = 3;
+
+/// The race report's lanes for one strategy: up to [`RACE_SEATS`] seats, those the
+/// checker found a violation on first, then those granted to more than one buyer; one
+/// lane per buyer whose hold was granted, its lease from the grant to `hold_ttl_ms` later,
+/// its token from the write the seat accepted (a refused write's token is not shown to
+/// the buyer), its confirm as the write.
+pub fn race_lanes(log: &[Attempt], check: &CheckReport, hold_ttl_ms: f64) -> Vec<Lane> {
+    let held = |seat: i64| {
+        log.iter()
+            .filter(move |a| a.seat == seat && a.held_ms.is_some())
+    };
+    let mut seats: Vec<i64> = check.violations.iter().map(|v| v.seat_id).collect();
+    seats.extend(log.iter().map(|a| a.seat).filter(|&s| held(s).count() > 1));
+    let mut picked: Vec<i64> = Vec::new();
+    for seat in seats {
+        if !picked.contains(&seat) && picked.len() < RACE_SEATS {
+            picked.push(seat);
+        }
+    }
+    let mut lanes = Vec::new();
+    for seat in picked {
+        let mut holders: Vec<&Attempt> = held(seat).collect();
+        holders.sort_by(|a, b| a.held_ms.partial_cmp(&b.held_ms).expect("finite times"));
+        for attempt in holders {
+            let granted = attempt.held_ms.unwrap_or_default();
+            let token = check
+                .writes
+                .iter()
+                .find(|w| w.seat_id == seat && w.buyer_id == attempt.buyer_id)
+                .and_then(|w| w.fence_token);
+            lanes.push(Lane {
+                resource: format!("seat {seat}"),
+                holder: format!("buyer {}", attempt.buyer_id),
+                lease_ms: (granted, granted + hold_ttl_ms),
+                fencing_token: token,
+                writes: vec![(attempt.answered_ms, attempt.outcome == Outcome::Confirmed)],
+            });
+        }
+    }
+    lanes
+}
 
 #[cfg(test)]
 mod tests {
