@@ -66,7 +66,7 @@ pub struct Settings {
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
     /// Redis URL for the lease store, e.g. redis://127.0.0.1:6379/, or Sentinels naming
-    /// the primary: redis+sentinel://host:port,host:port/<master name> (re-asked after a
+    /// the primary: `redis+sentinel://host:port,host:port/<master name>` (re-asked after a
     /// failover).
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: String,

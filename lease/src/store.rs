@@ -222,7 +222,9 @@ fn sentinel_client(rest: &str) -> RedisResult<SentinelClient> {
     let (hosts, master) = rest
         .split_once('/')
         .ok_or_else(|| invalid("redis+sentinel:// URL without /<master name>"))?;
-    let master = master.trim_end_matches('/');
+    // Owned: `SentinelClient::build` takes a String, or `impl AsRef<str>` when another
+    // crate turns on redis's `tls-rustls` (a workspace build with the bench's rslock).
+    let master = master.trim_end_matches('/').to_owned();
     if master.is_empty() || hosts.is_empty() {
         return Err(invalid(
             "redis+sentinel:// URL needs host:port[,host:port…]/<master name>",
@@ -232,12 +234,7 @@ fn sentinel_client(rest: &str) -> RedisResult<SentinelClient> {
         .split(',')
         .map(|host| format!("redis://{host}/"))
         .collect();
-    SentinelClient::build(
-        sentinels,
-        master.to_owned(),
-        None,
-        SentinelServerType::Master,
-    )
+    SentinelClient::build(sentinels, master, None, SentinelServerType::Master)
 }
 
 #[cfg(test)]
