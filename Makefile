@@ -3,6 +3,7 @@
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
 #   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (README "Scale-out")
 #   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
+#   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
 SHELL := /bin/bash
 .ONESHELL:
@@ -10,7 +11,7 @@ SHELL := /bin/bash
 export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
 
-.PHONY: demo scale test race bench services stop e2e-driver lint
+.PHONY: demo scale test race failover bench services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -47,6 +48,14 @@ race: services
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
 	./target/release/load-test race --strategy all --json target/race/report.json --html target/race/report.html
 	./target/release/load-test race --strategy groups --json target/race/groups.json
+
+# A Redis failover that loses grants (README "Step 5"): its own primary, replica and
+# three Sentinels on free loopback ports, two servers, seats and auction, the failover
+# guard off then on; writes target/failover/report.json and report.html.
+failover: services
+	source .run/env
+	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
+	./target/release/load-test failover --json target/failover/report.json --html target/failover/report.html
 
 # Hot paths against their baselines in one run on the same Redis and Postgres, release
 # build: writes target/bench/report.json and prints the table (see README "Performance").

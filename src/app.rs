@@ -49,13 +49,23 @@ impl Application {
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
         let redis = lease::connect(&settings.redis_url, settings.store_timeout())
-            .context("parsing REDIS_URL")?;
-        let leases = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
+            .context("opening REDIS_URL")?;
+        let leases = Arc::new(
+            lease::LeaseClient::new(redis, PgFenceLedger(db.clone()))
+                .with_failover_guard(!settings.lab_disable_failover_guard),
+        );
         if settings.purchase_strategy != PurchaseStrategy::Fenced && !settings.enable_race_lab {
             anyhow::bail!(
                 "refusing to start with --purchase-strategy {}: it can sell a seat twice and exists only \
                  for the race lab; add --enable-race-lab if that is what you want",
                 settings.purchase_strategy.flag_value()
+            );
+        }
+        if settings.lab_disable_failover_guard && !settings.enable_race_lab {
+            anyhow::bail!(
+                "refusing to start with --lab-disable-failover-guard: it lets a Redis failover issue a \
+                 fencing token twice and exists only for the failover lab; add --enable-race-lab if \
+                 that is what you want"
             );
         }
         if let Some(secret) = &settings.secret {

@@ -65,7 +65,9 @@ pub struct Settings {
     /// Postgres URL.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
-    /// Redis URL for the lease store, e.g. redis://127.0.0.1:6379/.
+    /// Redis URL for the lease store, e.g. redis://127.0.0.1:6379/, or Sentinels naming
+    /// the primary: `redis+sentinel://host:port,host:port/<master name>` (re-asked after a
+    /// failover).
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: String,
     /// Address to listen on; port 0 picks a free port.
@@ -117,6 +119,12 @@ pub struct Settings {
     /// production.
     #[arg(long, env = "SEATLOCK_ENABLE_RACE_LAB")]
     pub enable_race_lab: bool,
+    /// Lab only (`make failover`), never in production; needs `--enable-race-lab`. Turns
+    /// off the failover guard of the lease store ([`lease::LeaseClient::with_failover_guard`]),
+    /// so that after a Redis failover to a replica that missed the last grants a fencing
+    /// token is issued twice, which the failover lab shows.
+    #[arg(long, env = "SEATLOCK_LAB_DISABLE_FAILOVER_GUARD")]
+    pub lab_disable_failover_guard: bool,
     /// Time a client has to send a request's headers, and again its body, in
     /// milliseconds: a slower connection is closed (slowloris), which frees its slot.
     /// Responses may take as long as they need (live pages' event streams).
@@ -432,6 +440,7 @@ mod tests {
             db_pool_size: 3,
             purchase_strategy: PurchaseStrategy::RaceLabUnfencedLease,
             enable_race_lab: true,
+            lab_disable_failover_guard: true,
             bid_lock_ttl_ms: 321,
             bid_strategy: BidStrategy::Conditional,
             close_interval_ms: 0,

@@ -33,6 +33,10 @@ pub struct CheckReport {
     pub double_sold_seats: usize,
     /// Every violation (a seat can have both kinds).
     pub violations: Vec<Violation>,
+    /// Every accepted write, by seat, in the order they landed (for the race report's
+    /// timeline). Not in the JSON.
+    #[serde(skip)]
+    pub writes: Vec<AcceptedWrite>,
 }
 
 /// Checks every seat of `event_id`: one query over `orders` and `race_lab_sales`.
@@ -74,6 +78,7 @@ pub fn check_writes(writes: Vec<AcceptedWrite>) -> CheckReport {
             });
         }
     }
+    report.writes = writes;
     report
 }
 

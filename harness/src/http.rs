@@ -178,3 +178,20 @@ pub fn authenticity_token(html: &str) -> Option<String> {
     let end = html[start..].find('"')?;
     Some(html[start..start + end].to_owned())
 }
+
+/// The public buyer id of an event page's viewer (its `data-buyer` attribute).
+pub fn page_buyer_id(page: &str) -> Option<String> {
+    between(page, "data-buyer=\"", "\"")
+}
+
+/// The fencing token of the viewer's first hold, as the event page shows it.
+pub fn hold_token(page: &str) -> Option<i64> {
+    between(page, "fencing token ", "<")?.trim().parse().ok()
+}
+
+/// The text of `text` between the first `start` and the next `end` after it.
+pub fn between(text: &str, start: &str, end: &str) -> Option<String> {
+    let from = text.find(start)? + start.len();
+    let to = text[from..].find(end)?;
+    Some(text[from..from + to].to_owned())
+}

@@ -13,6 +13,8 @@
 //! * [`haproxy`]: [`HaProxy`], HAProxy in front of several server processes, configured
 //!   as `make scale` configures it, with its stats (which backend is up, how many
 //!   connections each was sent).
+//! * [`sentinel`]: [`sentinel::SentinelTopology`], a primary, a replica and three Sentinels
+//!   on loopback, with the failover that loses a grant.
 //! * [`proxy`]: [`TcpProxy`], a loopback TCP proxy whose open flows can be made half-open.
 //! * [`pgwire`]: [`pgwire::PgWire`], a proxy in front of Postgres that counts what a
 //!   server sends it ([`pgwire::PgCost`]: round trips, statements, session traffic).
@@ -29,6 +31,7 @@ pub mod load;
 pub mod pgwire;
 pub mod procs;
 pub mod proxy;
+pub mod sentinel;
 pub mod stores;
 
 pub use app::{TEST_SECRET, TestApp, TestAppBuilder, auction_item, eventually, test_settings};

@@ -14,12 +14,22 @@ use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 /// Grant, one resource or several of one group, all or none: refused if one is
 /// retired, held, or over the holder's limit, else `SET PX` each, then one fencing token
 /// for all and their holdings (see the file's header for KEYS, ARGV and the reply).
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+/// Preceded by `server_identity()` (the failover guard's server identity).
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/server_identity.lua"),
+        include_str!("scripts/acquire.lua")
+    ))
+});
 
-/// Hands Redis a block of tokens reserved in the ledger.
-static RAISE_CEILING: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/raise_ceiling.lua")));
+/// Hands Redis a block of tokens reserved in the ledger, stamped with the server's
+/// identity (preceded by `server_identity()`, like [`ACQUIRE`]).
+static RAISE_CEILING: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/server_identity.lua"),
+        include_str!("scripts/raise_ceiling.lua")
+    ))
+});
 
 /// Compare-and-delete.
 static RELEASE: LazyLock<Script> =
@@ -53,7 +63,8 @@ pub(crate) enum AcquireReply {
 pub(crate) const RESERVATION_TTL_MS: u64 = 30_000;
 
 /// One run of `acquire.lua` over `keys` (one group, at least one key; the caller checks).
-/// `limit` 0 means no per-holder limit.
+/// `limit` 0 means no per-holder limit; `failover_guard` false only in the failover lab.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire(
     redis: &RedisStore,
     keys: &[LeaseKey],
@@ -62,6 +73,7 @@ pub(crate) async fn acquire(
     holder: &str,
     reservation: &str,
     limit: u64,
+    failover_guard: bool,
 ) -> redis::RedisResult<AcquireReply> {
     let first = &keys[0];
     let mut invocation = ACQUIRE.prepare_invoke();
@@ -76,7 +88,8 @@ pub(crate) async fn acquire(
         .arg(holder)
         .arg(first.events_channel())
         .arg(RESERVATION_TTL_MS)
-        .arg(limit);
+        .arg(limit)
+        .arg(u8::from(failover_guard));
     for key in keys {
         invocation.key(key.lease_key()).arg(key.name());
     }
@@ -101,20 +114,23 @@ pub(crate) async fn acquire(
 }
 
 /// Installs a reserved block; `false` if the reservation's marker was gone (Redis lost
-/// its data since the reservation began: reserve again).
+/// its data since the reservation began) or, with `failover_guard`, made on another
+/// server (a failover since): reserve again.
 pub(crate) async fn raise_ceiling(
     redis: &RedisStore,
     key: &LeaseKey,
     reservation: &str,
     ceiling: u64,
     block: u64,
+    failover_guard: bool,
 ) -> redis::RedisResult<bool> {
     let mut invocation = RAISE_CEILING.prepare_invoke();
     invocation
         .key(key.fence_key())
         .key(key.reservation_key(reservation))
         .arg(ceiling)
-        .arg(block);
+        .arg(block)
+        .arg(u8::from(failover_guard));
     let installed: i64 = redis.invoke("raise_ceiling", &invocation).await?;
     Ok(installed == 1)
 }
@@ -241,6 +257,10 @@ mod tests {
             ("retire.lua", include_str!("scripts/retire.lua")),
             ("renew.lua", include_str!("scripts/renew.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
+            (
+                "server_identity.lua",
+                include_str!("scripts/server_identity.lua"),
+            ),
         ] {
             let header: String = text
                 .lines()

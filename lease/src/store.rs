@@ -12,29 +12,59 @@
 //!   so every later request would time out too. After a timeout the connection is
 //!   replaced by a new one (whether the timed-out request ran is unknown: it is not sent
 //!   again).
+//!
+//! **Sentinel** (`redis+sentinel://host:port,host:port/<master name>`): the primary is
+//! asked of the Sentinels when the store opens, and again after an error that a failover
+//! causes (an I/O error, a refused or dropped connection, a timeout, `READONLY` from a
+//! demoted primary): redis-rs does not move an existing connection to a new primary
+//! (redis-rs issue 1438), so the store does. If the Sentinels name another server, the
+//! connection is replaced by one to it and the request is sent once more (safe, as
+//! above); until they do (a failover takes some seconds), requests fail. A plain
+//! `redis://` URL never asks anything of a Sentinel: its path is unchanged.
 
 use std::future::Future;
 use std::sync::RwLock;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Cmd, FromRedisValue, RedisResult, ScriptInvocation};
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Client, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation};
 
 use crate::telemetry;
 
+/// The URL scheme that names Sentinels instead of a Redis server.
+pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
+
 /// One logical Redis connection that heals: see the module docs.
 pub struct RedisStore {
-    client: Client,
+    /// The server the connection goes to: changes only after a Sentinel failover.
+    client: RwLock<Client>,
     config: ConnectionManagerConfig,
     current: RwLock<ConnectionManager>,
+    /// The Sentinels, for a `redis+sentinel://` URL; one question to them at a time.
+    sentinel: Option<tokio::sync::Mutex<SentinelClient>>,
+    /// Bounds connecting, each response and each question to the Sentinels.
+    timeout: Duration,
 }
 
 impl RedisStore {
-    /// A store over the Redis at `url` (`redis://host:port/db`), connected lazily:
-    /// nothing is sent until the first request. `timeout` bounds connecting and every
-    /// response. Errors: a malformed URL.
+    /// A store over the Redis at `url`: `redis://host:port/db`, connected lazily (nothing
+    /// is sent until the first request), or `redis+sentinel://host:port,host:port/<master
+    /// name>`, whose primary is asked of the Sentinels now (a blocking question, once)
+    /// and again after a failover (see the module docs). `timeout` bounds connecting and
+    /// every response. Errors: a malformed URL; with Sentinels, none of them naming a
+    /// reachable primary.
     pub fn open(url: &str, timeout: Duration) -> RedisResult<Self> {
-        let client = Client::open(url)?;
+        let (client, sentinel) = match url.strip_prefix(SENTINEL_SCHEME) {
+            None => (Client::open(url)?, None),
+            Some(rest) => {
+                let mut sentinel = sentinel_client(rest)?;
+                (
+                    sentinel.get_client()?,
+                    Some(tokio::sync::Mutex::new(sentinel)),
+                )
+            }
+        };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -42,10 +72,21 @@ impl RedisStore {
             .set_max_delay(Duration::from_millis(500));
         let current = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
         Ok(RedisStore {
-            client,
+            client: RwLock::new(client),
             config,
             current: RwLock::new(current),
+            sentinel,
+            timeout,
         })
+    }
+
+    /// A client for the server the store talks to now (the primary last named by the
+    /// Sentinels), for connections the store does not make itself (pub/sub).
+    pub fn client(&self) -> Client {
+        self.client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The current connection (a cheap handle), for commands of the caller's own.
@@ -65,6 +106,20 @@ impl RedisStore {
         Fut: Future<Output = RedisResult<T>>,
     {
         let first = telemetry::redis_round_trip(op, request(self.connection())).await;
+        let first = match first {
+            // Boxed: the Sentinel client's future is deep, and every future that awaits a
+            // round trip would otherwise carry its layout (only this path allocates).
+            Err(err)
+                if self.sentinel.is_some()
+                    && after_failover(&err)
+                    && Box::pin(self.follow()).await =>
+            {
+                metrics::counter!(telemetry::REDIS_REPAIRS_TOTAL, "repair" => "new_primary")
+                    .increment(1);
+                return telemetry::redis_round_trip(op, request(self.connection())).await;
+            }
+            other => other,
+        };
         match first {
             Err(err) if err.is_connection_dropped() => {
                 metrics::counter!(telemetry::REDIS_REPAIRS_TOTAL, "repair" => "resent")
@@ -106,15 +161,91 @@ impl RedisStore {
         .await
     }
 
+    /// Asks the Sentinels for the primary; if they name another server than the current
+    /// one, connects to it from now on. Returns whether the server changed (here or by a
+    /// request that asked while this one waited). A Sentinel
+    /// that does not answer within the timeout, or names no reachable primary, changes
+    /// nothing (the caller's request fails; a later one asks again).
+    async fn follow(&self) -> bool {
+        let Some(sentinel) = &self.sentinel else {
+            return false;
+        };
+        let before = self.client().get_connection_info().addr().clone();
+        let mut sentinel = sentinel.lock().await;
+        if *self.client().get_connection_info().addr() != before {
+            return true; // another request followed the failover while this one waited
+        }
+        let asked = tokio::time::timeout(self.timeout, sentinel.async_get_client()).await;
+        let Ok(Ok(primary)) = asked else {
+            return false;
+        };
+        if *primary.get_connection_info().addr() == before {
+            return false;
+        }
+        let Ok(fresh) =
+            ConnectionManager::new_lazy_with_config(primary.clone(), self.config.clone())
+        else {
+            return false;
+        };
+        *self.client.write().unwrap_or_else(|e| e.into_inner()) = primary;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        true
+    }
+
     /// Replaces the current connection with a new, lazily connected one.
     fn replace(&self) {
         // Only a malformed client config fails here, and it was built once already: on
         // failure keep the old connection; the next timeout tries again.
         if let Ok(fresh) =
-            ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone())
+            ConnectionManager::new_lazy_with_config(self.client(), self.config.clone())
         {
             metrics::counter!(telemetry::REDIS_REPAIRS_TOTAL, "repair" => "replaced").increment(1);
             *self.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        }
+    }
+}
+
+/// Whether `err` may mean the primary changed: the connection failed, dropped or timed
+/// out, or the server answered `READONLY` (a primary demoted to replica).
+fn after_failover(err: &RedisError) -> bool {
+    err.is_io_error()
+        || err.is_connection_refusal()
+        || err.is_connection_dropped()
+        || err.is_timeout()
+        || err.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+}
+
+/// The Sentinel client of `rest`, a URL after its `redis+sentinel://`:
+/// `host:port,host:port/<master name>`. Errors: no Sentinel or no master name.
+fn sentinel_client(rest: &str) -> RedisResult<SentinelClient> {
+    let invalid = |what: &'static str| RedisError::from((ErrorKind::InvalidClientConfig, what));
+    let (hosts, master) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid("redis+sentinel:// URL without /<master name>"))?;
+    // Owned: `SentinelClient::build` takes a String, or `impl AsRef<str>` when another
+    // crate turns on redis's `tls-rustls` (a workspace build with the bench's rslock).
+    let master = master.trim_end_matches('/').to_owned();
+    if master.is_empty() || hosts.is_empty() {
+        return Err(invalid(
+            "redis+sentinel:// URL needs host:port[,host:port…]/<master name>",
+        ));
+    }
+    let sentinels = hosts
+        .split(',')
+        .map(|host| format!("redis://{host}/"))
+        .collect();
+    SentinelClient::build(sentinels, master, None, SentinelServerType::Master)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sentinel_urls_need_hosts_and_a_master_name() {
+        assert!(sentinel_client("127.0.0.1:26379,127.0.0.1:26380/seatlock").is_ok());
+        for bad in ["127.0.0.1:26379", "127.0.0.1:26379/", "/seatlock"] {
+            assert!(sentinel_client(bad).is_err(), "{bad}");
         }
     }
 }

@@ -16,9 +16,18 @@ use redis::AsyncCommands;
 use tokio::sync::Mutex;
 
 fn client() -> Arc<LeaseClient<MemoryLedger>> {
+    guarded_client(true)
+}
+
+/// A client with blocks of 100 tokens, its failover guard on or off.
+fn guarded_client(failover_guard: bool) -> Arc<LeaseClient<MemoryLedger>> {
     let url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
     let redis = lease::connect(&url, Duration::from_secs(2)).unwrap();
-    Arc::new(LeaseClient::new(redis, MemoryLedger::new()).with_block_size(100))
+    Arc::new(
+        LeaseClient::new(redis, MemoryLedger::new())
+            .with_block_size(100)
+            .with_failover_guard(failover_guard),
+    )
 }
 
 fn key(name: &str) -> LeaseKey {
@@ -410,6 +419,50 @@ async fn tokens_come_from_ledger_blocks() {
         client.release(&lease).await.unwrap();
     }
     assert_eq!(last, FencingToken(150));
+}
+
+/// Makes the group's fence hash look like what a replica promoted by Sentinel holds when
+/// it missed the last grant: the counter one behind, the block stamped by the old primary.
+async fn rewind_as_a_promoted_replica(client: &LeaseClient<MemoryLedger>, key: &LeaseKey) {
+    let mut conn = client.redis().clone();
+    let counter = fence_counter(client, key).await;
+    let () = conn
+        .hset_multiple(
+            key.fence_key(),
+            &[
+                ("counter", (counter - 1).to_string()),
+                ("server", "old-primary-run-id:old-replid".to_owned()),
+            ],
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_block_stamped_by_another_server_is_never_issued_from() {
+    for guard in [true, false] {
+        let client = guarded_client(guard);
+        let key = key("14");
+        let a = client
+            .acquire(&key, "a", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(a.fencing_token(), FencingToken(1));
+        let mut conn = client.redis().clone();
+        let () = conn.del(key.lease_key()).await.unwrap(); // lost with the failover
+        rewind_as_a_promoted_replica(&client, &key).await;
+        let b = client
+            .acquire(&key, "b", Duration::from_secs(5))
+            .await
+            .unwrap();
+        if guard {
+            // A fresh block from the ledger (its second: 101..=200), above every token.
+            assert_eq!(b.fencing_token(), FencingToken(101), "guard on");
+        } else {
+            // The lab's bug: the same token for a second holder.
+            assert_eq!(b.fencing_token(), a.fencing_token(), "guard off");
+        }
+    }
 }
 
 #[tokio::test]

@@ -198,6 +198,10 @@ pub struct PlacedBid {
 /// * with `fencing_token = Some(t)`: `fence_token <= t`, and the row then records `t`
 ///   (Kleppmann's fencing check: a bidder whose bid lock lapsed, and was granted to a
 ///   newer bidder who wrote first, is refused).
+///   An equal token is refused by the `bids` table instead (`bids_one_per_fencing_token`:
+///   one bid per grant), whoever sends it: that, and the lease store's failover guard
+///   (a token is never granted twice), is why no holder is compared here (issue 15; the
+///   README's "Step 5 in practice").
 ///
 /// With `fencing_token = None` this is the lock-free strategy's conditional UPDATE: the
 /// row lock Postgres takes for the UPDATE, and its re-check of the WHERE clause on the

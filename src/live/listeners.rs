@@ -59,8 +59,12 @@ async fn redis_session(
     prefix: &str,
     first: bool,
 ) -> redis::RedisResult<()> {
-    let client = redis::Client::open(url)?;
-    let mut manager = lease::connect(url, Duration::from_secs(2))?.connection();
+    // With Sentinels (`redis+sentinel://`), opening the store asks them for the primary:
+    // after a failover the feed subscribes again, and sets the expiry notifications
+    // (`check_store`; per server, not replicated), on the new primary.
+    let store = lease::connect(url, Duration::from_secs(2))?;
+    let client = store.client();
+    let mut manager = store.connection();
     check_store(hub, &mut manager).await;
     let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
         .await

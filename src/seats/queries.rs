@@ -61,6 +61,12 @@ pub async fn event_seats(
 ///
 /// Runs inside the caller's transaction so that the caller can check in Redis that the
 /// hold is still its own before committing (see [`super::purchase::confirm`]).
+///
+/// An equal token is accepted (`<=`), from any holder, on purpose (issue 15): with the
+/// lease store's failover guard a token names one grant, so an equal token is the same
+/// holder's (a group hold sells four seats under one token); and a seat is written once
+/// (`NOT sold`), so even a token repeated by a failover without the guard (lab only)
+/// cannot sell it twice. See the README, "Step 5 in practice".
 pub async fn sell(
     tx: &mut PgConnection,
     seat: SeatRef,

@@ -11,6 +11,7 @@ use seatlock::error::Refusal;
 use seatlock::ledger::PgFenceLedger;
 use seatlock::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
 use seatlock::seats::{self, SeatRef};
+pub(crate) use seatlock_harness::http::{between, hold_token, page_buyer_id};
 use seatlock_harness::{
     HttpBuyer, Reply, ServerProcess, TestApp, check, eventually, first_event_seats,
 };
@@ -215,18 +216,7 @@ impl Deployment {
 
 /// The public buyer id of the page's viewer (`data-buyer`).
 pub(crate) fn buyer_id(page: &str) -> String {
-    between(page, "data-buyer=\"", "\"").expect("an event page")
-}
-
-/// The fencing token of the viewer's first hold, as the page shows it.
-pub(crate) fn hold_token(page: &str) -> Option<i64> {
-    between(page, "fencing token ", "<")?.trim().parse().ok()
-}
-
-pub(crate) fn between(text: &str, start: &str, end: &str) -> Option<String> {
-    let from = text.find(start)? + start.len();
-    let to = text[from..].find(end)?;
-    Some(text[from..from + to].to_owned())
+    page_buyer_id(page).expect("an event page")
 }
 
 /// Headers asking a race-lab server to pause `ms` at `point` of a confirm.

@@ -12,6 +12,7 @@ mod clocks;
 mod connections;
 mod crashes;
 mod deployment;
+mod failover;
 mod hangups;
 mod scale_out;
 mod shared_redis;

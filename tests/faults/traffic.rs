@@ -176,9 +176,7 @@ impl TrafficBuyer {
                 .get(&format!("{}/events/{}", self.server(), self.event))
                 .await;
             self.tally.count(outcome("page", &page));
-            self.id = page
-                .ok()
-                .and_then(|p| between(&p.body, "data-buyer=\"", "\""));
+            self.id = page.ok().and_then(|p| page_buyer_id(&p.body));
             self.session = self.session_cookie();
             tokio::time::sleep(Duration::from_millis(20)).await;
             return false;

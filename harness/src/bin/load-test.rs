@@ -1,8 +1,9 @@
 //! `load-test race`: reproduces the double-purchase race across several `seatlock serve`
 //! processes, one purchase strategy at a time, and checks the article's invariant on what
 //! Postgres accepted; `load-test race --strategy groups` races buyers for overlapping
-//! groups of seats, seat by seat against the one-script group hold. See
-//! `seatlock_harness::load`.
+//! groups of seats, seat by seat against the one-script group hold. `load-test failover`:
+//! a Redis failover that loses grants, with and without the failover guard (`make
+//! failover`). See `seatlock_harness::load`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,6 +12,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use seatlock::config::PurchaseStrategy;
+use seatlock_harness::load::failover as failover_lab;
 use seatlock_harness::load::groups::{self as lab_groups, GroupConfig, GroupStrategy};
 use seatlock_harness::load::race::{self as lab, RaceConfig};
 use seatlock_harness::load::report::{self, Report, StrategyRow};
@@ -35,6 +37,22 @@ enum Command {
     Race(RaceArgs),
     /// Hold throughput: concurrent buyers hold and release seats of the arena.
     Holds(HoldsArgs),
+    /// A Redis failover that loses grants, guard off and on (`make failover`).
+    Failover(FailoverArgs),
+}
+
+#[derive(clap::Args)]
+struct FailoverArgs {
+    /// Write the report as JSON here.
+    #[arg(long, default_value = "target/failover/report.json")]
+    json: PathBuf,
+    /// Write the HTML report (table and timelines) here.
+    #[arg(long, default_value = "target/failover/report.html")]
+    html: PathBuf,
+    /// The stores and the server binary, as for `race` (the lab starts its own Redis
+    /// primary, replica and Sentinels; only the Postgres admin URL is used).
+    #[command(flatten)]
+    stores: Stores,
 }
 
 #[derive(clap::Args)]
@@ -170,7 +188,18 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Race(args) => race(args).await,
         Command::Holds(args) => holds(args).await,
+        Command::Failover(args) => failover(args).await,
     }
+}
+
+async fn failover(args: FailoverArgs) -> anyhow::Result<()> {
+    let report = failover_lab::run(&args.stores.server_bin()?, &args.stores.database_url).await?;
+    println!("{}", failover_lab::table(&report));
+    write_output(&args.json, &serde_json::to_string_pretty(&report)?)?;
+    write_output(
+        &args.html,
+        &failover_lab::html(&report).map_err(anyhow::Error::msg)?,
+    )
 }
 
 async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
@@ -401,12 +430,18 @@ fn write_outputs(args: &RaceArgs, report: &Report) -> anyhow::Result<()> {
         ),
     ] {
         if let Some(path) = path {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-            println!("wrote {}", path.display());
+            write_output(path, &text)?;
         }
     }
+    Ok(())
+}
+
+/// Writes `text` to `path`, creating its folder, and says so.
+fn write_output(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
     Ok(())
 }

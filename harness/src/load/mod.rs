@@ -12,8 +12,10 @@
 //!   bench's `hold_open_loop_p99_ms`).
 //! * [`report`]: the JSON report, the Markdown table and the HTML page with its charts.
 
+pub mod failover;
 pub mod groups;
 pub mod open_loop;
 pub mod race;
 pub mod report;
 pub mod throughput;
+pub mod timeline;

@@ -79,6 +79,24 @@ pub struct RaceNumbers {
     pub latency_us: Histogram<u64>,
     /// Wall time of all rounds.
     pub elapsed: Duration,
+    /// Every buyer's attempt, for the report's timeline.
+    pub log: Vec<Attempt>,
+    /// The servers' hold TTL (how long a holder believes its lease lasts).
+    pub hold_ttl: Duration,
+}
+
+/// One buyer's attempt on one seat, for the timeline ([`super::timeline`]); times are
+/// ms since the race began.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub seat: i64,
+    /// The buyer's public id (the page's `data-buyer`), as orders record it.
+    pub buyer_id: String,
+    /// When its hold was granted, if it was.
+    pub held_ms: Option<f64>,
+    /// When its last request (the confirm, or the refused hold) was answered.
+    pub answered_ms: f64,
+    pub outcome: Outcome,
 }
 
 impl RaceNumbers {
@@ -129,6 +147,8 @@ pub async fn race(
         // 1 µs to 1 hour, 3 significant figures.
         latency_us: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
         elapsed: Duration::ZERO,
+        log: Vec::new(),
+        hold_ttl: config.hold_ttl,
     };
     let started = Instant::now();
     for round in seat_ids[..needed].chunks(config.seats) {
@@ -157,14 +177,15 @@ pub async fn race(
                         deadline,
                         retry_seed,
                     };
-                    buyer.run(&barrier, strategy.uses_lease()).await
+                    buyer.run(&barrier, strategy.uses_lease(), started).await
                 }));
             }
         }
         for task in tasks {
-            let (outcome, latency) = task.await??;
+            let (attempt, latency) = task.await??;
             numbers.attempts += 1;
-            numbers.outcomes.push(outcome);
+            numbers.outcomes.push(attempt.outcome);
+            numbers.log.push(attempt);
             if let Some(latency) = latency {
                 numbers
                     .latency_us
@@ -190,25 +211,36 @@ struct Buyer {
 
 impl Buyer {
     /// Opens the page, waits for the whole round, then holds (retrying while someone else
-    /// is buying) and confirms. Returns the outcome and the hold + confirm time.
+    /// is buying) and confirms. Returns the attempt (times since `race_began`) and the
+    /// hold + confirm time.
     async fn run(
         self,
         barrier: &Barrier,
         holds_first: bool,
-    ) -> anyhow::Result<(Outcome, Option<Duration>)> {
+        race_began: Instant,
+    ) -> anyhow::Result<(Attempt, Option<Duration>)> {
         let mut headers = HeaderMap::new();
         if let Some(pause) = self.pause {
             headers.insert(PAUSE_HEADER, HeaderValue::from(pause.as_millis() as u64));
         }
         let mut http = HttpBuyer::with_headers(headers);
-        http.get(&format!("{}/events/{}", self.server, self.event_id))
+        let page = http
+            .get(&format!("{}/events/{}", self.server, self.event_id))
             .await?;
+        let ms = || race_began.elapsed().as_secs_f64() * 1e3;
+        let attempt = |held_ms, outcome| Attempt {
+            seat: self.seat,
+            buyer_id: crate::http::page_buyer_id(&page.body).unwrap_or_default(),
+            held_ms,
+            answered_ms: ms(),
+            outcome,
+        };
         barrier.wait().await;
         let began = Instant::now();
         tokio::time::sleep(self.start_after).await;
         let mut rng = StdRng::seed_from_u64(self.retry_seed);
         loop {
-            let attempt = Instant::now();
+            let tried = Instant::now();
             let hold = http
                 .seat_action(&self.server, self.event_id, self.seat, "hold")
                 .await?;
@@ -216,17 +248,19 @@ impl Buyer {
                 StatusCode::SEE_OTHER => {}
                 _ if hold.is_refused(&Refusal::SomeoneIsBuying) && holds_first => {
                     if began.elapsed() > self.deadline {
-                        return Ok((Outcome::GaveUp, None));
+                        return Ok((attempt(None, Outcome::GaveUp), None));
                     }
                     tokio::time::sleep(Duration::from_millis(rng.random_range(10..30))).await;
                     continue;
                 }
-                _ => return Ok((classify(&hold), None)),
+                _ => return Ok((attempt(None, classify(&hold)), None)),
             }
+            let held_ms = ms();
             let confirm = http
                 .seat_action(&self.server, self.event_id, self.seat, "confirm")
                 .await?;
-            return Ok((classify(&confirm), Some(attempt.elapsed())));
+            let latency = tried.elapsed();
+            return Ok((attempt(Some(held_ms), classify(&confirm)), Some(latency)));
         }
     }
 }

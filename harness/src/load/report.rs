@@ -35,6 +35,9 @@ pub struct StrategyRow {
     /// Outcomes that were neither a purchase nor a clean refusal. Not in the JSON.
     #[serde(skip)]
     pub failures: usize,
+    /// A few contended seats' timeline ([`super::timeline`]). Not in the JSON.
+    #[serde(skip)]
+    pub lanes: Vec<super::timeline::Lane>,
 }
 
 /// `{"strategies": [...]}`, and `"groups": [...]` when the group scenario ran
@@ -75,6 +78,11 @@ impl StrategyRow {
                 p99: ms(0.99),
             },
             curve,
+            lanes: super::timeline::race_lanes(
+                &numbers.log,
+                &check,
+                numbers.hold_ttl.as_secs_f64() * 1e3,
+            ),
             violations: check.violations,
             failures: numbers
                 .outcomes
@@ -205,6 +213,14 @@ pub fn html(report: &Report) -> Result<String, String> {
     for row in &report.strategies {
         charts.push_str(&format!("<figure>{}</figure>\n", chart(row)?));
     }
+    let mut timelines = String::new();
+    for row in report.strategies.iter().filter(|r| !r.lanes.is_empty()) {
+        let title = format!("{}: contended seats", row.strategy);
+        timelines.push_str(&format!(
+            "<figure>{}</figure>\n",
+            super::timeline::svg(&title, &row.lanes, &[])?
+        ));
+    }
     Ok(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>seatlock race lab</title>\
          <style>body{{font:15px system-ui,sans-serif;margin:2rem}}table{{border-collapse:collapse}}\
@@ -212,8 +228,10 @@ pub fn html(report: &Report) -> Result<String, String> {
          figure{{display:inline-block;margin:.5rem}}pre{{background:#f4f4f4;padding:.6rem}}</style></head><body>\
          <h1>Race lab: who sells a seat twice?</h1><table><tr>{head}</tr>\n{rows}</table>\
          <h2>Latency of a purchase attempt (hold + confirm)</h2>{charts}\
+         <h2>Timelines</h2>{}{timelines}\
          <h2>Invariant violations</h2><details><summary>every accepted write involved</summary>\
          <pre>{}</pre></details></body></html>",
+        super::timeline::LEGEND_HTML,
         escape(&violations(report, usize::MAX))
     ))
 }

@@ -11,18 +11,36 @@
 -- re-seeded from a reservation made after the loss, which the ledger puts above every
 -- block reserved before it.
 --
--- KEYS[1]  fence hash    lease:{group}:~fence  fields counter, ceiling
+-- Failover guard (ARGV[3] = 1): the marker must also name THIS server (its identity,
+-- server_identity.lua): a marker replicated from a primary that has since failed over is
+-- refused like a lost one. The block installed is stamped with this server's identity
+-- (the fence hash's `server`), which acquire.lua requires before issuing from it; a
+-- fence hash stamped by another server is replaced whatever its ceiling (a block
+-- reserved after the failover lies above every block reserved before it).
+--
+-- KEYS[1]  fence hash    lease:{group}:~fence  fields counter, ceiling, server
 -- KEYS[2]  reservation   lease:{group}:~reserving:<nonce> (deleted here)
 -- ARGV[1]  new ceiling (returned by the ledger), an integer below 2^53
 -- ARGV[2]  block size (tokens reserved by that ledger call)
+-- ARGV[3]  1: failover guard on; 0: off (lab only: `--lab-disable-failover-guard`)
 --
 -- Reply: 1 installed (or already covered by a higher ceiling); 0 refused, the marker
--- was gone: ask again.
-if redis.call('DEL', KEYS[2]) == 0 then
+-- was gone or made on another server: ask again.
+local marker = redis.call('GET', KEYS[2])
+if not marker then
+  return 0
+end
+redis.call('DEL', KEYS[2])
+local identity = ARGV[3] == '1' and server_identity() or ''
+if marker ~= identity then
   return 0
 end
 local ceiling = tonumber(redis.call('HGET', KEYS[1], 'ceiling') or '0')
 local new_ceiling = tonumber(ARGV[1])
+if identity ~= '' and redis.call('HGET', KEYS[1], 'server') ~= identity then
+  ceiling = 0
+  redis.call('HSET', KEYS[1], 'server', identity)
+end
 if new_ceiling > ceiling then
   local counter = tonumber(redis.call('HGET', KEYS[1], 'counter') or '0')
   local floor = new_ceiling - tonumber(ARGV[2])

@@ -1,0 +1,515 @@
+//! The failover lab (`load-test failover`, `make failover`): a Redis failover that loses
+//! grants, through the real HTTP flow, on two `seatlock serve` processes that follow the
+//! failover through Sentinel ([`crate::sentinel::SentinelTopology`]).
+//!
+//! Seats: buyers A hold a few seats on server 1 while the replica is kept from applying
+//! the grants, the primary is killed, Sentinel promotes the replica; buyers B then hold
+//! the same seats on server 2 (a double grant: the promoted replica never saw A's), B
+//! confirm, A confirm late. Auction: bidder A takes the item's bid lock in the same
+//! window and stalls (the race lab's pause) across the failover; bidder B takes the lock
+//! on the new primary and bids; A's bid lands last. Each runs with the failover guard
+//! off (`--lab-disable-failover-guard`) and on. Expected: a double grant in every run
+//! (replication is asynchronous), duplicate fencing tokens only without the guard, no
+//! seat sold twice. A's late bid is refused either way, for different reasons: without
+//! the guard its token is B's, and the bids table takes one bid per token
+//! (`bid_lock_used`: the resource caught the repeated token); with the guard its token is
+//! below B's (`stale_bid_lock`: the fence).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde::Serialize;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use seatlock::auction::queries;
+use seatlock::config::Settings;
+use seatlock::error::Refusal;
+use seatlock::pause::PAUSE_HEADER;
+
+use super::timeline::{self, Lane, Moment};
+use crate::http::hold_token;
+use crate::procs::ServerProcess;
+use crate::sentinel::SentinelTopology;
+use crate::{HttpBuyer, Reply, TINY_VENUES, auction_item, check, fresh_database, seed};
+
+/// Seats contended in the seats run.
+pub const CONTENDED_SEATS: usize = 3;
+
+/// Hold and bid-lock TTL on the lab's servers, in ms: longer than a failover, so that the
+/// holder that lost its grant still believes it holds the lease when the next is granted.
+pub const LAB_LEASE_TTL_MS: u64 = 10_000;
+
+/// How long bidder A stalls after taking the bid lock, in ms: across the failover.
+pub const BIDDER_STALL_MS: u64 = 5_000;
+
+/// One run (the JSON shape `make failover` promises, plus `guard`).
+#[derive(Debug, Clone, Serialize)]
+pub struct FailoverRun {
+    pub name: String,
+    /// Whether the failover guard was on.
+    pub guard: bool,
+    /// Resources granted to a second holder while the first holder's lease still ran.
+    pub double_grants: usize,
+    /// Fencing tokens granted to more than one holder.
+    pub duplicate_tokens: usize,
+    /// Seats with more than one accepted sale.
+    pub double_sales: usize,
+    /// Late writes the resource refused (seats: every refused late confirm; auction: bids
+    /// refused by the fence, `stale_bid_lock`).
+    pub stale_rejected: usize,
+    /// Auction: late bids refused because a bid was already accepted under their token
+    /// (`bid_lock_used`, the bids table's one bid per fencing token): the resource caught
+    /// a repeated token.
+    pub duplicate_token_refused: usize,
+    /// Accepted writes out of token order, or under a token another holder also wrote
+    /// with (the article's invariant).
+    pub invariant_violations: usize,
+    /// From the primary's kill to the Sentinels naming the replica, in ms.
+    pub failover_ms: u64,
+    /// The timeline's lanes. Not in the JSON.
+    #[serde(skip)]
+    pub lanes: Vec<Lane>,
+    /// The kill and the promotion, ms since the run began. Not in the JSON.
+    #[serde(skip)]
+    pub moments: Vec<Moment>,
+}
+
+/// `{"runs": [...]}`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FailoverReport {
+    pub runs: Vec<FailoverRun>,
+}
+
+/// What every run shares: the topology, a fresh database, two servers over Sentinel, and
+/// the clock the timeline is drawn against.
+struct Lab {
+    topology: SentinelTopology,
+    db: PgPool,
+    servers: [ServerProcess; 2],
+    started: Instant,
+    moments: Vec<Moment>,
+}
+
+impl Lab {
+    async fn start(
+        server_bin: &std::path::Path,
+        admin_url: &str,
+        guard: bool,
+    ) -> anyhow::Result<Lab> {
+        let topology = SentinelTopology::start().await?;
+        let url = fresh_database(admin_url).await?;
+        seed(&url, TINY_VENUES).await?;
+        let db = PgPoolOptions::new()
+            .max_connections(2)
+            .connect(&url)
+            .await?;
+        let mut settings: Settings = crate::test_settings(&url, &topology.url());
+        settings.hold_ttl_ms = LAB_LEASE_TTL_MS;
+        settings.bid_lock_ttl_ms = LAB_LEASE_TTL_MS;
+        settings.enable_race_lab = true;
+        settings.lab_disable_failover_guard = !guard;
+        let servers = [
+            ServerProcess::start(server_bin, &settings).await?,
+            ServerProcess::start(server_bin, &settings).await?,
+        ];
+        Ok(Lab {
+            topology,
+            db,
+            servers,
+            started: Instant::now(),
+            moments: Vec::new(),
+        })
+    }
+
+    fn ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1e3
+    }
+
+    fn address(&self, server: usize) -> &str {
+        &self.servers[server].address
+    }
+
+    /// Kills the primary, waits for the promotion, and marks both on the timeline.
+    async fn fail_over(&mut self) -> anyhow::Result<u64> {
+        let killed = self.ms();
+        let took = self.topology.fail_over().await?;
+        self.moments.push((killed, "primary killed".into()));
+        self.moments.push((self.ms(), "replica promoted".into()));
+        Ok(took.as_millis() as u64)
+    }
+}
+
+/// Whether to stop retrying `reply`: it is not a 5xx (a server that has not yet followed
+/// the failover answers 503 once), or the 10 s from `since` are over.
+fn served(reply: &anyhow::Result<Reply>, since: Instant) -> bool {
+    matches!(reply, Ok(r) if !r.status.is_server_error())
+        || since.elapsed() > Duration::from_secs(10)
+}
+
+/// GETs `url` until [`served`].
+async fn get_served(buyer: &mut HttpBuyer, url: &str) -> anyhow::Result<Reply> {
+    let since = Instant::now();
+    loop {
+        let reply = buyer.get(url).await;
+        if served(&reply, since) {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// POSTs a form to `url` until [`served`].
+async fn post_served(
+    buyer: &HttpBuyer,
+    url: &str,
+    fields: &[(&str, &str)],
+) -> anyhow::Result<Reply> {
+    let since = Instant::now();
+    loop {
+        let reply = buyer.post(url, fields).await;
+        if served(&reply, since) {
+            return reply;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Counts the tokens granted to more than one holder.
+fn duplicate_tokens(lanes: &[Lane]) -> usize {
+    let mut holders: HashMap<i64, Vec<&str>> = HashMap::new();
+    for lane in lanes {
+        if let Some(token) = lane.fencing_token {
+            holders.entry(token).or_default().push(&lane.holder);
+        }
+    }
+    holders.values().filter(|h| h.len() > 1).count()
+}
+
+/// Counts the resources granted to a second holder while the first one's lease ran.
+fn double_grants(lanes: &[Lane]) -> usize {
+    let mut by_resource: HashMap<&str, Vec<&Lane>> = HashMap::new();
+    for lane in lanes {
+        by_resource.entry(&lane.resource).or_default().push(lane);
+    }
+    by_resource
+        .values()
+        .filter(|l| l.windows(2).any(|w| w[1].lease_ms.0 < w[0].lease_ms.1))
+        .count()
+}
+
+/// The seats run: see the module docs.
+pub async fn seats_run(
+    server_bin: &std::path::Path,
+    admin_url: &str,
+    guard: bool,
+) -> anyhow::Result<FailoverRun> {
+    let mut lab = Lab::start(server_bin, admin_url, guard).await?;
+    let (event, seats) = crate::first_event_seats(&lab.db).await?;
+    let base = [lab.address(0).to_owned(), lab.address(1).to_owned()];
+    let page = |server: usize| format!("{}/events/{event}", base[server]);
+    let action = |server: usize, seat: i64, action: &str| {
+        format!("{}/events/{event}/seats/{seat}/{action}", base[server])
+    };
+    // A grant the replica applies (the block installed), then the buyers A, ready.
+    let mut warm = HttpBuyer::new();
+    warm.get(&page(0)).await?;
+    warm.post(&action(0, seats[0], "hold"), &[]).await?;
+    let mut first = Vec::new();
+    for _ in 0..CONTENDED_SEATS {
+        let mut a = HttpBuyer::new();
+        a.get(&page(0)).await?;
+        first.push(a);
+    }
+    lab.topology.lose_next_write().await?;
+    let contended = &seats[1..=CONTENDED_SEATS];
+    let mut lanes = Vec::new();
+    for (a, &seat) in first.iter_mut().zip(contended) {
+        a.post(&action(0, seat, "hold"), &[]).await?;
+        let granted = lab.ms();
+        let token = hold_token(&a.get(&page(0)).await?.body);
+        lanes.push(lane(seat, "buyer A (server 1)", granted, token));
+    }
+    let failover_ms = lab.fail_over().await?;
+    let mut second = Vec::new();
+    for &seat in contended {
+        let mut b = HttpBuyer::new();
+        get_served(&mut b, &page(1)).await?;
+        post_served(&b, &action(1, seat, "hold"), &[]).await?;
+        let granted = lab.ms();
+        let token = hold_token(&b.get(&page(1)).await?.body);
+        lanes.push(lane(seat, "buyer B (server 2)", granted, token));
+        second.push(b);
+    }
+    let mut stale_rejected = 0;
+    for (i, &seat) in contended.iter().enumerate() {
+        let b = second[i].post(&action(1, seat, "confirm"), &[]).await?;
+        lanes[CONTENDED_SEATS + i]
+            .writes
+            .push((lab.ms(), b.status == StatusCode::SEE_OTHER));
+        let a = first[i].post(&action(0, seat, "confirm"), &[]).await?;
+        let accepted = a.status == StatusCode::SEE_OTHER;
+        stale_rejected += usize::from(!accepted);
+        lanes[i].writes.push((lab.ms(), accepted));
+    }
+    // Per seat: A then B, as the timeline reads best.
+    let lanes: Vec<Lane> = (0..CONTENDED_SEATS)
+        .flat_map(|i| [lanes[i].clone(), lanes[CONTENDED_SEATS + i].clone()])
+        .collect();
+    let checked = check::check(&lab.db, event).await?;
+    Ok(FailoverRun {
+        name: format!("seats, guard {}", if guard { "on" } else { "off" }),
+        guard,
+        double_grants: double_grants(&lanes),
+        duplicate_tokens: duplicate_tokens(&lanes),
+        double_sales: checked.double_sold_seats,
+        stale_rejected,
+        duplicate_token_refused: 0, // a seat is written once: `NOT sold` refuses the rest
+        invariant_violations: checked.violations.len(),
+        failover_ms,
+        lanes,
+        moments: lab.moments,
+    })
+}
+
+fn lane(seat: i64, holder: &str, granted_ms: f64, fencing_token: Option<i64>) -> Lane {
+    Lane {
+        resource: format!("seat {seat}"),
+        holder: holder.into(),
+        lease_ms: (granted_ms, granted_ms + LAB_LEASE_TTL_MS as f64),
+        fencing_token,
+        writes: Vec::new(),
+    }
+}
+
+/// One accepted bid, as the `bids` table keeps it.
+#[derive(sqlx::FromRow)]
+struct AcceptedBid {
+    bidder_id: String,
+    fence_token: Option<i64>,
+}
+
+/// Accepted writes that break "at most one holder at a time, in token order": a token
+/// lower than the one before, or the one before's token from another holder.
+fn bid_violations(bids: &[AcceptedBid]) -> usize {
+    bids.windows(2)
+        .filter(|w| match (w[0].fence_token, w[1].fence_token) {
+            (Some(a), Some(b)) => b < a || (b == a && w[0].bidder_id != w[1].bidder_id),
+            _ => false,
+        })
+        .count()
+}
+
+/// The auction run: see the module docs.
+pub async fn auction_run(
+    server_bin: &std::path::Path,
+    admin_url: &str,
+    guard: bool,
+) -> anyhow::Result<FailoverRun> {
+    let mut lab = Lab::start(server_bin, admin_url, guard).await?;
+    let item = queries::insert_item(&lab.db, &auction_item("Failover lab poster"))
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("the lab's auction item was not inserted"))?;
+    let base = [lab.address(0).to_owned(), lab.address(1).to_owned()];
+    let item_page = |server: usize| format!("{}/auctions/{item}", base[server]);
+    let bids = |server: usize| format!("{}/auctions/{item}/bids", base[server]);
+    // A bid the replica applies (the block installed), then bidder A, ready to stall.
+    let mut warm = HttpBuyer::new();
+    warm.get(&item_page(0)).await?;
+    warm.post(&bids(0), &[("amount", "11.00")]).await?;
+    let mut stall = HeaderMap::new();
+    stall.insert(PAUSE_HEADER, HeaderValue::from(BIDDER_STALL_MS));
+    let mut a = HttpBuyer::with_headers(stall);
+    a.get(&item_page(0)).await?;
+    lab.topology.lose_next_write().await?;
+    let a_sent = lab.ms();
+    let a_url = bids(0);
+    let a_bid = tokio::spawn(async move { a.post(&a_url, &[("amount", "50.00")]).await });
+    tokio::time::sleep(Duration::from_millis(300)).await; // A holds the bid lock, stalled
+    let failover_ms = lab.fail_over().await?;
+    let mut b = HttpBuyer::new();
+    get_served(&mut b, &item_page(1)).await?;
+    let b_sent = lab.ms();
+    let b_reply = post_served(&b, &bids(1), &[("amount", "20.00")]).await?;
+    let b_at = lab.ms();
+    let b_ok = b_reply.status == StatusCode::SEE_OTHER;
+    let a_reply = a_bid.await??;
+    let a_at = lab.ms();
+    let accepted: Vec<AcceptedBid> = sqlx::query_as(
+        "SELECT bidder_id, fence_token FROM bids WHERE item_id = $1 ORDER BY created_at, id",
+    )
+    .bind(item)
+    .fetch_all(&lab.db)
+    .await?;
+    // The tokens the bidders were granted, read from what the item accepted (a refused
+    // bid's token is not shown to its bidder). A bid refused as `bid_lock_used` carried a
+    // token a bid was already accepted under (`bids_one_per_fencing_token`): A bid once,
+    // so that token was granted twice, and the only bid since the warm-up is B's.
+    let b_token = b_ok
+        .then(|| accepted.last().and_then(|b| b.fence_token))
+        .flatten();
+    let reused = a_reply.is_refused(&Refusal::BidLockUsed);
+    let a_ok = a_reply.status == StatusCode::SEE_OTHER;
+    let a_token = if a_ok {
+        accepted.last().and_then(|b| b.fence_token)
+    } else {
+        b_token.filter(|_| reused)
+    };
+    let resource = format!("item {item}");
+    let lanes = vec![
+        Lane {
+            resource: resource.clone(),
+            holder: "bidder A (server 1)".into(),
+            lease_ms: (a_sent, a_sent + LAB_LEASE_TTL_MS as f64),
+            fencing_token: a_token,
+            writes: vec![(a_at, a_ok)],
+        },
+        Lane {
+            resource,
+            holder: "bidder B (server 2)".into(),
+            lease_ms: (b_sent, b_sent + LAB_LEASE_TTL_MS as f64),
+            fencing_token: b_token,
+            writes: vec![(b_at, b_ok)],
+        },
+    ];
+    Ok(FailoverRun {
+        name: format!("auction, guard {}", if guard { "on" } else { "off" }),
+        guard,
+        double_grants: double_grants(&lanes),
+        duplicate_tokens: duplicate_tokens(&lanes),
+        double_sales: 0, // nothing is sold until the close
+        stale_rejected: usize::from(a_reply.is_refused(&Refusal::StaleBidLock)),
+        duplicate_token_refused: usize::from(reused),
+        invariant_violations: bid_violations(&accepted),
+        failover_ms,
+        lanes,
+        moments: lab.moments,
+    })
+}
+
+/// The four runs, one after another (each its own topology, database and servers): seats
+/// and auction, guard off then on.
+pub async fn run(server_bin: &std::path::Path, admin_url: &str) -> anyhow::Result<FailoverReport> {
+    let mut report = FailoverReport::default();
+    for guard in [false, true] {
+        report
+            .runs
+            .push(seats_run(server_bin, admin_url, guard).await?);
+    }
+    for guard in [false, true] {
+        report
+            .runs
+            .push(auction_run(server_bin, admin_url, guard).await?);
+    }
+    Ok(report)
+}
+
+const HEADER: [&str; 8] = [
+    "run",
+    "double grants",
+    "duplicate tokens",
+    "double sales",
+    "stale rejected",
+    "repeated token refused",
+    "violations",
+    "failover ms",
+];
+
+fn cells(run: &FailoverRun) -> [String; 8] {
+    [
+        run.name.clone(),
+        run.double_grants.to_string(),
+        run.duplicate_tokens.to_string(),
+        run.double_sales.to_string(),
+        run.stale_rejected.to_string(),
+        run.duplicate_token_refused.to_string(),
+        run.invariant_violations.to_string(),
+        run.failover_ms.to_string(),
+    ]
+}
+
+/// The table as Markdown.
+pub fn table(report: &FailoverReport) -> String {
+    let mut out = format!(
+        "| {} |\n|{}\n",
+        HEADER.join(" | "),
+        "---|".repeat(HEADER.len())
+    );
+    for run in &report.runs {
+        out.push_str(&format!("| {} |\n", cells(run).join(" | ")));
+    }
+    out
+}
+
+/// A self-contained HTML page: the table and a timeline per run.
+pub fn html(report: &FailoverReport) -> Result<String, String> {
+    let head: String = HEADER.iter().map(|h| format!("<th>{h}</th>")).collect();
+    let rows: String = report
+        .runs
+        .iter()
+        .map(|run| {
+            let tds: String = cells(run).iter().map(|c| format!("<td>{c}</td>")).collect();
+            format!("<tr>{tds}</tr>\n")
+        })
+        .collect();
+    let mut timelines = String::new();
+    for run in &report.runs {
+        let title = format!("{}: holders, leases, tokens, writes", run.name);
+        timelines.push_str(&format!(
+            "<figure>{}</figure>\n",
+            timeline::svg(&title, &run.lanes, &run.moments)?
+        ));
+    }
+    Ok(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>seatlock failover lab</title>\
+         <style>body{{font:15px system-ui,sans-serif;margin:2rem}}table{{border-collapse:collapse}}\
+         td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}td:first-child{{text-align:left}}</style>\
+         </head><body><h1>Failover lab: what a Redis failover does to a sale</h1>\
+         <table><tr>{head}</tr>\n{rows}</table><h2>Timelines</h2>{}{timelines}</body></html>",
+        timeline::LEGEND_HTML
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lane(holder: &str, start: f64, token: i64) -> Lane {
+        Lane {
+            resource: "seat 1".into(),
+            holder: holder.into(),
+            lease_ms: (start, start + 1_000.0),
+            fencing_token: Some(token),
+            writes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn counts_overlapping_grants_and_shared_tokens() {
+        let overlapping = [lane("a", 0.0, 41), lane("b", 500.0, 41)];
+        assert_eq!(double_grants(&overlapping), 1);
+        assert_eq!(duplicate_tokens(&overlapping), 1);
+        let apart = [lane("a", 0.0, 41), lane("b", 1_500.0, 42)];
+        assert_eq!(double_grants(&apart), 0);
+        assert_eq!(duplicate_tokens(&apart), 0);
+    }
+
+    #[test]
+    fn bids_from_two_holders_under_one_token_break_the_invariant() {
+        let bid = |bidder: &str, token| AcceptedBid {
+            bidder_id: bidder.into(),
+            fence_token: Some(token),
+        };
+        assert_eq!(
+            bid_violations(&[bid("w", 40), bid("b", 41), bid("a", 41)]),
+            1
+        );
+        assert_eq!(
+            bid_violations(&[bid("w", 40), bid("b", 42), bid("b", 42)]),
+            0
+        );
+        assert_eq!(bid_violations(&[bid("b", 42), bid("a", 41)]), 1);
+    }
+}

@@ -1,0 +1,202 @@
+//! A Redis Sentinel topology on private loopback ports: a primary, one replica and three
+//! Sentinels (quorum 2), for the failover test and `make failover`. The facts behind the
+//! settings are in `/work/shared/notes/failover-and-etcd.md`: the primary runs with
+//! `--repl-diskless-sync-delay 0` (the default delays the first sync by 5 s); each
+//! Sentinel has its own config file (Sentinel rewrites it), `down-after-milliseconds`
+//! 1000 and `failover-timeout` 5000, so a killed primary is replaced in about 2 s.
+//!
+//! [`SentinelTopology::lose_next_write`] and [`SentinelTopology::fail_over`] make the
+//! failover lose a grant, deterministically: the replica is paused for writes (`CLIENT
+//! PAUSE … WRITE`: it keeps reading the stream and answering pings, applies nothing),
+//! the caller writes on the primary, the primary is killed (SIGKILL), Sentinel promotes
+//! the replica, which never saw the write.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+use crate::procs::{RedisServer, port_and_folder};
+
+/// The master name the Sentinels monitor, and the path of [`SentinelTopology::url`].
+pub const MASTER_NAME: &str = "seatlock";
+
+/// How long the replica ignores the stream in [`SentinelTopology::lose_next_write`], in
+/// milliseconds: longer than the write takes, shorter than down-after (1000 ms) plus an
+/// election, or the promotion itself waits for it.
+pub const REPLICA_PAUSE_MS: u64 = 1_500;
+
+/// The processes of one topology; all are killed when it drops.
+pub struct SentinelTopology {
+    /// The primary the Sentinels start with.
+    pub primary: RedisServer,
+    /// Its replica, promoted by [`SentinelTopology::fail_over`].
+    pub replica: RedisServer,
+    sentinels: Vec<Sentinel>,
+}
+
+/// One `redis-server <conf> --sentinel` child.
+struct Sentinel {
+    port: u16,
+    dir: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl SentinelTopology {
+    /// Starts the primary, the replica and three Sentinels, and waits until the replica
+    /// is in sync and every Sentinel knows the replica and reaches its quorum (`SENTINEL
+    /// CKQUORUM`): about 2 s. Errors: `redis-server` missing, or not ready in 20 s.
+    pub async fn start() -> anyhow::Result<SentinelTopology> {
+        let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]).await?;
+        let primary_port = primary.port.to_string();
+        let replica = RedisServer::start_with(&[
+            "--repl-diskless-sync-delay",
+            "0",
+            "--replicaof",
+            "127.0.0.1",
+            &primary_port,
+        ])
+        .await?;
+        let mut sentinels = Vec::new();
+        for _ in 0..3 {
+            let (port, dir) = port_and_folder("seatlock-sentinel")?;
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "bind 127.0.0.1\nport {port}\ndir {dir}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 5000\n",
+                    dir = dir.display()
+                ),
+            )?;
+            let child = std::process::Command::new("redis-server")
+                .arg(&conf)
+                .arg("--sentinel")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .context("starting redis-server --sentinel (apt-get install redis-server)")?;
+            sentinels.push(Sentinel { port, dir, child });
+        }
+        let topology = SentinelTopology {
+            primary,
+            replica,
+            sentinels,
+        };
+        topology.wait_until_ready().await?;
+        Ok(topology)
+    }
+
+    /// `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/seatlock`: what
+    /// `REDIS_URL` is set to for a server that follows failovers.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port))
+            .collect();
+        format!(
+            "{}{}/{MASTER_NAME}",
+            lease::store::SENTINEL_SCHEME,
+            hosts.join(",")
+        )
+    }
+
+    async fn wait_until_ready(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.ready().await.unwrap_or(false) {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        bail!("the Sentinel topology was not ready within 20 s")
+    }
+
+    async fn ready(&self) -> anyhow::Result<bool> {
+        let info: String =
+            query(&self.replica.url(), redis::cmd("INFO").arg("replication")).await?;
+        if !info.contains("master_link_status:up") {
+            return Ok(false);
+        }
+        for sentinel in &self.sentinels {
+            let url = format!("redis://127.0.0.1:{}/", sentinel.port);
+            let quorum: redis::RedisResult<String> = query(
+                &url,
+                redis::cmd("SENTINEL").arg("CKQUORUM").arg(MASTER_NAME),
+            )
+            .await;
+            let replicas: Vec<redis::Value> = query(
+                &url,
+                redis::cmd("SENTINEL").arg("REPLICAS").arg(MASTER_NAME),
+            )
+            .await?;
+            if quorum.is_err() || replicas.is_empty() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Waits until the replica has applied every write the primary has (`WAIT 1`), then
+    /// pauses the replica for writes for [`REPLICA_PAUSE_MS`]: the next write on the
+    /// primary reaches the replica's socket but is not applied before
+    /// [`SentinelTopology::fail_over`] kills the primary.
+    pub async fn lose_next_write(&self) -> anyhow::Result<()> {
+        let acked: i64 = query(&self.primary.url(), redis::cmd("WAIT").arg(1).arg(2_000)).await?;
+        anyhow::ensure!(acked == 1, "the replica did not catch up before the pause");
+        let () = query(
+            &self.replica.url(),
+            redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(REPLICA_PAUSE_MS)
+                .arg("WRITE"),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Kills the primary (SIGKILL) and waits until the Sentinels name the replica as the
+    /// primary. Returns the time from the kill to the promotion seen by a Sentinel.
+    /// Errors: no promotion within 15 s.
+    pub async fn fail_over(&mut self) -> anyhow::Result<Duration> {
+        let killed_at = Instant::now();
+        self.primary.kill();
+        let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
+        let replica_port = self.replica.port.to_string();
+        while killed_at.elapsed() < Duration::from_secs(15) {
+            let named: redis::RedisResult<(String, String)> = query(
+                &url,
+                redis::cmd("SENTINEL")
+                    .arg("GET-MASTER-ADDR-BY-NAME")
+                    .arg(MASTER_NAME),
+            )
+            .await;
+            if matches!(&named, Ok((_, port)) if *port == replica_port) {
+                return Ok(killed_at.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("Sentinel did not promote the replica within 15 s")
+    }
+}
+
+/// One command on a fresh connection to `url`, bounded by 2 s.
+async fn query<T: redis::FromRedisValue>(url: &str, command: &redis::Cmd) -> redis::RedisResult<T> {
+    let client = redis::Client::open(url)?;
+    let asked = async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        command.query_async(&mut conn).await
+    };
+    tokio::time::timeout(Duration::from_secs(2), asked)
+        .await
+        .map_err(|_| redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))?
+}

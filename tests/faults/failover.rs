@@ -1,0 +1,93 @@
+//! A Redis failover that loses a grant (article step 5), against a real Sentinel
+//! topology ([`SentinelTopology`]): buyer A is granted a seat on the primary while the
+//! replica is kept from applying it, the primary is killed, Sentinel promotes the
+//! replica, and buyer B is granted the same seat through the same `seatlock serve`
+//! process, which follows the failover through Sentinel. The lease is granted twice either
+//! way (replication is asynchronous); the failover guard is what keeps B's fencing token
+//! above A's, and `NOT sold` keeps the seat sold once.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use seatlock_harness::sentinel::SentinelTopology;
+use seatlock_harness::{HttpBuyer, TINY_VENUES, eventually, store_urls};
+
+use crate::deployment::*;
+
+/// What one failover did to one seat.
+struct Outcome {
+    /// Every token the servers issued before the failover (the last one is A's, lost).
+    before: Vec<i64>,
+    /// B's token, granted on the promoted replica.
+    after: i64,
+}
+
+/// The scenario above, with the server's failover guard on or off; checks what holds
+/// either way: B is granted the seat (the server serves after the failover), the live
+/// feeds come back on the new primary, and the seat is sold at most once.
+async fn lose_a_grant(failover_guard: bool) -> Outcome {
+    let mut topology = SentinelTopology::start().await.unwrap();
+    let (admin, _) = store_urls().unwrap();
+    let d = Deployment::new(&admin, &topology.url(), TINY_VENUES).await;
+    let server = d
+        .server(|s| {
+            s.hold_ttl_ms = 60_000; // A's hold would outlive the failover
+            s.lab_disable_failover_guard = !failover_guard;
+        })
+        .await;
+    let address = server.address.clone();
+    let seat = d.seats[14];
+
+    // A grant the replica applies, then buyer A's, which it does not.
+    let (_, _, replicated) = holder(&d, &address, d.seats[0]).await;
+    let mut a = HttpBuyer::new();
+    a.get(&d.page(&address)).await.unwrap();
+    topology.lose_next_write().await.unwrap();
+    let hold = act(&a, &address, &d, seat, "hold").await;
+    assert_eq!(hold.status, SEE_OTHER, "{}", hold.body);
+    let a_token = hold_token(&a.get(&d.page(&address)).await.unwrap().body).unwrap();
+    topology.fail_over().await.unwrap();
+
+    // Buyer B, after the failover, on the same server: granted the same seat.
+    let (b, _, b_token) = holder(&d, &address, seat).await;
+    let bought = act(&b, &address, &d, seat, "confirm").await;
+    assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
+    let late = act(&a, &address, &d, seat, "confirm").await;
+    assert_ne!(late.status, SEE_OTHER, "A's late confirm was accepted");
+    assert_eq!(d.orders(seat).await.len(), 1);
+    d.assert_invariant().await;
+    eventually(
+        Duration::from_secs(10),
+        "/healthz: live feeds subscribed on the new primary",
+        || async {
+            health(&address)
+                .await
+                .is_some_and(|(s, _)| s == StatusCode::OK)
+        },
+    )
+    .await;
+    Outcome {
+        before: vec![replicated, a_token],
+        after: b_token,
+    }
+}
+
+#[tokio::test]
+async fn with_the_guard_a_failover_never_repeats_a_fencing_token() {
+    let outcome = lose_a_grant(true).await;
+    assert!(
+        outcome.before.iter().all(|&t| outcome.after > t),
+        "after the failover {} is not above {:?}",
+        outcome.after,
+        outcome.before
+    );
+}
+
+#[tokio::test]
+async fn without_the_guard_a_failover_repeats_the_lost_grants_token() {
+    let outcome = lose_a_grant(false).await;
+    assert_eq!(
+        outcome.after, outcome.before[1],
+        "the lab should reproduce the duplicate token (issue 15)"
+    );
+}
