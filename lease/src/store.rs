@@ -48,6 +48,12 @@ impl RedisStore {
         })
     }
 
+    /// The client the store connects with, for connections of the caller's own (a
+    /// pub/sub subscription: [`crate::LeaseStore::changes`]).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// The current connection (a cheap handle), for commands of the caller's own.
     pub fn connection(&self) -> ConnectionManager {
         self.current
