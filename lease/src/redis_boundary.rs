@@ -83,9 +83,13 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         for pattern in events::patterns(&format!("{group_prefix}*")) {
             pubsub.psubscribe(pattern).await?;
         }
-        Ok(Box::pin(pubsub.into_on_message().flat_map(|msg| {
+        // Expiry notifications name every key of the server: keep the groups asked for.
+        let prefix = group_prefix.to_owned();
+        Ok(Box::pin(pubsub.into_on_message().flat_map(move |msg| {
             let payload: String = msg.get_payload().unwrap_or_default();
-            futures_util::stream::iter(events::parse(msg.get_channel_name(), &payload))
+            let mut changes = events::parse(msg.get_channel_name(), &payload);
+            changes.retain(|change| change.key().group().starts_with(&prefix));
+            futures_util::stream::iter(changes)
         })))
     }
 }

@@ -23,8 +23,8 @@
 //! never end before it).
 //!
 //! Round trips: acquire 2 (the lease grants, sent concurrently, then the txn; 3 with a
-//! limit, which first counts the holder's keys), release 2 (txn, revoke), renew 2
-//! (keep-alive, txn), retire 2, holders 1, owned_by 1, is_held 1, remaining 2.
+//! limit, which first counts the holder's keys), release 2 (txn, revoke), renew 3
+//! (keep-alive, read, txn), retire 2, holders 1, owned_by 1, is_held 1, remaining 2.
 
 mod grant;
 mod watch;
@@ -229,19 +229,19 @@ impl LeaseStore for EtcdStore {
         let key = lease.key().clone();
         let id = lease_id(lease.owner(), key.name());
         let sent_at = tokio::time::Instant::now();
-        let ttl_s = match self.client.clone().lease_keep_alive(id).await {
-            Ok((_, mut replies)) => match replies.message().await? {
-                Some(reply) if reply.ttl() > 0 => reply.ttl() as u64,
-                _ => return Ok(false),
-            },
-            // The client's own way of saying the lease is gone.
+        // The client reads the first keep-alive answer itself and fails when etcd says
+        // the lease is gone; the lease then has its granted TTL again.
+        match self.client.clone().lease_keep_alive(id).await {
+            Ok(_) => {}
             Err(etcd_client::Error::LeaseKeepAliveError(_)) => return Ok(false),
             Err(err) => return Err(err.into()),
-        };
+        }
         let Some((_, holding, _)) = self.read_hold(&key).await? else {
             return Ok(false);
         };
-        let expires_at_ms = now_ms() + ttl_s * 1000;
+        // `ttl` is the granted TTL, or less for a lease recovered by `owned_by` (its
+        // remaining time then): the recorded expiry is never later than etcd's.
+        let expires_at_ms = now_ms() + lease.ttl.as_millis() as u64;
         let value = hold_value(lease.owner(), expires_at_ms, &holding.holder);
         let rewrite = TxnOp::put(
             key.lease_key(),
