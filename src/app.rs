@@ -48,9 +48,11 @@ impl Application {
         // Settings::purchase_idle_timeout, frees the row within it); a request's
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
-        let redis = lease::connect(&settings.redis_url, settings.store_timeout())
-            .context("parsing REDIS_URL")?;
-        let leases = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
+        let redis = Arc::new(
+            lease::connect(&settings.redis_url, settings.store_timeout())
+                .context("parsing REDIS_URL")?,
+        );
+        let leases = lease_store(&settings, &db).await?;
         if settings.purchase_strategy != PurchaseStrategy::Fenced && !settings.enable_race_lab {
             anyhow::bail!(
                 "refusing to start with --purchase-strategy {}: it can sell a seat twice and exists only \
@@ -65,6 +67,7 @@ impl Application {
         let live = Arc::new(live::LiveHub::default());
         live::spawn(
             live.clone(),
+            leases.clone(),
             settings.redis_url.clone(),
             db.clone(),
             settings.lease_namespace.to_string(),
@@ -72,6 +75,7 @@ impl Application {
         let state = AppState {
             db,
             leases,
+            redis,
             settings: Arc::new(settings),
             csrf,
             live,
@@ -159,10 +163,8 @@ impl Application {
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
-    let store = crate::sessions::Sessions::new(
-        state.leases.clone(),
-        state.settings.lease_namespace.clone(),
-    );
+    let store =
+        crate::sessions::Sessions::new(state.redis.clone(), state.settings.lease_namespace.clone());
     let sessions = SessionManagerLayer::new(store)
         .with_name(SESSION_COOKIE)
         .with_http_only(true)
@@ -201,6 +203,35 @@ pub fn router(state: AppState) -> Router {
         .layer(CompressionLayer::new())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// The lease store `settings` name (`--lease-store-url`, else `--redis-url`): Redis with
+/// the Postgres fence ledger, or etcd (connected now: errors if no member answers).
+/// Refuses a lease TTL setting the store cannot express (etcd: whole seconds, at least
+/// 2 s), naming the flag.
+async fn lease_store(
+    settings: &Settings,
+    db: &sqlx::PgPool,
+) -> anyhow::Result<Arc<dyn lease::LeaseStore>> {
+    let url = settings.lease_store_url();
+    let store: Arc<dyn lease::LeaseStore> = if url.starts_with("etcd://") {
+        Arc::new(
+            lease::etcd::EtcdStore::connect(url, settings.store_timeout())
+                .await
+                .with_context(|| format!("connecting to the lease store {url}"))?,
+        )
+    } else {
+        let redis =
+            lease::connect(url, settings.store_timeout()).context("parsing the lease store URL")?;
+        Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())))
+    };
+    for (flag, ttl) in settings.lease_ttls() {
+        store
+            .ttl_limits()
+            .check(store.name(), ttl)
+            .with_context(|| format!("refusing to start: {flag} {}", ttl.as_millis()))?;
+    }
+    Ok(store)
 }
 
 async fn not_found() -> crate::error::Error {

@@ -2,23 +2,22 @@
 
 use std::sync::Arc;
 
-use lease::LeaseClient;
+use lease::{LeaseStore, RedisStore};
 use sqlx::PgPool;
 
 use crate::config::Settings;
-use crate::ledger::PgFenceLedger;
-
-/// The lease client as the application uses it: Redis plus the Postgres fence ledger.
-pub type Leases = LeaseClient<PgFenceLedger>;
 
 /// Handles to the stores and the settings. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     /// Postgres pool (events and seats, orders, payments, fence ceilings, auctions).
     pub db: PgPool,
-    /// Redis leases (holds, bid locks); its store also keeps the browser sessions
-    /// ([`crate::sessions`]).
-    pub leases: Arc<Leases>,
+    /// The lease store (holds, bid locks, closing leases), chosen at start
+    /// (`--lease-store-url`): Redis with the Postgres fence ledger, or etcd.
+    pub leases: Arc<dyn LeaseStore>,
+    /// Redis, where the browser sessions live ([`crate::sessions`]) whichever store
+    /// backs the leases.
+    pub redis: Arc<RedisStore>,
     /// The settings the server was started with.
     pub settings: Arc<Settings>,
     /// CSRF token signing.

@@ -954,7 +954,7 @@ async fn a_closer_whose_lease_is_lost_mid_write_reports_what_postgres_did() {
     let key = seatlock::auction::closing_key(&app.state.settings.lease_namespace, id);
     let _: i64 = redis::cmd("DEL")
         .arg(key.lease_key())
-        .query_async(&mut app.state.leases.redis().clone())
+        .query_async(&mut app.state.redis.connection().clone())
         .await
         .unwrap();
     let lease_b = close::claim(&app.state, id, "closer-b")

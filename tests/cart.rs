@@ -278,7 +278,7 @@ async fn a_lapsed_hold_at_checkout_is_named_nothing_is_bought_and_the_rest_stay_
     let (seats, _) = holds(&app, event).await.into_values().next().unwrap();
     let lapsing = *seats.iter().nth(1).unwrap();
     // The second seat's lease lapses (Redis expires it now).
-    let mut redis = app.state.leases.redis();
+    let mut redis = app.state.redis.connection();
     let _: i64 = redis::cmd("PEXPIRE")
         .arg(app.seat_key(event, lapsing).lease_key())
         .arg(1)
