@@ -10,6 +10,8 @@
 //!   and [`Reply`] with its typed refusal code.
 //! * [`procs`]: real processes a test controls by PID: [`ServerProcess`],
 //!   [`RedisServer`], [`PostgresServer`].
+//! * [`etcd`]: [`EtcdCluster`], a private one- or three-member etcd a test can kill
+//!   members of.
 //! * [`proxy`]: [`TcpProxy`], a loopback TCP proxy whose open flows can be made half-open.
 //! * [`pgwire`]: [`pgwire::PgWire`], a proxy in front of Postgres that counts what a
 //!   server sends it ([`pgwire::PgCost`]: round trips, statements, session traffic).
@@ -20,6 +22,7 @@
 
 pub mod app;
 pub mod check;
+pub mod etcd;
 pub mod http;
 pub mod load;
 pub mod pgwire;
@@ -28,10 +31,11 @@ pub mod proxy;
 pub mod stores;
 
 pub use app::{TEST_SECRET, TestApp, TestAppBuilder, auction_item, eventually, test_settings};
+pub use etcd::EtcdCluster;
 pub use http::{HttpBuyer, Reply, authenticity_token};
 pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
 pub use proxy::TcpProxy;
 pub use stores::{
-    DEMO_VENUES, TINY_VENUES, event_seats, first_event_seats, fresh_database, seed, store_urls,
-    unique_name,
+    DEMO_VENUES, TINY_VENUES, etcd_url, event_seats, first_event_seats, fresh_database, seed,
+    store_urls, unique_name,
 };

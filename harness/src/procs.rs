@@ -11,7 +11,7 @@ use crate::stores::unique_name;
 
 /// A free loopback port (free when asked) and a new, empty temporary folder named after
 /// `prefix`, for a private server.
-fn port_and_folder(prefix: &str) -> anyhow::Result<(u16, std::path::PathBuf)> {
+pub(crate) fn port_and_folder(prefix: &str) -> anyhow::Result<(u16, std::path::PathBuf)> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();

@@ -36,13 +36,23 @@ pub(super) async fn acquire_all(
         .map(|key| lease_id(&owner, key.name()))
         .collect();
     let sent_at = tokio::time::Instant::now();
-    let grants = ids.iter().map(|&id| {
-        let mut client = store.client();
-        async move {
-            let options = LeaseGrantOptions::new().with_id(id);
-            client
-                .lease_grant(ttl.as_secs() as i64, Some(options))
-                .await
+    let grants = ids.iter().map(|&id| async move {
+        let granted = store
+            .call(|mut client| async move {
+                let options = LeaseGrantOptions::new().with_id(id);
+                client
+                    .lease_grant(ttl.as_secs() as i64, Some(options))
+                    .await
+            })
+            .await;
+        match granted {
+            // A grant sent again after its answer was lost.
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.message().contains("lease already exists") =>
+            {
+                Ok(())
+            }
+            other => other.map(drop),
         }
     });
     try_join_all(grants).await?;
@@ -106,7 +116,7 @@ async fn create_all(
         if let Some(limit) = limit {
             let prefix = held_by_prefix(group, holder);
             let options = GetOptions::new().with_prefix().with_count_only();
-            let counted = store.client().get(prefix.clone(), Some(options)).await?;
+            let counted = store.get(prefix.clone(), Some(options)).await?;
             let held = counted.count() as u64;
             if held + keys.len() as u64 > limit.max(1) {
                 return Err(LeaseError::OverLimit {
@@ -129,38 +139,46 @@ async fn create_all(
             }
         }
         let reply = store
-            .client()
             .txn(Txn::new().when(when).and_then(then).or_else(otherwise))
             .await?;
         if reply.succeeded() {
             let revision = reply.header().map_or(0, |h| h.revision());
             return Ok(FencingToken(revision as u64));
         }
-        refusal(&reply.op_responses())?;
+        if let Some(granted) = refusal(&reply.op_responses(), owner)? {
+            return Ok(granted);
+        }
     }
 }
 
 /// Why the txn was refused, from its `or_else` reads (per key: the hold, the retirement):
-/// [`LeaseError::Retired`] or [`LeaseError::Held`]; `Ok(())` when neither, i.e. only the
-/// holder's limited holds changed.
-fn refusal(reads: &[TxnOpResponse]) -> Result<(), LeaseError> {
+/// [`LeaseError::Retired`] or [`LeaseError::Held`]. `Ok(Some(token))` when the hold found
+/// is the caller's own (`owner`): the txn was sent again after its first answer was lost
+/// ([`EtcdStore::call`]), and the first one granted it. `Ok(None)` when neither, i.e.
+/// only the holder's limited holds changed.
+fn refusal(
+    reads: &[TxnOpResponse],
+    owner: &OwnerToken,
+) -> Result<Option<FencingToken>, LeaseError> {
     let found = |i: usize| match reads.get(i) {
         Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
         _ => None,
     };
     for pair in 0..reads.len() / 2 {
+        if let Some(kv) = found(2 * pair)
+            && let Some((holds, _, holding)) = parse_hold(&kv)
+        {
+            if holds == *owner {
+                return Ok(Some(holding.fencing_token));
+            }
+            return Err(LeaseError::Held {
+                holder: holding.holder,
+                remaining: Duration::from_millis(holding.expires_at_ms.saturating_sub(now_ms())),
+            });
+        }
         if found(2 * pair + 1).is_some() {
             return Err(LeaseError::Retired);
         }
-        if let Some(kv) = found(2 * pair) {
-            let (holder, expires_at_ms) = parse_hold(&kv)
-                .map(|(_, _, holding)| (holding.holder, holding.expires_at_ms))
-                .unwrap_or_default();
-            return Err(LeaseError::Held {
-                holder,
-                remaining: Duration::from_millis(expires_at_ms.saturating_sub(now_ms())),
-            });
-        }
     }
-    Ok(())
+    Ok(None)
 }

@@ -52,6 +52,9 @@ pub const ETCD_TTL_LIMITS: TtlLimits = TtlLimits {
 #[derive(Clone)]
 pub struct EtcdStore {
     client: Client,
+    /// How long a request is sent again while etcd is unreachable or electing a leader
+    /// ([`EtcdStore::call`]): the `timeout` given to [`EtcdStore::connect`].
+    retry_for: Duration,
 }
 
 impl EtcdStore {
@@ -67,7 +70,10 @@ impl EtcdStore {
             .with_keep_alive(Duration::from_secs(1), timeout)
             .with_require_leader(true);
         let client = Client::connect(endpoints, Some(options)).await?;
-        Ok(EtcdStore { client })
+        Ok(EtcdStore {
+            client,
+            retry_for: timeout,
+        })
     }
 
     /// The etcd client, for callers that want to run requests of their own on it.
@@ -155,13 +161,69 @@ fn parse_hold(kv: &KeyValue) -> Option<(OwnerToken, LeaseKey, Holding)> {
     Some((owner, key, holding))
 }
 
+/// Whether `err` means the request may not have reached a member that could serve it:
+/// gRPC UNAVAILABLE (a member that is gone, or no leader: "etcdserver: no leader") or a
+/// transport failure.
+fn unavailable(err: &etcd_client::Error) -> bool {
+    match err {
+        etcd_client::Error::GRpcStatus(status) => status.code() == tonic::Code::Unavailable,
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
 impl EtcdStore {
+    /// Runs `request` on a client handle, and again every 50 ms while etcd is
+    /// [`unavailable`], for at most `retry_for`: after a member dies the client's balanced
+    /// channel still sends some requests to it until it notices, and a new leader takes
+    /// about a second to be elected. Every request here is safe to send twice: a grant
+    /// finds its own hold (`grant.rs`), an owner-checked delete or rewrite does nothing
+    /// the second time (release and retire then answer `false`: a retried release
+    /// cannot tell its own delete from a lapse).
+    async fn call<T, F, Fut>(&self, request: F) -> Result<T, etcd_client::Error>
+    where
+        F: Fn(Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.retry_for;
+        loop {
+            match request(self.client.clone()).await {
+                Err(err) if unavailable(&err) && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// Runs `txn` ([`EtcdStore::call`]).
+    async fn txn(&self, txn: Txn) -> Result<etcd_client::TxnResponse, etcd_client::Error> {
+        self.call(|mut client| {
+            let txn = txn.clone();
+            async move { client.txn(txn).await }
+        })
+        .await
+    }
+
+    /// Reads `key` ([`EtcdStore::call`]).
+    async fn get(
+        &self,
+        key: String,
+        options: Option<GetOptions>,
+    ) -> Result<etcd_client::GetResponse, etcd_client::Error> {
+        self.call(|mut client| {
+            let (key, options) = (key.clone(), options.clone());
+            async move { client.get(key, options).await }
+        })
+        .await
+    }
+
     /// The hold on `key` as stored, if any.
     async fn read_hold(
         &self,
         key: &LeaseKey,
     ) -> Result<Option<(OwnerToken, Holding, i64)>, LeaseError> {
-        let reply = self.client.clone().get(key.lease_key(), None).await?;
+        let reply = self.get(key.lease_key(), None).await?;
         Ok(reply
             .kvs()
             .first()
@@ -171,7 +233,10 @@ impl EtcdStore {
     /// Revokes the etcd lease `id` (deleting whatever is still attached to it); a lease
     /// that is already gone is not an error.
     async fn revoke(&self, id: i64) -> Result<(), LeaseError> {
-        match self.client.clone().lease_revoke(id).await {
+        let revoked = self
+            .call(|mut client| async move { client.lease_revoke(id).await })
+            .await;
+        match revoked {
             Ok(_) => Ok(()),
             // etcd's answer for a lease that no longer exists (gRPC NOT_FOUND).
             Err(etcd_client::Error::GRpcStatus(status))
@@ -195,7 +260,7 @@ impl EtcdStore {
             .when([Compare::lease(key.lease_key(), CompareOp::Equal, id)])
             .and_then(owned)
             .or_else(also);
-        let deleted = self.client.clone().txn(txn).await?.succeeded();
+        let deleted = self.txn(txn).await?.succeeded();
         self.revoke(id).await?;
         Ok(deleted)
     }
@@ -231,7 +296,10 @@ impl LeaseStore for EtcdStore {
         let sent_at = tokio::time::Instant::now();
         // The client reads the first keep-alive answer itself and fails when etcd says
         // the lease is gone; the lease then has its granted TTL again.
-        match self.client.clone().lease_keep_alive(id).await {
+        let kept = self
+            .call(|mut client| async move { client.lease_keep_alive(id).await })
+            .await;
+        match kept {
             Ok(_) => {}
             Err(etcd_client::Error::LeaseKeepAliveError(_)) => return Ok(false),
             Err(err) => return Err(err.into()),
@@ -251,7 +319,7 @@ impl LeaseStore for EtcdStore {
         let txn = Txn::new()
             .when([Compare::lease(key.lease_key(), CompareOp::Equal, id)])
             .and_then([rewrite]);
-        let renewed = self.client.clone().txn(txn).await?.succeeded();
+        let renewed = self.txn(txn).await?.succeeded();
         if renewed {
             lease.expires_at_ms = expires_at_ms;
             lease.sent_at = Some(sent_at);
@@ -268,11 +336,7 @@ impl LeaseStore for EtcdStore {
 
     async fn holders(&self, group: &str) -> Result<GroupSnapshot, LeaseError> {
         let options = GetOptions::new().with_prefix();
-        let reply = self
-            .client
-            .clone()
-            .get(group_prefix(group), Some(options))
-            .await?;
+        let reply = self.get(group_prefix(group), Some(options)).await?;
         Ok(GroupSnapshot {
             now_ms: now_ms(),
             holdings: reply
@@ -313,7 +377,9 @@ impl LeaseStore for EtcdStore {
         let Some((_, _, id)) = self.read_hold(key).await? else {
             return Ok(None);
         };
-        let reply = self.client.clone().lease_time_to_live(id, None).await?;
+        let reply = self
+            .call(|mut client| async move { client.lease_time_to_live(id, None).await })
+            .await?;
         Ok((reply.ttl() >= 0).then(|| Duration::from_secs(reply.ttl() as u64)))
     }
 
