@@ -1,5 +1,6 @@
 # seatlock: two commands.
 #   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
+#               (STORE=etcd: the leases in a private one-member etcd instead of Redis)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
 #   make race   load-test race: which purchase strategies sell a seat twice
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
@@ -8,6 +9,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
+# The lease store of `make demo`: redis (default) or etcd.
+STORE ?= redis
 
 .PHONY: demo test race bench services stop e2e-driver lint
 
@@ -20,6 +23,12 @@ stop:
 demo: services
 	source .run/env
 	trap 'scripts/services.sh down' EXIT
+	case "$(STORE)" in
+	  redis) ;;
+	  etcd) export SEATLOCK_LEASE_STORE_URL="$$ETCD_URL" ;;
+	  *) echo "STORE=$(STORE): use STORE=redis or STORE=etcd" >&2; exit 2 ;;
+	esac
+	echo "Leases in $(STORE) ($${SEATLOCK_LEASE_STORE_URL:-$$REDIS_URL}); sessions in Redis."
 	$(CARGO) build --release --bin seatlock
 	./target/release/seatlock migrate
 	./target/release/seatlock seed
