@@ -51,7 +51,7 @@ impl TtlLimits {
     /// `Ok(())` if `ttl` can be expressed, else [`LeaseError::TtlNotExpressible`] naming the
     /// store's limits. `store` names the store in the message (`"etcd"`).
     pub fn check(&self, store: &'static str, ttl: Duration) -> Result<(), LeaseError> {
-        if ttl >= self.min && ttl.as_nanos() % self.step.as_nanos() == 0 {
+        if ttl >= self.min && ttl.as_nanos().is_multiple_of(self.step.as_nanos()) {
             Ok(())
         } else {
             Err(LeaseError::TtlNotExpressible {

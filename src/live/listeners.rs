@@ -32,7 +32,7 @@ pub const NOTIFY_CHANNEL: &str = "seatlock_live";
 
 /// Starts both listeners for `hub` on the Tokio runtime: the lease feed (Redis pub/sub
 /// when Redis is the lease store, else the store's own stream of changes,
-/// [`super::changes`]) and Postgres LISTEN. `namespace` is the lease namespace of this
+/// `live::changes`) and Postgres LISTEN. `namespace` is the lease namespace of this
 /// deployment (only its event groups are watched).
 pub fn spawn(
     hub: Arc<LiveHub>,

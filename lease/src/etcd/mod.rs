@@ -5,7 +5,7 @@
 //! | what | etcd |
 //! |---|---|
 //! | a hold | an etcd lease (whole seconds, [`ETCD_TTL_LIMITS`]) plus a create-if-absent txn on the seat's key, attached to that lease |
-//! | owner token | a random [`OwnerToken`] in the key's value; the etcd lease id is derived from it and the resource name ([`lease_id`]), so only the owner can name its lease |
+//! | owner token | a random [`OwnerToken`] in the key's value; the etcd lease id is derived from it and the resource name (FNV-1a of both), so only the owner can name its lease |
 //! | fencing token | the key's create revision: global, durable, strictly increasing (etcd's own docs call the revision a fencing token); no ledger |
 //! | group hold | one etcd lease per resource, all keys created in one txn (one revision: one fencing token for all) |
 //! | release | owner-checked delete (txn: the key's lease is the owner's) plus revoke |
