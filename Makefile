@@ -25,7 +25,7 @@ demo: services
 	trap 'scripts/services.sh down' EXIT
 	case "$(STORE)" in
 	  redis) ;;
-	  etcd) export SEATLOCK_LEASE_STORE_URL="$$ETCD_URL" ;;
+	  etcd) export SEATLOCK_LEASE_STORE_URL="$${ETCD_URL:?STORE=etcd needs ETCD_URL (scripts/services.sh up starts one)}" ;;
 	  *) echo "STORE=$(STORE): use STORE=redis or STORE=etcd" >&2; exit 2 ;;
 	esac
 	echo "Leases in $(STORE) ($${SEATLOCK_LEASE_STORE_URL:-$$REDIS_URL}); sessions in Redis."
