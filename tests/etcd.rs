@@ -6,20 +6,25 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use seatlock::auction::close::{self, CloseOutcome};
+use seatlock::auction::queries;
 use seatlock::error::Refusal;
-use seatlock_harness::{EtcdCluster, HttpBuyer, TestApp, check, etcd_url};
+use seatlock_harness::{
+    EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, etcd_url,
+};
 
-/// A server over a fresh tiny database whose leases live in the etcd at `url`; holds
-/// last 10 s (whole seconds: etcd's TTL granularity).
+/// A test app whose leases live in the etcd at `url`; holds last 10 s (whole seconds:
+/// etcd's TTL granularity).
+fn on_etcd(url: String) -> TestAppBuilder {
+    TestApp::builder().with(move |s| {
+        s.lease_store_url = Some(url);
+        s.hold_ttl_ms = 10_000;
+    })
+}
+
+/// A server on [`on_etcd`] over a fresh tiny database.
 async fn app_on_etcd(url: String) -> TestApp {
-    TestApp::builder()
-        .with(move |s| {
-            s.lease_store_url = Some(url);
-            s.hold_ttl_ms = 10_000;
-        })
-        .spawn()
-        .await
-        .expect("test app on etcd")
+    on_etcd(url).spawn().await.expect("test app on etcd")
 }
 
 /// POSTs `action` for `seat` and returns the reply's status and whether it is the
@@ -153,4 +158,44 @@ async fn killing_the_etcd_leader_keeps_every_hold_with_its_holder() {
     let report = check::check(app.db(), event).await.unwrap();
     assert_eq!(report.double_sold_seats, 0);
     assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+#[tokio::test]
+async fn an_auction_takes_a_bid_and_closes_with_its_bid_lock_and_closing_lease_in_etcd() {
+    let app = on_etcd(etcd_url().unwrap())
+        .no_venues()
+        .with(|s| s.close_interval_ms = 0)
+        .spawn()
+        .await
+        .unwrap();
+    let id = queries::insert_item(app.db(), &auction_item("Signed poster"))
+        .await
+        .unwrap()
+        .unwrap();
+    let page = format!("{}/auctions/{id}", app.address);
+    let mut bidder = HttpBuyer::new();
+    bidder.get(&page).await.unwrap();
+    let bid = bidder
+        .post(&format!("{page}/bids"), &[("amount", "12.00")])
+        .await
+        .unwrap();
+    assert_eq!(bid.status, StatusCode::SEE_OTHER, "{}", bid.body);
+    sqlx::query(
+        "UPDATE auction_items SET ends_at = now() - interval '1 second',
+                starts_at = least(starts_at, now() - interval '2 seconds') WHERE id = $1",
+    )
+    .bind(id)
+    .execute(app.db())
+    .await
+    .unwrap();
+    let outcomes = close::close_due(&app.state, "closer-etcd").await.unwrap();
+    assert!(
+        matches!(outcomes.as_slice(), [(item, CloseOutcome::Closed(result))] if *item == id && result == "sold"),
+        "{outcomes:?}"
+    );
+    let item = queries::item(app.db(), id).await.unwrap().unwrap();
+    assert_eq!(
+        (item.status.as_str(), item.high_bid_cents),
+        ("closed", Some(1_200))
+    );
 }
