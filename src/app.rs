@@ -20,7 +20,7 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 
 use crate::config::{PurchaseStrategy, Settings};
 use crate::ledger::PgFenceLedger;
-use crate::state::AppState;
+use crate::state::{AppState, SessionRedis};
 use crate::telemetry;
 use crate::{auction, buyer, csrf, deadline, events, health, live, orders, racelab, seats};
 
@@ -48,11 +48,7 @@ impl Application {
         // Settings::purchase_idle_timeout, frees the row within it); a request's
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
-        let redis = Arc::new(
-            lease::connect(&settings.redis_url, settings.store_timeout())
-                .context("parsing REDIS_URL")?,
-        );
-        let leases = lease_store(&settings, &db).await?;
+        let (leases, redis) = stores(&settings, &db).await?;
         if settings.purchase_strategy != PurchaseStrategy::Fenced && !settings.enable_race_lab {
             anyhow::bail!(
                 "refusing to start with --purchase-strategy {}: it can sell a seat twice and exists only \
@@ -206,24 +202,34 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The lease store `settings` name (`--lease-store-url`, else `--redis-url`): Redis with
-/// the Postgres fence ledger, or etcd (connected now: errors if no member answers).
-/// Refuses a lease TTL setting the store cannot express (etcd: whole seconds, at least
-/// 2 s), naming the flag.
-async fn lease_store(
+/// the Postgres fence ledger, or etcd (connected now: errors if no member answers); and
+/// the sessions' Redis, the lease client's own connection when the leases are in the same
+/// Redis (one healing connection, as before the store could be chosen). Refuses a lease
+/// TTL setting the store cannot express (etcd: whole seconds, at least 2 s), naming the
+/// flag.
+async fn stores(
     settings: &Settings,
     db: &sqlx::PgPool,
-) -> anyhow::Result<Arc<dyn lease::LeaseStore>> {
+) -> anyhow::Result<(Arc<dyn lease::LeaseStore>, SessionRedis)> {
+    let timeout = settings.store_timeout();
+    let own_redis = || -> anyhow::Result<SessionRedis> {
+        let redis = lease::connect(&settings.redis_url, timeout).context("parsing REDIS_URL")?;
+        Ok(SessionRedis::Own(Arc::new(redis)))
+    };
     let url = settings.lease_store_url();
-    let store: Arc<dyn lease::LeaseStore> = if url.starts_with("etcd://") {
-        Arc::new(
-            lease::etcd::EtcdStore::connect(url, settings.store_timeout())
-                .await
-                .with_context(|| format!("connecting to the lease store {url}"))?,
-        )
+    let (store, redis): (Arc<dyn lease::LeaseStore>, _) = if url.starts_with("etcd://") {
+        let etcd = lease::etcd::EtcdStore::connect(url, timeout)
+            .await
+            .with_context(|| format!("connecting to the lease store {url}"))?;
+        (Arc::new(etcd), own_redis()?)
     } else {
-        let redis =
-            lease::connect(url, settings.store_timeout()).context("parsing the lease store URL")?;
-        Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())))
+        let store = lease::connect(url, timeout).context("parsing the lease store URL")?;
+        let client = Arc::new(lease::LeaseClient::new(store, PgFenceLedger(db.clone())));
+        if url == settings.redis_url {
+            (client.clone(), SessionRedis::Leases(client))
+        } else {
+            (client, own_redis()?)
+        }
     };
     for (flag, ttl) in settings.lease_ttls() {
         store
@@ -231,7 +237,7 @@ async fn lease_store(
             .check(store.name(), ttl)
             .with_context(|| format!("refusing to start: {flag} {}", ttl.as_millis()))?;
     }
-    Ok(store)
+    Ok((store, redis))
 }
 
 async fn not_found() -> crate::error::Error {

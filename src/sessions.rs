@@ -31,14 +31,13 @@
 //! reloaded, their CSRF tokens being bound to the lost session; orders stay in Postgres
 //! under the old buyer id), and while Redis is down no page is served (503 naming Redis).
 
-use std::sync::Arc;
-
 use redis::Cmd;
 use time::OffsetDateTime;
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
 
 use crate::config::LeaseNamespace;
+use crate::state::SessionRedis;
 
 /// The store sessions live in, as named in a 503 page when it fails.
 pub const STORE: &str = "Redis";
@@ -46,13 +45,13 @@ pub const STORE: &str = "Redis";
 /// The session store of the application: see the module docs.
 #[derive(Clone)]
 pub struct Sessions {
-    redis: Arc<lease::RedisStore>,
+    redis: SessionRedis,
     namespace: LeaseNamespace,
 }
 
 impl Sessions {
     /// Sessions in `redis`, under `namespace`.
-    pub fn new(redis: Arc<lease::RedisStore>, namespace: LeaseNamespace) -> Self {
+    pub fn new(redis: SessionRedis, namespace: LeaseNamespace) -> Self {
         Sessions { redis, namespace }
     }
 
