@@ -10,7 +10,7 @@ use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries;
 use seatlock::error::Refusal;
 use seatlock_harness::{
-    EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, etcd_url,
+    EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, end_auction_now, etcd_url,
 };
 
 /// A test app whose leases live in the etcd at `url`; holds last 10 s (whole seconds:
@@ -180,14 +180,7 @@ async fn an_auction_takes_a_bid_and_closes_with_its_bid_lock_and_closing_lease_i
         .await
         .unwrap();
     assert_eq!(bid.status, StatusCode::SEE_OTHER, "{}", bid.body);
-    sqlx::query(
-        "UPDATE auction_items SET ends_at = now() - interval '1 second',
-                starts_at = least(starts_at, now() - interval '2 seconds') WHERE id = $1",
-    )
-    .bind(id)
-    .execute(app.db())
-    .await
-    .unwrap();
+    end_auction_now(app.db(), id).await;
     let outcomes = close::close_due(&app.state, "closer-etcd").await.unwrap();
     assert!(
         matches!(outcomes.as_slice(), [(item, CloseOutcome::Closed(result))] if *item == id && result == "sold"),

@@ -30,7 +30,9 @@ pub mod procs;
 pub mod proxy;
 pub mod stores;
 
-pub use app::{TEST_SECRET, TestApp, TestAppBuilder, auction_item, eventually, test_settings};
+pub use app::{
+    TEST_SECRET, TestApp, TestAppBuilder, auction_item, end_auction_now, eventually, test_settings,
+};
 pub use etcd::EtcdCluster;
 pub use http::{HttpBuyer, Reply, authenticity_token};
 pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
