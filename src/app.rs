@@ -202,7 +202,8 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// The lease store `settings` name (`--lease-store-url`, else `--redis-url`): Redis with
-/// the Postgres fence ledger, or etcd (connected now: errors if no member answers); and
+/// the Postgres fence ledger, or etcd (connected lazily, as Redis: the server starts while
+/// it is down, and `/healthz` names it); and
 /// the sessions' Redis, the lease client's own connection when the leases are in the same
 /// Redis (one healing connection, as before the store could be chosen). Refuses a lease
 /// TTL setting the store cannot express (etcd: whole seconds, at least 2 s), naming the

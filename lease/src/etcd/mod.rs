@@ -60,8 +60,10 @@ pub struct EtcdStore {
 impl EtcdStore {
     /// Connects to the cluster named by `url`, `etcd://host:port,host:port,…` (one
     /// member or several: requests go to any member, which forwards writes to the
-    /// leader). `timeout` bounds connecting and every request. Errors:
-    /// [`LeaseError::Etcd`] for a malformed URL or no member reachable.
+    /// leader). Members are connected lazily: with none reachable, the store is made and
+    /// its requests fail ([`LeaseStore::ping`] says so). `timeout` bounds connecting and
+    /// every request, and how long a request is sent again while etcd is unavailable.
+    /// Errors: [`LeaseError::Etcd`] for a malformed URL.
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LeaseError> {
         let endpoints = endpoints(url)?;
         let options = ConnectOptions::new()
