@@ -5,6 +5,10 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 # The e2e workspace member depends on playwright-rs; never fetch its driver here.
 ENV PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD=1
+# The etcd-client crate (the etcd lease store) compiles etcd's protobufs with protoc.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends protobuf-compiler \
+ && rm -rf /var/lib/apt/lists/*
 COPY . .
 # migrations/, templates/ and web/ are compiled into the binary. Cache mounts keep the
 # registry and target dir between builds; the binary is copied out of the mounted target.

@@ -1,5 +1,6 @@
 # seatlock: two commands.
 #   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
+#               (STORE=etcd: the leases in a private one-member etcd instead of Redis)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
 #   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (README "Scale-out")
 #   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
@@ -10,6 +11,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
+# The lease store of `make demo` and `make scale`: redis (default) or etcd.
+STORE ?= redis
 
 .PHONY: demo scale test race failover bench services stop e2e-driver lint
 
@@ -19,8 +22,15 @@ services:
 stop:
 	scripts/services.sh down
 
-# The release server over the migrated, seeded database of .run/env (demo and scale).
+# The release server over the migrated, seeded database of .run/env (demo and scale),
+# its leases in the store STORE names.
 define release_server
+	case "$(STORE)" in
+	  redis) ;;
+	  etcd) export SEATLOCK_LEASE_STORE_URL="$${ETCD_URL:?STORE=etcd needs ETCD_URL (scripts/services.sh up starts one)}" ;;
+	  *) echo "STORE=$(STORE): use STORE=redis or STORE=etcd" >&2; exit 2 ;;
+	esac
+	echo "Leases in $(STORE) ($${SEATLOCK_LEASE_STORE_URL:-$$REDIS_URL}); sessions in Redis."
 	$(CARGO) build --release --bin seatlock
 	./target/release/seatlock migrate
 	./target/release/seatlock seed

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# Private Redis and Postgres for seatlock, on loopback ports, under .run/ in the repo.
+# Private Redis, Postgres and a one-member etcd for seatlock, on loopback ports, under
+# .run/ in the repo.
 #
 #   scripts/services.sh up     install if missing (apt, as root), start, migrate-ready;
-#                              writes .run/env (DATABASE_URL, REDIS_URL) and prints it
+#                              writes .run/env (DATABASE_URL, REDIS_URL, ETCD_URL) and
+#                              prints it
 #   scripts/services.sh down   stop what `up` started
 #   scripts/services.sh env    print the exports of a running set
 #   scripts/services.sh need COMMAND APT_PACKAGE
 #                              install APT_PACKAGE (as root) unless COMMAND exists
 #
 # When DATABASE_URL and REDIS_URL are both set already, `up` starts nothing and writes
-# those into .run/env instead. Ports: SEATLOCK_REDIS_PORT (default 16379) and
-# SEATLOCK_PG_PORT (default 15432).
+# those into .run/env instead (with ETCD_URL if set). Ports: SEATLOCK_REDIS_PORT (default
+# 16379), SEATLOCK_PG_PORT (default 15432), SEATLOCK_ETCD_PORT (default 12379; its peer
+# port is the next one). etcd keeps its data in .run/etcd across restarts: its
+# revisions are the fencing tokens, which must never go backwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="$PWD/.run"
 REDIS_PORT="${SEATLOCK_REDIS_PORT:-16379}"
 PG_PORT="${SEATLOCK_PG_PORT:-15432}"
+ETCD_PORT="${SEATLOCK_ETCD_PORT:-12379}"
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 PG_PASSWORD=seatlock
 
@@ -35,9 +40,21 @@ pg() { # run a Postgres binary as the postgres user (it refuses to run as root)
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$PG_BIN/$bin" "$@"; else "$PG_BIN/$bin" "$@"; fi
 }
 
+stop_pidfile() { # stop_pidfile FILE NAME: stop the process of FILE if it is still NAME
+  [ -f "$1" ] || return 0
+  local pid
+  pid="$(cat "$1")"
+  if grep -q "$2" "/proc/$pid/cmdline" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
+  fi
+  rm -f "$1"
+}
+
 write_env() {
   mkdir -p "$RUN"
   printf 'export DATABASE_URL=%q\nexport REDIS_URL=%q\n' "$1" "$2" >"$RUN/env"
+  if [ -n "${3:-}" ]; then printf 'export ETCD_URL=%q\n' "$3" >>"$RUN/env"; fi
   cat "$RUN/env"
 }
 
@@ -49,6 +66,24 @@ up_redis() {
     --daemonize yes --pidfile "$RUN/redis/redis.pid" --logfile "$RUN/redis/redis.log" --dir "$RUN/redis"
   for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return; sleep 0.1; done
   echo "redis did not start: see $RUN/redis/redis.log" >&2; exit 1
+}
+
+up_etcd() {
+  need etcd etcd-server
+  need etcdctl etcd-client
+  local dir="$RUN/etcd" peer="$((ETCD_PORT + 1))"
+  mkdir -p "$dir"
+  if ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$ETCD_PORT" endpoint health >/dev/null 2>&1; then return; fi
+  nohup etcd --name seatlock --data-dir "$dir/data" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+    --initial-cluster "seatlock=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
+  echo $! >"$dir/etcd.pid"
+  for _ in $(seq 100); do
+    ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$ETCD_PORT" endpoint health >/dev/null 2>&1 && return
+    sleep 0.1
+  done
+  echo "etcd did not start: see $dir/etcd.log" >&2; exit 1
 }
 
 up_postgres() {
@@ -78,24 +113,21 @@ case "${1:-}" in
     # The tools the tests run beside the stores, whichever stores they use.
     need faketime faketime # libfaketime: the fault tests run a server with an offset clock
     need haproxy haproxy   # the reverse proxy of `make scale` and the scale-out tests
+    need protoc protobuf-compiler # the etcd-client crate's build script compiles etcd's protos
     if [ -n "${DATABASE_URL:-}" ] && [ -n "${REDIS_URL:-}" ]; then
-      write_env "$DATABASE_URL" "$REDIS_URL"; exit 0
+      write_env "$DATABASE_URL" "$REDIS_URL" "${ETCD_URL:-}"; exit 0
     fi
     up_redis
     up_postgres
-    write_env "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/seatlock" "redis://127.0.0.1:$REDIS_PORT/"
+    up_etcd
+    write_env "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/seatlock" "redis://127.0.0.1:$REDIS_PORT/" \
+      "etcd://127.0.0.1:$ETCD_PORT"
     ;;
   down)
     # Only what this checkout started: the Redis of our pidfile (whatever port the shell
     # names now), the Postgres of our data folder.
-    if [ -f "$RUN/redis/redis.pid" ]; then
-      pid="$(cat "$RUN/redis/redis.pid")"
-      if grep -q redis-server "/proc/$pid/cmdline" 2>/dev/null; then
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do [ -d "/proc/$pid" ] || break; sleep 0.1; done
-      fi
-      rm -f "$RUN/redis/redis.pid"
-    fi
+    stop_pidfile "$RUN/redis/redis.pid" redis-server
+    stop_pidfile "$RUN/etcd/etcd.pid" etcd
     if [ -f "$RUN/pg/data/PG_VERSION" ]; then
       pg pg_ctl -D "$RUN/pg/data" -m fast stop >/dev/null 2>&1 || true
     fi

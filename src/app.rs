@@ -20,7 +20,7 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 
 use crate::config::{PurchaseStrategy, Settings};
 use crate::ledger::PgFenceLedger;
-use crate::state::AppState;
+use crate::state::{AppState, SessionRedis};
 use crate::telemetry;
 use crate::{auction, buyer, csrf, deadline, events, health, live, orders, racelab, seats};
 
@@ -48,12 +48,7 @@ impl Application {
         // Settings::purchase_idle_timeout, frees the row within it); a request's
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
-        let redis = lease::connect(&settings.redis_url, settings.store_timeout())
-            .context("opening REDIS_URL")?;
-        let leases = Arc::new(
-            lease::LeaseClient::new(redis, PgFenceLedger(db.clone()))
-                .with_failover_guard(!settings.lab_disable_failover_guard),
-        );
+        let (leases, redis) = stores(&settings, &db).await?;
         if settings.purchase_strategy != PurchaseStrategy::Fenced && !settings.enable_race_lab {
             anyhow::bail!(
                 "refusing to start with --purchase-strategy {}: it can sell a seat twice and exists only \
@@ -75,6 +70,7 @@ impl Application {
         let live = Arc::new(live::LiveHub::default());
         live::spawn(
             live.clone(),
+            leases.clone(),
             settings.redis_url.clone(),
             db.clone(),
             settings.lease_namespace.to_string(),
@@ -82,6 +78,7 @@ impl Application {
         let state = AppState {
             db,
             leases,
+            redis,
             settings: Arc::new(settings),
             csrf,
             live,
@@ -169,10 +166,8 @@ impl Application {
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
-    let store = crate::sessions::Sessions::new(
-        state.leases.clone(),
-        state.settings.lease_namespace.clone(),
-    );
+    let store =
+        crate::sessions::Sessions::new(state.redis.clone(), state.settings.lease_namespace.clone());
     let sessions = SessionManagerLayer::new(store)
         .with_name(SESSION_COOKIE)
         .with_http_only(true)
@@ -211,6 +206,49 @@ pub fn router(state: AppState) -> Router {
         .layer(CompressionLayer::new())
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// The lease store `settings` name (`--lease-store-url`, else `--redis-url`): Redis with
+/// the Postgres fence ledger, or etcd (connected lazily, as Redis: the server starts while
+/// it is down, and `/healthz` names it); and
+/// the sessions' Redis, the lease client's own connection when the leases are in the same
+/// Redis (one healing connection, as before the store could be chosen). Refuses a lease
+/// TTL setting the store cannot express (etcd: whole seconds, at least 2 s), naming the
+/// flag.
+async fn stores(
+    settings: &Settings,
+    db: &sqlx::PgPool,
+) -> anyhow::Result<(Arc<dyn lease::LeaseStore>, SessionRedis)> {
+    let timeout = settings.store_timeout();
+    let own_redis = || -> anyhow::Result<SessionRedis> {
+        let redis = lease::connect(&settings.redis_url, timeout).context("parsing REDIS_URL")?;
+        Ok(SessionRedis::Own(Arc::new(redis)))
+    };
+    let url = settings.lease_store_url();
+    let (store, redis): (Arc<dyn lease::LeaseStore>, _) = if url.starts_with("etcd://") {
+        let etcd = lease::etcd::EtcdStore::connect(url, timeout)
+            .await
+            .with_context(|| format!("connecting to the lease store {url}"))?;
+        (Arc::new(etcd), own_redis()?)
+    } else {
+        let store = lease::connect(url, timeout).context("parsing the lease store URL")?;
+        let client = Arc::new(
+            lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
+                .with_failover_guard(!settings.lab_disable_failover_guard),
+        );
+        if url == settings.redis_url {
+            (client.clone(), SessionRedis::Leases(client))
+        } else {
+            (client, own_redis()?)
+        }
+    };
+    for (flag, ttl) in settings.lease_ttls() {
+        store
+            .ttl_limits()
+            .check(store.name(), ttl)
+            .with_context(|| format!("refusing to start: {flag} {}", ttl.as_millis()))?;
+    }
+    Ok((store, redis))
 }
 
 async fn not_found() -> crate::error::Error {

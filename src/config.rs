@@ -65,11 +65,19 @@ pub struct Settings {
     /// Postgres URL.
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
-    /// Redis URL for the lease store, e.g. redis://127.0.0.1:6379/, or Sentinels naming
-    /// the primary: `redis+sentinel://host:port,host:port/<master name>` (re-asked after a
-    /// failover).
+    /// Redis URL, e.g. redis://127.0.0.1:6379/, or Sentinels naming the primary:
+    /// `redis+sentinel://host:port,host:port/<master name>` (re-asked after a failover).
+    /// Browser sessions, and the leases unless `--lease-store-url` names another store.
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: String,
+    /// The lease store (seat holds, bid locks, closing leases), chosen at start:
+    /// `redis://host:port/db` (default: `--redis-url`), or
+    /// `etcd://host:port[,host:port…]` for an etcd cluster, where a grant is committed to
+    /// a majority before it is acknowledged. etcd TTLs are whole seconds of at least 2 s:
+    /// the server refuses to start with a hold, bid lock or closing lease TTL it cannot
+    /// express.
+    #[arg(long, env = "SEATLOCK_LEASE_STORE_URL")]
+    pub lease_store_url: Option<String>,
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, env = "SEATLOCK_BIND", default_value = "127.0.0.1:3000")]
     pub bind: String,
@@ -204,6 +212,21 @@ impl Settings {
                 Some((name, value))
             })
             .collect()
+    }
+
+    /// The lease store's URL: `--lease-store-url`, else `--redis-url`.
+    pub fn lease_store_url(&self) -> &str {
+        self.lease_store_url.as_deref().unwrap_or(&self.redis_url)
+    }
+
+    /// Each lease TTL setting as (flag, `Duration`): what a lease store must be able to
+    /// express ([`lease::LeaseStore::ttl_limits`]).
+    pub fn lease_ttls(&self) -> [(&'static str, Duration); 3] {
+        [
+            ("--hold-ttl-ms", self.hold_ttl()),
+            ("--bid-lock-ttl-ms", self.bid_lock_ttl()),
+            ("--close-lease-ttl-ms", self.close_lease_ttl()),
+        ]
     }
 
     /// The hold TTL as a `Duration`.
@@ -429,6 +452,7 @@ mod tests {
         settings = Settings {
             database_url: "postgres://u:p@127.0.0.1:1/y".into(),
             redis_url: "redis://127.0.0.1:2/".into(),
+            lease_store_url: Some("etcd://127.0.0.1:3,127.0.0.1:4".into()),
             bind: "127.0.0.1:4000".into(),
             metrics_bind: "127.0.0.1:4001".into(),
             hold_ttl_ms: 1_234,
@@ -464,6 +488,7 @@ mod tests {
         assert_eq!(settings.bid_strategy, BidStrategy::Lease);
         assert_eq!(settings.lease_namespace.as_str(), "seatlock");
         assert_eq!(settings.secret, None);
+        assert_eq!(settings.lease_store_url(), "redis://r/");
     }
 
     #[test]

@@ -195,6 +195,12 @@ impl From<LeaseError> for Error {
                 Error::BadRequest("Those seats cannot be held together.".into())
             }
             LeaseError::Unavailable(_) => Error::Unavailable("Redis"),
+            LeaseError::Etcd(_) => Error::Unavailable("etcd"),
+            // Application::build refuses to start with a TTL the store cannot express.
+            LeaseError::TtlNotExpressible { .. } => {
+                tracing::error!(error = %err, "a lease TTL the store cannot express");
+                Error::Unavailable("The lock service")
+            }
             LeaseError::Ledger(_) => Error::Unavailable("Postgres"),
             LeaseError::TokensExhausted { ceiling } => {
                 tracing::error!(ceiling, "fencing tokens exhausted for a lease group");

@@ -1,5 +1,6 @@
-//! Where browser sessions live: in Redis, next to the leases, on the lease client's own
-//! connection ([`lease::RedisStore`]). A session is one string key,
+//! Where browser sessions live: in Redis (next to the leases when Redis is the lease
+//! store, `--lease-store-url`), on a healing connection of their own
+//! ([`lease::RedisStore`]). A session is one string key,
 //! `<namespace>:session:<id>` ([`crate::config::LeaseNamespace::session_key`]), whose
 //! value is the tower-sessions record in MessagePack and whose TTL is the session's
 //! expiry. Keeping sessions out of Postgres is what lets a hold and a release touch
@@ -30,15 +31,13 @@
 //! reloaded, their CSRF tokens being bound to the lost session; orders stay in Postgres
 //! under the old buyer id), and while Redis is down no page is served (503 naming Redis).
 
-use std::sync::Arc;
-
 use redis::Cmd;
 use time::OffsetDateTime;
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
 
 use crate::config::LeaseNamespace;
-use crate::state::Leases;
+use crate::state::SessionRedis;
 
 /// The store sessions live in, as named in a 503 page when it fails.
 pub const STORE: &str = "Redis";
@@ -46,14 +45,14 @@ pub const STORE: &str = "Redis";
 /// The session store of the application: see the module docs.
 #[derive(Clone)]
 pub struct Sessions {
-    leases: Arc<Leases>,
+    redis: SessionRedis,
     namespace: LeaseNamespace,
 }
 
 impl Sessions {
-    /// Sessions in the Redis of `leases`, under `namespace`.
-    pub fn new(leases: Arc<Leases>, namespace: LeaseNamespace) -> Self {
-        Sessions { leases, namespace }
+    /// Sessions in `redis`, under `namespace`.
+    pub fn new(redis: SessionRedis, namespace: LeaseNamespace) -> Self {
+        Sessions { redis, namespace }
     }
 
     fn key(&self, id: &Id) -> String {
@@ -81,8 +80,7 @@ impl Sessions {
         op: &'static str,
         command: &Cmd,
     ) -> session_store::Result<T> {
-        self.leases
-            .store()
+        self.redis
             .query(op, command)
             .await
             .map_err(|err| session_store::Error::Backend(err.to_string()))

@@ -2,23 +2,46 @@
 
 use std::sync::Arc;
 
-use lease::LeaseClient;
+use lease::{LeaseClient, LeaseStore, RedisStore};
 use sqlx::PgPool;
 
 use crate::config::Settings;
 use crate::ledger::PgFenceLedger;
 
-/// The lease client as the application uses it: Redis plus the Postgres fence ledger.
-pub type Leases = LeaseClient<PgFenceLedger>;
+/// The Redis the browser sessions live in ([`crate::sessions`]): the lease client's own
+/// store when the leases are in that Redis (one healing connection for both, so a
+/// half-open connection costs one timed-out request, not one per store), else a store of
+/// its own. Dereferences to the [`RedisStore`].
+#[derive(Clone)]
+pub enum SessionRedis {
+    /// The Redis lease client's store.
+    Leases(Arc<LeaseClient<PgFenceLedger>>),
+    /// A store of its own (the leases are elsewhere, e.g. etcd).
+    Own(Arc<RedisStore>),
+}
+
+impl std::ops::Deref for SessionRedis {
+    type Target = RedisStore;
+
+    fn deref(&self) -> &RedisStore {
+        match self {
+            SessionRedis::Leases(client) => client.store(),
+            SessionRedis::Own(store) => store,
+        }
+    }
+}
 
 /// Handles to the stores and the settings. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
     /// Postgres pool (events and seats, orders, payments, fence ceilings, auctions).
     pub db: PgPool,
-    /// Redis leases (holds, bid locks); its store also keeps the browser sessions
-    /// ([`crate::sessions`]).
-    pub leases: Arc<Leases>,
+    /// The lease store (holds, bid locks, closing leases), chosen at start
+    /// (`--lease-store-url`): Redis with the Postgres fence ledger, or etcd.
+    pub leases: Arc<dyn LeaseStore>,
+    /// Redis, where the browser sessions live ([`crate::sessions`]) whichever store
+    /// backs the leases.
+    pub redis: SessionRedis,
     /// The settings the server was started with.
     pub settings: Arc<Settings>,
     /// CSRF token signing.

@@ -13,7 +13,7 @@ use seatlock::auction::{Bid, bid};
 use seatlock::buyer::BuyerProfile;
 use seatlock::config::{BidStrategy, Settings};
 use seatlock::error::{Error, Refusal};
-use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
+use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, end_auction_now, eventually};
 
 /// Settings over a fresh, empty database, changed by `adjust`. The background closer is
 /// off unless a test turns it on, so tests that close by hand are not raced by it.
@@ -84,16 +84,9 @@ async fn bid_count(app: &TestApp, item: i64) -> i64 {
         .unwrap()
 }
 
-/// Moves an item's end into the past (tests do not wait for auctions to end).
+/// Moves an item's end into the past ([`end_auction_now`]).
 async fn end_now(app: &TestApp, item: i64) {
-    sqlx::query(
-        "UPDATE auction_items SET ends_at = now() - interval '1 second',
-                starts_at = least(starts_at, now() - interval '2 seconds') WHERE id = $1",
-    )
-    .bind(item)
-    .execute(app.db())
-    .await
-    .unwrap();
+    end_auction_now(app.db(), item).await;
 }
 
 /// Bidder `who`'s bid of `amount_cents` on `item` through the domain function, with the
@@ -954,7 +947,7 @@ async fn a_closer_whose_lease_is_lost_mid_write_reports_what_postgres_did() {
     let key = seatlock::auction::closing_key(&app.state.settings.lease_namespace, id);
     let _: i64 = redis::cmd("DEL")
         .arg(key.lease_key())
-        .query_async(&mut app.state.leases.redis().clone())
+        .query_async(&mut app.state.redis.connection().clone())
         .await
         .unwrap();
     let lease_b = close::claim(&app.state, id, "closer-b")

@@ -116,7 +116,7 @@ async fn assert_nothing_written(app: &TestApp, event: i64) {
 
 /// Every session of `app` as Redis has it (MessagePack records).
 async fn sessions(app: &TestApp) -> Vec<Vec<u8>> {
-    let mut redis = app.state.leases.redis();
+    let mut redis = app.state.redis.connection();
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(app.session_key("*"))
         .query_async(&mut redis)
@@ -134,8 +134,8 @@ async fn sessions(app: &TestApp) -> Vec<Vec<u8>> {
 async fn session_exists(app: &TestApp, sid: &str) -> bool {
     let exists: bool = app
         .state
-        .leases
-        .redis()
+        .redis
+        .connection()
         .exists(app.session_key(sid))
         .await
         .unwrap();
@@ -151,7 +151,7 @@ async fn lock_state(app: &TestApp) -> (Vec<String>, Vec<String>) {
         .unwrap();
     let keys = redis::cmd("KEYS")
         .arg(format!("lease:{{{}:*", app.state.settings.lease_namespace))
-        .query_async(&mut app.state.leases.redis().clone())
+        .query_async(&mut app.state.redis.connection().clone())
         .await
         .unwrap();
     (ceilings, keys)
@@ -435,7 +435,7 @@ async fn a_session_is_a_redis_key_under_the_namespace_that_expires_by_its_ttl() 
     let key = app.session_key(&sid);
     let namespace = app.state.settings.lease_namespace.as_str();
     assert!(key.starts_with(&format!("{namespace}:session:")), "{key}");
-    let mut redis = app.state.leases.redis();
+    let mut redis = app.state.redis.connection();
     let ttl_ms: i64 = redis.pttl(&key).await.unwrap();
     let day_ms = 24 * 3_600_000;
     assert!(
@@ -530,8 +530,8 @@ async fn an_expired_session_is_a_new_stranger_who_cannot_touch_the_old_hold() {
     // Its TTL runs out: Redis expires the session by itself.
     let expiring: bool = app
         .state
-        .leases
-        .redis()
+        .redis
+        .connection()
         .pexpire(app.session_key(&sid), 1)
         .await
         .unwrap();

@@ -545,7 +545,7 @@ async fn a_sold_seat_is_refused_at_hold_by_every_server_and_at_confirm_if_redis_
     let retired = one.seat_key(event, seat).retired_key();
     let forgotten: i64 = redis::cmd("DEL")
         .arg(&retired)
-        .query_async(&mut one.state.leases.redis())
+        .query_async(&mut one.state.redis.connection())
         .await
         .unwrap();
     assert_eq!(forgotten, 1, "the sale retired the seat in Redis");

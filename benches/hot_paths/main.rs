@@ -6,6 +6,8 @@
 //! |---|---|---|
 //! | `lease_pairs_vs_redis_benchmark` | lease acquire + release pairs/s, 64 tasks on one `LeaseClient` | `redis-benchmark -t set -c 64` SET/s |
 //! | `lease_pairs_vs_rslock` | the same | `rslock` lock + unlock pairs/s, 64 tasks on one `LockManager` |
+//! | `etcd{1,3}_pair_ms_vs_redis` | mean ms per lease acquire + release, one caller, on a private etcd of 1 or 3 members ([`etcd`]) | the same on Redis |
+//! | `etcd{1,3}_pairs_vs_redis_64` | lease acquire + release pairs/s, 64 tasks on one etcd client | the same on Redis |
 //! | `lease_redis_cpu_us_per_pair` | Redis CPU per lease pair (`INFO cpu` deltas over the row) | the same per rslock pair |
 //! | `http_hold_vs_raw_setnx_{1,16,64}` | HTTP holds/s, N buyers (hold, then release, on own seat) | raw `SET NX PX` from redis-rs, N tasks |
 //! | `hold_p99_ms_{1,16,64}` | p99 of those holds | |
@@ -19,13 +21,14 @@
 //! | `server_rss_mb_64` | the server's peak RSS (`VmHWM`) after the 64-buyer rows | |
 //!
 //! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time; `BENCH_ONLY`
-//! (a comma-separated list of `lease`, `http`, `floor`, `trips`, `sizes`, `map`) runs
+//! (a comma-separated list of `lease`, `etcd`, `http`, `floor`, `trips`, `sizes`, `map`) runs
 //! only those groups, to re-measure one quickly (the report then has only their rows).
 //! `http` is every concurrency level and the floor rows; `floor` is the 64-buyer level
 //! and the floor rows alone; `trips` is the round-trip rows. Run by `cargo bench` only:
 //! under `cargo test` (no `--bench` argument) it does nothing.
 
 mod breakdown;
+mod etcd;
 mod floor;
 mod report;
 mod stores;
@@ -182,7 +185,11 @@ async fn lease_rows(
         "lease pairs",
         stores::with_redis_cpu(
             &s.redis_url,
-            stores::lease_pairs(&s.redis_url, &s.db, LEASE_CALLERS, s.seconds),
+            stores::lease_pairs(
+                stores::redis_leases(&s.redis_url, &s.db)?,
+                LEASE_CALLERS,
+                s.seconds,
+            ),
         ),
     )
     .await?;
@@ -669,6 +676,14 @@ fn main() -> anyhow::Result<()> {
     let wanted = |group: &str| only.is_empty() || only.split(',').any(|g| g.trim() == group);
     if wanted("lease") {
         rt.block_on(lease_rows(&setup, &mut rows, &mut breakdowns))?;
+    }
+    if wanted("etcd") {
+        rt.block_on(etcd::rows(
+            &setup.redis_url,
+            &setup.db,
+            setup.seconds,
+            &mut rows,
+        ))?;
     }
     if wanted("http") {
         rt.block_on(http_rows(&setup, &BUYERS, &mut rows, &mut breakdowns))?;

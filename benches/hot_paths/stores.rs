@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use lease::LeaseStore;
 use seatlock::ledger::PgFenceLedger;
 use sqlx::PgPool;
 
@@ -93,29 +94,33 @@ pub async fn with_redis_cpu(
     Ok((rate, spent * 1e6 / rate.all.max(1) as f64))
 }
 
-/// Lease acquire + release pairs per second from `callers` tasks sharing one
-/// [`lease::LeaseClient`] (one multiplexed Redis connection, as the server has), each on
-/// its own key of one group.
+/// The application's Redis lease store over `redis_url`: the [`lease::LeaseClient`] with
+/// the Postgres fence ledger of `db`.
+pub fn redis_leases(redis_url: &str, db: &PgPool) -> anyhow::Result<Arc<dyn LeaseStore>> {
+    let redis = lease::connect(redis_url, Duration::from_secs(2))?;
+    Ok(Arc::new(lease::LeaseClient::new(
+        redis,
+        PgFenceLedger(db.clone()),
+    )))
+}
+
+/// Lease acquire + release pairs per second from `callers` tasks sharing one lease
+/// store (for Redis one multiplexed connection, as the server has; for etcd one client),
+/// each on its own key of one group, with a 10 s TTL.
 pub async fn lease_pairs(
-    redis_url: &str,
-    db: &PgPool,
+    store: Arc<dyn LeaseStore>,
     callers: usize,
     duration: Duration,
 ) -> anyhow::Result<Rate> {
-    let redis = lease::connect(redis_url, Duration::from_secs(2))?;
-    let client = Arc::new(lease::LeaseClient::new(redis, PgFenceLedger(db.clone())));
     let group = seatlock_harness::unique_name("bench-lease");
     per_second(callers, duration, move |caller| {
-        let client = client.clone();
+        let store = store.clone();
         let key = lease::LeaseKey::new(group.clone(), caller.to_string());
         async move {
-            let lease = client
+            let lease = store
                 .acquire(&key?, "bench", Duration::from_secs(10))
                 .await?;
-            anyhow::ensure!(
-                client.release(&lease).await?,
-                "release found the lease gone"
-            );
+            anyhow::ensure!(store.release(&lease).await?, "release found the lease gone");
             Ok(())
         }
     })

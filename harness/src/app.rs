@@ -124,6 +124,19 @@ pub fn auction_item(title: &str) -> seatlock::auction::queries::NewItem {
     }
 }
 
+/// Moves auction item `item`'s end into the past (tests do not wait for auctions to
+/// end), and its start too if needed.
+pub async fn end_auction_now(db: &PgPool, item: i64) {
+    sqlx::query(
+        "UPDATE auction_items SET ends_at = now() - interval '1 second',
+                starts_at = least(starts_at, now() - interval '2 seconds') WHERE id = $1",
+    )
+    .bind(item)
+    .execute(db)
+    .await
+    .expect("moving an auction's end into the past");
+}
+
 /// A running application server inside the test process.
 pub struct TestApp {
     /// `http://127.0.0.1:PORT`.

@@ -15,6 +15,8 @@
 //!   connections each was sent).
 //! * [`sentinel`]: [`sentinel::SentinelTopology`], a primary, a replica and three Sentinels
 //!   on loopback, with the failover that loses a grant.
+//! * [`etcd`]: [`EtcdCluster`], a private one- or three-member etcd a test can kill
+//!   members of.
 //! * [`proxy`]: [`TcpProxy`], a loopback TCP proxy whose open flows can be made half-open.
 //! * [`pgwire`]: [`pgwire::PgWire`], a proxy in front of Postgres that counts what a
 //!   server sends it ([`pgwire::PgCost`]: round trips, statements, session traffic).
@@ -25,6 +27,7 @@
 
 pub mod app;
 pub mod check;
+pub mod etcd;
 pub mod haproxy;
 pub mod http;
 pub mod load;
@@ -34,12 +37,16 @@ pub mod proxy;
 pub mod sentinel;
 pub mod stores;
 
-pub use app::{TEST_SECRET, TestApp, TestAppBuilder, auction_item, eventually, test_settings};
+pub use app::{
+    TEST_SECRET, TestApp, TestAppBuilder, auction_item, end_auction_now, eventually, test_settings,
+};
+pub use etcd::EtcdCluster;
 pub use haproxy::HaProxy;
 pub use http::{HttpBuyer, Reply, authenticity_token};
 pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
 pub use proxy::TcpProxy;
 pub use stores::{
-    DEMO_VENUES, TINY_VENUES, event_seats, first_event_seats, fresh_database, lapse_lease, seed,
+    DEMO_VENUES, TINY_VENUES, etcd_url, event_seats, first_event_seats, fresh_database, lapse_lease,
+    seed,
     store_urls, unique_name,
 };

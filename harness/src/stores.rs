@@ -16,6 +16,12 @@ pub fn store_urls() -> anyhow::Result<(String, String)> {
     Ok((db, redis))
 }
 
+/// `ETCD_URL` (the one-member etcd `make test` starts), or an error saying to run under
+/// `make test`.
+pub fn etcd_url() -> anyhow::Result<String> {
+    std::env::var("ETCD_URL").context("ETCD_URL is not set: run the tests with `make test`")
+}
+
 /// A random lowercase name with `prefix`, e.g. `t_3f9a1c20b7`.
 pub fn unique_name(prefix: &str) -> String {
     format!(

@@ -63,29 +63,44 @@ impl<L: FenceLedger> LeaseClient<L> {
         ttl: Duration,
         backoff: Backoff,
     ) -> Result<Lease, LeaseError> {
-        let started = tokio::time::Instant::now();
-        let mut retry = 0;
-        let answer = loop {
-            let attempt = self.acquire(key, holder, ttl).await;
-            let remaining = match &attempt {
-                Err(LeaseError::Held { remaining, .. }) => *remaining,
-                _ => break attempt,
-            };
-            let delay = backoff.delay(retry, remaining);
-            retry += 1;
-            if retry >= backoff.attempts.max(1) || started.elapsed() + delay > backoff.budget {
-                break attempt;
-            }
-            tokio::time::sleep(delay).await;
-        };
-        let outcome = match &answer {
-            Ok(_) => "granted",
-            Err(LeaseError::Held { .. }) => "busy",
-            Err(_) => "failed",
-        };
-        metrics::histogram!(LOCK_WAIT_SECONDS, "outcome" => outcome).record(started.elapsed());
-        answer
+        retry_while_held(|| self.acquire(key, holder, ttl), backoff).await
     }
+}
+
+/// Calls `attempt` until it returns anything but [`LeaseError::Held`], sleeping
+/// [`Backoff::delay`] between calls, within `backoff`'s attempts and time budget; records
+/// the wait under [`LOCK_WAIT_SECONDS`]. The loop behind every store's
+/// `acquire_with_backoff` ([`crate::LeaseStore::acquire_with_backoff`]).
+pub(crate) async fn retry_while_held<F, Fut>(
+    mut attempt: F,
+    backoff: Backoff,
+) -> Result<Lease, LeaseError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Lease, LeaseError>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut retry = 0;
+    let answer = loop {
+        let attempt = attempt().await;
+        let remaining = match &attempt {
+            Err(LeaseError::Held { remaining, .. }) => *remaining,
+            _ => break attempt,
+        };
+        let delay = backoff.delay(retry, remaining);
+        retry += 1;
+        if retry >= backoff.attempts.max(1) || started.elapsed() + delay > backoff.budget {
+            break attempt;
+        }
+        tokio::time::sleep(delay).await;
+    };
+    let outcome = match &answer {
+        Ok(_) => "granted",
+        Err(LeaseError::Held { .. }) => "busy",
+        Err(_) => "failed",
+    };
+    metrics::histogram!(LOCK_WAIT_SECONDS, "outcome" => outcome).record(started.elapsed());
+    answer
 }
 
 #[cfg(test)]

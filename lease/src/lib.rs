@@ -160,9 +160,12 @@
 #![deny(missing_docs)]
 
 mod backoff;
+mod boundary;
+pub mod etcd;
 pub mod events;
 mod keys;
 mod memory;
+mod redis_boundary;
 mod scripts;
 pub mod store;
 pub mod telemetry;
@@ -176,6 +179,7 @@ use rand::RngCore;
 use redis::aio::ConnectionManager;
 
 pub use backoff::Backoff;
+pub use boundary::{LeaseChanges, LeaseStore, TtlLimits};
 pub use keys::{InvalidKey, LeaseKey};
 pub use memory::MemoryLedger;
 pub use store::RedisStore;
@@ -412,6 +416,25 @@ pub enum LeaseError {
         /// The ceiling the ledger returned.
         ceiling: u64,
     },
+    /// etcd did not answer, or answered with an error ([`etcd::EtcdStore`]): guarded work
+    /// must stop.
+    #[error("lease store unavailable (etcd): {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// The store cannot express `ttl` ([`LeaseStore::ttl_limits`]; etcd: whole seconds,
+    /// at least 2 s). Nothing was sent.
+    #[error(
+        "{store} cannot hold a lease for {ttl:?}: its TTLs are whole multiples of {:?}, at least {:?}",
+        limits.step,
+        limits.min
+    )]
+    TtlNotExpressible {
+        /// The store's name (`"etcd"`).
+        store: &'static str,
+        /// The TTL asked for.
+        ttl: Duration,
+        /// What the store can express.
+        limits: TtlLimits,
+    },
 }
 
 /// The largest fencing token ever issued: 2^53 − 1, the largest integer that Redis's Lua
@@ -563,16 +586,7 @@ impl<L: FenceLedger> LeaseClient<L> {
         ttl: Duration,
         limit: Option<u64>,
     ) -> Result<Vec<Lease>, LeaseError> {
-        let one_group = keys.first().is_some_and(|first| {
-            keys.iter().all(|k| k.group() == first.group())
-                && keys
-                    .iter()
-                    .map(LeaseKey::name)
-                    .collect::<std::collections::HashSet<_>>()
-                    .len()
-                    == keys.len()
-        });
-        if !one_group {
+        if !boundary::is_one_group(keys) {
             return Err(LeaseError::NotOneGroup);
         }
         let ttl_ms = (ttl.as_millis() as u64).max(1);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{FenceLedger, Lease, LeaseClient, LeaseError};
+use crate::{FenceLedger, Lease, LeaseClient, LeaseError, LeaseStore};
 
 /// What the watchdog last saw of its lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,10 +50,20 @@ impl<L: FenceLedger + 'static> LeaseClient<L> {
     /// it lost when a renewal finds it gone or when no renewal succeeded before the
     /// local deadline (the module docs).
     pub fn watch(self: &Arc<Self>, lease: Lease) -> Watchdog {
+        Watchdog::start(self.clone(), lease)
+    }
+}
+
+impl Watchdog {
+    /// Starts renewing `lease` in `store` every `lease.ttl() / 3` on the Tokio runtime,
+    /// and reports it lost when a renewal finds it gone or when no renewal succeeded
+    /// before the local deadline (the module docs). Any [`LeaseStore`]: Redis
+    /// ([`LeaseClient::watch`]) or etcd.
+    pub fn start(store: Arc<dyn LeaseStore>, lease: Lease) -> Watchdog {
         let (tx, events) = watch::channel(WatchdogEvent::Held {
             expires_at_ms: lease.expires_at_ms,
         });
-        let client = Arc::clone(self);
+        let client = store;
         let mut renewed = lease.clone();
         let task = tokio::spawn(async move {
             let margin = renewed.ttl / SAFETY_MARGIN_DIVISOR;
@@ -120,10 +130,7 @@ impl Watchdog {
 
     /// Stops renewing at once, then releases the lease (compare-and-delete). Returns
     /// whether this call deleted it.
-    pub async fn release<L: FenceLedger>(
-        mut self,
-        client: &LeaseClient<L>,
-    ) -> Result<bool, LeaseError> {
+    pub async fn release<S: LeaseStore + ?Sized>(mut self, client: &S) -> Result<bool, LeaseError> {
         self.task.abort();
         let _ = (&mut self.task).await;
         client.release(&self.lease).await

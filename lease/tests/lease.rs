@@ -254,7 +254,7 @@ async fn the_watchdog_keeps_a_lease_past_its_ttl_and_release_stops_it() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert!(exists(&client, &key).await, "renewed every ttl/3");
     assert!(matches!(watchdog.status(), WatchdogEvent::Held { .. }));
-    assert!(watchdog.release(&client).await.unwrap());
+    assert!(watchdog.release(&*client).await.unwrap());
     assert!(!exists(&client, &key).await);
 }
 

@@ -135,7 +135,7 @@ pub async fn close_item(state: &AppState, item_id: i64, label: &str) -> Result<C
         return Ok(CloseOutcome::ClaimedElsewhere);
     };
     let token = lease.fencing_token();
-    let mut watchdog = state.leases.watch(lease);
+    let mut watchdog = lease::Watchdog::start(state.leases.clone(), lease);
     let outcome = async {
         let mut conn = tokio::select! {
             biased;
@@ -160,7 +160,7 @@ pub async fn close_item(state: &AppState, item_id: i64, label: &str) -> Result<C
             "closing lease lost while the close was in flight; reporting what Postgres did"
         );
     }
-    if let Err(err) = watchdog.release(&state.leases).await {
+    if let Err(err) = watchdog.release(&*state.leases).await {
         tracing::warn!(item = item_id, error = %err, "closing lease release failed");
     }
     if let Ok(outcome) = &outcome {

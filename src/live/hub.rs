@@ -45,7 +45,8 @@ pub struct LiveHub {
 /// The two feeds of a hub.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Feed {
-    /// Redis pub/sub: holds granted, released, lapsed.
+    /// The lease feed: holds granted, released, lapsed (Redis pub/sub, or the etcd watch
+    /// when etcd is the lease store; `/healthz` calls it `live-redis` either way).
     Redis = 0,
     /// Postgres LISTEN: sales, bids, closes.
     Postgres = 1,

@@ -30,10 +30,22 @@ pub const HEARTBEAT_QUERY: &str = "SELECT 'seatlock live heartbeat'";
 /// The Postgres NOTIFY channel. Payload: `{"topic": "event:1", "event": "seat", "data": {…}}`.
 pub const NOTIFY_CHANNEL: &str = "seatlock_live";
 
-/// Starts both listeners for `hub` on the Tokio runtime. `namespace` is the lease
-/// namespace of this deployment (only its event groups are watched).
-pub fn spawn(hub: Arc<LiveHub>, redis_url: String, db: PgPool, namespace: String) {
-    tokio::spawn(listen_redis(hub.clone(), redis_url, namespace));
+/// Starts both listeners for `hub` on the Tokio runtime: the lease feed (Redis pub/sub
+/// when Redis is the lease store, else the store's own stream of changes,
+/// `live::changes`) and Postgres LISTEN. `namespace` is the lease namespace of this
+/// deployment (only its event groups are watched).
+pub fn spawn(
+    hub: Arc<LiveHub>,
+    leases: Arc<dyn lease::LeaseStore>,
+    redis_url: String,
+    db: PgPool,
+    namespace: String,
+) {
+    if leases.name() == "redis" {
+        tokio::spawn(listen_redis(hub.clone(), redis_url, namespace));
+    } else {
+        tokio::spawn(super::changes::listen(hub.clone(), leases, namespace));
+    }
     tokio::spawn(listen_postgres(hub, db));
 }
 
@@ -162,7 +174,7 @@ fn touch_at_expiry(mut redis: redis::aio::ConnectionManager, key: String, expire
 }
 
 /// The page message for a lease event on a seat of an event group `<prefix><event id>`.
-fn seat_message(event: &LeaseEvent, prefix: &str) -> Option<(String, LiveMessage)> {
+pub(super) fn seat_message(event: &LeaseEvent, prefix: &str) -> Option<(String, LiveMessage)> {
     let key = event.key();
     let event_id: i64 = key.group().strip_prefix(prefix)?.parse().ok()?;
     let seat: i64 = key.name().parse().ok()?;

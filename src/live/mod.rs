@@ -4,7 +4,8 @@
 //! Each change is announced by the store that makes it, in the same atomic step:
 //!
 //! * holds and releases: the lease scripts `PUBLISH` on the group's Redis channel
-//!   ([`lease::events`]); lapsed holds: Redis keyspace expiry notifications;
+//!   ([`lease::events`]); lapsed holds: Redis keyspace expiry notifications (with etcd as
+//!   the lease store: a watch on the event groups' keys, [`lease::LeaseStore::changes`]);
 //! * sales, bids and auction closes: `pg_notify('seatlock_live', …)` inside the statement
 //!   that writes them, delivered by Postgres only if the transaction commits.
 //!
@@ -18,6 +19,7 @@
 //! ready (nor announces its address) before both are subscribed, or a store timeout has
 //! passed.
 
+mod changes;
 mod hub;
 mod listeners;
 mod stream;

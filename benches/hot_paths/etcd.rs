@@ -1,0 +1,48 @@
+//! The etcd rows: the same lease pairs as the Redis row ([`stores::lease_pairs`]) on a
+//! private etcd of one and of three members on loopback ([`EtcdCluster`]), beside Redis
+//! measured in the same run. The article's reference for a consensus store: "1-2 ms per
+//! grant, some thousands of grants a second".
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seatlock_harness::EtcdCluster;
+use sqlx::PgPool;
+
+use crate::report::Row;
+use crate::stores;
+
+/// Callers of the throughput rows (as the Redis lease row).
+const CALLERS: usize = 64;
+
+/// One row per cluster size for latency (one caller: mean ms per acquire + release) and
+/// one for throughput (64 callers: pairs/s), each beside Redis.
+pub async fn rows(
+    redis_url: &str,
+    db: &PgPool,
+    seconds: Duration,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<()> {
+    let redis = stores::redis_leases(redis_url, db)?;
+    let redis_ms = 1_000.0 / stores::lease_pairs(redis.clone(), 1, seconds).await?.per_s;
+    let redis_per_s = stores::lease_pairs(redis, CALLERS, seconds).await?.per_s;
+    for members in [1, 3] {
+        let cluster = EtcdCluster::start(members).await?;
+        let etcd = Arc::new(cluster.store().await?);
+        let ms = 1_000.0 / stores::lease_pairs(etcd.clone(), 1, seconds).await?.per_s;
+        let per_s = stores::lease_pairs(etcd, CALLERS, seconds).await?.per_s;
+        rows.push(Row::versus(
+            &format!("etcd{members}_pair_ms_vs_redis"),
+            "ms per pair, 1 caller",
+            ms,
+            redis_ms,
+        ));
+        rows.push(Row::versus(
+            &format!("etcd{members}_pairs_vs_redis_64"),
+            "pairs/s, 64 callers",
+            per_s,
+            redis_per_s,
+        ));
+    }
+    Ok(())
+}

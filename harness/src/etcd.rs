@@ -1,0 +1,144 @@
+//! A private etcd cluster on loopback, owned by one test: one or three members, each on
+//! free client and peer ports, killed (SIGKILL) and their data removed when the guard
+//! drops. For the lease store's tests on etcd ([`lease::etcd::EtcdStore`]).
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use lease::LeaseStore;
+use lease::etcd::EtcdStore;
+
+use crate::procs::port_and_folder;
+
+/// One member: its ports and process.
+struct Member {
+    client_port: u16,
+    child: Option<std::process::Child>,
+}
+
+/// A running etcd cluster; see the module docs.
+pub struct EtcdCluster {
+    members: Vec<Member>,
+    dir: std::path::PathBuf,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members (1 or 3 make sense) and waits until the cluster grants
+    /// (a quorum read answers through [`EtcdStore::ping`]), at most 20 s. Errors: etcd
+    /// not installed (`apt-get install etcd-server`) or not healthy in time.
+    pub async fn start(size: usize) -> anyhow::Result<EtcdCluster> {
+        let (_, dir) = port_and_folder("seatlock-etcd")?;
+        let ports: Vec<(u16, u16)> = (0..size)
+            .map(|_| {
+                Ok((
+                    port_and_folder("etcd-port")?.0,
+                    port_and_folder("etcd-port")?.0,
+                ))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let peers: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let mut cluster = EtcdCluster {
+            members: Vec::new(),
+            dir,
+        };
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let client_url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let child = std::process::Command::new("etcd")
+                .args(["--name", &format!("m{i}")])
+                .arg("--data-dir")
+                .arg(cluster.dir.join(format!("m{i}")))
+                .args([
+                    "--listen-client-urls",
+                    &client_url,
+                    "--advertise-client-urls",
+                    &client_url,
+                ])
+                .args([
+                    "--listen-peer-urls",
+                    &peer_url,
+                    "--initial-advertise-peer-urls",
+                    &peer_url,
+                ])
+                .args(["--initial-cluster", &peers.join(",")])
+                .args(["--initial-cluster-state", "new", "--log-level", "error"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .context("starting etcd (apt-get install etcd-server)")?;
+            cluster.members.push(Member {
+                client_port: *client,
+                child: Some(child),
+            });
+        }
+        for _ in 0..100 {
+            if let Ok(store) = cluster.store().await
+                && store.ping().await.is_ok()
+            {
+                return Ok(cluster);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!("the etcd cluster did not become healthy in 20 s")
+    }
+
+    /// `etcd://127.0.0.1:<client port>,…` naming every member.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect();
+        format!("etcd://{}", hosts.join(","))
+    }
+
+    /// A lease store on the whole cluster.
+    pub async fn store(&self) -> anyhow::Result<EtcdStore> {
+        Ok(EtcdStore::connect(&self.url(), Duration::from_secs(2)).await?)
+    }
+
+    /// The index of the current leader: the running member whose status names itself
+    /// as leader.
+    pub async fn leader(&self) -> anyhow::Result<usize> {
+        for (index, member) in self.members.iter().enumerate() {
+            if member.child.is_none() {
+                continue;
+            }
+            let url = format!("etcd://127.0.0.1:{}", member.client_port);
+            let Ok(store) = EtcdStore::connect(&url, Duration::from_secs(2)).await else {
+                continue;
+            };
+            let Ok(status) = store.client().status().await else {
+                continue;
+            };
+            if status
+                .header()
+                .is_some_and(|h| h.member_id() == status.leader())
+            {
+                return Ok(index);
+            }
+        }
+        bail!("no running member says it leads")
+    }
+
+    /// Kills member `index` (SIGKILL: no goodbye to its peers).
+    pub fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.members[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for index in 0..self.members.len() {
+            self.kill(index);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,184 @@
+//! Grants on etcd: one etcd lease per resource, then one txn that creates every key of
+//! the hold if none exists (create-if-absent: `create_revision == 0`), none is retired,
+//! and, under a per-holder limit, the holder's limited holds did not change since they
+//! were counted. The txn's revision is every key's create revision: the fencing token.
+
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, GetOptions, LeaseGrantOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
+use futures_util::future::try_join_all;
+
+use super::{
+    ETCD_TTL_LIMITS, EtcdStore, held_by_prefix, hold_value, lease_id, now_ms, parse_hold,
+    retired_key,
+};
+use crate::boundary::is_one_group;
+use crate::{FencingToken, Lease, LeaseError, LeaseKey, OwnerToken};
+
+/// [`crate::LeaseStore::acquire_all`] on etcd (see the module docs). The etcd leases
+/// granted for a refused request are revoked before it returns.
+pub(super) async fn acquire_all(
+    store: &EtcdStore,
+    keys: &[LeaseKey],
+    holder: &str,
+    ttl: Duration,
+    limit: Option<u64>,
+) -> Result<Vec<Lease>, LeaseError> {
+    if !is_one_group(keys) {
+        return Err(LeaseError::NotOneGroup);
+    }
+    ETCD_TTL_LIMITS.check("etcd", ttl)?;
+    let owner = OwnerToken::random();
+    let ids: Vec<i64> = keys
+        .iter()
+        .map(|key| lease_id(&owner, key.name()))
+        .collect();
+    let sent_at = tokio::time::Instant::now();
+    let grants = ids.iter().map(|&id| async move {
+        let granted = store
+            .call(|mut client| async move {
+                let options = LeaseGrantOptions::new().with_id(id);
+                client
+                    .lease_grant(ttl.as_secs() as i64, Some(options))
+                    .await
+            })
+            .await;
+        match granted {
+            // A grant sent again after its answer was lost.
+            Err(etcd_client::Error::GRpcStatus(status))
+                if status.message().contains("lease already exists") =>
+            {
+                Ok(())
+            }
+            other => other.map(drop),
+        }
+    });
+    try_join_all(grants).await?;
+    let expires_at_ms = now_ms() + ttl.as_millis() as u64;
+    let answer = create_all(store, keys, &ids, &owner, holder, expires_at_ms, limit).await;
+    let Ok(fencing_token) = answer else {
+        for id in ids {
+            store.revoke(id).await?;
+        }
+        return Err(answer.unwrap_err());
+    };
+    Ok(keys
+        .iter()
+        .map(|key| Lease {
+            key: key.clone(),
+            owner: owner.clone(),
+            fencing_token,
+            ttl,
+            expires_at_ms,
+            sent_at: Some(sent_at),
+        })
+        .collect())
+}
+
+/// The create-if-absent txn, retried while only the holder's limited holds changed under
+/// it (another grant to the same holder raced this one; the count is read again).
+async fn create_all(
+    store: &EtcdStore,
+    keys: &[LeaseKey],
+    ids: &[i64],
+    owner: &OwnerToken,
+    holder: &str,
+    expires_at_ms: u64,
+    limit: Option<u64>,
+) -> Result<FencingToken, LeaseError> {
+    let group = keys[0].group();
+    let value = hold_value(owner, expires_at_ms, holder);
+    loop {
+        let mut when = Vec::new();
+        let mut then = Vec::new();
+        let mut otherwise = Vec::new();
+        for (key, &id) in keys.iter().zip(ids) {
+            when.push(Compare::create_revision(
+                key.lease_key(),
+                CompareOp::Equal,
+                0,
+            ));
+            when.push(Compare::create_revision(
+                retired_key(key),
+                CompareOp::Equal,
+                0,
+            ));
+            then.push(TxnOp::put(
+                key.lease_key(),
+                value.clone(),
+                Some(PutOptions::new().with_lease(id)),
+            ));
+            otherwise.push(TxnOp::get(key.lease_key(), None));
+            otherwise.push(TxnOp::get(retired_key(key), None));
+        }
+        if let Some(limit) = limit {
+            let prefix = held_by_prefix(group, holder);
+            let options = GetOptions::new().with_prefix().with_count_only();
+            let counted = store.get(prefix.clone(), Some(options)).await?;
+            let held = counted.count() as u64;
+            if held + keys.len() as u64 > limit.max(1) {
+                return Err(LeaseError::OverLimit {
+                    held,
+                    limit: limit.max(1),
+                });
+            }
+            let read_at = counted.header().map_or(0, |h| h.revision());
+            // A hold of this holder created or changed since the count fails the txn.
+            when.push(
+                Compare::mod_revision(prefix.clone(), CompareOp::Less, read_at + 1).with_prefix(),
+            );
+            for (key, &id) in keys.iter().zip(ids) {
+                let entry = format!("{prefix}{}", key.name());
+                then.push(TxnOp::put(
+                    entry,
+                    "",
+                    Some(PutOptions::new().with_lease(id)),
+                ));
+            }
+        }
+        let reply = store
+            .txn(Txn::new().when(when).and_then(then).or_else(otherwise))
+            .await?;
+        if reply.succeeded() {
+            let revision = reply.header().map_or(0, |h| h.revision());
+            return Ok(FencingToken(revision as u64));
+        }
+        if let Some(granted) = refusal(&reply.op_responses(), owner)? {
+            return Ok(granted);
+        }
+    }
+}
+
+/// Why the txn was refused, from its `or_else` reads (per key: the hold, the retirement):
+/// [`LeaseError::Retired`] or [`LeaseError::Held`]. `Ok(Some(token))` when the hold found
+/// is the caller's own (`owner`): the txn was sent again after its first answer was lost
+/// ([`EtcdStore::call`]), and the first one granted it. `Ok(None)` when neither, i.e.
+/// only the holder's limited holds changed.
+fn refusal(
+    reads: &[TxnOpResponse],
+    owner: &OwnerToken,
+) -> Result<Option<FencingToken>, LeaseError> {
+    let found = |i: usize| match reads.get(i) {
+        Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
+        _ => None,
+    };
+    for pair in 0..reads.len() / 2 {
+        if let Some(kv) = found(2 * pair)
+            && let Some((holds, _, holding)) = parse_hold(&kv)
+        {
+            if holds == *owner {
+                return Ok(Some(holding.fencing_token));
+            }
+            return Err(LeaseError::Held {
+                holder: holding.holder,
+                remaining: Duration::from_millis(holding.expires_at_ms.saturating_sub(now_ms())),
+            });
+        }
+        if found(2 * pair + 1).is_some() {
+            return Err(LeaseError::Retired);
+        }
+    }
+    Ok(None)
+}

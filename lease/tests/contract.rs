@@ -1,0 +1,303 @@
+//! The lease-store contract ([`lease::LeaseStore`]), the same assertions against both
+//! stores: Redis (`REDIS_URL`, the [`LeaseClient`] with a [`MemoryLedger`]) and etcd
+//! (`ETCD_URL`, a one-member etcd), both started by `make test` (scripts/services.sh).
+//! Each test uses its own random group, so tests can share the stores. TTLs are 2 s, the
+//! shortest etcd keeps as asked ([`lease::etcd::ETCD_TTL_LIMITS`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lease::etcd::EtcdStore;
+use lease::events::LeaseEvent;
+use lease::{LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, Watchdog, WatchdogEvent};
+use rand::Rng;
+
+const TTL: Duration = Duration::from_secs(2);
+
+/// Both stores, Redis first.
+async fn stores() -> Vec<Arc<dyn LeaseStore>> {
+    let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
+    let etcd_url = std::env::var("ETCD_URL").expect("ETCD_URL is set by `make test`");
+    let redis = lease::connect(&redis_url, Duration::from_secs(2)).unwrap();
+    let etcd = EtcdStore::connect(&etcd_url, Duration::from_secs(2))
+        .await
+        .unwrap();
+    vec![
+        Arc::new(LeaseClient::new(redis, MemoryLedger::new())),
+        Arc::new(etcd),
+    ]
+}
+
+/// Runs `check` against every store at once; a failure names the store.
+async fn on_both<F, Fut>(check: F)
+where
+    F: Fn(Arc<dyn LeaseStore>, String) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let runs = stores().await.into_iter().map(|store| {
+        let name = store.name();
+        let group = format!("contract:{:x}", rand::rng().random::<u64>());
+        (name, tokio::spawn(check(store, group)))
+    });
+    for (name, run) in runs.collect::<Vec<_>>() {
+        if let Err(err) = run.await {
+            panic!("the {name} store broke the contract: {err}");
+        }
+    }
+}
+
+fn key(group: &str, name: &str) -> LeaseKey {
+    LeaseKey::new(group, name).unwrap()
+}
+
+/// Waits (at most 10 s) for the next change, skipping none.
+async fn next_change(changes: &mut lease::LeaseChanges) -> LeaseEvent {
+    tokio::time::timeout(Duration::from_secs(10), changes.next())
+        .await
+        .expect("a change within 10 s")
+        .expect("the stream is open")
+}
+
+#[tokio::test]
+async fn one_holder_at_a_time_and_tokens_increase() {
+    on_both(|store, group| async move {
+        let seat = key(&group, "14C");
+        let alice = store.acquire(&seat, "alice", TTL).await.unwrap();
+        match store.acquire(&seat, "bob", TTL).await {
+            Err(LeaseError::Held { holder, remaining }) => {
+                assert_eq!(holder, "alice");
+                assert!(remaining <= TTL);
+            }
+            other => panic!("expected Held, got {other:?}"),
+        }
+        assert!(store.is_held(&alice).await.unwrap());
+        assert!(store.release(&alice).await.unwrap());
+        assert!(!store.is_held(&alice).await.unwrap());
+        let bob = store.acquire(&seat, "bob", TTL).await.unwrap();
+        assert!(bob.fencing_token() > alice.fencing_token());
+        assert!(
+            !store.release(&alice).await.unwrap(),
+            "a stale release deletes nothing"
+        );
+        assert!(
+            store.is_held(&bob).await.unwrap(),
+            "and leaves bob's lease alone"
+        );
+        assert!(store.release(&bob).await.unwrap());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn group_holds_are_all_or_none_with_one_token() {
+    on_both(|store, group| async move {
+        let seats: Vec<LeaseKey> = ["1", "2", "3"].iter().map(|n| key(&group, n)).collect();
+        let held = store.acquire_all(&seats, "alice", TTL, None).await.unwrap();
+        assert_eq!(held.len(), 3);
+        assert!(
+            held.iter()
+                .all(|l| l.fencing_token() == held[0].fencing_token())
+        );
+        assert!(held.iter().all(|l| l.owner() == held[0].owner()));
+        let overlapping = [key(&group, "3"), key(&group, "4")];
+        assert!(matches!(
+            store.acquire_all(&overlapping, "bob", TTL, None).await,
+            Err(LeaseError::Held { .. })
+        ));
+        let four = store.acquire(&key(&group, "4"), "bob", TTL).await.unwrap();
+        assert!(
+            four.fencing_token() > held[0].fencing_token(),
+            "nothing of the refused hold was kept"
+        );
+        let mut listed: Vec<(String, String)> = store
+            .holders(&group)
+            .await
+            .unwrap()
+            .holdings
+            .into_iter()
+            .map(|h| (h.name, h.holder))
+            .collect();
+        listed.sort();
+        let expected: Vec<(String, String)> =
+            [("1", "alice"), ("2", "alice"), ("3", "alice"), ("4", "bob")]
+                .iter()
+                .map(|(n, h)| (n.to_string(), h.to_string()))
+                .collect();
+        assert_eq!(listed, expected);
+        assert!(
+            store.release(&held[1]).await.unwrap(),
+            "one seat of a group hold is released alone"
+        );
+        assert!(store.is_held(&held[0]).await.unwrap());
+        let twice = [key(&group, "5"), key(&group, "5")];
+        assert!(matches!(
+            store.acquire_all(&twice, "bob", TTL, None).await,
+            Err(LeaseError::NotOneGroup)
+        ));
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_holder_limit_counts_the_holders_live_leases() {
+    on_both(|store, group| async move {
+        let pair = [key(&group, "1"), key(&group, "2")];
+        let first = store
+            .acquire_all(&pair, "alice", TTL, Some(3))
+            .await
+            .unwrap();
+        let more = [key(&group, "3"), key(&group, "4")];
+        match store.acquire_all(&more, "alice", TTL, Some(3)).await {
+            Err(LeaseError::OverLimit { held, limit }) => assert_eq!((held, limit), (2, 3)),
+            other => panic!("expected OverLimit, got {other:?}"),
+        }
+        store.acquire_all(&more, "bob", TTL, Some(3)).await.unwrap();
+        assert!(store.release(&first[0]).await.unwrap());
+        store
+            .acquire_all(&[key(&group, "5"), key(&group, "6")], "alice", TTL, Some(3))
+            .await
+            .unwrap();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_retired_resource_is_never_granted_again() {
+    on_both(|store, group| async move {
+        let seat = key(&group, "9");
+        let sold = store.acquire(&seat, "alice", TTL).await.unwrap();
+        assert!(store.retire(&sold).await.unwrap());
+        assert!(matches!(
+            store.acquire(&seat, "bob", TTL).await,
+            Err(LeaseError::Retired)
+        ));
+        assert!(store.holders(&group).await.unwrap().holdings.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn renew_remaining_and_recover_by_holder_are_owner_checked() {
+    on_both(|store, group| async move {
+        let seat = key(&group, "7");
+        let mut lease = store.acquire(&seat, "alice", TTL).await.unwrap();
+        let granted_until = lease.expires_at_ms();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(store.renew(&mut lease).await.unwrap());
+        assert!(lease.expires_at_ms() > granted_until);
+        let left = store.remaining(&seat).await.unwrap().expect("a live lease");
+        assert!(left <= TTL);
+        assert!(store.owned_by(&seat, "bob").await.unwrap().is_none());
+        let recovered = store
+            .owned_by(&seat, "alice")
+            .await
+            .unwrap()
+            .expect("alice's lease");
+        assert_eq!(recovered.owner(), lease.owner());
+        assert_eq!(recovered.fencing_token(), lease.fencing_token());
+        assert!(store.release(&recovered).await.unwrap());
+        assert!(
+            !store.renew(&mut lease).await.unwrap(),
+            "a released lease is not renewed"
+        );
+        assert_eq!(store.remaining(&seat).await.unwrap(), None);
+        assert!(store.owned_by(&seat, "alice").await.unwrap().is_none());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_lapsed_lease_passes_on_and_its_holder_is_stale() {
+    on_both(|store, group| async move {
+        let seat = key(&group, "3");
+        let mut alice = store.acquire(&seat, "alice", TTL).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while store.remaining(&seat).await.unwrap().is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "the lease lapses");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let bob = store.acquire(&seat, "bob", TTL).await.unwrap();
+        assert!(bob.fencing_token() > alice.fencing_token());
+        assert!(!store.renew(&mut alice).await.unwrap());
+        assert!(!store.release(&alice).await.unwrap());
+        assert!(store.is_held(&bob).await.unwrap());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn ttls_the_store_cannot_express_are_refused_before_anything_is_sent() {
+    on_both(|store, group| async move {
+        for ttl_ms in [1_500, 2_000, 3_000] {
+            let ttl = Duration::from_millis(ttl_ms);
+            let seat = key(&group, &ttl_ms.to_string());
+            let expressible = store.ttl_limits().check(store.name(), ttl).is_ok();
+            match store.acquire(&seat, "alice", ttl).await {
+                Ok(_) => assert!(expressible, "{ttl:?}"),
+                Err(LeaseError::TtlNotExpressible { .. }) => {
+                    assert!(!expressible, "{ttl:?}");
+                    assert_eq!(store.remaining(&seat).await.unwrap(), None);
+                }
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn changes_report_grants_releases_and_lapses() {
+    on_both(|store, group| async move {
+        let mut changes = store.changes(&group).await.unwrap();
+        let seats = [key(&group, "1"), key(&group, "2")];
+        let held = store.acquire_all(&seats, "alice", TTL, None).await.unwrap();
+        for seat in &seats {
+            match next_change(&mut changes).await {
+                LeaseEvent::Acquired {
+                    key,
+                    holder,
+                    fencing_token,
+                    ..
+                } => {
+                    assert_eq!((&key, holder.as_str()), (seat, "alice"));
+                    assert_eq!(fencing_token, held[0].fencing_token());
+                }
+                other => panic!("expected a grant of {seat:?}, got {other:?}"),
+            }
+        }
+        assert!(store.release(&held[0]).await.unwrap());
+        assert_eq!(
+            next_change(&mut changes).await,
+            LeaseEvent::Released {
+                key: seats[0].clone()
+            }
+        );
+        // The other seat is left to lapse.
+        assert_eq!(
+            next_change(&mut changes).await,
+            LeaseEvent::Expired {
+                key: seats[1].clone()
+            }
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_watchdog_keeps_a_lease_past_its_ttl_on_either_store() {
+    on_both(|store, group| async move {
+        let seat = key(&group, "closer");
+        let lease = store.acquire(&seat, "closer-a", TTL).await.unwrap();
+        let watchdog = Watchdog::start(store.clone(), lease);
+        tokio::time::sleep(TTL * 2).await;
+        assert!(matches!(watchdog.status(), WatchdogEvent::Held { .. }));
+        assert!(store.is_held(watchdog.lease()).await.unwrap());
+        assert!(matches!(
+            store.acquire(&seat, "closer-b", TTL).await,
+            Err(LeaseError::Held { .. })
+        ));
+        assert!(watchdog.release(&*store).await.unwrap());
+    })
+    .await;
+}

@@ -1,0 +1,194 @@
+//! The application with etcd as its lease store (`--lease-store-url etcd://…`): a hold and
+//! a purchase over HTTP on the one-member etcd of `make test` (`ETCD_URL`), and a
+//! three-member cluster whose leader is killed (SIGKILL) while holds exist. Sessions stay
+//! in Redis; only the leases move.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use seatlock::auction::close::{self, CloseOutcome};
+use seatlock::auction::queries;
+use seatlock::error::Refusal;
+use seatlock_harness::{
+    EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, end_auction_now, etcd_url,
+};
+
+/// A test app whose leases live in the etcd at `url`; holds last 10 s (whole seconds:
+/// etcd's TTL granularity).
+fn on_etcd(url: String) -> TestAppBuilder {
+    TestApp::builder().with(move |s| {
+        s.lease_store_url = Some(url);
+        s.hold_ttl_ms = 10_000;
+    })
+}
+
+/// A server on [`on_etcd`] over a fresh tiny database.
+async fn app_on_etcd(url: String) -> TestApp {
+    on_etcd(url).spawn().await.expect("test app on etcd")
+}
+
+/// POSTs `action` for `seat` and returns the reply's status and whether it is the
+/// "someone else holds it" refusal.
+async fn act(
+    buyer: &mut HttpBuyer,
+    app: &TestApp,
+    event: i64,
+    seat: i64,
+    action: &str,
+) -> (StatusCode, bool) {
+    match buyer.seat_action(&app.address, event, seat, action).await {
+        Ok(reply) => (reply.status, reply.is_refused(&Refusal::SomeoneIsBuying)),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, false),
+    }
+}
+
+/// Confirms `seat` for `buyer` and returns the new order's path.
+async fn confirm(buyer: &mut HttpBuyer, app: &TestApp, event: i64, seat: i64) -> String {
+    let reply = buyer
+        .seat_action(&app.address, event, seat, "confirm")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let order = reply.location.unwrap();
+    assert!(order.starts_with("/orders/"), "{order}");
+    order
+}
+
+#[tokio::test]
+async fn a_seat_is_held_and_sold_over_http_with_the_leases_in_etcd() {
+    let app = app_on_etcd(etcd_url().unwrap()).await;
+    assert_eq!(app.state.leases.name(), "etcd");
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let (mut alice, mut bob) = (HttpBuyer::new(), HttpBuyer::new());
+    assert_eq!(
+        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+    let holdings = app
+        .state
+        .leases
+        .holders(&app.event_group(event))
+        .await
+        .unwrap()
+        .holdings;
+    assert_eq!(holdings.len(), 1);
+    assert_eq!(holdings[0].name, seats[0].to_string());
+    let (status, held) = act(&mut bob, &app, event, seats[0], "hold").await;
+    assert!(held, "bob is refused while alice holds the seat: {status}");
+    let page = alice
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    assert!(page.body.contains("held for you until"), "{}", page.body);
+
+    confirm(&mut alice, &app, event, seats[0]).await;
+    let sold: bool =
+        sqlx::query_scalar("SELECT sold FROM event_seats WHERE event_id = $1 AND seat_id = $2")
+            .bind(event)
+            .bind(seats[0])
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert!(sold);
+    let (status, _) = act(&mut bob, &app, event, seats[0], "hold").await;
+    assert_ne!(
+        status,
+        StatusCode::SEE_OTHER,
+        "a sold seat is not held again"
+    );
+    assert!(
+        check::check(app.db(), event)
+            .await
+            .unwrap()
+            .violations
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn killing_the_etcd_leader_keeps_every_hold_with_its_holder() {
+    let mut cluster = EtcdCluster::start(3).await.unwrap();
+    let app = app_on_etcd(cluster.url()).await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let (mut alice, mut bob, mut carol) = (HttpBuyer::new(), HttpBuyer::new(), HttpBuyer::new());
+    assert_eq!(
+        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        act(&mut bob, &app, event, seats[1], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+
+    let leader = cluster.leader().await.unwrap();
+    cluster.kill(leader);
+    let killed_at = tokio::time::Instant::now();
+    // Carol tries alice's seat and a free one until the free one is granted: alice's is
+    // never granted to her, whatever the cluster is doing meanwhile.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let (status, _) = act(&mut carol, &app, event, seats[0], "hold").await;
+        assert_ne!(
+            status,
+            StatusCode::SEE_OTHER,
+            "alice's seat was granted to carol"
+        );
+        if act(&mut carol, &app, event, seats[2], "hold").await.0 == StatusCode::SEE_OTHER {
+            break;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(30),
+            "no grant 30 s after the leader was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!(
+        "leader m{leader} killed: grants resumed after {:?} ({attempts} rounds of attempts)",
+        killed_at.elapsed()
+    );
+
+    for seat in [seats[0], seats[1]] {
+        let (status, held) = act(&mut carol, &app, event, seat, "hold").await;
+        assert!(held, "seat {seat} is still held by its holder: {status}");
+    }
+    let first = confirm(&mut alice, &app, event, seats[0]).await;
+    let second = confirm(&mut bob, &app, event, seats[1]).await;
+    assert_ne!(first, second);
+    let report = check::check(app.db(), event).await.unwrap();
+    assert_eq!(report.double_sold_seats, 0);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+}
+
+#[tokio::test]
+async fn an_auction_takes_a_bid_and_closes_with_its_bid_lock_and_closing_lease_in_etcd() {
+    let app = on_etcd(etcd_url().unwrap())
+        .no_venues()
+        .with(|s| s.close_interval_ms = 0)
+        .spawn()
+        .await
+        .unwrap();
+    let id = queries::insert_item(app.db(), &auction_item("Signed poster"))
+        .await
+        .unwrap()
+        .unwrap();
+    let page = format!("{}/auctions/{id}", app.address);
+    let mut bidder = HttpBuyer::new();
+    bidder.get(&page).await.unwrap();
+    let bid = bidder
+        .post(&format!("{page}/bids"), &[("amount", "12.00")])
+        .await
+        .unwrap();
+    assert_eq!(bid.status, StatusCode::SEE_OTHER, "{}", bid.body);
+    end_auction_now(app.db(), id).await;
+    let outcomes = close::close_due(&app.state, "closer-etcd").await.unwrap();
+    assert!(
+        matches!(outcomes.as_slice(), [(item, CloseOutcome::Closed(result))] if *item == id && result == "sold"),
+        "{outcomes:?}"
+    );
+    let item = queries::item(app.db(), id).await.unwrap().unwrap();
+    assert_eq!(
+        (item.status.as_str(), item.high_bid_cents),
+        ("closed", Some(1_200))
+    );
+}
