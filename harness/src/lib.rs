@@ -46,7 +46,6 @@ pub use http::{HttpBuyer, Reply, authenticity_token};
 pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
 pub use proxy::TcpProxy;
 pub use stores::{
-    DEMO_VENUES, TINY_VENUES, etcd_url, event_seats, first_event_seats, fresh_database, lapse_lease,
-    seed,
-    store_urls, unique_name,
+    DEMO_VENUES, TINY_VENUES, etcd_url, event_seats, first_event_seats, fresh_database,
+    lapse_lease, seed, store_urls, unique_name,
 };

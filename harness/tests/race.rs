@@ -10,7 +10,11 @@ use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp, procs::seat
 
 #[tokio::test]
 async fn only_fenced_and_conditional_never_sell_a_seat_twice() {
-    let (dir, stdout, report) = run_race("race", &["--strategy", "all", "--servers", "2"]).await;
+    let (dir, stdout, report) = run_race(
+        "race",
+        &["--strategy", "all", "--servers", "2", "--seats", "4"],
+    )
+    .await;
     let rows = rows_by_strategy(&report["strategies"]);
     let n = |strategy: &str, field: &str| rows[strategy][field].as_u64().unwrap();
     for strategy in ["naive", "lease", "fenced", "conditional"] {
@@ -56,6 +60,8 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
     let args = [
         "--strategy",
         "fenced",
+        "--seats",
+        "4",
         "--target",
         &proxy.address,
         "--database-url",
@@ -149,15 +155,15 @@ async fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_meas
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// Runs `load-test race --buyers 3 --seats 4 --rounds 2 ARGS --json DIR/report.json
-/// --html DIR/report.html` against this build's server (later flags win), asserts it
-/// succeeded, and returns the directory, its stdout and the JSON report.
+/// Runs `load-test race --buyers 3 --rounds 2 ARGS --json DIR/report.json --html
+/// DIR/report.html` against this build's server, asserts it succeeded, and returns the
+/// directory, its stdout and the JSON report.
 async fn run_race(name: &str, args: &[&str]) -> (std::path::PathBuf, String, serde_json::Value) {
     let dir = std::env::temp_dir().join(seatlock_harness::unique_name(name));
     let json = dir.join("report.json");
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
         .arg("race")
-        .args(["--buyers", "3", "--seats", "4", "--rounds", "2"])
+        .args(["--buyers", "3", "--rounds", "2"])
         .args(args)
         .arg("--json")
         .arg(&json)
