@@ -11,6 +11,7 @@
 //! the caller writes on the primary, the primary is killed (SIGKILL), Sentinel promotes
 //! the replica, which never saw the write.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -164,8 +165,12 @@ impl SentinelTopology {
         Ok(())
     }
 
-    /// Kills the primary (SIGKILL) and waits until the Sentinels name the replica as the
-    /// primary. Returns the time from the kill to the promotion seen by a Sentinel.
+    /// Kills the primary (SIGKILL) and waits until the failover is over as a client sees
+    /// it: the first Sentinel's `SENTINEL MASTER` names the replica, with no `s_down`,
+    /// `o_down` or `failover_in_progress` flag. (`GET-MASTER-ADDR-BY-NAME` names the
+    /// promoted replica earlier, while the Sentinel still reconfigures the replicas, and
+    /// redis-rs's Sentinel client refuses a master in that state:
+    /// `MasterNameNotFoundBySentinel`.) Returns the time from the kill to then.
     /// Errors: no promotion within 15 s.
     pub async fn fail_over(&mut self) -> anyhow::Result<Duration> {
         let killed_at = Instant::now();
@@ -173,14 +178,17 @@ impl SentinelTopology {
         let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
         let replica_port = self.replica.port.to_string();
         while killed_at.elapsed() < Duration::from_secs(15) {
-            let named: redis::RedisResult<(String, String)> = query(
-                &url,
-                redis::cmd("SENTINEL")
-                    .arg("GET-MASTER-ADDR-BY-NAME")
-                    .arg(MASTER_NAME),
-            )
-            .await;
-            if matches!(&named, Ok((_, port)) if *port == replica_port) {
+            let master: redis::RedisResult<HashMap<String, String>> =
+                query(&url, redis::cmd("SENTINEL").arg("MASTER").arg(MASTER_NAME)).await;
+            let promoted = master.is_ok_and(|m| {
+                m.get("port") == Some(&replica_port)
+                    && m.get("flags").is_some_and(|flags| {
+                        flags.split(',').all(|flag| {
+                            !matches!(flag, "s_down" | "o_down" | "failover_in_progress")
+                        })
+                    })
+            });
+            if promoted {
                 return Ok(killed_at.elapsed());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
