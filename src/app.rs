@@ -71,7 +71,7 @@ impl Application {
         live::spawn(
             live.clone(),
             leases.clone(),
-            settings.redis_url.clone(),
+            settings.lease_store_url().to_owned(),
             db.clone(),
             settings.lease_namespace.to_string(),
         );
@@ -220,8 +220,10 @@ async fn stores(
     db: &sqlx::PgPool,
 ) -> anyhow::Result<(Arc<dyn lease::LeaseStore>, SessionRedis)> {
     let timeout = settings.store_timeout();
-    let own_redis = || -> anyhow::Result<SessionRedis> {
-        let redis = lease::connect(&settings.redis_url, timeout).context("parsing REDIS_URL")?;
+    let own_redis = async || -> anyhow::Result<SessionRedis> {
+        let redis = lease::RedisStore::open_async(&settings.redis_url, timeout)
+            .await
+            .context("opening REDIS_URL")?;
         Ok(SessionRedis::Own(Arc::new(redis)))
     };
     let url = settings.lease_store_url();
@@ -229,9 +231,11 @@ async fn stores(
         let etcd = lease::etcd::EtcdStore::connect(url, timeout)
             .await
             .with_context(|| format!("connecting to the lease store {url}"))?;
-        (Arc::new(etcd), own_redis()?)
+        (Arc::new(etcd), own_redis().await?)
     } else {
-        let store = lease::connect(url, timeout).context("parsing the lease store URL")?;
+        let store = lease::RedisStore::open_async(url, timeout)
+            .await
+            .context("opening the lease store URL")?;
         let client = Arc::new(
             lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
                 .with_failover_guard(!settings.lab_disable_failover_guard),
@@ -239,7 +243,7 @@ async fn stores(
         if url == settings.redis_url {
             (client.clone(), SessionRedis::Leases(client))
         } else {
-            (client, own_redis()?)
+            (client, own_redis().await?)
         }
     };
     for (flag, ttl) in settings.lease_ttls() {

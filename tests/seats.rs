@@ -672,3 +672,60 @@ async fn authorizations_left_open_past_the_hold_and_the_deadline_are_voided() {
         ]
     );
 }
+
+/// With the leases in a Redis of their own (`--lease-store-url redis://…`, another server
+/// than `--redis-url`, which keeps the sessions), the live feed listens to the lease
+/// store: a hold is pushed to the event's pages, and it is in the lease Redis only.
+#[tokio::test]
+async fn with_the_leases_in_a_redis_of_their_own_holds_are_pushed_live() {
+    let leases = RedisServer::start().await.unwrap();
+    let url = leases.url();
+    let app = TestApp::builder()
+        .with(move |s| s.lease_store_url = Some(url))
+        .spawn()
+        .await
+        .unwrap();
+    assert!(
+        app.state
+            .live
+            .wait_until_live(Duration::from_secs(10))
+            .await
+    );
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut pushed = app.state.live.subscribe(&format!("event:{event}"));
+
+    let reply = HttpBuyer::new()
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let message = tokio::time::timeout(Duration::from_secs(5), pushed.recv())
+        .await
+        .expect("the hold is pushed within 5 s")
+        .unwrap();
+    assert_eq!(message.event, "seat", "{message:?}");
+    assert_eq!(message.data["seat"], seats[0], "{message:?}");
+    assert_eq!(message.data["state"], "held", "{message:?}");
+
+    let key = app.seat_key(event, seats[0]).lease_key();
+    let in_redis = async |url: &str| -> bool {
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        redis::cmd("EXISTS")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap()
+    };
+    assert!(
+        in_redis(&leases.url()).await,
+        "the lease is in the lease store"
+    );
+    assert!(
+        !in_redis(&app.state.settings.redis_url).await,
+        "and not in the sessions' Redis"
+    );
+}

@@ -50,21 +50,42 @@ pub struct RedisStore {
 impl RedisStore {
     /// A store over the Redis at `url`: `redis://host:port/db`, connected lazily (nothing
     /// is sent until the first request), or `redis+sentinel://host:port,host:port/<master
-    /// name>`, whose primary is asked of the Sentinels now (a blocking question, once)
-    /// and again after a failover (see the module docs). `timeout` bounds connecting and
-    /// every response. Errors: a malformed URL; with Sentinels, none of them naming a
-    /// reachable primary.
+    /// name>`, whose primary is asked of the Sentinels now (a blocking question, once,
+    /// without a time bound: from async code use [`RedisStore::open_async`]) and again
+    /// after a failover (see the module docs). `timeout` bounds connecting and every
+    /// response. Errors: a malformed URL; with Sentinels, none of them naming a reachable
+    /// primary.
     pub fn open(url: &str, timeout: Duration) -> RedisResult<Self> {
         let (client, sentinel) = match url.strip_prefix(SENTINEL_SCHEME) {
             None => (Client::open(url)?, None),
             Some(rest) => {
                 let mut sentinel = sentinel_client(rest)?;
-                (
-                    sentinel.get_client()?,
-                    Some(tokio::sync::Mutex::new(sentinel)),
-                )
+                (sentinel.get_client()?, Some(sentinel))
             }
         };
+        Self::over(client, sentinel, timeout)
+    }
+
+    /// [`RedisStore::open`] for async code: the Sentinels (if `url` names them) are asked
+    /// without blocking a thread, within `timeout`. Errors: those of `open`, or the
+    /// timeout.
+    pub async fn open_async(url: &str, timeout: Duration) -> RedisResult<Self> {
+        let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) else {
+            return Self::open(url, timeout);
+        };
+        let mut sentinel = sentinel_client(rest)?;
+        let client = tokio::time::timeout(timeout, sentinel.async_get_client())
+            .await
+            .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+        Self::over(client, Some(sentinel), timeout)
+    }
+
+    /// The store over `client`, following `sentinel` after a failover if given.
+    fn over(
+        client: Client,
+        sentinel: Option<SentinelClient>,
+        timeout: Duration,
+    ) -> RedisResult<Self> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -75,7 +96,7 @@ impl RedisStore {
             client: RwLock::new(client),
             config,
             current: RwLock::new(current),
-            sentinel,
+            sentinel: sentinel.map(tokio::sync::Mutex::new),
             timeout,
         })
     }

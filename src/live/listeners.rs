@@ -32,17 +32,18 @@ pub const NOTIFY_CHANNEL: &str = "seatlock_live";
 
 /// Starts both listeners for `hub` on the Tokio runtime: the lease feed (Redis pub/sub
 /// when Redis is the lease store, else the store's own stream of changes,
-/// `live::changes`) and Postgres LISTEN. `namespace` is the lease namespace of this
+/// `live::changes`) and Postgres LISTEN. `lease_store_url` is the lease store's
+/// (`--lease-store-url`, else `--redis-url`); `namespace` is the lease namespace of this
 /// deployment (only its event groups are watched).
 pub fn spawn(
     hub: Arc<LiveHub>,
     leases: Arc<dyn lease::LeaseStore>,
-    redis_url: String,
+    lease_store_url: String,
     db: PgPool,
     namespace: String,
 ) {
     if leases.name() == "redis" {
-        tokio::spawn(listen_redis(hub.clone(), redis_url, namespace));
+        tokio::spawn(listen_redis(hub.clone(), lease_store_url, namespace));
     } else {
         tokio::spawn(super::changes::listen(hub.clone(), leases, namespace));
     }
@@ -74,7 +75,7 @@ async fn redis_session(
     // With Sentinels (`redis+sentinel://`), opening the store asks them for the primary:
     // after a failover the feed subscribes again, and sets the expiry notifications
     // (`check_store`; per server, not replicated), on the new primary.
-    let store = lease::connect(url, Duration::from_secs(2))?;
+    let store = lease::RedisStore::open_async(url, Duration::from_secs(2)).await?;
     let client = store.client();
     let mut manager = store.connection();
     check_store(hub, &mut manager).await;
