@@ -166,18 +166,38 @@ impl SentinelTopology {
     }
 
     /// Kills the primary (SIGKILL) and waits until the failover is over as a client sees
-    /// it: the first Sentinel's `SENTINEL MASTER` names the replica, with no `s_down`,
-    /// `o_down` or `failover_in_progress` flag. (`GET-MASTER-ADDR-BY-NAME` names the
-    /// promoted replica earlier, while the Sentinel still reconfigures the replicas, and
-    /// redis-rs's Sentinel client refuses a master in that state:
-    /// `MasterNameNotFoundBySentinel`.) Returns the time from the kill to then.
+    /// it ([`SentinelTopology::promoted`]). Returns the time from the kill to then.
     /// Errors: no promotion within 15 s.
     pub async fn fail_over(&mut self) -> anyhow::Result<Duration> {
         let killed_at = Instant::now();
         self.primary.kill();
-        let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
+        self.promoted(killed_at).await
+    }
+
+    /// A switchover: `SENTINEL FAILOVER` with the primary alive. Sentinel promotes the
+    /// replica and turns the old primary into its replica (it keeps running and answering,
+    /// as a primary cut off by a partition does when it comes back). Returns when the
+    /// failover is over as a client sees it ([`SentinelTopology::promoted`]).
+    pub async fn switch_over(&mut self) -> anyhow::Result<Duration> {
+        let asked_at = Instant::now();
+        let () = query(
+            &self.sentinel_url(),
+            redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME),
+        )
+        .await?;
+        self.promoted(asked_at).await
+    }
+
+    /// Waits until the first Sentinel's `SENTINEL MASTER` names the replica, with no
+    /// `s_down`, `o_down` or `failover_in_progress` flag. (`GET-MASTER-ADDR-BY-NAME` names
+    /// the promoted replica earlier, while the Sentinel still reconfigures the replicas,
+    /// and redis-rs's Sentinel client refuses a master in that state:
+    /// `MasterNameNotFoundBySentinel`.) Returns the time since `since`. Errors: not
+    /// within 15 s.
+    async fn promoted(&self, since: Instant) -> anyhow::Result<Duration> {
+        let url = self.sentinel_url();
         let replica_port = self.replica.port.to_string();
-        while killed_at.elapsed() < Duration::from_secs(15) {
+        while since.elapsed() < Duration::from_secs(15) {
             let master: redis::RedisResult<HashMap<String, String>> =
                 query(&url, redis::cmd("SENTINEL").arg("MASTER").arg(MASTER_NAME)).await;
             let promoted = master.is_ok_and(|m| {
@@ -189,11 +209,16 @@ impl SentinelTopology {
                     })
             });
             if promoted {
-                return Ok(killed_at.elapsed());
+                return Ok(since.elapsed());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         bail!("Sentinel did not promote the replica within 15 s")
+    }
+
+    /// The first Sentinel's URL.
+    fn sentinel_url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.sentinels[0].port)
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use seatlock_harness::sentinel::SentinelTopology;
-use seatlock_harness::{HttpBuyer, TINY_VENUES, eventually, store_urls};
+use seatlock_harness::{HttpBuyer, TINY_VENUES, TestApp, eventually, store_urls};
 
 use crate::deployment::*;
 
@@ -90,4 +90,49 @@ async fn without_the_guard_a_failover_repeats_the_lost_grants_token() {
         outcome.after, outcome.before[1],
         "the lab should reproduce the duplicate token (issue 15)"
     );
+}
+
+/// A switchover (`SENTINEL FAILOVER`: the old primary stays up and becomes a replica, as
+/// a primary cut off by a partition does when it comes back). The live feed must not stay
+/// subscribed to the demoted server, which has no expiry notifications to send: Sentinel's
+/// reconfiguration of it ends its client and pub/sub connections (`CLIENT KILL TYPE
+/// normal` and `pubsub`, with the `REPLICAOF`), and the feed subscribes again through the
+/// Sentinels, on the new primary. A hold taken after the switchover that lapses is shown
+/// as available on the event's pages.
+#[tokio::test]
+async fn after_a_switchover_the_live_feed_moves_to_the_new_primary_and_shows_lapses() {
+    let mut topology = SentinelTopology::start().await.unwrap();
+    let app = TestApp::builder()
+        .redis(topology.url())
+        .with(|s| s.hold_ttl_ms = 8_000) // lapses after the feed's next check (5 s)
+        .spawn()
+        .await
+        .unwrap();
+    assert!(
+        app.state
+            .live
+            .wait_until_live(Duration::from_secs(10))
+            .await
+    );
+    topology.switch_over().await.unwrap();
+
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut pushed = app.state.live.subscribe(&format!("event:{event}"));
+    let reply = HttpBuyer::new()
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
+    let lapsed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let message = pushed.recv().await.unwrap();
+            if message.event == "seat" && message.data["state"] == "available" {
+                return message;
+            }
+        }
+    })
+    .await
+    .expect("the lapse is shown within 20 s");
+    assert_eq!(lapsed.data["seat"], seats[0], "{lapsed:?}");
+    assert_eq!(lapsed.data["why"], "expired", "{lapsed:?}");
 }
