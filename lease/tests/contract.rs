@@ -284,6 +284,24 @@ async fn changes_report_grants_releases_and_lapses() {
     .await;
 }
 
+/// The change stream is long-lived: it still reports a grant made after 8 s, longer than a
+/// store's connection lasts when it breaks the server's rules (an etcd client pinging
+/// more often than `--grpc-keepalive-min-time` is cut off after ~4 s).
+#[tokio::test]
+async fn the_change_stream_stays_open_while_nothing_changes() {
+    on_both(|store, group| async move {
+        let mut changes = store.changes(&group).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let seat = key(&group, "late");
+        store.acquire(&seat, "alice", TTL).await.unwrap();
+        match next_change(&mut changes).await {
+            LeaseEvent::Acquired { key, .. } => assert_eq!(key, seat),
+            other => panic!("expected the grant of {seat:?}, got {other:?}"),
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_watchdog_keeps_a_lease_past_its_ttl_on_either_store() {
     on_both(|store, group| async move {

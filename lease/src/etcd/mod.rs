@@ -39,6 +39,13 @@ use crate::{
     OwnerToken, TtlLimits,
 };
 
+/// How often an idle connection to etcd is pinged (HTTP/2 keep-alive), so a member that
+/// stopped answering is noticed within this plus the store timeout. Not less than etcd's
+/// `--grpc-keepalive-min-time` (5 s by default): a client that pings more often is sent
+/// `GOAWAY` (`too_many_pings`) and its connection closed, which ends every watch on it
+/// (with 1 s pings, the change stream ended every ~4 s).
+const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(6);
+
 /// etcd lease TTLs: whole seconds, at least 2 s. etcd raises a shorter lease to its
 /// minimum (1.5 × the election timeout, rounded up: 2 s with the default 1 s), so a
 /// shorter TTL would silently last longer than asked.
@@ -69,7 +76,7 @@ impl EtcdStore {
         let options = ConnectOptions::new()
             .with_connect_timeout(timeout)
             .with_timeout(timeout)
-            .with_keep_alive(Duration::from_secs(1), timeout)
+            .with_keep_alive(KEEP_ALIVE_INTERVAL, timeout)
             .with_require_leader(true);
         let client = Client::connect(endpoints, Some(options)).await?;
         Ok(EtcdStore {
