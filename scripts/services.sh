@@ -74,7 +74,9 @@ up_etcd() {
   local dir="$RUN/etcd" peer="$((ETCD_PORT + 1))"
   mkdir -p "$dir"
   if ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$ETCD_PORT" endpoint health >/dev/null 2>&1; then return; fi
-  nohup etcd --name seatlock --data-dir "$dir/data" \
+  # A session of its own: a Ctrl-C to the make that started it (make race, make failover
+  # leave the services up) must not reach it.
+  setsid nohup etcd --name seatlock --data-dir "$dir/data" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
     --initial-cluster "seatlock=http://127.0.0.1:$peer" >"$dir/etcd.log" 2>&1 &
