@@ -1,5 +1,5 @@
 # seatlock: two commands.
-#   make demo   private Redis + Postgres, migrate, seed, serve at http://127.0.0.1:3000
+#   make demo   private Redis + Postgres (+ etcd), migrate, seed, serve at http://127.0.0.1:3000
 #               (STORE=etcd: the leases in a private one-member etcd instead of Redis)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
 #   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (README "Scale-out")
