@@ -7,10 +7,10 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use crate::state::AppState;
+use crate::state::{AppState, SessionRedis};
 
-/// Pings the stores concurrently: the lease store, Redis (sessions; the same store when
-/// Redis backs the leases) and Postgres.
+/// Pings the stores concurrently: the lease store, Redis (sessions; pinged once when they
+/// share the lease client's store) and Postgres.
 pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
     let timeout = state.settings.store_timeout();
     let leases_name = state.leases.name();
@@ -23,7 +23,8 @@ pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
     let redis = async {
         let command = redis::cmd("PING");
         let ping = state.redis.query::<String>("ping", &command);
-        leases_name == "redis" || matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_)))
+        matches!(state.redis, SessionRedis::Leases(_))
+            || matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_)))
     };
     let postgres = async {
         let ping = sqlx::query("SELECT 1").execute(&state.db);

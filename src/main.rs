@@ -19,6 +19,7 @@ async fn main() -> anyhow::Result<()> {
             let app = Application::build(*settings).await?;
             println!("seatlock is serving at http://{}", app.address());
             println!("metrics at http://{}/metrics", app.metrics_address());
+            println!("leases in {}, sessions in Redis", app.state().leases.name());
             app.run_until(shutdown_signal()).await?;
         }
         Command::Migrate(db) => {

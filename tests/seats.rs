@@ -675,12 +675,17 @@ async fn authorizations_left_open_past_the_hold_and_the_deadline_are_voided() {
 
 /// With the leases in a Redis of their own (`--lease-store-url redis://…`, another server
 /// than `--redis-url`, which keeps the sessions), the live feed listens to the lease
-/// store: a hold is pushed to the event's pages, and it is in the lease Redis only.
+/// store: a hold is pushed to the event's pages, and it is in the lease Redis only. Each
+/// Redis is checked by `/healthz`: the sessions' one going down is reported.
 #[tokio::test]
 async fn with_the_leases_in_a_redis_of_their_own_holds_are_pushed_live() {
-    let leases = RedisServer::start().await.unwrap();
+    let (mut sessions, leases) = (
+        RedisServer::start().await.unwrap(),
+        RedisServer::start().await.unwrap(),
+    );
     let url = leases.url();
     let app = TestApp::builder()
+        .redis(sessions.url())
         .with(move |s| s.lease_store_url = Some(url))
         .spawn()
         .await
@@ -725,7 +730,14 @@ async fn with_the_leases_in_a_redis_of_their_own_holds_are_pushed_live() {
         "the lease is in the lease store"
     );
     assert!(
-        !in_redis(&app.state.settings.redis_url).await,
+        !in_redis(&sessions.url()).await,
         "and not in the sessions' Redis"
     );
+
+    let health = |app: &TestApp| reqwest::get(format!("{}/healthz", app.address));
+    assert_eq!(health(&app).await.unwrap().status(), StatusCode::OK);
+    sessions.kill();
+    let reply = health(&app).await.unwrap();
+    assert_eq!(reply.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.text().await.unwrap(), "unavailable: redis");
 }
