@@ -220,18 +220,23 @@ async fn stores(
     db: &sqlx::PgPool,
 ) -> anyhow::Result<(Arc<dyn lease::LeaseStore>, SessionRedis)> {
     let timeout = settings.store_timeout();
-    let own_redis = || -> anyhow::Result<SessionRedis> {
-        let redis = lease::connect(&settings.redis_url, timeout).context("parsing REDIS_URL")?;
-        Ok(SessionRedis::Own(Arc::new(redis)))
+    // Async: with Sentinels, a hung one is passed over instead of hanging the start.
+    let own_redis = || async {
+        let redis = lease::connect_async(&settings.redis_url, timeout)
+            .await
+            .context("parsing REDIS_URL")?;
+        anyhow::Ok(SessionRedis::Own(Arc::new(redis)))
     };
     let url = settings.lease_store_url();
     let (store, redis): (Arc<dyn lease::LeaseStore>, _) = if url.starts_with("etcd://") {
         let etcd = lease::etcd::EtcdStore::connect(url, timeout)
             .await
             .with_context(|| format!("connecting to the lease store {url}"))?;
-        (Arc::new(etcd), own_redis()?)
+        (Arc::new(etcd), own_redis().await?)
     } else {
-        let store = lease::connect(url, timeout).context("parsing the lease store URL")?;
+        let store = lease::connect_async(url, timeout)
+            .await
+            .context("parsing the lease store URL")?;
         let client = Arc::new(
             lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
                 .with_failover_guard(!settings.lab_disable_failover_guard),
@@ -239,7 +244,7 @@ async fn stores(
         if url == settings.redis_url {
             (client.clone(), SessionRedis::Leases(client))
         } else {
-            (client, own_redis()?)
+            (client, own_redis().await?)
         }
     };
     for (flag, ttl) in settings.lease_ttls() {

@@ -165,6 +165,15 @@ impl SentinelTopology {
         Ok(())
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, …) to Sentinel `index` (0 is the first one
+    /// [`SentinelTopology::url`] names). A stopped Sentinel's port still accepts
+    /// connections (the kernel completes the handshake) but nothing is answered: what a
+    /// hung host looks like to a client. Errors: no such Sentinel, or `kill` failed.
+    pub fn signal_sentinel(&self, index: usize, signal: &str) -> anyhow::Result<()> {
+        let sentinel = self.sentinels.get(index).context("no such Sentinel")?;
+        crate::procs::send_signal(sentinel.child.id(), signal)
+    }
+
     /// Kills the primary (SIGKILL) and waits until the failover is over as a client sees
     /// it: the first Sentinel's `SENTINEL MASTER` names the replica, with no `s_down`,
     /// `o_down` or `failover_in_progress` flag. (`GET-MASTER-ADDR-BY-NAME` names the

@@ -54,17 +54,43 @@ impl RedisStore {
     /// and again after a failover (see the module docs). `timeout` bounds connecting and
     /// every response. Errors: a malformed URL; with Sentinels, none of them naming a
     /// reachable primary.
+    ///
+    /// With Sentinels, the blocking question has no bound: redis-rs's blocking client
+    /// sets no read timeout, so a Sentinel or a primary that hangs (a stopped process
+    /// whose port still accepts) blocks the calling thread until it wakes. Async code
+    /// calls [`RedisStore::open_async`].
     pub fn open(url: &str, timeout: Duration) -> RedisResult<Self> {
-        let (client, sentinel) = match url.strip_prefix(SENTINEL_SCHEME) {
-            None => (Client::open(url)?, None),
+        match url.strip_prefix(SENTINEL_SCHEME) {
+            None => Self::with_client(Client::open(url)?, None, timeout),
             Some(rest) => {
                 let mut sentinel = sentinel_client(rest)?;
-                (
-                    sentinel.get_client()?,
-                    Some(tokio::sync::Mutex::new(sentinel)),
-                )
+                let primary = sentinel.get_client()?;
+                Self::with_client(primary, Some(sentinel), timeout)
             }
+        }
+    }
+
+    /// [`RedisStore::open`] for async code: the Sentinels are asked with redis-rs's async
+    /// client (each question bounded by its response timeout, 500 ms, so a hung
+    /// Sentinel is passed over for the next one), the whole bounded by `timeout`.
+    /// Errors: as [`RedisStore::open`], or a timeout.
+    pub async fn open_async(url: &str, timeout: Duration) -> RedisResult<Self> {
+        let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) else {
+            return Self::open(url, timeout);
         };
+        let mut sentinel = sentinel_client(rest)?;
+        let primary = tokio::time::timeout(timeout, sentinel.async_get_client())
+            .await
+            .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
+        Self::with_client(primary, Some(sentinel), timeout)
+    }
+
+    /// The store over `client` (the primary, for a Sentinel URL), connected lazily.
+    fn with_client(
+        client: Client,
+        sentinel: Option<SentinelClient>,
+        timeout: Duration,
+    ) -> RedisResult<Self> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -75,7 +101,7 @@ impl RedisStore {
             client: RwLock::new(client),
             config,
             current: RwLock::new(current),
-            sentinel,
+            sentinel: sentinel.map(tokio::sync::Mutex::new),
             timeout,
         })
     }
