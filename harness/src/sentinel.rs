@@ -184,9 +184,32 @@ impl SentinelTopology {
     pub async fn fail_over(&mut self) -> anyhow::Result<Duration> {
         let killed_at = Instant::now();
         self.primary.kill();
+        self.wait_for_promotion(killed_at).await
+    }
+
+    /// A graceful failover, as an operator makes one for maintenance (`SENTINEL
+    /// FAILOVER`): the primary keeps running and is turned into a replica of the
+    /// promoted one (its clients stay connected to it). Waits as
+    /// [`SentinelTopology::fail_over`] does. Errors: the Sentinel refused, or no
+    /// promotion within 15 s.
+    pub async fn switch_over(&mut self) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
+        let () = query(
+            &url,
+            redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME),
+        )
+        .await?;
+        self.wait_for_promotion(started).await
+    }
+
+    /// Waits until the first Sentinel names the replica as the primary, with no flag
+    /// of a failover in progress (see [`SentinelTopology::fail_over`]); returns the time
+    /// since `since`.
+    async fn wait_for_promotion(&self, since: Instant) -> anyhow::Result<Duration> {
         let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
         let replica_port = self.replica.port.to_string();
-        while killed_at.elapsed() < Duration::from_secs(15) {
+        while since.elapsed() < Duration::from_secs(15) {
             let master: redis::RedisResult<HashMap<String, String>> =
                 query(&url, redis::cmd("SENTINEL").arg("MASTER").arg(MASTER_NAME)).await;
             let promoted = master.is_ok_and(|m| {
@@ -198,7 +221,7 @@ impl SentinelTopology {
                     })
             });
             if promoted {
-                return Ok(killed_at.elapsed());
+                return Ok(since.elapsed());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -146,3 +146,47 @@ async fn a_hung_sentinel_neither_blocks_a_start_nor_keeps_the_live_feed_down() {
     eventually(Duration::from_secs(10), "/healthz ok again", healthy).await;
     holder(&d, &address, d.seats[0]).await;
 }
+
+/// A graceful failover (`SENTINEL FAILOVER`, maintenance): the old primary keeps
+/// running, as a replica. A pub/sub connection left on it would still get PUBLISH
+/// (replicated) but no expiry notification (a replica expires nothing itself), so live
+/// pages would never see a hold lapse. Sentinel closes the demoted server's clients
+/// (`CLIENT KILL TYPE pubsub` in its reconfiguration): the feed must then subscribe
+/// again on the new primary.
+#[tokio::test]
+async fn after_a_graceful_failover_the_live_feed_subscribes_on_the_new_primary() {
+    let mut topology = SentinelTopology::start().await.unwrap();
+    let (admin, _) = store_urls().unwrap();
+    let d = Deployment::new(&admin, &topology.url(), TINY_VENUES).await;
+    let server = d.server(|_| {}).await;
+    let address = server.address.clone();
+    eventually(Duration::from_secs(10), "/healthz ok", || async {
+        health(&address)
+            .await
+            .is_some_and(|(s, _)| s == StatusCode::OK)
+    })
+    .await;
+    topology.switch_over().await.unwrap();
+    let promoted = redis::Client::open(topology.replica.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the live feed's patterns on the new primary",
+        || {
+            let mut promoted = promoted.clone();
+            async move {
+                let patterns: i64 = redis::cmd("PUBSUB")
+                    .arg("NUMPAT")
+                    .query_async(&mut promoted)
+                    .await
+                    .unwrap();
+                patterns > 0
+            }
+        },
+    )
+    .await;
+    holder(&d, &address, d.seats[0]).await;
+}
