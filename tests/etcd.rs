@@ -10,7 +10,8 @@ use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries;
 use seatlock::error::Refusal;
 use seatlock_harness::{
-    EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, end_auction_now, etcd_url,
+    EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, end_auction_now,
+    etcd_url, eventually, proxy::TcpProxy,
 };
 
 /// A test app whose leases live in the etcd at `url`; holds last 10 s (whole seconds:
@@ -191,4 +192,63 @@ async fn an_auction_takes_a_bid_and_closes_with_its_bid_lock_and_closing_lease_i
         (item.status.as_str(), item.high_bid_cents),
         ("closed", Some(1_200))
     );
+}
+
+/// The server's connection to etcd goes half-open (a dropped flow: [`TcpProxy`] keeps
+/// both ends open and passes nothing): the client's HTTP/2 keep-alive notices, a new
+/// connection is made, holds are answered again, `/healthz` says ok and the live feed's
+/// watch, on the new connection too, reports a new hold.
+#[tokio::test]
+async fn a_half_open_connection_to_etcd_is_replaced() {
+    let url = etcd_url().unwrap();
+    let upstream: std::net::SocketAddr = url
+        .trim_start_matches("etcd://")
+        .split(',')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let app = app_on_etcd(format!("etcd://{}", proxy.address)).await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut alice = HttpBuyer::new();
+    assert_eq!(
+        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+    proxy.freeze_open_connections();
+    // A store that answers: granted, or refused because an attempt that timed out was
+    // granted after all.
+    eventually(
+        Duration::from_secs(20),
+        "etcd to answer holds again",
+        || async {
+            let (status, held) = act(&mut HttpBuyer::new(), &app, event, seats[1], "hold").await;
+            status == StatusCode::SEE_OTHER || held
+        },
+    )
+    .await;
+    let health = format!("{}/healthz", app.address);
+    eventually(Duration::from_secs(20), "/healthz ok", || async {
+        HttpBuyer::new()
+            .get(&health)
+            .await
+            .is_ok_and(|reply| reply.status == StatusCode::OK)
+    })
+    .await;
+    // The watch runs on a new connection too: a new hold reaches the live pages.
+    let mut page = app.state.live.subscribe(&format!("event:{event}"));
+    let (status, _) = act(&mut HttpBuyer::new(), &app, event, seats[2], "hold").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let message = page.recv().await.unwrap();
+            if message.data["seat"] == seats[2] && message.data["state"] == "held" {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "the live feed did not report the new hold");
 }
