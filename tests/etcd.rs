@@ -252,3 +252,62 @@ async fn a_half_open_connection_to_etcd_is_replaced() {
     .await;
     assert!(seen.is_ok(), "the live feed did not report the new hold");
 }
+
+/// etcd hangs (SIGSTOP) past a hold's TTL, then resumes. While it hangs, a hold and
+/// `/healthz` answer 503 naming etcd. After it resumes, the holder whose etcd lease ran
+/// out while etcd slept confirms while another buyer holds the same seat: whichever
+/// order etcd's lapse takes, the seat is sold at most once and `/healthz` says ok again.
+#[tokio::test]
+async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
+    let cluster = EtcdCluster::start(1).await.unwrap();
+    let app = on_etcd(cluster.url())
+        .with(|s| s.hold_ttl_ms = 2_000)
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut alice = HttpBuyer::new();
+    assert_eq!(
+        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+    let mut bob = HttpBuyer::new(); // has the page (and its form token) before etcd hangs
+    bob.get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    cluster.signal(0, "STOP").unwrap();
+    let (status, _) = act(&mut bob, &app, event, seats[1], "hold").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let health = format!("{}/healthz", app.address);
+    let reply = HttpBuyer::new().get(&health).await.unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(reply.body.contains("etcd"), "{}", reply.body);
+    tokio::time::sleep(Duration::from_secs(3)).await; // past alice's TTL
+    cluster.signal(0, "CONT").unwrap();
+
+    let bob_holds = act(&mut bob, &app, event, seats[0], "hold");
+    let (confirmed, _) = tokio::join!(act(&mut alice, &app, event, seats[0], "confirm"), bob_holds);
+    assert_ne!(confirmed.0, StatusCode::INTERNAL_SERVER_ERROR);
+    let sold: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM orders WHERE event_id = $1 AND seat_id = $2")
+            .bind(event)
+            .bind(seats[0])
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert!(sold <= 1);
+    assert!(
+        check::check(app.db(), event)
+            .await
+            .unwrap()
+            .violations
+            .is_empty()
+    );
+    eventually(Duration::from_secs(20), "/healthz ok", || async {
+        HttpBuyer::new()
+            .get(&health)
+            .await
+            .is_ok_and(|reply| reply.status == StatusCode::OK)
+    })
+    .await;
+}
