@@ -224,7 +224,7 @@ async fn stores(
     let own_redis = || async {
         let redis = lease::connect_async(&settings.redis_url, timeout)
             .await
-            .context("parsing REDIS_URL")?;
+            .context("opening REDIS_URL (malformed, or no Sentinel answered)")?;
         anyhow::Ok(SessionRedis::Own(Arc::new(redis)))
     };
     let url = settings.lease_store_url();
@@ -236,7 +236,7 @@ async fn stores(
     } else {
         let store = lease::connect_async(url, timeout)
             .await
-            .context("parsing the lease store URL")?;
+            .context("opening the lease store URL (malformed, or no Sentinel answered)")?;
         let client = Arc::new(
             lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
                 .with_failover_guard(!settings.lab_disable_failover_guard),

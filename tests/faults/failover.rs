@@ -190,3 +190,26 @@ async fn after_a_graceful_failover_the_live_feed_subscribes_on_the_new_primary()
     .await;
     holder(&d, &address, d.seats[0]).await;
 }
+
+/// A server (re)started while the Sentinels still name a primary that is dead (killed,
+/// its failover not over yet) starts, as it does while a plain Redis is down: `/healthz`
+/// says what is down, and once the replica is promoted the server follows it and grants
+/// holds. (A backend that exits instead stays out of the proxy until someone restarts
+/// it.)
+#[tokio::test]
+async fn a_server_started_while_the_sentinels_name_a_dead_primary_serves_after_the_failover() {
+    let mut topology = SentinelTopology::start().await.unwrap();
+    let (admin, _) = store_urls().unwrap();
+    let d = Deployment::new(&admin, &topology.url(), TINY_VENUES).await;
+    topology.primary.kill();
+    let server = d.server(|_| {}).await;
+    let address = server.address.clone();
+    topology.fail_over().await.unwrap(); // the primary is dead already: waits for the promotion
+    eventually(Duration::from_secs(15), "/healthz ok", || async {
+        health(&address)
+            .await
+            .is_some_and(|(s, _)| s == StatusCode::OK)
+    })
+    .await;
+    holder(&d, &address, d.seats[0]).await;
+}
