@@ -311,3 +311,36 @@ async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
     })
     .await;
 }
+
+/// The etcd leader hangs (SIGSTOP: its ports stay open, nothing answers) in a
+/// three-member cluster. The others elect a leader, and the server routes around the
+/// hung member: holds are granted again and keep being granted (ten in a row, each
+/// released after), not one request in three timing out on the hung member.
+#[tokio::test]
+async fn a_hung_etcd_leader_is_routed_around() {
+    let cluster = EtcdCluster::start(3).await.unwrap();
+    let app = app_on_etcd(cluster.url()).await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut alice = HttpBuyer::new();
+    assert_eq!(
+        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+    let leader = cluster.leader().await.unwrap();
+    cluster.signal(leader, "STOP").unwrap();
+    let (mut streak, mut attempts) = (0, 0);
+    while streak < 10 {
+        attempts += 1;
+        assert!(attempts <= 40, "no ten grants in a row in 40 attempts");
+        let (status, _) = act(&mut alice, &app, event, seats[1], "hold").await;
+        if status == StatusCode::SEE_OTHER
+            && act(&mut alice, &app, event, seats[1], "release").await.0 == StatusCode::SEE_OTHER
+        {
+            streak += 1;
+        } else {
+            streak = 0;
+        }
+    }
+    println!("m{leader} hung: ten grants in a row after {attempts} attempts");
+    cluster.signal(leader, "CONT").unwrap();
+}
