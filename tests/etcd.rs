@@ -344,3 +344,46 @@ async fn a_hung_etcd_leader_is_routed_around() {
     println!("m{leader} hung: ten grants in a row after {attempts} attempts");
     cluster.signal(leader, "CONT").unwrap();
 }
+
+/// A lease TTL etcd cannot express (not whole seconds) stops the server at start, naming
+/// the flag, instead of failing each bid with a 503 later.
+#[tokio::test]
+async fn a_ttl_etcd_cannot_express_stops_the_start_naming_the_flag() {
+    let refused = on_etcd(etcd_url().unwrap())
+        .with(|s| s.bid_lock_ttl_ms = 1_500)
+        .spawn()
+        .await
+        .err()
+        .expect("the server started with a 1.5 s bid lock on etcd");
+    assert!(
+        format!("{refused:#}").contains("--bid-lock-ttl-ms 1500"),
+        "{refused:#}"
+    );
+}
+
+/// etcd down when the server starts (its only member killed): the server starts,
+/// `/healthz` names etcd, and the seat map (it shows the holds) is a 503, not a 500 or a
+/// hang.
+#[tokio::test]
+async fn a_server_starts_while_etcd_is_down_and_says_so() {
+    let mut cluster = EtcdCluster::start(1).await.unwrap();
+    cluster.kill(0);
+    let app = app_on_etcd(cluster.url()).await;
+    let reply = HttpBuyer::new()
+        .get(&format!("{}/healthz", app.address))
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(reply.body.contains("etcd"), "{}", reply.body);
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let page = HttpBuyer::new()
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    assert_eq!(
+        page.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        page.body
+    );
+}
