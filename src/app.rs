@@ -220,11 +220,12 @@ async fn stores(
     db: &sqlx::PgPool,
 ) -> anyhow::Result<(Arc<dyn lease::LeaseStore>, SessionRedis)> {
     let timeout = settings.store_timeout();
-    let own_redis = async || -> anyhow::Result<SessionRedis> {
-        let redis = lease::RedisStore::open_async(&settings.redis_url, timeout)
+    // Async: with Sentinels, a hung one is passed over instead of hanging the start.
+    let own_redis = || async {
+        let redis = lease::connect_async(&settings.redis_url, timeout)
             .await
-            .context("opening REDIS_URL")?;
-        Ok(SessionRedis::Own(Arc::new(redis)))
+            .context("opening REDIS_URL (malformed, or no Sentinel answered)")?;
+        anyhow::Ok(SessionRedis::Own(Arc::new(redis)))
     };
     let url = settings.lease_store_url();
     let (store, redis): (Arc<dyn lease::LeaseStore>, _) = if url.starts_with("etcd://") {
@@ -233,9 +234,9 @@ async fn stores(
             .with_context(|| format!("connecting to the lease store {url}"))?;
         (Arc::new(etcd), own_redis().await?)
     } else {
-        let store = lease::RedisStore::open_async(url, timeout)
+        let store = lease::connect_async(url, timeout)
             .await
-            .context("opening the lease store URL")?;
+            .context("opening the lease store URL (malformed, or no Sentinel answered)")?;
         let client = Arc::new(
             lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
                 .with_failover_guard(!settings.lab_disable_failover_guard),

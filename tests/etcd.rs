@@ -10,7 +10,8 @@ use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries;
 use seatlock::error::Refusal;
 use seatlock_harness::{
-    EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, end_auction_now, etcd_url,
+    EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, end_auction_now,
+    etcd_url, eventually, proxy::TcpProxy,
 };
 
 /// A test app whose leases live in the etcd at `url`; holds last 10 s (whole seconds:
@@ -190,5 +191,199 @@ async fn an_auction_takes_a_bid_and_closes_with_its_bid_lock_and_closing_lease_i
     assert_eq!(
         (item.status.as_str(), item.high_bid_cents),
         ("closed", Some(1_200))
+    );
+}
+
+/// The server's connection to etcd goes half-open (a dropped flow: [`TcpProxy`] keeps
+/// both ends open and passes nothing): the client's HTTP/2 keep-alive notices, a new
+/// connection is made, holds are answered again, `/healthz` says ok and the live feed's
+/// watch, on the new connection too, reports a new hold.
+#[tokio::test]
+async fn a_half_open_connection_to_etcd_is_replaced() {
+    let url = etcd_url().unwrap();
+    let upstream: std::net::SocketAddr = url
+        .trim_start_matches("etcd://")
+        .split(',')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let app = app_on_etcd(format!("etcd://{}", proxy.address)).await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut alice = HttpBuyer::new();
+    assert_eq!(
+        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+    proxy.freeze_open_connections();
+    // A store that answers: granted, or refused because an attempt that timed out was
+    // granted after all.
+    eventually(
+        Duration::from_secs(20),
+        "etcd to answer holds again",
+        || async {
+            let (status, held) = act(&mut HttpBuyer::new(), &app, event, seats[1], "hold").await;
+            status == StatusCode::SEE_OTHER || held
+        },
+    )
+    .await;
+    let health = format!("{}/healthz", app.address);
+    eventually(Duration::from_secs(20), "/healthz ok", || async {
+        HttpBuyer::new()
+            .get(&health)
+            .await
+            .is_ok_and(|reply| reply.status == StatusCode::OK)
+    })
+    .await;
+    // The watch runs on a new connection too: a new hold reaches the live pages.
+    let mut page = app.state.live.subscribe(&format!("event:{event}"));
+    let (status, _) = act(&mut HttpBuyer::new(), &app, event, seats[2], "hold").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let message = page.recv().await.unwrap();
+            if message.data["seat"] == seats[2] && message.data["state"] == "held" {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "the live feed did not report the new hold");
+}
+
+/// etcd hangs (SIGSTOP) past a hold's TTL, then resumes. While it hangs, a hold and
+/// `/healthz` answer 503 naming etcd. After it resumes, the holder whose etcd lease ran
+/// out while etcd slept confirms while another buyer holds the same seat: whichever
+/// order etcd's lapse takes, the seat is sold at most once and `/healthz` says ok again.
+#[tokio::test]
+async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
+    let cluster = EtcdCluster::start(1).await.unwrap();
+    let app = on_etcd(cluster.url())
+        .with(|s| s.hold_ttl_ms = 2_000)
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut alice = HttpBuyer::new();
+    assert_eq!(
+        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+    let mut bob = HttpBuyer::new(); // has the page (and its form token) before etcd hangs
+    bob.get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    cluster.signal(0, "STOP").unwrap();
+    let (status, _) = act(&mut bob, &app, event, seats[1], "hold").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let health = format!("{}/healthz", app.address);
+    let reply = HttpBuyer::new().get(&health).await.unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(reply.body.contains("etcd"), "{}", reply.body);
+    tokio::time::sleep(Duration::from_secs(3)).await; // past alice's TTL
+    cluster.signal(0, "CONT").unwrap();
+
+    let bob_holds = act(&mut bob, &app, event, seats[0], "hold");
+    let (confirmed, _) = tokio::join!(act(&mut alice, &app, event, seats[0], "confirm"), bob_holds);
+    assert_ne!(confirmed.0, StatusCode::INTERNAL_SERVER_ERROR);
+    let sold: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM orders WHERE event_id = $1 AND seat_id = $2")
+            .bind(event)
+            .bind(seats[0])
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert!(sold <= 1);
+    assert!(
+        check::check(app.db(), event)
+            .await
+            .unwrap()
+            .violations
+            .is_empty()
+    );
+    eventually(Duration::from_secs(20), "/healthz ok", || async {
+        HttpBuyer::new()
+            .get(&health)
+            .await
+            .is_ok_and(|reply| reply.status == StatusCode::OK)
+    })
+    .await;
+}
+
+/// The etcd leader hangs (SIGSTOP: its ports stay open, nothing answers) in a
+/// three-member cluster. The others elect a leader, and the server routes around the
+/// hung member: holds are granted again and keep being granted (ten in a row, each
+/// released after), not one request in three timing out on the hung member.
+#[tokio::test]
+async fn a_hung_etcd_leader_is_routed_around() {
+    let cluster = EtcdCluster::start(3).await.unwrap();
+    let app = app_on_etcd(cluster.url()).await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut alice = HttpBuyer::new();
+    assert_eq!(
+        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        StatusCode::SEE_OTHER
+    );
+    let leader = cluster.leader().await.unwrap();
+    cluster.signal(leader, "STOP").unwrap();
+    let (mut streak, mut attempts) = (0, 0);
+    while streak < 10 {
+        attempts += 1;
+        assert!(attempts <= 40, "no ten grants in a row in 40 attempts");
+        let (status, _) = act(&mut alice, &app, event, seats[1], "hold").await;
+        if status == StatusCode::SEE_OTHER
+            && act(&mut alice, &app, event, seats[1], "release").await.0 == StatusCode::SEE_OTHER
+        {
+            streak += 1;
+        } else {
+            streak = 0;
+        }
+    }
+    println!("m{leader} hung: ten grants in a row after {attempts} attempts");
+    cluster.signal(leader, "CONT").unwrap();
+}
+
+/// A lease TTL etcd cannot express (not whole seconds) stops the server at start, naming
+/// the flag, instead of failing each bid with a 503 later.
+#[tokio::test]
+async fn a_ttl_etcd_cannot_express_stops_the_start_naming_the_flag() {
+    let refused = on_etcd(etcd_url().unwrap())
+        .with(|s| s.bid_lock_ttl_ms = 1_500)
+        .spawn()
+        .await
+        .err()
+        .expect("the server started with a 1.5 s bid lock on etcd");
+    assert!(
+        format!("{refused:#}").contains("--bid-lock-ttl-ms 1500"),
+        "{refused:#}"
+    );
+}
+
+/// etcd down when the server starts (its only member killed): the server starts,
+/// `/healthz` names etcd, and the seat map (it shows the holds) is a 503, not a 500 or a
+/// hang.
+#[tokio::test]
+async fn a_server_starts_while_etcd_is_down_and_says_so() {
+    let mut cluster = EtcdCluster::start(1).await.unwrap();
+    cluster.kill(0);
+    let app = app_on_etcd(cluster.url()).await;
+    let reply = HttpBuyer::new()
+        .get(&format!("{}/healthz", app.address))
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(reply.body.contains("etcd"), "{}", reply.body);
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let page = HttpBuyer::new()
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    assert_eq!(
+        page.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        page.body
     );
 }

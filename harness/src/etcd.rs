@@ -125,6 +125,17 @@ impl EtcdCluster {
         bail!("no running member says it leads")
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, …) to member `index`: a stopped member keeps its
+    /// port open (the kernel completes handshakes) and answers nothing, as a hung host.
+    /// Errors: the member was killed, or `kill` failed.
+    pub fn signal(&self, index: usize, signal: &str) -> anyhow::Result<()> {
+        let child = self.members[index]
+            .child
+            .as_ref()
+            .context("the member was killed")?;
+        crate::procs::send_signal(child.id(), signal)
+    }
+
     /// Kills member `index` (SIGKILL: no goodbye to its peers).
     pub fn kill(&mut self, index: usize) {
         if let Some(mut child) = self.members[index].child.take() {

@@ -165,37 +165,49 @@ impl SentinelTopology {
         Ok(())
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, …) to Sentinel `index` (0 is the first one
+    /// [`SentinelTopology::url`] names). A stopped Sentinel's port still accepts
+    /// connections (the kernel completes the handshake) but nothing is answered: what a
+    /// hung host looks like to a client. Errors: no such Sentinel, or `kill` failed.
+    pub fn signal_sentinel(&self, index: usize, signal: &str) -> anyhow::Result<()> {
+        let sentinel = self.sentinels.get(index).context("no such Sentinel")?;
+        crate::procs::send_signal(sentinel.child.id(), signal)
+    }
+
     /// Kills the primary (SIGKILL) and waits until the failover is over as a client sees
-    /// it ([`SentinelTopology::promoted`]). Returns the time from the kill to then.
+    /// it: the first Sentinel's `SENTINEL MASTER` names the replica, with no `s_down`,
+    /// `o_down` or `failover_in_progress` flag. (`GET-MASTER-ADDR-BY-NAME` names the
+    /// promoted replica earlier, while the Sentinel still reconfigures the replicas, and
+    /// redis-rs's Sentinel client refuses a master in that state:
+    /// `MasterNameNotFoundBySentinel`.) Returns the time from the kill to then.
     /// Errors: no promotion within 15 s.
     pub async fn fail_over(&mut self) -> anyhow::Result<Duration> {
         let killed_at = Instant::now();
         self.primary.kill();
-        self.promoted(killed_at).await
+        self.wait_for_promotion(killed_at).await
     }
 
-    /// A switchover: `SENTINEL FAILOVER` with the primary alive. Sentinel promotes the
-    /// replica and turns the old primary into its replica (it keeps running and answering,
-    /// as a primary cut off by a partition does when it comes back). Returns when the
-    /// failover is over as a client sees it ([`SentinelTopology::promoted`]).
+    /// A graceful failover, as an operator makes one for maintenance (`SENTINEL
+    /// FAILOVER`): the primary keeps running and is turned into a replica of the
+    /// promoted one (its clients stay connected to it). Waits as
+    /// [`SentinelTopology::fail_over`] does. Errors: the Sentinel refused, or no
+    /// promotion within 15 s.
     pub async fn switch_over(&mut self) -> anyhow::Result<Duration> {
-        let asked_at = Instant::now();
+        let started = Instant::now();
+        let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
         let () = query(
-            &self.sentinel_url(),
+            &url,
             redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME),
         )
         .await?;
-        self.promoted(asked_at).await
+        self.wait_for_promotion(started).await
     }
 
-    /// Waits until the first Sentinel's `SENTINEL MASTER` names the replica, with no
-    /// `s_down`, `o_down` or `failover_in_progress` flag. (`GET-MASTER-ADDR-BY-NAME` names
-    /// the promoted replica earlier, while the Sentinel still reconfigures the replicas,
-    /// and redis-rs's Sentinel client refuses a master in that state:
-    /// `MasterNameNotFoundBySentinel`.) Returns the time since `since`. Errors: not
-    /// within 15 s.
-    async fn promoted(&self, since: Instant) -> anyhow::Result<Duration> {
-        let url = self.sentinel_url();
+    /// Waits until the first Sentinel names the replica as the primary, with no flag
+    /// of a failover in progress (see [`SentinelTopology::fail_over`]); returns the time
+    /// since `since`.
+    async fn wait_for_promotion(&self, since: Instant) -> anyhow::Result<Duration> {
+        let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
         let replica_port = self.replica.port.to_string();
         while since.elapsed() < Duration::from_secs(15) {
             let master: redis::RedisResult<HashMap<String, String>> =
@@ -214,11 +226,6 @@ impl SentinelTopology {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         bail!("Sentinel did not promote the replica within 15 s")
-    }
-
-    /// The first Sentinel's URL.
-    fn sentinel_url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.sentinels[0].port)
     }
 }
 

@@ -790,3 +790,10 @@ impl<L: FenceLedger> LeaseClient<L> {
 pub fn connect(url: &str, timeout: Duration) -> Result<RedisStore, redis::RedisError> {
     RedisStore::open(url, timeout)
 }
+
+/// [`connect`] for async code ([`RedisStore::open_async`]): with a Sentinel URL the
+/// Sentinels are asked without blocking the thread, a hung one passed over, the whole
+/// bounded by `timeout`.
+pub async fn connect_async(url: &str, timeout: Duration) -> Result<RedisStore, redis::RedisError> {
+    RedisStore::open_async(url, timeout).await
+}

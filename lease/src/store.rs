@@ -50,38 +50,48 @@ pub struct RedisStore {
 impl RedisStore {
     /// A store over the Redis at `url`: `redis://host:port/db`, connected lazily (nothing
     /// is sent until the first request), or `redis+sentinel://host:port,host:port/<master
-    /// name>`, whose primary is asked of the Sentinels now (a blocking question, once,
-    /// without a time bound: from async code use [`RedisStore::open_async`]) and again
-    /// after a failover (see the module docs). `timeout` bounds connecting and every
-    /// response. Errors: a malformed URL; with Sentinels, none of them naming a reachable
-    /// primary.
+    /// name>`, whose primary is asked of the Sentinels now (a blocking question, once)
+    /// and again after a failover (see the module docs). `timeout` bounds connecting and
+    /// every response. Errors: a malformed URL; with Sentinels, none of them naming a
+    /// reachable primary.
+    ///
+    /// With Sentinels, the blocking question has no bound: redis-rs's blocking client
+    /// sets no read timeout, so a Sentinel or a primary that hangs (a stopped process
+    /// whose port still accepts) blocks the calling thread until it wakes. Async code
+    /// calls [`RedisStore::open_async`].
     pub fn open(url: &str, timeout: Duration) -> RedisResult<Self> {
-        let (client, sentinel) = match url.strip_prefix(SENTINEL_SCHEME) {
-            None => (Client::open(url)?, None),
+        match url.strip_prefix(SENTINEL_SCHEME) {
+            None => Self::with_client(Client::open(url)?, None, timeout),
             Some(rest) => {
                 let mut sentinel = sentinel_client(rest)?;
-                (sentinel.get_client()?, Some(sentinel))
+                let primary = sentinel.get_client()?;
+                Self::with_client(primary, Some(sentinel), timeout)
             }
-        };
-        Self::over(client, sentinel, timeout)
+        }
     }
 
-    /// [`RedisStore::open`] for async code: the Sentinels (if `url` names them) are asked
-    /// without blocking a thread, within `timeout`. Errors: those of `open`, or the
-    /// timeout.
+    /// [`RedisStore::open`] for async code: the Sentinels are asked with redis-rs's async
+    /// client (each question bounded by its response timeout, 500 ms, so a hung
+    /// Sentinel is passed over for the next one), the whole bounded by `timeout`.
+    /// When they name no primary that answers as one (it is down and its failover is
+    /// not over), the store starts on the address they name, unverified, as a store on
+    /// a plain URL starts while Redis is down: its requests fail until the failover,
+    /// and the first failure asks the Sentinels again. Errors: a malformed URL, or no
+    /// Sentinel answering (each asked for at most `timeout`).
     pub async fn open_async(url: &str, timeout: Duration) -> RedisResult<Self> {
         let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) else {
             return Self::open(url, timeout);
         };
         let mut sentinel = sentinel_client(rest)?;
-        let client = tokio::time::timeout(timeout, sentinel.async_get_client())
-            .await
-            .map_err(|_| RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)))??;
-        Self::over(client, Some(sentinel), timeout)
+        let primary = match tokio::time::timeout(timeout, sentinel.async_get_client()).await {
+            Ok(Ok(primary)) => primary,
+            _ => named_primary(rest, timeout).await?,
+        };
+        Self::with_client(primary, Some(sentinel), timeout)
     }
 
-    /// The store over `client`, following `sentinel` after a failover if given.
-    fn over(
+    /// The store over `client` (the primary, for a Sentinel URL), connected lazily.
+    fn with_client(
         client: Client,
         sentinel: Option<SentinelClient>,
         timeout: Duration,
@@ -236,15 +246,14 @@ fn after_failover(err: &RedisError) -> bool {
         || err.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
-/// The Sentinel client of `rest`, a URL after its `redis+sentinel://`:
-/// `host:port,host:port/<master name>`. Errors: no Sentinel or no master name.
-fn sentinel_client(rest: &str) -> RedisResult<SentinelClient> {
+/// The Sentinels' URLs (`redis://host:port/`) and the master name of `rest`, a URL after
+/// its `redis+sentinel://`: `host:port,host:port/<master name>`. Errors: no Sentinel or
+/// no master name.
+fn sentinel_parts(rest: &str) -> RedisResult<(Vec<String>, String)> {
     let invalid = |what: &'static str| RedisError::from((ErrorKind::InvalidClientConfig, what));
     let (hosts, master) = rest
         .split_once('/')
         .ok_or_else(|| invalid("redis+sentinel:// URL without /<master name>"))?;
-    // Owned: `SentinelClient::build` takes a String, or `impl AsRef<str>` when another
-    // crate turns on redis's `tls-rustls` (a workspace build with the bench's rslock).
     let master = master.trim_end_matches('/').to_owned();
     if master.is_empty() || hosts.is_empty() {
         return Err(invalid(
@@ -255,7 +264,48 @@ fn sentinel_client(rest: &str) -> RedisResult<SentinelClient> {
         .split(',')
         .map(|host| format!("redis://{host}/"))
         .collect();
+    Ok((sentinels, master))
+}
+
+/// The Sentinel client of `rest` ([`sentinel_parts`]).
+fn sentinel_client(rest: &str) -> RedisResult<SentinelClient> {
+    let (sentinels, master) = sentinel_parts(rest)?;
+    // Owned: `SentinelClient::build` takes a String, or `impl AsRef<str>` when another
+    // crate turns on redis's `tls-rustls` (a workspace build with the bench's rslock).
     SentinelClient::build(sentinels, master, None, SentinelServerType::Master)
+}
+
+/// A client for the primary the first answering Sentinel of `rest` names (`SENTINEL
+/// GET-MASTER-ADDR-BY-NAME`), unverified: it may be down. Each Sentinel is asked for at
+/// most `timeout`, in the URL's order. Errors: none answers with an address.
+async fn named_primary(rest: &str, timeout: Duration) -> RedisResult<Client> {
+    let (sentinels, master) = sentinel_parts(rest)?;
+    let mut last = RedisError::from((ErrorKind::InvalidClientConfig, "no Sentinel"));
+    for sentinel in sentinels {
+        let asked = async {
+            let mut conn = Client::open(sentinel)?
+                .get_multiplexed_async_connection()
+                .await?;
+            let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&master)
+                .query_async(&mut conn)
+                .await?;
+            let (host, port) = named.ok_or_else(|| {
+                RedisError::from((
+                    ErrorKind::MasterNameNotFoundBySentinel,
+                    "the Sentinel does not know the master name",
+                ))
+            })?;
+            Client::open(format!("redis://{host}:{port}/"))
+        };
+        match tokio::time::timeout(timeout, asked).await {
+            Ok(Ok(primary)) => return Ok(primary),
+            Ok(Err(err)) => last = err,
+            Err(_) => last = std::io::Error::from(std::io::ErrorKind::TimedOut).into(),
+        }
+    }
+    Err(last)
 }
 
 #[cfg(test)]

@@ -75,7 +75,7 @@ async fn redis_session(
     // With Sentinels (`redis+sentinel://`), opening the store asks them for the primary:
     // after a failover the feed subscribes again, and sets the expiry notifications
     // (`check_store`; per server, not replicated), on the new primary.
-    let store = lease::RedisStore::open_async(url, Duration::from_secs(2)).await?;
+    let store = lease::connect_async(url, Duration::from_secs(2)).await?;
     let client = store.client();
     let mut manager = store.connection();
     check_store(hub, &mut manager).await;

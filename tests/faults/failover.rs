@@ -136,3 +136,81 @@ async fn after_a_switchover_the_live_feed_moves_to_the_new_primary_and_shows_lap
     assert_eq!(lapsed.data["seat"], seats[0], "{lapsed:?}");
     assert_eq!(lapsed.data["why"], "expired", "{lapsed:?}");
 }
+
+/// A Sentinel that hangs (SIGSTOP: its port still accepts connections, nothing answers),
+/// the first one the URL names: a server still starts, and its live feed, cut off
+/// (`CLIENT KILL TYPE pubsub`), subscribes again on the primary the other Sentinels
+/// name, so `/healthz` (HAProxy's check) says ok and holds are granted. Asking a hung
+/// Sentinel with redis-rs's blocking client never returns (no read timeout).
+#[tokio::test]
+async fn a_hung_sentinel_neither_blocks_a_start_nor_keeps_the_live_feed_down() {
+    let topology = SentinelTopology::start().await.unwrap();
+    let (admin, _) = store_urls().unwrap();
+    let d = Deployment::new(&admin, &topology.url(), TINY_VENUES).await;
+    topology.signal_sentinel(0, "STOP").unwrap();
+    let server = d.server(|_| {}).await;
+    let address = server.address.clone();
+    let healthy = || async {
+        health(&address)
+            .await
+            .is_some_and(|(s, _)| s == StatusCode::OK)
+    };
+    eventually(Duration::from_secs(10), "/healthz ok", healthy).await;
+
+    let mut primary = redis::Client::open(topology.primary.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let pubsub_clients = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("pubsub")
+        .clone();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut primary)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "the live feed was not subscribed");
+    eventually(
+        Duration::from_secs(10),
+        "the live feed to subscribe again",
+        || {
+            let mut primary = primary.clone();
+            let pubsub_clients = pubsub_clients.clone();
+            async move {
+                let list: String = pubsub_clients.query_async(&mut primary).await.unwrap();
+                !list.trim().is_empty()
+            }
+        },
+    )
+    .await;
+    eventually(Duration::from_secs(10), "/healthz ok again", healthy).await;
+    holder(&d, &address, d.seats[0]).await;
+}
+
+/// A server (re)started while the Sentinels still name a primary that is dead (killed,
+/// its failover not over yet) starts, as it does while a plain Redis is down: `/healthz`
+/// says what is down, and once the replica is promoted the server follows it and grants
+/// holds. (A backend that exits instead stays out of the proxy until someone restarts
+/// it.)
+#[tokio::test]
+async fn a_server_started_while_the_sentinels_name_a_dead_primary_serves_after_the_failover() {
+    let mut topology = SentinelTopology::start().await.unwrap();
+    let (admin, _) = store_urls().unwrap();
+    let d = Deployment::new(&admin, &topology.url(), TINY_VENUES).await;
+    topology.primary.kill();
+    let server = d.server(|_| {}).await;
+    let address = server.address.clone();
+    topology.fail_over().await.unwrap(); // the primary is dead already: waits for the promotion
+    eventually(Duration::from_secs(15), "/healthz ok", || async {
+        health(&address)
+            .await
+            .is_some_and(|(s, _)| s == StatusCode::OK)
+    })
+    .await;
+    holder(&d, &address, d.seats[0]).await;
+}

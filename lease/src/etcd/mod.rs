@@ -54,6 +54,13 @@ pub const ETCD_TTL_LIMITS: TtlLimits = TtlLimits {
     step: Duration::from_secs(1),
 };
 
+/// How many request attempts fit in the store timeout: each attempt may take this share
+/// of it ([`EtcdStore::call`]). The client spreads requests over the members and keeps
+/// sending some to a member that hangs (a stopped process: its port accepts, nothing is
+/// answered), where an attempt waits its whole timeout; a quarter leaves time to send
+/// the request again to another member within the caller's timeout.
+const ATTEMPTS_PER_TIMEOUT: u32 = 4;
+
 /// A [`LeaseStore`] on an etcd cluster (etcd v3 API, 3.4 or later). Cheap to share
 /// behind an `Arc`; every method is `&self`.
 #[derive(Clone)]
@@ -68,14 +75,15 @@ impl EtcdStore {
     /// Connects to the cluster named by `url`, `etcd://host:port,host:port,…` (one
     /// member or several: requests go to any member, which forwards writes to the
     /// leader). Members are connected lazily: with none reachable, the store is made and
-    /// its requests fail ([`LeaseStore::ping`] says so). `timeout` bounds connecting and
-    /// every request, and how long a request is sent again while etcd is unavailable.
+    /// its requests fail ([`LeaseStore::ping`] says so). `timeout` bounds connecting, and
+    /// how long a request is sent again while etcd is unavailable or a member does not
+    /// answer; each attempt may take `timeout /` [`ATTEMPTS_PER_TIMEOUT`].
     /// Errors: [`LeaseError::Etcd`] for a malformed URL.
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LeaseError> {
         let endpoints = endpoints(url)?;
         let options = ConnectOptions::new()
             .with_connect_timeout(timeout)
-            .with_timeout(timeout)
+            .with_timeout(timeout / ATTEMPTS_PER_TIMEOUT)
             .with_keep_alive(KEEP_ALIVE_INTERVAL, timeout)
             .with_require_leader(true);
         let client = Client::connect(endpoints, Some(options)).await?;
@@ -171,11 +179,16 @@ fn parse_hold(kv: &KeyValue) -> Option<(OwnerToken, LeaseKey, Holding)> {
 }
 
 /// Whether `err` means the request may not have reached a member that could serve it:
-/// gRPC UNAVAILABLE (a member that is gone, or no leader: "etcdserver: no leader") or a
-/// transport failure.
+/// gRPC UNAVAILABLE (a member that is gone, or no leader: "etcdserver: no leader"), the
+/// attempt's own timeout (tonic's CANCELLED "Timeout expired": a member that hangs), or
+/// a transport failure.
 fn unavailable(err: &etcd_client::Error) -> bool {
     match err {
-        etcd_client::Error::GRpcStatus(status) => status.code() == tonic::Code::Unavailable,
+        etcd_client::Error::GRpcStatus(status) => {
+            status.code() == tonic::Code::Unavailable
+                || (status.code() == tonic::Code::Cancelled
+                    && status.message() == "Timeout expired")
+        }
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
         _ => false,
     }
@@ -184,8 +197,9 @@ fn unavailable(err: &etcd_client::Error) -> bool {
 impl EtcdStore {
     /// Runs `request` on a client handle, and again every 50 ms while etcd is
     /// [`unavailable`], for at most `retry_for`: after a member dies the client's balanced
-    /// channel still sends some requests to it until it notices, and a new leader takes
-    /// about a second to be elected. Every request here is safe to send twice: a grant
+    /// channel still sends some requests to it until it notices, it keeps sending some to
+    /// a member that hangs (each then times out, [`ATTEMPTS_PER_TIMEOUT`]), and a new
+    /// leader takes about a second to be elected. Every request here is safe to send twice: a grant
     /// finds its own hold (`grant.rs`), an owner-checked delete or rewrite does nothing
     /// the second time (release and retire then answer `false`: a retried release
     /// cannot tell its own delete from a lapse).
@@ -393,13 +407,11 @@ impl LeaseStore for EtcdStore {
     }
 
     /// A linearizable read of nothing (count only): it needs a leader and a quorum, as a
-    /// grant does.
+    /// grant does; sent again as every request is ([`EtcdStore::call`]), so a hung member
+    /// the client happened to pick does not make the cluster look down.
     async fn ping(&self) -> Result<(), LeaseError> {
         let options = GetOptions::new().with_count_only();
-        self.client
-            .clone()
-            .get("lease:~ping", Some(options))
-            .await?;
+        self.get("lease:~ping".to_owned(), Some(options)).await?;
         Ok(())
     }
 
