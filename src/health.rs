@@ -10,26 +10,31 @@ use axum::http::StatusCode;
 use crate::state::{AppState, SessionRedis};
 
 /// Pings the stores concurrently: the lease store, Redis (sessions; pinged once when they
-/// share the lease client's store) and Postgres.
+/// share the lease client's store) and Postgres, each on a task of its own ([`answers`]).
 pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
     let timeout = state.settings.store_timeout();
     let leases_name = state.leases.name();
-    let leases = async {
-        // Through the lease store, so the check sees what the leases see (a connection
-        // Redis closed while idle is reopened, not reported as Redis down).
-        let ping = state.leases.ping();
-        matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(())))
-    };
+    // Through the lease store, so the check sees what the leases see (a connection
+    // Redis closed while idle is reopened, not reported as Redis down).
+    let leases = answers(timeout, {
+        let leases = state.leases.clone();
+        async move { leases.ping().await.is_ok() }
+    });
     let redis = async {
-        let command = redis::cmd("PING");
-        let ping = state.redis.query::<String>("ping", &command);
         matches!(state.redis, SessionRedis::Leases(_))
-            || matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_)))
+            || answers(timeout, {
+                let redis = state.redis.clone();
+                async move {
+                    let command = redis::cmd("PING");
+                    redis.query::<String>("ping", &command).await.is_ok()
+                }
+            })
+            .await
     };
-    let postgres = async {
-        let ping = sqlx::query("SELECT 1").execute(&state.db);
-        matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(_)))
-    };
+    let postgres = answers(timeout, {
+        let db = state.db.clone();
+        async move { sqlx::query("SELECT 1").execute(&db).await.is_ok() }
+    });
     let (leases_ok, redis_ok, postgres_ok) = tokio::join!(leases, redis, postgres);
     let down: Vec<&str> = [
         (leases_ok, leases_name),
@@ -54,4 +59,19 @@ pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
             format!("unavailable: {}", down.join(", ")),
         )
     }
+}
+
+/// Runs `check` on a task of its own and waits at most `timeout` for it to say yes. A
+/// check that takes longer, or whose caller goes away (a proxy's check timeout is often
+/// shorter than the store timeout), still runs to its end: a store's ping whose
+/// request times out repairs the store (a new connection; with Sentinels, the promoted
+/// primary followed), and only if it runs on can the next check see the repair. Cut at
+/// the same timeout as the request inside it, it never would: a server whose Redis
+/// primary hung would report Redis down, and stay out of the proxy, for good.
+async fn answers<F>(timeout: std::time::Duration, check: F) -> bool
+where
+    F: std::future::Future<Output = bool> + Send + 'static,
+{
+    let task = tokio::spawn(check);
+    matches!(tokio::time::timeout(timeout, task).await, Ok(Ok(true)))
 }

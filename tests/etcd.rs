@@ -315,7 +315,8 @@ async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
 /// The etcd leader hangs (SIGSTOP: its ports stay open, nothing answers) in a
 /// three-member cluster. The others elect a leader, and the server routes around the
 /// hung member: holds are granted again and keep being granted (ten in a row, each
-/// released after), not one request in three timing out on the hung member.
+/// released after), not one request in three timing out on the hung member, and the
+/// live feed's watch reports new holds.
 #[tokio::test]
 async fn a_hung_etcd_leader_is_routed_around() {
     let cluster = EtcdCluster::start(3).await.unwrap();
@@ -342,6 +343,23 @@ async fn a_hung_etcd_leader_is_routed_around() {
         }
     }
     println!("m{leader} hung: ten grants in a row after {attempts} attempts");
+    // The live feed's watch, wherever it was, reports holds again.
+    let mut page = app.state.live.subscribe(&format!("event:{event}"));
+    let seen = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            act(&mut alice, &app, event, seats[2], "hold").await;
+            act(&mut alice, &app, event, seats[2], "release").await;
+            while let Ok(Ok(message)) =
+                tokio::time::timeout(Duration::from_millis(500), page.recv()).await
+            {
+                if message.data["seat"] == seats[2] && message.data["state"] == "held" {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    assert!(seen.is_ok(), "the live feed did not report a new hold");
     cluster.signal(leader, "CONT").unwrap();
 }
 

@@ -187,6 +187,16 @@ impl SentinelTopology {
         self.wait_for_promotion(killed_at).await
     }
 
+    /// Stops the primary (SIGSTOP: a hung host, its port open and nothing answered) and
+    /// waits as [`SentinelTopology::fail_over`] does; the primary stays stopped (SIGCONT
+    /// it with `primary.signal`, Sentinel then turns it into a replica). Errors: no
+    /// promotion within 15 s.
+    pub async fn hang_primary(&mut self) -> anyhow::Result<Duration> {
+        let stopped_at = Instant::now();
+        self.primary.signal("STOP")?;
+        self.wait_for_promotion(stopped_at).await
+    }
+
     /// A graceful failover, as an operator makes one for maintenance (`SENTINEL
     /// FAILOVER`): the primary keeps running and is turned into a replica of the
     /// promoted one (its clients stay connected to it). Waits as

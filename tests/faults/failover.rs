@@ -214,3 +214,48 @@ async fn a_server_started_while_the_sentinels_name_a_dead_primary_serves_after_t
     .await;
     holder(&d, &address, d.seats[0]).await;
 }
+
+/// The primary hangs (SIGSTOP: its port open, nothing answered) and Sentinel promotes
+/// the replica: the server follows (a request that times out asks the Sentinels again),
+/// holds are granted, `/healthz` says ok; when the old primary wakes up and is turned
+/// into a replica, holds are still granted and the seat sold once.
+#[tokio::test]
+async fn a_hung_primary_is_failed_over_and_followed() {
+    let mut topology = SentinelTopology::start().await.unwrap();
+    let (admin, _) = store_urls().unwrap();
+    let d = Deployment::new(&admin, &topology.url(), TINY_VENUES).await;
+    let server = d.server(|_| {}).await;
+    let address = server.address.clone();
+    holder(&d, &address, d.seats[0]).await;
+    topology.hang_primary().await.unwrap();
+    let healthy = || async {
+        health(&address)
+            .await
+            .is_some_and(|(s, _)| s == StatusCode::OK)
+    };
+    eventually(
+        Duration::from_secs(15),
+        "/healthz ok after the failover",
+        healthy,
+    )
+    .await;
+    eventually(
+        Duration::from_secs(15),
+        "a hold on the new primary",
+        || async {
+            let mut buyer = HttpBuyer::new();
+            buyer.get(&d.page(&address)).await.is_ok()
+                && act(&buyer, &address, &d, d.seats[1], "hold").await.status == SEE_OTHER
+        },
+    )
+    .await;
+    topology.primary.signal("CONT").unwrap();
+    buy(&d, &address, d.seats[2]).await;
+    eventually(
+        Duration::from_secs(15),
+        "/healthz ok after the wake-up",
+        healthy,
+    )
+    .await;
+    d.assert_invariant().await;
+}
