@@ -55,6 +55,18 @@ async fn confirm(buyer: &mut HttpBuyer, app: &TestApp, event: i64, seat: i64) ->
     order
 }
 
+/// Waits (at most 20 s) until `app`'s `/healthz` says ok.
+async fn healthy_again(app: &TestApp) {
+    let health = format!("{}/healthz", app.address);
+    eventually(Duration::from_secs(20), "/healthz ok", || async {
+        HttpBuyer::new()
+            .get(&health)
+            .await
+            .is_ok_and(|reply| reply.status == StatusCode::OK)
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_seat_is_held_and_sold_over_http_with_the_leases_in_etcd() {
     let app = app_on_etcd(etcd_url().unwrap()).await;
@@ -229,14 +241,7 @@ async fn a_half_open_connection_to_etcd_is_replaced() {
         },
     )
     .await;
-    let health = format!("{}/healthz", app.address);
-    eventually(Duration::from_secs(20), "/healthz ok", || async {
-        HttpBuyer::new()
-            .get(&health)
-            .await
-            .is_ok_and(|reply| reply.status == StatusCode::OK)
-    })
-    .await;
+    healthy_again(&app).await;
     // The watch runs on a new connection too: a new hold reaches the live pages.
     let mut page = app.state.live.subscribe(&format!("event:{event}"));
     let (status, _) = act(&mut HttpBuyer::new(), &app, event, seats[2], "hold").await;
@@ -303,13 +308,7 @@ async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
             .violations
             .is_empty()
     );
-    eventually(Duration::from_secs(20), "/healthz ok", || async {
-        HttpBuyer::new()
-            .get(&health)
-            .await
-            .is_ok_and(|reply| reply.status == StatusCode::OK)
-    })
-    .await;
+    healthy_again(&app).await;
 }
 
 /// The etcd leader hangs (SIGSTOP: its ports stay open, nothing answers) in a
