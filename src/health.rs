@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use crate::state::{AppState, SessionRedis};
 
 /// Pings the stores concurrently: the lease store, Redis (sessions; pinged once when they
-/// share the lease client's store) and Postgres, each on a task of its own ([`answers`]).
+/// share the lease client's store) and Postgres, each on a task of its own (`answers`).
 pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
     let timeout = state.settings.store_timeout();
     let leases_name = state.leases.name();

@@ -77,7 +77,7 @@ impl EtcdStore {
     /// leader). Members are connected lazily: with none reachable, the store is made and
     /// its requests fail ([`LeaseStore::ping`] says so). `timeout` bounds connecting, and
     /// how long a request is sent again while etcd is unavailable or a member does not
-    /// answer; each attempt may take `timeout /` [`ATTEMPTS_PER_TIMEOUT`].
+    /// answer; each attempt may take `timeout / ATTEMPTS_PER_TIMEOUT` (4).
     /// Errors: [`LeaseError::Etcd`] for a malformed URL.
     pub async fn connect(url: &str, timeout: Duration) -> Result<Self, LeaseError> {
         let endpoints = endpoints(url)?;
@@ -407,7 +407,7 @@ impl LeaseStore for EtcdStore {
     }
 
     /// A linearizable read of nothing (count only): it needs a leader and a quorum, as a
-    /// grant does; sent again as every request is ([`EtcdStore::call`]), so a hung member
+    /// grant does; sent again as every request is (`EtcdStore::call`), so a hung member
     /// the client happened to pick does not make the cluster look down.
     async fn ping(&self) -> Result<(), LeaseError> {
         let options = GetOptions::new().with_count_only();
