@@ -293,14 +293,7 @@ async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
     let bob_holds = act(&mut bob, &app, event, seats[0], "hold");
     let (confirmed, _) = tokio::join!(act(&mut alice, &app, event, seats[0], "confirm"), bob_holds);
     assert_ne!(confirmed.0, StatusCode::INTERNAL_SERVER_ERROR);
-    let sold: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM orders WHERE event_id = $1 AND seat_id = $2")
-            .bind(event)
-            .bind(seats[0])
-            .fetch_one(app.db())
-            .await
-            .unwrap();
-    assert!(sold <= 1);
+    assert!(app.orders_for(event, seats[0]).await <= 1);
     assert!(
         check::check(app.db(), event)
             .await

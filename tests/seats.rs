@@ -22,15 +22,6 @@ async fn tiny_with_ttl(ttl_ms: u64) -> TestApp {
         .unwrap()
 }
 
-async fn orders_for(app: &TestApp, event: i64, seat: i64) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM orders WHERE event_id = $1 AND seat_id = $2")
-        .bind(event)
-        .bind(seat)
-        .fetch_one(app.db())
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_hold_shows_a_countdown_and_refuses_a_second_buyer() {
     let app = tiny().await;
@@ -94,7 +85,7 @@ async fn confirm_sells_once_and_a_double_submit_returns_the_same_order_paid_once
         first.location, second.location,
         "both submits lead to the same order"
     );
-    assert_eq!(orders_for(&app, event, seats[1]).await, 1);
+    assert_eq!(app.orders_for(event, seats[1]).await, 1);
     let order = a
         .get(&format!(
             "{}{}",
@@ -107,7 +98,7 @@ async fn confirm_sells_once_and_a_double_submit_returns_the_same_order_paid_once
     // And once more, after the hold is gone from the session.
     let third = a.post(&url, &[]).await.unwrap();
     assert_eq!(third.status, StatusCode::SEE_OTHER);
-    assert_eq!(orders_for(&app, event, seats[1]).await, 1);
+    assert_eq!(app.orders_for(event, seats[1]).await, 1);
     // Three confirms, one hold: one payment, captured by the one order.
     let payments: Vec<(String, Option<i64>)> = sqlx::query_as(
         "SELECT status, order_id FROM payments WHERE event_id = $1 AND seat_id = $2",
@@ -135,7 +126,7 @@ async fn a_confirm_after_the_hold_lapsed_is_refused_even_if_nobody_bought() {
         .await
         .unwrap();
     assert!(reply.is_refused(&Refusal::HoldExpired), "{reply:?}");
-    assert_eq!(orders_for(&app, event, seats[2]).await, 0);
+    assert_eq!(app.orders_for(event, seats[2]).await, 0);
     let seat = SeatRef {
         event_id: event,
         seat_id: seats[2],
@@ -196,7 +187,7 @@ async fn a_holder_whose_lease_lapsed_cannot_buy_after_a_newer_holder_did() {
         .await
         .unwrap();
     assert_eq!(late.status, StatusCode::CONFLICT);
-    assert_eq!(orders_for(&app, event, seats[4]).await, 1);
+    assert_eq!(app.orders_for(event, seats[4]).await, 1);
 }
 
 /// Holds then confirms; returns the final status (303 bought, 409 lost the race).
@@ -233,7 +224,7 @@ async fn two_servers_racing_for_a_seat_sell_it_exactly_once() {
             .count();
         assert_eq!(sold, 1, "seat {seat}: {ra} / {rb}");
         assert!([ra, rb].contains(&StatusCode::CONFLICT));
-        assert_eq!(orders_for(&one, event, seat).await, 1);
+        assert_eq!(one.orders_for(event, seat).await, 1);
     }
 }
 
@@ -322,7 +313,7 @@ async fn bad_ids_and_other_buyers_holds_get_clear_4xx_pages() {
         let reply = a.seat_action(base, event, seats[5], action).await.unwrap();
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{action}");
     }
-    assert_eq!(orders_for(&app, event, seats[5]).await, 0);
+    assert_eq!(app.orders_for(event, seats[5]).await, 0);
     let key = app.seat_key(event, seats[5]);
     assert!(
         app.state.leases.remaining(&key).await.unwrap().is_some(),
@@ -454,7 +445,7 @@ async fn concurrent_holds_from_one_session_can_all_be_bought() {
             "seat {seat}: {}",
             reply.body
         );
-        assert_eq!(orders_for(&app, event, seat).await, 1);
+        assert_eq!(app.orders_for(event, seat).await, 1);
     }
 }
 
@@ -513,7 +504,7 @@ async fn a_stale_hold_in_the_session_is_refreshed_from_redis_for_release_and_con
         .await;
     let bought = bought.unwrap();
     assert_eq!(bought.status, StatusCode::SEE_OTHER, "{bought:?}");
-    assert_eq!(orders_for(&app, event, seats[14]).await, 1);
+    assert_eq!(app.orders_for(event, seats[14]).await, 1);
 }
 
 /// A sold seat is refused at hold by the lease script, through every server of the
@@ -554,7 +545,7 @@ async fn a_sold_seat_is_refused_at_hold_by_every_server_and_at_confirm_if_redis_
     let confirm = b.seat_action(&two.address, event, seat, "confirm").await;
     let confirm = confirm.unwrap();
     assert!(confirm.is_refused(&Refusal::AlreadySold), "{confirm:?}");
-    assert_eq!(orders_for(&one, event, seat).await, 1);
+    assert_eq!(one.orders_for(event, seat).await, 1);
     let again = HttpBuyer::new()
         .seat_action(&one.address, event, seat, "hold")
         .await
@@ -600,7 +591,7 @@ async fn seats_of_an_event_that_has_started_are_no_longer_sold() {
         .await;
     let confirm = confirm.unwrap();
     assert!(confirm.is_refused(&Refusal::EventStarted), "{confirm:?}");
-    assert_eq!(orders_for(&app, event, seats[20]).await, 0);
+    assert_eq!(app.orders_for(event, seats[20]).await, 0);
 }
 
 /// Pages are sent gzip-compressed to clients that ask (the seat map is the big one: the

@@ -189,6 +189,13 @@ impl TestApp {
         crate::stores::first_event_seats(self.db()).await
     }
 
+    /// How many orders seat `seat_id` of event `event_id` has ([`crate::orders_for`]).
+    pub async fn orders_for(&self, event_id: i64, seat_id: i64) -> i64 {
+        crate::stores::orders_for(self.db(), event_id, seat_id)
+            .await
+            .expect("counting a seat's orders")
+    }
+
     /// The lease key of seat `seat_id` of event `event_id` in this server's namespace.
     pub fn seat_key(&self, event_id: i64, seat_id: i64) -> LeaseKey {
         seats::lease_key(

@@ -47,5 +47,5 @@ pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
 pub use proxy::TcpProxy;
 pub use stores::{
     DEMO_VENUES, TINY_VENUES, etcd_url, event_seats, first_event_seats, fresh_database,
-    lapse_lease, seed, store_urls, unique_name,
+    lapse_lease, orders_for, seed, store_urls, unique_name,
 };

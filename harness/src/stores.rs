@@ -74,6 +74,16 @@ pub async fn first_event_seats(db: &PgPool) -> anyhow::Result<(i64, Vec<i64>)> {
     Ok((event, event_seats(db, event).await?))
 }
 
+/// How many orders seat `seat` of event `event` has, as written in the database (a seat
+/// sold twice has 2).
+pub async fn orders_for(db: &PgPool, event: i64, seat: i64) -> sqlx::Result<i64> {
+    sqlx::query_scalar("SELECT count(*) FROM orders WHERE event_id = $1 AND seat_id = $2")
+        .bind(event)
+        .bind(seat)
+        .fetch_one(db)
+        .await
+}
+
 /// The ids of the seats of `event`, in map order.
 pub async fn event_seats(db: &PgPool, event: i64) -> sqlx::Result<Vec<i64>> {
     sqlx::query_scalar(

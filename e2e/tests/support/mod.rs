@@ -291,13 +291,7 @@ impl World {
 
     /// Orders for one seat of one event, as written in the database.
     pub async fn orders_for(&self, event_id: i64, seat_id: i64) -> anyhow::Result<i64> {
-        Ok(
-            sqlx::query_scalar("SELECT count(*) FROM orders WHERE event_id = $1 AND seat_id = $2")
-                .bind(event_id)
-                .bind(seat_id)
-                .fetch_one(&self.db)
-                .await?,
-        )
+        Ok(seatlock_harness::orders_for(&self.db, event_id, seat_id).await?)
     }
 
     /// Makes the hold on seat `seat_id` of event `event_id` lapse now, as its TTL running
