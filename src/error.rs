@@ -72,6 +72,14 @@ pub enum Refusal {
         /// The lapsed seats, named for a person.
         seats: String,
     },
+    /// The sale's capture found the hold's payment voided, so the sale was rolled back:
+    /// nothing bought, nothing charged, the hold kept: `payment_voided`. Only an
+    /// authorization nobody joined for longer than the hold TTL plus the request deadline
+    /// is voided under a live attempt (migration 0009).
+    #[error(
+        "Your payment authorization was voided before the sale, so nothing was bought and nothing was charged. Your hold stands: confirm again to authorize the payment anew."
+    )]
+    PaymentVoided,
     /// The item's bid lock stayed busy through every retry: `busy`.
     #[error(
         "Bidding on this item is busy right now, so your bid was not placed. Please try again."
@@ -101,8 +109,9 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`, `seat_limit`, `no_block`, `holds_lapsed`, `busy`, `stale_bid_lock`,
-    /// `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
+    /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`,
+    /// `seat_limit`, `no_block`, `holds_lapsed`, `payment_voided`, `busy`,
+    /// `stale_bid_lock`, `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
     /// ([`BidRefusal::code`]).
     pub fn code(&self) -> &'static str {
         match self {
@@ -114,6 +123,7 @@ impl Refusal {
             Refusal::SeatLimit { .. } => "seat_limit",
             Refusal::NoBlock { .. } => "no_block",
             Refusal::HoldsLapsed { .. } => "holds_lapsed",
+            Refusal::PaymentVoided => "payment_voided",
             Refusal::BidLockBusy => "busy",
             Refusal::StaleBidLock => "stale_bid_lock",
             Refusal::Bid(rule) => rule.code(),

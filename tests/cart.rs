@@ -465,3 +465,88 @@ async fn the_race_labs_named_group_hold_is_all_or_none_and_off_without_the_flag(
     assert_eq!(held, seats[..3].iter().copied().collect());
     assert_eq!(tokens.len(), 1, "one fencing token for the group");
 }
+
+/// Issue 32, the first path: one buyer, two tabs. Tab one confirms seat A and is parked
+/// after its authorization (the race lab's slow holder); tab two checks out the cart of A
+/// and B, whose hold on B has lapsed: 409, nothing bought. The failed checkout must not
+/// void the authorization tab one is about to capture: tab one buys A, paid. Before, the
+/// checkout voided A's payment and tab one's sale committed an order with it voided.
+#[tokio::test]
+async fn a_checkout_that_fails_in_one_tab_leaves_the_confirm_of_another_tab_paid() {
+    use seatlock::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
+    let app = TestApp::builder()
+        .with(|s| s.enable_race_lab = true)
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let (a, b) = (seats[0], seats[1]);
+    let mut buyer = buyer(&app, event).await;
+    for seat in [b, a] {
+        let held = buyer
+            .seat_action(&app.address, event, seat, "hold")
+            .await
+            .unwrap();
+        assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+    }
+    seatlock_harness::lapse_lease(&app.state.settings.redis_url, &app.seat_key(event, b))
+        .await
+        .unwrap();
+    let mut slow = reqwest::header::HeaderMap::new();
+    slow.insert(PAUSE_HEADER, 1_500.into());
+    let before_write = PausePoint::BeforeWrite.header_value();
+    slow.insert(PAUSE_AT_HEADER, before_write.parse().unwrap());
+    let tab_one = buyer.another_tab(slow);
+    let url = format!("{}/events/{event}/seats/{a}/confirm", app.address);
+    let confirm = tokio::spawn(async move { tab_one.post(&url, &[]).await.unwrap() });
+    // Tab one has authorized A's payment and is paused before its write.
+    seatlock_harness::eventually(
+        std::time::Duration::from_secs(10),
+        "tab one to authorize",
+        || async {
+            let open: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM payments
+                  WHERE event_id = $1 AND seat_id = $2 AND status = 'authorized'",
+            )
+            .bind(event)
+            .bind(a)
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+            open == 1
+        },
+    )
+    .await;
+
+    let checkout = post(&app, &buyer, event, "checkout").await;
+    let lapsed = Refusal::HoldsLapsed {
+        seats: String::new(),
+    };
+    assert!(checkout.is_refused(&lapsed), "{checkout:?}");
+
+    let confirmed = confirm.await.unwrap();
+    assert_eq!(
+        confirmed.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        confirmed.body
+    );
+    assert_eq!(app.orders_for(event, a).await, 1);
+    let report = seatlock_harness::check::check(app.db(), event)
+        .await
+        .unwrap();
+    assert!(report.violations.is_empty(), "{report:#?}");
+    let statuses: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT seat_id, status FROM payments WHERE event_id = $1 ORDER BY seat_id <> $2",
+    )
+    .bind(event)
+    .bind(a)
+    .fetch_all(app.db())
+    .await
+    .unwrap();
+    assert_eq!(
+        statuses,
+        [(a, "captured".to_owned()), (b, "voided".to_owned())],
+        "A paid by its order; B's authorization, which only the checkout joined, voided"
+    );
+}

@@ -6,7 +6,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seatlock::buyer::BuyerProfile;
 use seatlock::error::Refusal;
-use seatlock::seats::{SeatRef, queries};
+use seatlock::seats::SeatRef;
+use seatlock::seats::queries::{self, Sale};
 use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TestApp};
 
 async fn tiny() -> TestApp {
@@ -156,15 +157,91 @@ async fn postgres_refuses_a_stale_fencing_token() {
         id: id.into(),
         name: id.into(),
     };
-    let late = queries::sell(&mut tx, seat, 41, &buyer("late"), "no-payment", idle)
+    queries::authorize_payment(app.db(), seat, "paid", "current")
         .await
         .unwrap();
-    assert_eq!(late, None, "41 < 42: refused");
-    let current = queries::sell(&mut tx, seat, 42, &buyer("current"), "no-payment", idle)
+    let late = queries::sell(&mut tx, seat, 41, &buyer("late"), "paid", idle)
         .await
         .unwrap();
-    assert!(current.is_some(), "42 = 42: accepted");
+    assert_eq!(late, Sale::Refused, "41 < 42: refused");
+    let current = queries::sell(&mut tx, seat, 42, &buyer("current"), "paid", idle)
+        .await
+        .unwrap();
+    assert!(matches!(current, Sale::Sold { .. }), "42 = 42: accepted");
     tx.rollback().await.unwrap();
+}
+
+/// No capture, no order (issue 32): the fenced write that finds its payment voided (by
+/// the last attempt to leave it, or the sweep) says [`Sale::Unpaid`], and the purchase
+/// rolls it back; a voided authorization joined again is captured. Before, the statement
+/// inserted the order and captured nothing.
+#[tokio::test]
+async fn a_sale_whose_payment_was_voided_is_unpaid_and_joined_again_is_captured() {
+    let app = tiny().await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let seat = SeatRef {
+        event_id: event,
+        seat_id: seats[4],
+    };
+    let buyer = BuyerProfile {
+        id: "b".into(),
+        name: "B".into(),
+    };
+    let idle = Duration::from_secs(5);
+    queries::authorize_payment(app.db(), seat, "k", "b")
+        .await
+        .unwrap();
+    assert!(
+        queries::leave_payment(app.db(), "k").await.unwrap(),
+        "voided"
+    );
+    let mut tx = app.db().begin().await.unwrap();
+    let sale = queries::sell(&mut tx, seat, 1, &buyer, "k", idle)
+        .await
+        .unwrap();
+    assert_eq!(sale, Sale::Unpaid);
+    tx.rollback().await.unwrap();
+    queries::authorize_payment(app.db(), seat, "k", "b")
+        .await
+        .unwrap();
+    let mut tx = app.db().begin().await.unwrap();
+    let sale = queries::sell(&mut tx, seat, 1, &buyer, "k", idle)
+        .await
+        .unwrap();
+    assert!(matches!(sale, Sale::Sold { .. }), "{sale:?}");
+    tx.commit().await.unwrap();
+    assert_eq!(app.orders_for(event, seats[4]).await, 1);
+}
+
+/// Two attempts joined one payment; the first leaves without buying and does not void
+/// it, the second leaves and does (the last one out). A captured payment is never left.
+#[tokio::test]
+async fn only_the_last_attempt_to_leave_a_payment_voids_it() {
+    let app = tiny().await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let seat = SeatRef {
+        event_id: event,
+        seat_id: seats[5],
+    };
+    let status = || async {
+        sqlx::query_scalar::<_, String>("SELECT status FROM payments WHERE idempotency_key = 'two'")
+            .fetch_one(app.db())
+            .await
+            .unwrap()
+    };
+    for _ in 0..2 {
+        queries::authorize_payment(app.db(), seat, "two", "b")
+            .await
+            .unwrap();
+    }
+    assert!(!queries::leave_payment(app.db(), "two").await.unwrap());
+    assert_eq!(status().await, "authorized", "one attempt is still in");
+    assert!(queries::leave_payment(app.db(), "two").await.unwrap());
+    assert_eq!(status().await, "voided");
+    assert!(
+        !queries::leave_payment(app.db(), "two").await.unwrap(),
+        "left once"
+    );
 }
 
 #[tokio::test]

@@ -2,6 +2,10 @@
 //! article's invariant, "writes accepted by the resource come from at most one holder at
 //! a time, in token order". For a seat that means: at most one accepted sale, and where
 //! sales carry fencing tokens, tokens never go down in the order the writes landed.
+//!
+//! And the money that goes with a sale, in both directions (migration 0009): every order
+//! has exactly one captured payment, of its seat and price, and every captured payment
+//! has its order.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -19,7 +23,9 @@ pub struct AcceptedWrite {
 /// A broken promise, with the writes involved.
 #[derive(Debug, Clone, Serialize)]
 pub struct Violation {
-    /// `double_sale` or `token_order`.
+    /// `double_sale`, `token_order`, `unpaid_order` (an order without exactly one
+    /// captured payment of its seat and price) or `capture_without_order` (a captured
+    /// payment whose order is missing or is another seat's).
     pub kind: &'static str,
     pub seat_id: i64,
     /// The accepted writes of that seat, in the order they landed.
@@ -53,7 +59,54 @@ pub async fn check(db: &PgPool, event_id: i64) -> sqlx::Result<CheckReport> {
     .bind(event_id)
     .fetch_all(db)
     .await?;
-    Ok(check_writes(writes))
+    let mut report = check_writes(writes);
+    for (kind, seat_id) in payment_violations(db, event_id).await? {
+        let writes = report
+            .writes
+            .iter()
+            .filter(|w| w.seat_id == seat_id)
+            .cloned()
+            .collect();
+        report.violations.push(Violation {
+            kind,
+            seat_id,
+            writes,
+        });
+    }
+    Ok(report)
+}
+
+/// The seats of `event_id` whose money disagrees with their sale, both directions: one
+/// query over `orders` and `payments`.
+async fn payment_violations(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<(&'static str, i64)>> {
+    let rows: Vec<(bool, i64)> = sqlx::query_as(
+        "SELECT true, o.seat_id FROM orders o
+          WHERE o.event_id = $1
+            AND (SELECT count(*) FROM payments p
+                  WHERE p.order_id = o.id AND p.status = 'captured'
+                    AND p.event_id = o.event_id AND p.seat_id = o.seat_id
+                    AND p.amount_cents = o.price_cents) <> 1
+         UNION ALL
+         SELECT false, p.seat_id FROM payments p
+           LEFT JOIN orders o ON o.id = p.order_id
+          WHERE p.event_id = $1 AND p.status = 'captured'
+            AND (o.id IS NULL OR o.event_id <> p.event_id OR o.seat_id <> p.seat_id)
+          ORDER BY 2",
+    )
+    .bind(event_id)
+    .fetch_all(db)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(unpaid, seat)| {
+            let kind = if unpaid {
+                "unpaid_order"
+            } else {
+                "capture_without_order"
+            };
+            (kind, seat)
+        })
+        .collect())
 }
 
 /// The invariant over writes sorted by seat, then by the order they landed.

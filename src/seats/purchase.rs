@@ -17,7 +17,8 @@ use lease::{Lease, LeaseError};
 use tracing::Span;
 use tracing::field::Empty;
 
-use super::{SeatRef, queries};
+use super::SeatRef;
+use super::queries::{self, Sale};
 use crate::buyer::{Buyer, HeldSeat};
 use crate::error::{Error, Refusal, Result};
 use crate::pause::{Pause, PausePoint};
@@ -204,11 +205,13 @@ async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) ->
 
 /// One purchase attempt with `lease`, in this order:
 ///
-/// 1. Payment, authorized once per hold: its idempotency key is the hold's (event, seat,
-///    fencing token), so a retried or doubled confirm never pays twice.
+/// 1. Payment: the attempt joins the hold's one payment ([`queries::authorize_payment`]):
+///    its idempotency key is the hold's (event, seat, fencing token), so a retried or
+///    doubled confirm, or a checkout of the seat from another tab, never pays twice.
 /// 2. In one transaction: [`queries::sell`], the fenced conditional write (NOT sold and
 ///    fencing token not lower than the row's), which also captures the payment and
-///    takes the row lock.
+///    takes the row lock; a sale whose capture finds the payment voided is rolled back
+///    ([`Refusal::PaymentVoided`]): no capture, no order.
 /// 3. Owner check in Redis (`GET`, compared): is the hold still ours? If not, roll back
 ///    and return `None`: a hold that lapsed cannot buy, even when the holder after it
 ///    came and went without writing (the fence alone would let the older token
@@ -247,10 +250,10 @@ async fn buy(
     let authorize = queries::authorize_payment(&state.db, seat, &payment, buyer.id());
     telemetry::postgres("authorize", authorize).await?;
     let bought = fenced_purchase(state, buyer, seat, lease, &payment, pause).await;
-    // Whatever did not buy (refused, lapsed, a store failing) voids the authorization; a
-    // retry with the same hold authorizes it again under the same key.
+    // Whatever did not buy (refused, lapsed, a store failing) leaves the payment; the last
+    // attempt to leave voids it, so another tab's attempt still in flight keeps it.
     if !matches!(bought, Ok(Some(_))) {
-        void_payment(state, &payment).await;
+        leave_payment(state, &payment).await;
     }
     bought
 }
@@ -272,9 +275,13 @@ async fn fenced_purchase(
     let sold = telemetry::postgres("sell", sell)
         .await
         .inspect_err(detect_double_sale)?;
-    let Some(order_id) = sold else {
-        tx.rollback().await?;
-        return refused(state, buyer, seat, lease).await.map(Some);
+    let order_id = match sold {
+        Sale::Sold { order_id } => order_id,
+        Sale::Refused => {
+            tx.rollback().await?;
+            return refused(state, buyer, seat, lease).await.map(Some);
+        }
+        Sale::Unpaid => return unpaid(tx).await,
     };
     pause.sleep_at(PausePoint::BeforeRelease).await;
     if !state.leases.is_held(lease).await? {
@@ -314,14 +321,26 @@ pub(super) async fn buy_all(
         .map(|(seat, lease)| payment_key(*seat, lease.fencing_token().0 as i64))
         .collect();
     tokio::time::sleep(state.settings.payment_delay()).await;
+    let mut joined = 0;
+    let mut authorized = Ok(());
     for ((seat, _), payment) in holds.iter().zip(&payments) {
         let authorize = queries::authorize_payment(&state.db, *seat, payment, buyer.id());
-        telemetry::postgres("authorize", authorize).await?;
+        authorized = telemetry::postgres("authorize", authorize).await;
+        if authorized.is_err() {
+            break;
+        }
+        joined += 1;
     }
-    let bought = fenced_purchase_all(state, buyer, holds, &payments).await;
+    let bought = match authorized {
+        Ok(()) => fenced_purchase_all(state, buyer, holds, &payments).await,
+        Err(err) => Err(err.into()),
+    };
+    // The checkout leaves only the payments it joined, and voids only those it is the
+    // last attempt in: a single-seat confirm of one of these seats from another tab
+    // keeps its authorization.
     if !matches!(bought, Ok(Ok(_))) {
-        for payment in &payments {
-            void_payment(state, payment).await;
+        for payment in &payments[..joined] {
+            leave_payment(state, payment).await;
         }
     }
     bought
@@ -343,14 +362,17 @@ async fn fenced_purchase_all(
         let sold = telemetry::postgres("sell", sell)
             .await
             .inspect_err(detect_double_sale)?;
-        let Some(order_id) = sold else {
-            tx.rollback().await?;
-            // Bought already by this buyer (a checkout sent twice): the seat's hold is
-            // forgotten, and the next attempt buys the rest.
-            refused(state, buyer, *seat, lease).await?;
-            return Ok(Err(Vec::new()));
-        };
-        orders.push(order_id);
+        match sold {
+            Sale::Sold { order_id } => orders.push(order_id),
+            Sale::Refused => {
+                tx.rollback().await?;
+                // Bought already by this buyer (a checkout sent twice): the seat's hold is
+                // forgotten, and the next attempt buys the rest.
+                refused(state, buyer, *seat, lease).await?;
+                return Ok(Err(Vec::new()));
+            }
+            Sale::Unpaid => return unpaid(tx).await,
+        }
     }
     let mut not_ours = Vec::new();
     for (i, (_, lease)) in holds.iter().enumerate() {
@@ -377,13 +399,26 @@ fn payment_key(seat: SeatRef, fencing_token: i64) -> String {
     format!("{}:{}:{fencing_token}", seat.event_id, seat.seat_id)
 }
 
-/// Voids an authorization whose purchase did not buy, best effort (one that stays
-/// authorized is never captured; the authorization of a retry with the same hold renews
-/// it).
-async fn void_payment(state: &AppState, payment: &str) {
-    if let Err(err) = queries::void_payment(&state.db, payment).await {
-        tracing::warn!(error = %err, payment, "could not void a refused purchase's payment");
+/// Leaves the payment of an attempt that did not buy ([`queries::leave_payment`]: the
+/// last attempt out voids it), best effort: a payment left authorized is never captured
+/// without its sale, and the sweep voids it ([`super::payments`]).
+async fn leave_payment(state: &AppState, payment: &str) {
+    match queries::leave_payment(&state.db, payment).await {
+        Ok(voided) => tracing::debug!(payment, voided, "left the payment"),
+        Err(err) => {
+            tracing::warn!(error = %err, payment, "could not leave a refused purchase's payment")
+        }
     }
+}
+
+/// A sale whose capture found its payment voided: roll it back (no capture, no order)
+/// and refuse with [`Refusal::PaymentVoided`]. The hold stays; a new attempt authorizes
+/// again.
+async fn unpaid<T>(tx: sqlx::Transaction<'_, sqlx::Postgres>) -> Result<T> {
+    tx.rollback().await?;
+    telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::PaymentVoided));
+    tracing::warn!("confirm refused: the payment was voided before its capture");
+    Err(Refusal::PaymentVoided.into())
 }
 
 /// Gives `lease` up once a purchase attempt is over: releases it if it is still ours

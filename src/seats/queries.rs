@@ -48,13 +48,33 @@ pub async fn event_seats(
     .await
 }
 
+/// What [`sell`] did, for the caller's transaction to act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sale {
+    /// The seat is sold, the order inserted and its payment captured: commit.
+    Sold {
+        /// The new order's id.
+        order_id: i64,
+    },
+    /// The fenced write refused (sold, a higher token accepted, the event started):
+    /// nothing was written.
+    Refused,
+    /// The write was accepted but the capture found no authorized payment under the key
+    /// (it was voided): the caller MUST roll back, so no order exists without its
+    /// captured payment (migration 0009).
+    Unpaid,
+}
+
 /// The fenced purchase, ONE statement: mark the seat sold and record `fencing_token` as
 /// the row's highest accepted token, only if the seat is unsold AND no higher token was
 /// accepted before (Kleppmann's fencing check) AND the event has not started (at the
-/// moment of the write); in the same statement insert the order
-/// and capture the payment authorized under `payment_key`. Returns the new order id, or
-/// `None` if either condition failed (nothing written). The same statement queues a
-/// `pg_notify` for live pages, delivered only on commit, and bounds how long its
+/// moment of the write); in the same statement insert the order and capture the payment
+/// authorized under `payment_key`. Returns [`Sale::Sold`] with the new order id,
+/// [`Sale::Refused`] if a condition failed (nothing written), or [`Sale::Unpaid`] if the
+/// capture found no authorized payment, in which case the caller rolls back: the capture
+/// takes the payment's row lock, so a void either landed before it (and the sale is rolled
+/// back) or waits for the commit and then finds the payment captured. The same statement
+/// queues a `pg_notify` for live pages, delivered only on commit, and bounds how long its
 /// transaction may then sit idle (`idle_in_transaction_session_timeout`, whole
 /// milliseconds): a holder that stalls before committing is cut off and its row lock
 /// freed, its transaction rolled back.
@@ -74,8 +94,8 @@ pub async fn sell(
     buyer: &BuyerProfile,
     payment_key: &str,
     idle_bound: Duration,
-) -> sqlx::Result<Option<i64>> {
-    sqlx::query_scalar(
+) -> sqlx::Result<Sale> {
+    let row: Option<(i64, bool)> = sqlx::query_as(
         "WITH sold AS (
              UPDATE event_seats SET sold = true, fence_token = $3
               WHERE event_id = $1 AND seat_id = $2 AND NOT sold AND fence_token <= $3
@@ -88,8 +108,10 @@ pub async fn sell(
          captured AS (
              UPDATE payments SET status = 'captured', order_id = ordered.id
                FROM ordered
-              WHERE payments.idempotency_key = $6 AND payments.status = 'authorized')
-         SELECT id, pg_notify('seatlock_live', json_build_object(
+              WHERE payments.idempotency_key = $6 AND payments.status = 'authorized'
+          RETURNING payments.order_id)
+         SELECT id, EXISTS (SELECT 1 FROM captured) AS captured,
+                pg_notify('seatlock_live', json_build_object(
                     'topic', 'event:' || event_id, 'event', 'seat',
                     'data', json_build_object('seat', seat_id, 'state', 'sold'))::text),
                 set_config('idle_in_transaction_session_timeout', $7, true)
@@ -103,13 +125,19 @@ pub async fn sell(
     .bind(payment_key)
     .bind(idle_bound.as_millis().max(1).to_string())
     .fetch_optional(tx)
-    .await
+    .await?;
+    Ok(match row {
+        Some((order_id, true)) => Sale::Sold { order_id },
+        Some((_, false)) => Sale::Unpaid,
+        None => Sale::Refused,
+    })
 }
 
-/// Authorizes the simulated payment for `seat` at its price under `payment_key`, once:
-/// a second call with the same key leaves an authorized or captured payment as it is, so
-/// a retried confirm never pays twice; one voided (its attempt failed) is authorized
-/// again.
+/// Joins the attempt to the payment of one hold, `payment_key`, for `seat` at its price
+/// (migration 0009): the first attempt authorizes it, each later one counts itself in
+/// (`open_attempts + 1`), and one voided before is authorized again. A captured payment
+/// is left as it is, so a retried confirm never pays twice. Every attempt that joins
+/// either captures the payment with its sale or leaves it ([`leave_payment`]).
 pub async fn authorize_payment(
     db: &PgPool,
     seat: SeatRef,
@@ -117,11 +145,13 @@ pub async fn authorize_payment(
     buyer_id: &str,
 ) -> sqlx::Result<()> {
     sqlx::query(
-        "INSERT INTO payments (idempotency_key, event_id, seat_id, buyer_id, amount_cents)
-         SELECT $3, event_id, seat_id, $4, price_cents FROM event_seats
+        "INSERT INTO payments (idempotency_key, event_id, seat_id, buyer_id, amount_cents, open_attempts)
+         SELECT $3, event_id, seat_id, $4, price_cents, 1 FROM event_seats
           WHERE event_id = $1 AND seat_id = $2
-         ON CONFLICT (idempotency_key) DO UPDATE SET status = 'authorized', authorized_at = now()
-          WHERE payments.status = 'voided'",
+         ON CONFLICT (idempotency_key) DO UPDATE
+            SET status = 'authorized', open_attempts = payments.open_attempts + 1,
+                authorized_at = now()
+          WHERE payments.status <> 'captured'",
     )
     .bind(seat.event_id)
     .bind(seat.seat_id)
@@ -132,23 +162,30 @@ pub async fn authorize_payment(
     .map(drop)
 }
 
-/// Voids a payment authorized for a purchase that was refused (never one captured).
-pub async fn void_payment(db: &PgPool, payment_key: &str) -> sqlx::Result<()> {
-    sqlx::query(
-        "UPDATE payments SET status = 'voided'
-          WHERE idempotency_key = $1 AND status = 'authorized'",
+/// An attempt that joined `payment_key` ([`authorize_payment`]) and did not buy leaves
+/// it: `open_attempts - 1`, and the LAST attempt to leave voids it, so one tab's failed
+/// attempt never voids the authorization another tab's attempt is about to capture.
+/// Returns whether this call voided it. A captured payment is never touched.
+pub async fn leave_payment(db: &PgPool, payment_key: &str) -> sqlx::Result<bool> {
+    let status: Option<String> = sqlx::query_scalar(
+        "UPDATE payments
+            SET open_attempts = open_attempts - 1,
+                status = CASE WHEN open_attempts = 1 THEN 'voided' ELSE 'authorized' END
+          WHERE idempotency_key = $1 AND status = 'authorized' AND open_attempts > 0
+      RETURNING status",
     )
     .bind(payment_key)
-    .execute(db)
-    .await
-    .map(drop)
+    .fetch_optional(db)
+    .await?;
+    Ok(status.as_deref() == Some("voided"))
 }
 
-/// Voids every authorization open for longer than `older_than` (see
-/// migrations/0008): returns how many.
+/// Voids every authorization nobody joined for longer than `older_than`, whatever its
+/// count of open attempts (their servers were killed or their deadlines passed; see
+/// migrations 0008 and 0009): returns how many.
 pub async fn void_stale_authorizations(db: &PgPool, older_than: Duration) -> sqlx::Result<u64> {
     sqlx::query(
-        "UPDATE payments SET status = 'voided'
+        "UPDATE payments SET status = 'voided', open_attempts = 0
           WHERE status = 'authorized' AND authorized_at < now() - make_interval(secs => $1)",
     )
     .bind(older_than.as_secs_f64())

@@ -19,4 +19,5 @@ mod shared_redis;
 mod soak;
 mod stalls;
 mod store_loss;
+mod tabs;
 mod traffic;

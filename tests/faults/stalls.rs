@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use lease::{LeaseClient, LeaseKey, MemoryLedger, WatchdogEvent};
 use seatlock::error::Refusal;
+use seatlock::pause::PausePoint;
 use seatlock_harness::{RedisServer, eventually};
 use tokio::time::Instant;
 
@@ -83,4 +84,40 @@ async fn a_watchdog_reports_a_stalled_store_as_lost_before_its_lease_can_expire(
         "lost reported {:?} after the last renewal, the lease lasts {ttl:?}",
         reported_at - renewed_by
     );
+}
+
+/// Issue 32, the second path: two confirms of one hold from two tabs. The first stalls
+/// before its COMMIT until Postgres cuts its idle transaction off (503); the second,
+/// paused before its write, sells after that. The first attempt's failure must not void
+/// the payment the second captures. Before, it did: an order with its payment voided.
+#[tokio::test]
+async fn a_confirm_cut_off_by_postgres_does_not_void_the_payment_a_second_tab_captures() {
+    let d = Deployment::tiny().await;
+    // Holds long enough for both attempts; the idle bound is half the 2 s store timeout.
+    let server = d.server(|s| s.hold_ttl_ms = 10_000).await;
+    let seat = d.seats[6];
+    let (buyer, id, _) = holder(&d, &server.address, seat).await;
+    let url = format!("{}/events/{}/seats/{seat}/confirm", server.address, d.event);
+    // Cut off after 1 s, the first finds out at its COMMIT (1.5 s) and leaves the
+    // payment; the second writes after that (2.5 s).
+    let stalled = buyer.another_tab(pause_headers(PausePoint::BeforeCommit, 1_500));
+    let (first_url, second_url) = (url.clone(), url);
+    let first = tokio::spawn(async move { stalled.post(&first_url, &[]).await.unwrap() });
+    parked(&server, 1).await;
+    let paused = buyer.another_tab(pause_headers(PausePoint::BeforeWrite, 2_500));
+    let second = tokio::spawn(async move { paused.post(&second_url, &[]).await.unwrap() });
+    parked(&server, 2).await;
+
+    let first = first.await.unwrap();
+    assert_eq!(first.status.as_u16(), 503, "cut off by Postgres: {first:?}");
+    let second = second.await.unwrap();
+    assert_eq!(
+        second.status, SEE_OTHER,
+        "the second tab buys: {}",
+        second.body
+    );
+    d.assert_sold_once_to(seat, &id).await;
+    assert_eq!(d.payments(seat).await, ["captured"]);
+    d.assert_no_transaction_left_open().await;
+    d.assert_invariant().await;
 }

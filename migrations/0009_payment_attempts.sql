@@ -1,0 +1,22 @@
+-- Who may void a payment (issue 32).
+--
+-- One payment row serves every attempt to buy one hold: a single-seat confirm and a
+-- checkout that includes the seat, from any tab of the buyer, share the key
+-- '<event>:<seat>:<fencing token>'. Until now any attempt that failed voided that row,
+-- whatever the other attempts were doing, and the sale statement inserted the order even
+-- when its capture found the row voided: an order with a voided payment.
+--
+-- The rule from here on:
+--   * every attempt joins the hold's payment when it authorizes (open_attempts + 1; a
+--     voided row is authorized again);
+--   * the sale captures it in the statement that sells, and a sale whose capture finds
+--     no authorized row is rolled back (src/seats/queries.rs `sell`): no capture, no
+--     order;
+--   * an attempt that ends without buying leaves (open_attempts - 1), and only the last
+--     one to leave voids it: two tabs cannot void each other's authorization;
+--   * an attempt that never leaves (its server killed, its deadline passed) is covered by
+--     the sweep of 0008, which voids what nobody joined for longer than the hold TTL plus
+--     the request deadline, and counts nobody in it any more.
+-- A captured row ignores the count: it is never voided again.
+ALTER TABLE payments
+    ADD COLUMN open_attempts integer NOT NULL DEFAULT 0 CHECK (open_attempts >= 0);
