@@ -230,6 +230,14 @@ pub struct FencingToken(
     pub u64,
 );
 
+impl FencingToken {
+    /// The token as a Postgres `bigint` (what a fenced row stores): exact, since tokens
+    /// never exceed [`MAX_FENCING_TOKEN`] (2^53 − 1).
+    pub fn as_i64(self) -> i64 {
+        self.0 as i64
+    }
+}
+
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
