@@ -2,7 +2,7 @@
 #   make demo   private Redis + Postgres (+ etcd), migrate, seed, serve at http://127.0.0.1:3000
 #               (STORE=etcd: the leases in a private one-member etcd instead of Redis)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
-#   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (README "Scale-out")
+#   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (docs/scale-out.md)
 #   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
@@ -44,7 +44,7 @@ demo: services
 	./target/release/seatlock serve
 
 # N server processes behind HAProxy on SEATLOCK_BIND (default 127.0.0.1:3000); the same
-# stores and settings as demo. Ctrl-C stops everything (see README "Scale-out").
+# stores and settings as demo. Ctrl-C stops everything (see docs/scale-out.md).
 N ?= 3
 scale: services
 	source .run/env
@@ -52,14 +52,14 @@ scale: services
 	$(release_server)
 	scripts/scale.sh run $(N)
 
-# The double-purchase race, four strategies side by side, then the group race (see README "Race lab").
+# The double-purchase race, four strategies side by side, then the group race (see docs/race-lab.md).
 race: services
 	source .run/env
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
 	./target/release/load-test race --strategy all --json target/race/report.json --html target/race/report.html
 	./target/release/load-test race --strategy groups --json target/race/groups.json
 
-# A Redis failover that loses grants (README "Step 5"): its own primary, replica and
+# A Redis failover that loses grants (docs/failover.md): its own primary, replica and
 # three Sentinels on free loopback ports, two servers, seats and auction, the failover
 # guard off then on; writes target/failover/report.json and report.html.
 failover: services
@@ -68,7 +68,7 @@ failover: services
 	./target/release/load-test failover --json target/failover/report.json --html target/failover/report.html
 
 # Hot paths against their baselines in one run on the same Redis and Postgres, release
-# build: writes target/bench/report.json and prints the table (see README "Performance").
+# build: writes target/bench/report.json and prints the table (see docs/performance.md).
 bench: services
 	source .run/env
 	$(CARGO) bench --bench hot_paths

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Several `seatlock serve` processes behind HAProxy (README "Scale-out").
+# Several `seatlock serve` processes behind HAProxy (docs/scale-out.md).
 #
 #   scripts/scale.sh run N     N backends (each on its own free loopback ports, one shared
 #                              SEATLOCK_SECRET) behind HAProxy on SEATLOCK_BIND (default

@@ -201,7 +201,7 @@ pub struct PlacedBid {
 ///   An equal token is refused by the `bids` table instead (`bids_one_per_fencing_token`:
 ///   one bid per grant), whoever sends it: that, and the lease store's failover guard
 ///   (a token is never granted twice), is why no holder is compared here (issue 15; the
-///   README's "Step 5 in practice").
+///   docs/failover.md).
 ///
 /// With `fencing_token = None` this is the lock-free strategy's conditional UPDATE: the
 /// row lock Postgres takes for the UPDATE, and its re-check of the WHERE clause on the

@@ -86,7 +86,7 @@ pub enum Sale {
 /// lease store's failover guard a token names one grant, so an equal token is the same
 /// holder's (a group hold sells four seats under one token); and a seat is written once
 /// (`NOT sold`), so even a token repeated by a failover without the guard (lab only)
-/// cannot sell it twice. See the README, "Step 5 in practice".
+/// cannot sell it twice. See docs/failover.md.
 pub async fn sell(
     tx: &mut PgConnection,
     seat: SeatRef,
