@@ -14,9 +14,12 @@
 --     order;
 --   * an attempt that ends without buying leaves (open_attempts - 1), and only the last
 --     one to leave voids it: two tabs cannot void each other's authorization;
---   * an attempt that never leaves (its server killed, its deadline passed) is covered by
---     the sweep of 0008, which voids what nobody joined for longer than the hold TTL plus
---     the request deadline, and counts nobody in it any more.
+--   * an attempt that never leaves (its server killed, its deadline passed, its leave
+--     failed) is covered by the sweep of 0008, which voids what nobody joined for longer
+--     than the hold TTL plus the request deadline. The sweep keeps the count: an attempt
+--     counted before it that leaves after a new attempt joined takes away only its own
+--     place, never the new attempt's (a row whose counted attempts never all leave is
+--     voided by the next sweep instead).
 -- A captured row ignores the count: it is never voided again.
 ALTER TABLE payments
     ADD COLUMN open_attempts integer NOT NULL DEFAULT 0 CHECK (open_attempts >= 0);

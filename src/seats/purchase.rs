@@ -249,13 +249,28 @@ async fn buy(
     tokio::time::sleep(state.settings.payment_delay()).await;
     let authorize = queries::authorize_payment(&state.db, seat, &payment, buyer.id());
     telemetry::postgres("authorize", authorize).await?;
-    let bought = fenced_purchase(state, buyer, seat, lease, &payment, pause).await;
-    // Whatever did not buy (refused, lapsed, a store failing) leaves the payment; the last
-    // attempt to leave voids it, so another tab's attempt still in flight keeps it.
-    if !matches!(bought, Ok(Some(_))) {
+    let attempt = fenced_purchase(state, buyer, seat, lease, &payment, pause).await;
+    // Only a sale that committed here captured this payment. Every other end (refused,
+    // lapsed, a store failing, or the order this buyer bought under another hold) leaves
+    // it; the last attempt to leave voids it, so another tab's attempt in flight keeps it.
+    if !matches!(attempt, Ok(Attempt::Sold(_))) {
         leave_payment(state, &payment).await;
     }
-    bought
+    match attempt? {
+        Attempt::Sold(order_id) => Ok(Some(order_id)),
+        Attempt::Refused => refused(state, buyer, seat, lease).await.map(Some),
+        Attempt::NotOurs => Ok(None),
+    }
+}
+
+/// How the fenced transaction of one attempt ended ([`fenced_purchase`]).
+enum Attempt {
+    /// This attempt's sale committed (its payment captured): the order id.
+    Sold(i64),
+    /// The fenced write refused the sale; nothing was written ([`refused`] says why).
+    Refused,
+    /// The hold was not ours at the owner check; rolled back.
+    NotOurs,
 }
 
 /// Steps 2 to 5 of [`buy`], once the payment is authorized under `payment`.
@@ -266,7 +281,7 @@ async fn fenced_purchase(
     lease: &Lease,
     payment: &str,
     pause: Pause,
-) -> Result<Option<i64>> {
+) -> Result<Attempt> {
     pause.sleep_at(PausePoint::BeforeWrite).await;
     let token = lease.fencing_token().0 as i64;
     let mut tx = state.db.begin().await?;
@@ -279,14 +294,14 @@ async fn fenced_purchase(
         Sale::Sold { order_id } => order_id,
         Sale::Refused => {
             tx.rollback().await?;
-            return refused(state, buyer, seat, lease).await.map(Some);
+            return Ok(Attempt::Refused);
         }
         Sale::Unpaid => return unpaid(tx).await,
     };
     pause.sleep_at(PausePoint::BeforeRelease).await;
     if !state.leases.is_held(lease).await? {
         tx.rollback().await?;
-        return Ok(None);
+        return Ok(Attempt::NotOurs);
     }
     pause.sleep_at(PausePoint::BeforeCommit).await;
     telemetry::postgres("commit", tx.commit()).await?;
@@ -295,7 +310,7 @@ async fn fenced_purchase(
     pause.sleep_at(PausePoint::AfterCommit).await;
     give_up(state, lease, true).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
-    Ok(Some(order_id))
+    Ok(Attempt::Sold(order_id))
 }
 
 /// [`buy`] for several holds at once (the cart's checkout, [`super::cart::checkout`]),

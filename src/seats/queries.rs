@@ -181,11 +181,13 @@ pub async fn leave_payment(db: &PgPool, payment_key: &str) -> sqlx::Result<bool>
 }
 
 /// Voids every authorization nobody joined for longer than `older_than`, whatever its
-/// count of open attempts (their servers were killed or their deadlines passed; see
-/// migrations 0008 and 0009): returns how many.
+/// count of open attempts (their servers were killed, their deadlines passed or their
+/// leave failed; see migrations 0008 and 0009): returns how many. The count is kept: an
+/// attempt counted before the sweep that leaves after a later attempt joined again takes
+/// only its own place, so it cannot void the later attempt's payment.
 pub async fn void_stale_authorizations(db: &PgPool, older_than: Duration) -> sqlx::Result<u64> {
     sqlx::query(
-        "UPDATE payments SET status = 'voided', open_attempts = 0
+        "UPDATE payments SET status = 'voided'
           WHERE status = 'authorized' AND authorized_at < now() - make_interval(secs => $1)",
     )
     .bind(older_than.as_secs_f64())
