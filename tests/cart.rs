@@ -13,6 +13,15 @@ async fn tiny() -> TestApp {
     TestApp::builder().spawn().await.expect("test app")
 }
 
+/// [`tiny`] with `--enable-race-lab` (its routes and pause headers).
+async fn race_lab_app() -> TestApp {
+    TestApp::builder()
+        .with(|s| s.enable_race_lab = true)
+        .spawn()
+        .await
+        .expect("test app")
+}
+
 /// A buyer who has opened the event page (a session and a CSRF token).
 async fn buyer(app: &TestApp, event: i64) -> HttpBuyer {
     let mut buyer = HttpBuyer::new();
@@ -427,11 +436,7 @@ async fn the_race_labs_named_group_hold_is_all_or_none_and_off_without_the_flag(
         .unwrap();
     assert_eq!(reply.status, StatusCode::NOT_FOUND);
 
-    let app = TestApp::builder()
-        .with(|s| s.enable_race_lab = true)
-        .spawn()
-        .await
-        .unwrap();
+    let app = race_lab_app().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let (a, b) = (buyer(&app, event).await, buyer(&app, event).await);
     let twice = format!("{},{}", seats[0], seats[0]);
@@ -474,11 +479,7 @@ async fn the_race_labs_named_group_hold_is_all_or_none_and_off_without_the_flag(
 #[tokio::test]
 async fn a_checkout_that_fails_in_one_tab_leaves_the_confirm_of_another_tab_paid() {
     use seatlock::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
-    let app = TestApp::builder()
-        .with(|s| s.enable_race_lab = true)
-        .spawn()
-        .await
-        .unwrap();
+    let app = race_lab_app().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let (a, b) = (seats[0], seats[1]);
     let mut buyer = buyer(&app, event).await;
