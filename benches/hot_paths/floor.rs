@@ -30,7 +30,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use lease::{Lease, LeaseClient, LeaseKey, OwnerToken};
+use lease::{Lease, LeaseClient, LeaseKey, LeaseStore, OwnerToken};
 use seatlock::config::Settings;
 use seatlock::ledger::PgFenceLedger;
 use sqlx::PgPool;

@@ -1,7 +1,7 @@
 //! The lease-store boundary: what the application asks of a lease store, whichever store
 //! backs it. Two implementations: [`crate::LeaseClient`] (Redis plus a durable fence
-//! ledger; the Redis side of the article's step 5 is the ledger) and
-//! [`crate::etcd::EtcdStore`] (etcd: every grant is committed to a majority of the
+//! ledger; the Redis side of the article's step 5 is the ledger) and, with the `etcd`
+//! feature, `etcd::EtcdStore` (etcd: every grant is committed to a majority of the
 //! cluster before it is acknowledged, and the fencing token is the key's create revision,
 //! durable by construction).
 //!
@@ -67,7 +67,7 @@ impl TtlLimits {
 /// retire, fencing tokens, the live leases of a group and a stream of changes. Object
 /// safe: the application keeps an `Arc<dyn LeaseStore>` chosen at start
 /// (`--lease-store-url`). Every method's errors: [`LeaseError::Unavailable`] (Redis) or
-/// [`LeaseError::Etcd`] when the store does not answer, plus those listed.
+/// `LeaseError::Etcd` (feature `etcd`) when the store does not answer, plus those listed.
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
     /// The store's name for messages and `/healthz` (`"redis"`, `"etcd"`).
