@@ -156,10 +156,10 @@ pub trait LeaseStore: Send + Sync {
     async fn changes(&self, group_prefix: &str) -> Result<LeaseChanges, LeaseError>;
 }
 
-/// Whether `keys` can be one group hold: at least one key, all of one group, no name
-/// twice (else [`LeaseError::NotOneGroup`]).
-pub(crate) fn is_one_group(keys: &[LeaseKey]) -> bool {
-    keys.first().is_some_and(|first| {
+/// `Ok(())` if `keys` can be one group hold: at least one key, all of one group, no name
+/// twice; else [`LeaseError::NotOneGroup`].
+pub(crate) fn check_one_group(keys: &[LeaseKey]) -> Result<(), LeaseError> {
+    let one_group = keys.first().is_some_and(|first| {
         keys.iter().all(|k| k.group() == first.group())
             && keys
                 .iter()
@@ -167,5 +167,10 @@ pub(crate) fn is_one_group(keys: &[LeaseKey]) -> bool {
                 .collect::<std::collections::HashSet<_>>()
                 .len()
                 == keys.len()
-    })
+    });
+    if one_group {
+        Ok(())
+    } else {
+        Err(LeaseError::NotOneGroup)
+    }
 }

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use redis::aio::ConnectionManager;
 
-use crate::boundary::is_one_group;
+use crate::boundary::check_one_group;
 use crate::fence::Fence;
 use crate::scripts::{self, AcquireReply};
 use crate::{
@@ -112,9 +112,7 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         limit: Option<u64>,
     ) -> Result<Vec<Lease>, LeaseError> {
         // One script, one slot: a group hold is over distinct names of one group.
-        if !is_one_group(keys) {
-            return Err(LeaseError::NotOneGroup);
-        }
+        check_one_group(keys)?;
         let ttl_ms = (ttl.as_millis() as u64).max(1);
         // Step 3 starts here: a fresh random owner token, so that no other caller (nor an
         // older process of this one) can release or renew what this grant creates.
