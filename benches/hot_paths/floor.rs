@@ -9,10 +9,10 @@
 //!
 //! * `GET /events/{event}`: a random id in a cookie (`floor`) and a form with a dummy
 //!   `authenticity_token`, which the client reads like the product's page.
-//! * `POST …/seats/{seat}/hold`: the cookie, then [`lease::LeaseClient::acquire`] (the
+//! * `POST …/seats/{seat}/hold`: the cookie, then [`lease::LeaseStore::acquire`] (the
 //!   product's acquire script) in the group `floor:event:<event>`; the lease is kept in
 //!   process memory under (cookie, seat).
-//! * `POST …/release`: [`lease::LeaseClient::release`] (the product's release script).
+//! * `POST …/release`: [`lease::LeaseStore::release`] (the product's release script).
 //! * `POST …/confirm`: in one transaction, the fenced UPDATE of the seat and the order's
 //!   INSERT (one statement, [`SELL`]), COMMIT, then the release.
 //!
@@ -30,7 +30,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use lease::{Lease, LeaseClient, LeaseKey, OwnerToken};
+use lease::{Lease, LeaseClient, LeaseKey, LeaseStore, OwnerToken};
 use seatlock::config::Settings;
 use seatlock::ledger::PgFenceLedger;
 use sqlx::PgPool;

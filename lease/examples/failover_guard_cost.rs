@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use lease::{LeaseClient, LeaseKey, MemoryLedger};
+use lease::{LeaseClient, LeaseKey, LeaseStore, MemoryLedger};
 
 /// Grants measured per setting (sequential, one caller: latency, not throughput).
 const GRANTS: u32 = 20_000;

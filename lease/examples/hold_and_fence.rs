@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use lease::{FencingToken, LeaseClient, LeaseError, LeaseKey, MemoryLedger};
+use lease::{FencingToken, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger};
 
 /// The protected resource, in process: it keeps the highest fencing token it accepted
 /// and refuses any write carrying a lower one (a database does the same with

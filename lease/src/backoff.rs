@@ -11,7 +11,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::telemetry::LOCK_WAIT_SECONDS;
-use crate::{FenceLedger, Lease, LeaseClient, LeaseError, LeaseKey};
+use crate::{Lease, LeaseError};
 
 /// How a busy lease is retried: attempt `n` (0-based) that finds the lease held sleeps a
 /// uniformly random time in `[0, min(cap, first * 2^n)]`, never longer than the holder's
@@ -50,27 +50,10 @@ impl Backoff {
     }
 }
 
-impl<L: FenceLedger> LeaseClient<L> {
-    /// [`LeaseClient::acquire`], retried with [`Backoff`] while the lease is held by
-    /// someone else. Returns the lease, or the last [`LeaseError::Held`] once the attempts
-    /// or the time budget are used up. Any other error is returned at once.
-    ///
-    /// Round trips: one Redis script per attempt.
-    pub async fn acquire_with_backoff(
-        &self,
-        key: &LeaseKey,
-        holder: &str,
-        ttl: Duration,
-        backoff: Backoff,
-    ) -> Result<Lease, LeaseError> {
-        retry_while_held(|| self.acquire(key, holder, ttl), backoff).await
-    }
-}
-
 /// Calls `attempt` until it returns anything but [`LeaseError::Held`], sleeping
 /// [`Backoff::delay`] between calls, within `backoff`'s attempts and time budget; records
-/// the wait under [`LOCK_WAIT_SECONDS`]. The loop behind every store's
-/// `acquire_with_backoff` ([`crate::LeaseStore::acquire_with_backoff`]).
+/// the wait under [`LOCK_WAIT_SECONDS`]. The loop behind
+/// [`crate::LeaseStore::acquire_with_backoff`], for every store.
 pub(crate) async fn retry_while_held<F, Fut>(
     mut attempt: F,
     backoff: Backoff,

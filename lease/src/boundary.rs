@@ -1,7 +1,7 @@
 //! The lease-store boundary: what the application asks of a lease store, whichever store
 //! backs it. Two implementations: [`crate::LeaseClient`] (Redis plus a durable fence
-//! ledger; the Redis side of the article's step 5 is the ledger) and
-//! [`crate::etcd::EtcdStore`] (etcd: every grant is committed to a majority of the
+//! ledger; the Redis side of the article's step 5 is the ledger) and, with the `etcd`
+//! feature, `etcd::EtcdStore` (etcd: every grant is committed to a majority of the
 //! cluster before it is acknowledged, and the fencing token is the key's create revision,
 //! durable by construction).
 //!
@@ -67,7 +67,7 @@ impl TtlLimits {
 /// retire, fencing tokens, the live leases of a group and a stream of changes. Object
 /// safe: the application keeps an `Arc<dyn LeaseStore>` chosen at start
 /// (`--lease-store-url`). Every method's errors: [`LeaseError::Unavailable`] (Redis) or
-/// [`LeaseError::Etcd`] when the store does not answer, plus those listed.
+/// `LeaseError::Etcd` (feature `etcd`) when the store does not answer, plus those listed.
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
     /// The store's name for messages and `/healthz` (`"redis"`, `"etcd"`).
@@ -156,10 +156,10 @@ pub trait LeaseStore: Send + Sync {
     async fn changes(&self, group_prefix: &str) -> Result<LeaseChanges, LeaseError>;
 }
 
-/// Whether `keys` can be one group hold: at least one key, all of one group, no name
-/// twice (else [`LeaseError::NotOneGroup`]).
-pub(crate) fn is_one_group(keys: &[LeaseKey]) -> bool {
-    keys.first().is_some_and(|first| {
+/// `Ok(())` if `keys` can be one group hold: at least one key, all of one group, no name
+/// twice; else [`LeaseError::NotOneGroup`].
+pub(crate) fn check_one_group(keys: &[LeaseKey]) -> Result<(), LeaseError> {
+    let one_group = keys.first().is_some_and(|first| {
         keys.iter().all(|k| k.group() == first.group())
             && keys
                 .iter()
@@ -167,5 +167,10 @@ pub(crate) fn is_one_group(keys: &[LeaseKey]) -> bool {
                 .collect::<std::collections::HashSet<_>>()
                 .len()
                 == keys.len()
-    })
+    });
+    if one_group {
+        Ok(())
+    } else {
+        Err(LeaseError::NotOneGroup)
+    }
 }

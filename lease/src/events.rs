@@ -4,7 +4,7 @@
 //! change without polling.
 //!
 //! Pub/sub is fire-and-forget: a watcher that disconnects misses messages, so after a
-//! reconnect it must re-read the state ([`crate::LeaseClient::holders`]).
+//! reconnect it must re-read the state ([`LeaseStore::holders`](crate::LeaseStore::holders)).
 
 use crate::keys::events_channel;
 use crate::scripts::parse_holding;
@@ -116,7 +116,7 @@ pub async fn eviction_risk(
 /// Parses one pub/sub message received through [`patterns`] into the change of each
 /// lease it announces: one event for a grant of one resource, a release or an expiry,
 /// one [`LeaseEvent::Acquired`] per resource for a group grant (`acquired-group`, one
-/// message from [`crate::LeaseClient::acquire_all`]), none for anything that is not a
+/// message from [`LeaseStore::acquire_all`](crate::LeaseStore::acquire_all)), none for anything that is not a
 /// lease event (e.g. the expiry of some other key) or does not parse.
 pub fn parse(channel: &str, payload: &str) -> Vec<LeaseEvent> {
     parse_all(channel, payload).unwrap_or_default()

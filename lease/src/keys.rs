@@ -6,7 +6,7 @@ use std::fmt;
 ///
 /// All resources of a group live in one Redis Cluster hash slot (the group is the hash
 /// tag), which is what lets one script grant a lease, bump the group's fencing counter and
-/// record the holding atomically, and lets [`crate::LeaseClient::holders`] list a whole
+/// record the holding atomically, and lets [`LeaseStore::holders`](crate::LeaseStore::holders) list a whole
 /// group in one round trip. Choose the group as the unit you shard by and list by; for
 /// seatlock it is one event (`event:42`), and the name is the seat id.
 ///
@@ -72,7 +72,7 @@ impl LeaseKey {
     }
 
     /// `lease:{group}:~retired`: the set of the group's resource names retired for good
-    /// ([`crate::LeaseClient::retire`]), which no acquire grants again.
+    /// ([`LeaseStore::retire`](crate::LeaseStore::retire)), which no acquire grants again.
     pub fn retired_key(&self) -> String {
         format!("lease:{{{}}}:~retired", self.group)
     }

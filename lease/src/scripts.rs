@@ -2,28 +2,32 @@
 //! ARGV and reply). Each runs atomically on the Redis server (`EVALSHA`, falling back to
 //! `EVAL` once per connection), so each public operation is one round trip. Each is safe
 //! to send twice (see [`crate::store`]): the store resends one whose connection dropped.
+//!
+//! What two scripts share is written once and joined here with `concat!`: the Redis clock
+//! (`now_ms.lua`), the server identity of the failover guard (`server_identity.lua`), and
+//! the compare-and-delete (`release.lua`, which also ends `retire.lua`).
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{ErrorKind, RedisError, Script};
 
 use crate::keys::holders_key;
 use crate::store::RedisStore;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
-/// Grant, one resource or several of one group, all or none: refused if one is
-/// retired, held, or over the holder's limit, else `SET PX` each, then one fencing token
-/// for all and their holdings (see the file's header for KEYS, ARGV and the reply).
-/// Preceded by `server_identity()` (the failover guard's server identity).
+/// Grant, one resource or several of one group, all or none: refused if one is retired,
+/// held, or over the holder's limit, else `SET NX PX` each, then one fencing token for
+/// all and their holdings (see the file's header for KEYS, ARGV and the reply).
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/server_identity.lua"),
+        include_str!("scripts/now_ms.lua"),
         include_str!("scripts/acquire.lua")
     ))
 });
 
 /// Hands Redis a block of tokens reserved in the ledger, stamped with the server's
-/// identity (preceded by `server_identity()`, like [`ACQUIRE`]).
+/// identity.
 static RAISE_CEILING: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/server_identity.lua"),
@@ -35,12 +39,23 @@ static RAISE_CEILING: LazyLock<Script> = LazyLock::new(|| {
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
 
-/// Retire for good, and compare-and-delete.
-static RETIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/retire.lua")));
+/// Retire for good, then the compare-and-delete of `release.lua`.
+static RETIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/retire.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
 
 /// Compare-and-pexpire.
-static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/now_ms.lua"),
+        include_str!("scripts/renew.lua")
+    ))
+});
 
+/// `acquire.lua`'s answer, one variant per reply status.
 pub(crate) enum AcquireReply {
     Granted {
         fencing_token: u64,
@@ -54,7 +69,7 @@ pub(crate) enum AcquireReply {
         held: u64,
         limit: u64,
     },
-    NeedsCeiling,
+    NeedsBlock,
     Retired,
 }
 
@@ -93,23 +108,27 @@ pub(crate) async fn acquire(
     for key in keys {
         invocation.key(key.lease_key()).arg(key.name());
     }
-    let (status, a, b, holder, _name): (i64, i64, i64, String, String) =
+    let (status, a, b, holder, _name): (String, u64, u64, String, String) =
         redis.invoke("acquire", &invocation).await?;
-    Ok(match status {
-        1 => AcquireReply::Granted {
-            fencing_token: a as u64,
-            expires_at_ms: b as u64,
+    Ok(match status.as_str() {
+        "granted" => AcquireReply::Granted {
+            fencing_token: a,
+            expires_at_ms: b,
         },
-        0 => AcquireReply::Held {
+        "held" => AcquireReply::Held {
             holder,
-            remaining_ms: a as u64,
+            remaining_ms: a,
         },
-        -2 => AcquireReply::Retired,
-        -3 => AcquireReply::OverLimit {
-            held: a as u64,
-            limit: b as u64,
-        },
-        _ => AcquireReply::NeedsCeiling,
+        "retired" => AcquireReply::Retired,
+        "over_limit" => AcquireReply::OverLimit { held: a, limit: b },
+        "needs_block" => AcquireReply::NeedsBlock,
+        _ => {
+            return Err(RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "acquire.lua: unknown status",
+                status,
+            )));
+        }
     })
 }
 
@@ -186,8 +205,12 @@ pub(crate) async fn renew(
 }
 
 /// Owner token and holding read together, with the Redis time.
-static CURRENT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/current.lua")));
+static CURRENT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/now_ms.lua"),
+        include_str!("scripts/current.lua")
+    ))
+});
 
 /// The live lease on `key` with its owner token and holding, if any.
 pub(crate) async fn current(
@@ -257,6 +280,7 @@ mod tests {
             ("retire.lua", include_str!("scripts/retire.lua")),
             ("renew.lua", include_str!("scripts/renew.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
+            ("now_ms.lua", include_str!("scripts/now_ms.lua")),
             (
                 "server_identity.lua",
                 include_str!("scripts/server_identity.lua"),

@@ -5,11 +5,11 @@
 //! | name | kind | labels | what |
 //! |---|---|---|---|
 //! | [`REDIS_ROUND_TRIP_SECONDS`] | histogram, seconds | `op` | one Redis round trip of this crate, request to reply |
-//! | [`RENEWALS_TOTAL`] | counter | `result` = `renewed` / `not_owner` | [`crate::LeaseClient::renew`] calls that reached Redis |
+//! | [`RENEWALS_TOTAL`] | counter | `result` = `renewed` / `not_owner` | [`LeaseStore::renew`](crate::LeaseStore::renew) calls that reached Redis |
 //! | [`WATCHDOG_LOSSES_TOTAL`] | counter | | watchdogs that reported [`crate::WatchdogEvent::Lost`] |
 //! | [`REDIS_REPAIRS_TOTAL`] | counter | `repair` = `resent` / `replaced` | requests sent again after a dropped connection; connections replaced after a timeout |
 //! | [`STALE_RESERVATIONS_TOTAL`] | counter | | fence blocks refused at install because Redis lost its data after they were reserved (reserved again) |
-//! | [`LOCK_WAIT_SECONDS`] | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time [`crate::LeaseClient::acquire_with_backoff`] spent from its first try to its answer |
+//! | [`LOCK_WAIT_SECONDS`] | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time [`LeaseStore::acquire_with_backoff`](crate::LeaseStore::acquire_with_backoff) spent from its first try to its answer |
 //!
 //! `op` is one of `acquire`, `release`, `retire`, `renew`, `holders`, `raise_ceiling`,
 //! `is_held`, `remaining`, `current`, `ping`, or the name an application gives a command

@@ -63,13 +63,17 @@ impl Watchdog {
         let (tx, events) = watch::channel(WatchdogEvent::Held {
             expires_at_ms: lease.expires_at_ms,
         });
-        let client = store;
         let mut renewed = lease.clone();
         let task = tokio::spawn(async move {
+            // "Lost" is a local deadline, kept short of the lease's certain end by a margin
+            // for clock drift and for the holder to stop: the holder must hear of the loss
+            // before the lease can have expired, not when a stalled store answers.
             let margin = renewed.ttl / SAFETY_MARGIN_DIVISOR;
             let deadline_of = |lease: &Lease| lease.held_until().map(|until| until - margin);
             // A lease rebuilt from parts has no timed request: renew at once to get one.
             let mut deadline = deadline_of(&renewed);
+            // The article's renewal interval, lease / 3: one renewal can fail (a store
+            // blip) and the next still lands before the deadline.
             let mut tick = tokio::time::interval(renewed.ttl / 3);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             if deadline.is_some() {
@@ -78,17 +82,20 @@ impl Watchdog {
             loop {
                 let now = tokio::time::Instant::now();
                 let until = deadline.unwrap_or(now + renewed.ttl - margin);
+                // Wait for the next renewal, but never past the deadline.
                 tokio::select! {
                     _ = tick.tick() => {}
                     _ = tokio::time::sleep_until(until) => break,
                 }
-                match tokio::time::timeout_at(until, client.renew(&mut renewed)).await {
+                // A renewal stuck on a stalled store is abandoned at the deadline too.
+                match tokio::time::timeout_at(until, store.renew(&mut renewed)).await {
                     Ok(Ok(true)) => {
                         deadline = deadline_of(&renewed);
                         let _ = tx.send(WatchdogEvent::Held {
                             expires_at_ms: renewed.expires_at_ms,
                         });
                     }
+                    // Someone else owns it now (or it lapsed): renewing again cannot help.
                     Ok(Ok(false)) => break,
                     // Unreachable store: the lease may still be alive; try again at the
                     // next tick, as long as the deadline allows.

@@ -1,32 +1,36 @@
 //! The lease-store contract ([`lease::LeaseStore`]), the same assertions against both
-//! stores: Redis (`REDIS_URL`, the [`LeaseClient`] with a [`MemoryLedger`]) and etcd
-//! (`ETCD_URL`, a one-member etcd), both started by `make test` (scripts/services.sh).
-//! Each test uses its own random group, so tests can share the stores. TTLs are 2 s, the
-//! shortest etcd keeps as asked ([`lease::etcd::ETCD_TTL_LIMITS`]).
+//! stores: Redis (`REDIS_URL`, the [`LeaseClient`] with a [`MemoryLedger`]) and, with the
+//! `etcd` feature (`cargo test -p lease --features etcd`), etcd (`ETCD_URL`, a one-member
+//! etcd), both started by `make test` (scripts/services.sh). Each test uses its own random
+//! group, so tests can share the stores. TTLs are 2 s, the shortest etcd keeps as asked
+//! (`lease::etcd::ETCD_TTL_LIMITS`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lease::etcd::EtcdStore;
 use lease::events::LeaseEvent;
 use lease::{LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, Watchdog, WatchdogEvent};
 use rand::Rng;
 
 const TTL: Duration = Duration::from_secs(2);
 
-/// Both stores, Redis first.
+/// Both stores, Redis first (etcd with the `etcd` feature only).
 async fn stores() -> Vec<Arc<dyn LeaseStore>> {
     let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
-    let etcd_url = std::env::var("ETCD_URL").expect("ETCD_URL is set by `make test`");
     let redis = lease::connect(&redis_url, Duration::from_secs(2)).unwrap();
-    let etcd = EtcdStore::connect(&etcd_url, Duration::from_secs(2))
-        .await
-        .unwrap();
-    vec![
-        Arc::new(LeaseClient::new(redis, MemoryLedger::new())),
-        Arc::new(etcd),
-    ]
+    #[allow(unused_mut)]
+    let mut stores: Vec<Arc<dyn LeaseStore>> =
+        vec![Arc::new(LeaseClient::new(redis, MemoryLedger::new()))];
+    #[cfg(feature = "etcd")]
+    {
+        let etcd_url = std::env::var("ETCD_URL").expect("ETCD_URL is set by `make test`");
+        let etcd = lease::etcd::EtcdStore::connect(&etcd_url, Duration::from_secs(2))
+            .await
+            .unwrap();
+        stores.push(Arc::new(etcd));
+    }
+    stores
 }
 
 /// Runs `check` against every store at once; a failure names the store.

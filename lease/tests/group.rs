@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{FencingToken, Lease, LeaseClient, LeaseError, LeaseKey, MemoryLedger};
+use lease::{FencingToken, Lease, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger};
 use rand::Rng;
 use redis::AsyncCommands;
 

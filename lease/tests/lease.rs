@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lease::{
-    Backoff, FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, MemoryLedger,
-    WatchdogEvent,
+    Backoff, FenceLedger, FencingToken, LeaseClient, LeaseError, LeaseKey, LeaseStore,
+    MemoryLedger, WatchdogEvent,
 };
 use rand::Rng;
 use redis::AsyncCommands;

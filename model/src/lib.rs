@@ -76,7 +76,7 @@
 //!
 //! | model | real code |
 //! |---|---|
-//! | [`Action::Acquire`] | `lease/src/scripts/acquire.lua`: `SET key owner NX PX ttl`, then `HINCRBY counter`; with `counter >= ceiling` it only writes a reservation marker and answers "needs a block", and the client (`LeaseClient::acquire` in `lease/src/lib.rs`) reserves one with `FenceLedger::raise_ceiling`, backed by `src/ledger.rs` (`INSERT … ON CONFLICT DO UPDATE SET ceiling = ceiling + block RETURNING ceiling`) |
+//! | [`Action::Acquire`] | `lease/src/scripts/acquire.lua`: `SET key owner NX PX ttl`, then `HINCRBY counter`; with `counter >= ceiling` it only writes a reservation marker and answers "needs a block", and the client (`Fence::replenish` in `lease/src/fence.rs`) reserves one with `FenceLedger::raise_ceiling`, backed by `src/ledger.rs` (`INSERT … ON CONFLICT DO UPDATE SET ceiling = ceiling + block RETURNING ceiling`) |
 //! | [`Action::Install`] | `lease/src/scripts/raise_ceiling.lua`: refused if the marker is gone (Redis lost its data since); else raises the ceiling and moves the counter up to the block's start. A marker copied to the replica before a failover is not gone: see [`Guard::StampPlainMarkers`] |
 //! | [`Action::Release`] | `lease/src/scripts/release.lua`: compare-and-delete on the owner token |
 //! | [`Action::Write`] | the fenced statements: `sell` in `src/seats/queries.rs`, `place_bid` and `close_item` in `src/auction/queries.rs` |

@@ -3,7 +3,7 @@
 //!
 //! * [`best_available`]: picks `quantity` adjacent unsold, unheld seats of one row (best
 //!   price zone first) and holds them with ONE lease script
-//!   ([`lease::LeaseClient::acquire_all`]): all or none, one fencing token for the group,
+//!   ([`lease::LeaseStore::acquire_all`]): all or none, one fencing token for the group,
 //!   one Redis slot, so two buyers racing for overlapping blocks get a whole block or
 //!   nothing, and nothing can deadlock (no seat is locked one by one).
 //! * [`checkout`]: the single-seat confirm's steps ([`super::purchase`]) for every seat of
@@ -87,7 +87,7 @@ pub async fn best_available(
 }
 
 /// Holds exactly `seats` (ids of seats of `event_id`, checked by the caller) for `buyer`
-/// in ONE run of the group script ([`lease::LeaseClient::acquire_all`]): every seat with
+/// in ONE run of the group script ([`lease::LeaseStore::acquire_all`]): every seat with
 /// one owner token, one fencing token and the hold TTL, or none; then remembers each
 /// hold in the buyer's session. Returns the leases in the order of `seats`, or the lease
 /// error as it came (`Held`, `Retired` for a sold seat, `OverLimit`, `Unavailable`...:

@@ -39,7 +39,7 @@ pub enum HoldOutcome {
 /// Checks, without Postgres: the seat belongs to the event and the event has not started
 /// (the [`super::catalog`], read from Postgres once per event and process, the start on
 /// this process's clock); the seat is not sold (the acquire script refuses a seat retired
-/// by its sale, [`lease::LeaseClient::retire`]). A sold seat can still be granted while
+/// by its sale, [`lease::LeaseStore::retire`]). A sold seat can still be granted while
 /// Redis does not know it is retired (Redis lost its data, or the server that sold it
 /// died between its commit and the retire): that hold is refused at confirm by the fenced
 /// write, as `sold`, and the confirm retires the seat then. The fenced write is the
@@ -438,7 +438,7 @@ async fn unpaid<T>(tx: sqlx::Transaction<'_, sqlx::Postgres>) -> Result<T> {
 
 /// Gives `lease` up once a purchase attempt is over: releases it if it is still ours
 /// (owner-checked) and, when the seat is `sold`, retires the seat in the same script
-/// ([`lease::LeaseClient::retire`]), so that later holds of it are refused by the lease
+/// ([`lease::LeaseStore::retire`]), so that later holds of it are refused by the lease
 /// script instead of granted and refused at confirm. Best effort: a hold left behind
 /// lapses by its TTL, and a seat sold but not retired is refused at its next confirm
 /// (which retires it).

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lease::{LeaseClient, LeaseKey};
+use lease::{LeaseClient, LeaseKey, LeaseStore};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
 use seatlock::config::Settings;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{LeaseClient, LeaseKey, MemoryLedger, WatchdogEvent};
+use lease::{LeaseClient, LeaseKey, LeaseStore, MemoryLedger, WatchdogEvent};
 use seatlock::error::Refusal;
 use seatlock::pause::PausePoint;
 use seatlock_harness::{RedisServer, eventually};

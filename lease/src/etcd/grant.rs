@@ -14,7 +14,7 @@ use super::{
     ETCD_TTL_LIMITS, EtcdStore, held_by_prefix, hold_value, lease_id, now_ms, parse_hold,
     retired_key,
 };
-use crate::boundary::is_one_group;
+use crate::boundary::check_one_group;
 use crate::{FencingToken, Lease, LeaseError, LeaseKey, OwnerToken};
 
 /// [`crate::LeaseStore::acquire_all`] on etcd (see the module docs). The etcd leases
@@ -26,9 +26,7 @@ pub(super) async fn acquire_all(
     ttl: Duration,
     limit: Option<u64>,
 ) -> Result<Vec<Lease>, LeaseError> {
-    if !is_one_group(keys) {
-        return Err(LeaseError::NotOneGroup);
-    }
+    check_one_group(keys)?;
     ETCD_TTL_LIMITS.check("etcd", ttl)?;
     let owner = OwnerToken::random();
     let ids: Vec<i64> = keys

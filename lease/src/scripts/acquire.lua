@@ -1,29 +1,20 @@
--- acquire.lua: grants leases on one or more resources of ONE group, all or none, under
--- ONE fencing token, and records each holding, all in one atomic step. One resource is
--- the ordinary acquire; several are a group hold (seatlock: four seats together). The
--- script runs alone on the server and touches one slot (every key carries the group's
--- hash tag), so two callers racing for overlapping resources cannot each get a part of
--- what they asked for, and cannot deadlock: nothing is locked one by one, there is no
--- order to get wrong.
---
--- Failover guard (ARGV[7] = 1): tokens are issued only from a block installed on THIS
--- server (the fence hash's `server` field is this server's identity, see
--- server_identity.lua). After a failover to a replica that missed the last grants, or a
--- restart that reloaded an older snapshot, the counter may be behind tokens already
--- issued; the stamp then names another server and a fresh block is asked for, which the
--- durable ledger puts above every token issued before.
+-- acquire.lua: steps 1, 2 and 4, and the Redis side of step 5, in one atomic script:
+-- grants leases on one or more resources of ONE group, all or none, under ONE owner
+-- token and ONE fencing token, and records each holding. One resource is the ordinary
+-- acquire; several are a group hold (seatlock: four seats together). The script runs
+-- alone on the server and touches one slot (every key carries the group's hash tag), so
+-- callers racing for overlapping resources cannot each get a part, nor deadlock: nothing
+-- is locked one by one. The steps and the key layout: the crate docs (lease/src/lib.rs);
+-- the fence block and the failover guard: FenceLedger (lease/src/fence.rs). Preceded by
+-- server_identity.lua and now_ms.lua (scripts.rs).
 --
 -- KEYS[1]  fence hash     lease:{group}:~fence    fields counter, ceiling, server
 -- KEYS[2]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>"
--- KEYS[3]  reservation    lease:{group}:~reserving:<nonce>  set (PX ARGV[5]) when a block
---                         is needed, to this server's identity (empty without the guard);
---                         only a reservation whose marker survives until its install, on
---                         the same server, is installed (raise_ceiling.lua)
+-- KEYS[3]  reservation    lease:{group}:~reserving:<nonce>  written (PX ARGV[5]) only when a
+--                         block is needed, to this server's identity ('' without the guard)
 -- KEYS[4]  retired set    lease:{group}:~retired  names never leased again (retire.lua)
--- KEYS[5]  holder's set   lease:{group}:~held-by:<holder>  names this holder was granted
---                         under a limit; a member counts while the holders hash still
---                         gives it to this holder, unexpired (Redis clock), and is
---                         removed when counted otherwise. PX: the longest grant in it.
+-- KEYS[5]  holder's set   lease:{group}:~held-by:<holder>  names granted to this holder
+--                         under a limit (PX: the longest grant in it)
 -- KEYS[6..5+N]  lease keys  lease:{group}:<name>  string: owner token, with a PX TTL
 -- ARGV[1]  owner token (every lease key's value)
 -- ARGV[2]  TTL in milliseconds
@@ -38,96 +29,130 @@
 -- ARGV[7+i]  the resource name of KEYS[5+i]
 --
 -- Reply {status, a, b, holder, name}:
---   {-2, 0, 0, "", name}                   name is retired: nothing granted or written
---   {1, fencing token, expires_at_ms, "", ""}  all granted (expires_at_ms: Unix ms, Redis
---                                          clock), or all already granted to this owner
---                                          token (a request sent twice: idempotent)
---   {0, pttl_ms, 0, holder label, name}    name is held by another owner (or, after a
---                                          partial lapse, by this one): nothing granted
---   {-3, held, limit, "", ""}              the holder has `held` live leases in the
---                                          group; N more would pass `limit`: nothing
---                                          granted or written
---   {-1, 0, 0, "", ""}                     no token left below the ceiling, or (guard
---                                          on) the block was installed on another
---                                          server; only the reservation marker was
---                                          written: reserve a block, install it, and
---                                          call again
-local n = #KEYS - 5
+--   {'granted', token, expires_at_ms, '', ''}  all granted (expires_at_ms: Unix ms, Redis
+--                                      clock), or all already granted to this owner
+--                                      token (a request sent twice: idempotent)
+--   {'held', pttl_ms, 0, holder, name}  name is held by another owner (or, after a
+--                                      partial lapse, by this one): nothing granted
+--   {'retired', 0, 0, '', name}        name is retired: nothing granted or written
+--   {'over_limit', held, limit, '', ''}  the holder has `held` live leases in the group;
+--                                      N more would pass `limit`: nothing granted or
+--                                      written
+--   {'needs_block', 0, 0, '', ''}      no token left below the ceiling, or (guard on)
+--                                      the block was installed on another server; only
+--                                      the reservation marker was written: reserve a
+--                                      block, install it, and call again
+local fence_key, holders_key, reservation_key = KEYS[1], KEYS[2], KEYS[3]
+local retired_key, held_by_key = KEYS[4], KEYS[5]
+local owner, ttl_ms, holder, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local reservation_ttl_ms, limit, guard = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+local lease_keys, names = {}, {}
+for i = 1, #KEYS - 5 do
+  lease_keys[i], names[i] = KEYS[5 + i], ARGV[7 + i]
+end
+local n = #names
+
+-- A holders-hash entry, split: fencing token, expiry (Unix ms), holder label; nil if none.
+local function holding(name)
+  local entry = redis.call('HGET', holders_key, name) or ''
+  return string.match(entry, '^(%d+) (%d+) (.*)$')
+end
+
+-- Retired first: a sold seat is refused for good, whoever holds it now.
 for i = 1, n do
-  if redis.call('SISMEMBER', KEYS[4], ARGV[7 + i]) == 1 then
-    return {-2, 0, 0, '', ARGV[7 + i]}
+  if redis.call('SISMEMBER', retired_key, names[i]) == 1 then
+    return {'retired', 0, 0, '', names[i]}
   end
 end
-local taken, ours = 0, 0
-for i = 1, n do
-  local owner = redis.call('GET', KEYS[5 + i])
-  if owner == ARGV[1] then
+
+-- Step 1, create-if-absent, checked for the whole group before anything is written (all
+-- or none): who holds each key now?
+local ours, other, first_ours = 0, nil, nil
+for i, key in ipairs(lease_keys) do
+  local value = redis.call('GET', key)
+  if value == owner then
     ours = ours + 1
-  elseif owner and taken == 0 then
-    taken = i
+    first_ours = first_ours or i
+  elseif value then
+    other = other or i
   end
 end
+-- Every key already holds our owner token: this request was sent twice (its connection
+-- dropped before the reply), so answer with the grant it made.
 if ours == n then
-  -- Our own grant, asked for again (a request resent after its connection dropped).
-  local entry = redis.call('HGET', KEYS[2], ARGV[8]) or ''
-  local token, expires = string.match(entry, '^(%d+) (%d+) ')
-  if token then return {1, tonumber(token), tonumber(expires), '', ''} end
+  local token, expires = holding(names[1])
+  if token then return {'granted', tonumber(token), tonumber(expires), '', ''} end
 end
-if taken > 0 or ours > 0 then
-  if taken == 0 then
-    for i = 1, n do
-      if redis.call('EXISTS', KEYS[5 + i]) == 1 then taken = i break end
-    end
-  end
-  local entry = redis.call('HGET', KEYS[2], ARGV[7 + taken]) or ''
-  local holder = string.match(entry, '^%d+ %d+ (.*)$') or ''
-  return {0, math.max(redis.call('PTTL', KEYS[5 + taken]), 0), 0, holder, ARGV[7 + taken]}
+-- Held by another owner, or by us for only part of the group (a partial lapse), which
+-- is refused like any other hold.
+local blocker = other or first_ours
+if blocker then
+  local _, _, by = holding(names[blocker])
+  local pttl = math.max(redis.call('PTTL', lease_keys[blocker]), 0)
+  return {'held', pttl, 0, by or '', names[blocker]}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local limit = tonumber(ARGV[6])
+
+local now = now_ms()
+
+-- The per-holder limit, counted in the same script so that two concurrent requests
+-- cannot both pass it. Names that lapsed or passed to another holder are pruned as
+-- they are counted.
 if limit > 0 then
   local held = 0
-  for _, name in ipairs(redis.call('SMEMBERS', KEYS[5])) do
-    local entry = redis.call('HGET', KEYS[2], name) or ''
-    local expires, holder = string.match(entry, '^%d+ (%d+) (.*)$')
-    if holder == ARGV[3] and tonumber(expires) > now then
+  for _, name in ipairs(redis.call('SMEMBERS', held_by_key)) do
+    local _, expires, by = holding(name)
+    if by == holder and tonumber(expires) > now then
       held = held + 1
     else
-      redis.call('SREM', KEYS[5], name)
+      redis.call('SREM', held_by_key, name)
     end
   end
   if held + n > limit then
-    return {-3, held, limit, '', ''}
+    return {'over_limit', held, limit, '', ''}
   end
 end
-local counter = tonumber(redis.call('HGET', KEYS[1], 'counter') or '0')
-local ceiling = tonumber(redis.call('HGET', KEYS[1], 'ceiling') or '0')
-local identity = ARGV[7] == '1' and server_identity() or ''
-local foreign = identity ~= '' and redis.call('HGET', KEYS[1], 'server') ~= identity
+
+-- Step 5, the fence block and the failover guard: issue a token only below the ceiling
+-- the durable ledger reserved and, guard on, only from a block this very server
+-- installed. Otherwise leave a marker naming this server and ask the client for a block.
+local counter = tonumber(redis.call('HGET', fence_key, 'counter') or '0')
+local ceiling = tonumber(redis.call('HGET', fence_key, 'ceiling') or '0')
+local identity = guard and server_identity() or ''
+local foreign = identity ~= '' and redis.call('HGET', fence_key, 'server') ~= identity
 if counter >= ceiling or foreign then
-  redis.call('SET', KEYS[3], identity, 'PX', ARGV[5])
-  return {-1, 0, 0, '', ''}
+  redis.call('SET', reservation_key, identity, 'PX', reservation_ttl_ms)
+  return {'needs_block', 0, 0, '', ''}
 end
-local token = redis.call('HINCRBY', KEYS[1], 'counter', 1)
-local expires = now + tonumber(ARGV[2])
-local entry = string.format('%d %d %s', token, expires, ARGV[3])
-local names = {}
-for i = 1, n do
-  redis.call('SET', KEYS[5 + i], ARGV[1], 'PX', ARGV[2])
-  redis.call('HSET', KEYS[2], ARGV[7 + i], entry)
-  names[i] = ARGV[7 + i]
+
+-- Steps 1 and 2, the article's `SET lock:14C owner NX PX ttl`: each key is created only
+-- if absent, with its lease. The checks above found every key absent and nothing runs
+-- in between, so every SET succeeds; the assert says so instead of assuming it.
+for _, key in ipairs(lease_keys) do
+  assert(redis.call('SET', key, owner, 'NX', 'PX', ttl_ms), 'lease key created concurrently')
 end
+
+-- Step 4: the next fencing token, one for the whole grant, recorded beside each lease
+-- (with its expiry and holder) for readers of the group and for a resent request.
+local token = redis.call('HINCRBY', fence_key, 'counter', 1)
+local expires = now + ttl_ms
+local entry = string.format('%d %d %s', token, expires, holder)
+for _, name in ipairs(names) do
+  redis.call('HSET', holders_key, name, entry)
+end
+
+-- Count the grant against the holder's limit; the set lives as long as its longest grant.
 if limit > 0 then
-  redis.call('SADD', KEYS[5], unpack(names))
-  if redis.call('PTTL', KEYS[5]) < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[5], ARGV[2])
+  redis.call('SADD', held_by_key, unpack(names))
+  if redis.call('PTTL', held_by_key) < ttl_ms then
+    redis.call('PEXPIRE', held_by_key, ttl_ms)
   end
 end
+
+-- Tell the group's watchers (events.rs parses these).
 if n == 1 then
-  redis.call('PUBLISH', ARGV[4], 'acquired ' .. names[1] .. ' ' .. entry)
+  redis.call('PUBLISH', channel, 'acquired ' .. names[1] .. ' ' .. entry)
 else
-  redis.call('PUBLISH', ARGV[4],
+  redis.call('PUBLISH', channel,
     'acquired-group ' .. n .. ' ' .. table.concat(names, ' ') .. ' ' .. entry)
 end
-return {1, token, expires, '', ''}
+return {'granted', token, expires, '', ''}

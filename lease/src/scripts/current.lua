@@ -1,5 +1,5 @@
 -- current.lua: reads a lease's owner token and its holding together (atomically), with
--- the Redis time.
+-- the Redis time. Preceded by now_ms.lua (scripts.rs).
 --
 -- KEYS[1]  lease key      lease:{group}:<name>
 -- KEYS[2]  holders hash   lease:{group}:~holders
@@ -7,6 +7,5 @@
 --
 -- Reply {owner, entry, now_ms}: the owner token or false (no lease), the holders entry
 -- "<token> <expires_at_ms> <holder>" or false, and the Redis time in Unix ms.
-local t = redis.call('TIME')
-return {redis.call('GET', KEYS[1]), redis.call('HGET', KEYS[2], ARGV[1]),
-        tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)}
+local lease_key, holders_key, name = KEYS[1], KEYS[2], ARGV[1]
+return {redis.call('GET', lease_key), redis.call('HGET', holders_key, name), now_ms()}

@@ -1,6 +1,6 @@
--- renew.lua: compare-and-pexpire. Extends the lease to TTL from now only if the
--- caller's owner token is still the lease key's value, and updates the expiry in the
--- holding. An expired key is never recreated.
+-- renew.lua: compare-and-pexpire (steps 2 and 3). Extends the lease to TTL from now only
+-- if the caller's owner token is still the lease key's value, and updates the expiry in
+-- the holding. Preceded by now_ms.lua (scripts.rs).
 --
 -- KEYS[1]  lease key      lease:{group}:<name>
 -- KEYS[2]  holders hash   lease:{group}:~holders
@@ -9,15 +9,18 @@
 -- ARGV[3]  resource name inside the group
 --
 -- Reply: the new expires_at_ms (Unix ms, Redis clock); 0 not the owner, nothing touched.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local lease_key, holders_key = KEYS[1], KEYS[2]
+local owner, ttl_ms, name = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+-- Only the owner extends, and a lapsed lease stays lapsed: the key is never recreated.
+if redis.call('GET', lease_key) ~= owner then
   return 0
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-local t = redis.call('TIME')
-local expires = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[2])
-local entry = redis.call('HGET', KEYS[2], ARGV[3]) or ''
+redis.call('PEXPIRE', lease_key, ttl_ms)
+-- Keep the holding's expiry in step, so readers of the group see the renewed lease.
+local expires = now_ms() + ttl_ms
+local entry = redis.call('HGET', holders_key, name) or ''
 local token, holder = string.match(entry, '^(%d+) %d+ (.*)$')
 if token then
-  redis.call('HSET', KEYS[2], ARGV[3], token .. ' ' .. string.format('%d', expires) .. ' ' .. holder)
+  redis.call('HSET', holders_key, name, token .. ' ' .. string.format('%d', expires) .. ' ' .. holder)
 end
 return expires

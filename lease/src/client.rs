@@ -1,0 +1,311 @@
+//! [`LeaseClient`]: the five steps on one Redis node, as the [`LeaseStore`] the application
+//! holds. Each operation is one Lua script (`scripts/`, loaded by `scripts.rs`) or one
+//! command, so each is one round trip and atomic on the server.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use redis::aio::ConnectionManager;
+
+use crate::boundary::check_one_group;
+use crate::fence::Fence;
+use crate::scripts::{self, AcquireReply};
+use crate::{
+    FenceLedger, FencingToken, GroupSnapshot, Lease, LeaseChanges, LeaseError, LeaseKey,
+    LeaseStore, OwnerToken, RedisStore, TtlLimits, events, telemetry,
+};
+
+/// Redis counts TTLs in milliseconds (`PX`), from 1 ms.
+const REDIS_TTL_LIMITS: TtlLimits = TtlLimits {
+    min: Duration::from_millis(1),
+    step: Duration::from_millis(1),
+};
+
+/// The lease client: one Redis connection (multiplexed, reconnecting) plus the fence
+/// ledger. Cheap to share behind an `Arc`; every method is `&self`.
+///
+/// Its operations are those of [`LeaseStore`] (bring the trait into scope:
+/// `use lease::LeaseStore`). Take a lease with [`acquire`](LeaseStore::acquire) (one try)
+/// or [`acquire_with_backoff`](LeaseStore::acquire_with_backoff) (retried while busy, see
+/// [`Backoff`](crate::Backoff)); keep it with [`renew`](LeaseStore::renew) or hand it to
+/// [`watch`](LeaseClient::watch), whose [`Watchdog`](crate::Watchdog) renews it every
+/// TTL/3; give it back with [`release`](LeaseStore::release) (compare-and-delete). The
+/// crate docs list every operation with its round trips.
+pub struct LeaseClient<L> {
+    redis: RedisStore,
+    fence: Fence<L>,
+}
+
+impl<L: FenceLedger> LeaseClient<L> {
+    /// A client over a Redis store (see [`connect`]) and a ledger.
+    pub fn new(redis: RedisStore, ledger: L) -> Self {
+        LeaseClient {
+            redis,
+            fence: Fence::new(ledger),
+        }
+    }
+
+    /// Turns the failover guard on (the default) or off. **Off is for the failover lab
+    /// only** (`seatlock serve --lab-disable-failover-guard`, `make failover`): it lets a
+    /// promoted replica that missed the last grants issue a fencing token again. What the
+    /// guard does and costs: [`FenceLedger`].
+    pub fn with_failover_guard(mut self, enabled: bool) -> Self {
+        self.fence.failover_guard = enabled;
+        self
+    }
+
+    /// Sets how many tokens one ledger call reserves (default
+    /// [`DEFAULT_BLOCK_SIZE`](crate::DEFAULT_BLOCK_SIZE)). Larger blocks mean fewer ledger
+    /// writes and larger jumps after a Redis loss.
+    pub fn with_block_size(mut self, block_size: u64) -> Self {
+        self.fence.block_size = block_size.max(1);
+        self
+    }
+
+    /// The current Redis connection, for callers that want to run their own commands on
+    /// it (a cheap handle).
+    pub fn redis(&self) -> ConnectionManager {
+        self.redis.connection()
+    }
+
+    /// The healing Redis store the leases use, for callers that keep data of their own in
+    /// the same Redis and want each command repaired and timed like the leases' own
+    /// ([`RedisStore::query`]; seatlock keeps its browser sessions there).
+    pub fn store(&self) -> &RedisStore {
+        &self.redis
+    }
+}
+
+#[async_trait]
+impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn ttl_limits(&self) -> TtlLimits {
+        REDIS_TTL_LIMITS
+    }
+
+    /// Steps 1, 2 and 4 in one atomic Lua script (`scripts/acquire.lua`) over one Redis
+    /// slot: each key is created only if absent with its TTL (`SET key owner NX PX
+    /// ttl_ms`), all of them under ONE new owner token and ONE fencing token, each holding
+    /// recorded and one message published for the group ([`events`]). The script refuses
+    /// the whole request if any key is retired ([`LeaseError::Retired`], checked first)
+    /// or held by another owner ([`LeaseError::Held`], that lease's holder and remaining
+    /// time), or, with `limit = Some(n)`, if the holder's live leases in the group plus
+    /// `keys.len()` would exceed `n` ([`LeaseError::OverLimit`], counted by Redis in the
+    /// same script, in O(n): only this holder's own grants are read). Nothing is locked
+    /// key by key, so two callers asking for overlapping groups get all or nothing each
+    /// and never deadlock. Leases granted without a limit are not counted against a
+    /// later limit.
+    ///
+    /// `ttl` is rounded down to whole milliseconds and must be at least 1 ms. Idempotent
+    /// for its owner token: a request resent after a dropped connection gets the same
+    /// grant. When the group's block of fencing tokens is used up (step 5), one more
+    /// round trip and one ledger call reserve the next ([`FenceLedger`]).
+    async fn acquire_all(
+        &self,
+        keys: &[LeaseKey],
+        holder: &str,
+        ttl: Duration,
+        limit: Option<u64>,
+    ) -> Result<Vec<Lease>, LeaseError> {
+        // One script, one slot: a group hold is over distinct names of one group.
+        check_one_group(keys)?;
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        // Step 3 starts here: a fresh random owner token, so that no other caller (nor an
+        // older process of this one) can release or renew what this grant creates.
+        let owner = OwnerToken::random();
+        // Names the block reservation this acquire may ask for (step 5).
+        let reservation = format!("{:016x}", rand::random::<u64>());
+        let limit = limit.map_or(0, |n| n.max(1));
+        // Loops only while the group needs a new block of fencing tokens: every other
+        // answer is final.
+        loop {
+            // Timed before sending: Redis starts the TTL later, so `held_until` errs early.
+            let sent_at = tokio::time::Instant::now();
+            let reply = scripts::acquire(
+                &self.redis,
+                keys,
+                &owner,
+                ttl_ms,
+                holder,
+                &reservation,
+                limit,
+                self.fence.failover_guard,
+            )
+            .await?;
+            match reply {
+                AcquireReply::Granted {
+                    fencing_token,
+                    expires_at_ms,
+                } => {
+                    return Ok(keys
+                        .iter()
+                        .map(|key| Lease {
+                            key: key.clone(),
+                            owner: owner.clone(),
+                            fencing_token: FencingToken(fencing_token),
+                            ttl: Duration::from_millis(ttl_ms),
+                            expires_at_ms,
+                            sent_at: Some(sent_at),
+                        })
+                        .collect());
+                }
+                AcquireReply::Held {
+                    holder,
+                    remaining_ms,
+                } => {
+                    return Err(LeaseError::Held {
+                        holder,
+                        remaining: Duration::from_millis(remaining_ms),
+                    });
+                }
+                AcquireReply::OverLimit { held, limit } => {
+                    return Err(LeaseError::OverLimit { held, limit });
+                }
+                AcquireReply::Retired => return Err(LeaseError::Retired),
+                // Step 5: Redis may not issue past the ledger's ceiling (or, after a
+                // failover, from a block another server installed). Reserve a block,
+                // then ask again with the same owner token and marker.
+                AcquireReply::NeedsBlock => {
+                    self.fence
+                        .replenish(&self.redis, &keys[0], &reservation)
+                        .await?;
+                }
+            }
+        }
+    }
+
+    /// Step 3, compare-and-delete (`scripts/release.lua`): deletes the lease only while
+    /// its value is still this caller's owner token, so a holder that paused past its TTL
+    /// cannot delete the lease of whoever took it next. One round trip.
+    async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        scripts::release(&self.redis, &lease.key, &lease.owner).await
+    }
+
+    /// Extends `lease` to `lease.ttl()` from now if the caller still owns it
+    /// (compare-and-pexpire, `scripts/renew.lua`) and updates its `expires_at_ms()`. An
+    /// expired key is never recreated. One round trip.
+    async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {
+        let ttl_ms = lease.ttl.as_millis() as u64;
+        // The new lease runs from when Redis ran the script, which is after this instant.
+        let sent_at = tokio::time::Instant::now();
+        let renewed = scripts::renew(&self.redis, &lease.key, &lease.owner, ttl_ms).await?;
+        let result = if renewed.is_some() {
+            "renewed"
+        } else {
+            "not_owner"
+        };
+        metrics::counter!(telemetry::RENEWALS_TOTAL, "result" => result).increment(1);
+        match renewed {
+            Some(expires_at_ms) => {
+                lease.expires_at_ms = expires_at_ms;
+                lease.sent_at = Some(sent_at);
+                Ok(true)
+            }
+            // Not ours any more: leave the lease as it was, the caller must stop writing.
+            None => Ok(false),
+        }
+    }
+
+    /// Retires the resource and releases `lease` in one script (`scripts/retire.lua`):
+    /// from then on every acquire of the resource is refused with
+    /// [`LeaseError::Retired`]. For a resource whose fenced write was final (seatlock: a
+    /// sold seat), so that later contenders are turned away by the lock service instead
+    /// of by the resource. Another owner's lease is left as it is, to lapse, be renewed
+    /// or be released: only new grants are refused.
+    ///
+    /// The retirement is a hint, not a guarantee: it lives in Redis, which can lose it
+    /// (step 5), and it is recorded after the resource's final write, so a contender can
+    /// be granted a lease in between. The resource's own check (the fence, and for a sold
+    /// seat its `NOT sold`) stays what refuses a late write. Idempotent.
+    async fn retire(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        scripts::retire(&self.redis, &lease.key, &lease.owner).await
+    }
+
+    /// One round trip (`TIME` and `HGETALL` of the holders hash pipelined), whatever the
+    /// number of resources.
+    async fn holders(&self, group: &str) -> Result<GroupSnapshot, LeaseError> {
+        Ok(scripts::holders(&self.redis, group).await?)
+    }
+
+    /// One script (`scripts/current.lua`). Whoever can present the label can then act as
+    /// the owner, so use it only where the label is itself authenticated (seatlock: the
+    /// buyer id from the server-side session).
+    async fn owned_by(&self, key: &LeaseKey, holder: &str) -> Result<Option<Lease>, LeaseError> {
+        let sent_at = tokio::time::Instant::now();
+        let current = scripts::current(&self.redis, key).await?;
+        Ok(current
+            .filter(|(_, holding, _)| holding.holder == holder)
+            .map(|(owner, holding, now_ms)| Lease {
+                key: key.clone(),
+                owner,
+                fencing_token: holding.fencing_token,
+                ttl: Duration::from_millis(holding.expires_at_ms - now_ms),
+                expires_at_ms: holding.expires_at_ms,
+                sent_at: Some(sent_at),
+            }))
+    }
+
+    /// One `GET`, compared here. Only a check at one instant: the lease can expire right
+    /// after it returns `true`, which is exactly why writes must carry the fencing token.
+    async fn is_held(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let get = redis::cmd("GET").arg(lease.key.lease_key()).clone();
+        let owner: Option<String> = self.redis.query("is_held", &get).await?;
+        Ok(owner.as_deref() == Some(lease.owner.as_str()))
+    }
+
+    /// `PTTL`: the remaining time as Redis sees it.
+    async fn remaining(&self, key: &LeaseKey) -> Result<Option<Duration>, LeaseError> {
+        let pttl_cmd = redis::cmd("PTTL").arg(key.lease_key()).clone();
+        let pttl: i64 = self.redis.query("remaining", &pttl_cmd).await?;
+        Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
+    }
+
+    /// `PING` over the client's own connection, repaired like every other request (resent
+    /// once after a dropped connection, replaced after a timeout): health checks then see
+    /// what the leases see.
+    async fn ping(&self) -> Result<(), LeaseError> {
+        let _: String = self.redis.query("ping", &redis::cmd("PING")).await?;
+        Ok(())
+    }
+
+    /// `PSUBSCRIBE` to the groups' event channels and the expiry notifications
+    /// ([`events::patterns`]), after turning those on
+    /// ([`events::enable_expiry_notifications`]; refused by a Redis that refuses `CONFIG`:
+    /// lapses are then not reported). Redis finds lapsed keys by sampling, so a lapse is
+    /// reported up to about a second late unless someone reads the key.
+    async fn changes(&self, group_prefix: &str) -> Result<LeaseChanges, LeaseError> {
+        // Refused by a managed Redis: the stream then reports grants and releases only
+        // (the application's live feed checks and reports this itself).
+        let _ = events::enable_expiry_notifications(&mut self.redis()).await;
+        let mut pubsub = self.store().client().get_async_pubsub().await?;
+        for pattern in events::patterns(&format!("{group_prefix}*")) {
+            pubsub.psubscribe(pattern).await?;
+        }
+        // Expiry notifications name every key of the server: keep the groups asked for.
+        let prefix = group_prefix.to_owned();
+        Ok(Box::pin(pubsub.into_on_message().flat_map(move |msg| {
+            let payload: String = msg.get_payload().unwrap_or_default();
+            let mut changes = events::parse(msg.get_channel_name(), &payload);
+            changes.retain(|change| change.key().group().starts_with(&prefix));
+            futures_util::stream::iter(changes)
+        })))
+    }
+}
+
+/// Opens a lazily connecting Redis store for `url` (`redis://host:port/db`) that heals
+/// its connection ([`RedisStore`]). `timeout` bounds both connecting and each response, so
+/// a lost Redis turns into [`LeaseError::Unavailable`] quickly instead of a hung request.
+pub fn connect(url: &str, timeout: Duration) -> Result<RedisStore, redis::RedisError> {
+    RedisStore::open(url, timeout)
+}
+
+/// [`connect`] for async code ([`RedisStore::open_async`]): with a Sentinel URL the
+/// Sentinels are asked without blocking the thread, a hung one passed over, the whole
+/// bounded by `timeout`.
+pub async fn connect_async(url: &str, timeout: Duration) -> Result<RedisStore, redis::RedisError> {
+    RedisStore::open_async(url, timeout).await
+}

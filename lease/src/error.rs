@@ -1,0 +1,77 @@
+//! [`LeaseError`]: why a lease operation failed, whichever store backs it.
+
+use std::time::Duration;
+
+use crate::TtlLimits;
+
+/// Why a lease operation failed. Callers usually map `Held` to "try again later",
+/// `Lost` to "your hold is gone", `Retired` to "gone for good" (seatlock: sold), and
+/// `Unavailable`/`Ledger` to "service unavailable".
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// Another holder has the lease. `holder` is the public label it gave (empty if the
+    /// store no longer knows it), `remaining` the lease's remaining time (Redis `PTTL`).
+    #[error("lease is held by {holder:?} for another {remaining:?}")]
+    Held {
+        /// Public label of the current holder.
+        holder: String,
+        /// Time left on the current holder's lease.
+        remaining: Duration,
+    },
+    /// The caller's lease is gone: it expired, was released, or Redis lost it.
+    #[error("lease is no longer held by this owner")]
+    Lost,
+    /// Redis did not answer or answered with an error: guarded work must stop.
+    #[error("lease store unavailable: {0}")]
+    Unavailable(#[from] redis::RedisError),
+    /// The durable fence ledger could not reserve a block of tokens. Carries the
+    /// ledger's own error ([`FenceLedger::Error`](crate::FenceLedger::Error)) as the source.
+    #[error("fence ledger unavailable: {0}")]
+    Ledger(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The resource was retired for good ([`LeaseStore::retire`](crate::LeaseStore::retire)): no lease on it is
+    /// granted again. Nothing was written.
+    #[error("the resource is retired: no lease on it is granted again")]
+    Retired,
+    /// A holder limit passed to [`LeaseStore::acquire_all`](crate::LeaseStore::acquire_all) would be exceeded: the
+    /// holder has `held` live leases in the group, and the request's keys on top of them
+    /// would make more than `limit`. Nothing was granted or written.
+    #[error("the holder has {held} leases in this group; the limit is {limit}")]
+    OverLimit {
+        /// The holder's live leases in the group, counted by Redis in the refusing script.
+        held: u64,
+        /// The limit asked for.
+        limit: u64,
+    },
+    /// [`LeaseStore::acquire_all`](crate::LeaseStore::acquire_all) was given no key, keys of several groups, or one
+    /// name twice: a group hold is over distinct resources of one group (one Redis slot).
+    /// Nothing was sent.
+    #[error("a group hold needs at least one key, all of one group, no name twice")]
+    NotOneGroup,
+    /// The ledger's next ceiling is above [`MAX_FENCING_TOKEN`](crate::MAX_FENCING_TOKEN): the group has used up
+    /// the tokens a Lua number can count exactly. Nothing was granted or written.
+    #[error("fencing tokens of this group are exhausted (ceiling {ceiling} > 2^53 - 1)")]
+    TokensExhausted {
+        /// The ceiling the ledger returned.
+        ceiling: u64,
+    },
+    /// etcd did not answer, or answered with an error ([`crate::etcd::EtcdStore`]): guarded
+    /// work must stop.
+    #[cfg(feature = "etcd")]
+    #[error("lease store unavailable (etcd): {0}")]
+    Etcd(#[from] etcd_client::Error),
+    /// The store cannot express `ttl` ([`LeaseStore::ttl_limits`](crate::LeaseStore::ttl_limits); etcd: whole seconds,
+    /// at least 2 s). Nothing was sent.
+    #[error(
+        "{store} cannot hold a lease for {ttl:?}: its TTLs are whole multiples of {:?}, at least {:?}",
+        limits.step,
+        limits.min
+    )]
+    TtlNotExpressible {
+        /// The store's name (`"etcd"`).
+        store: &'static str,
+        /// The TTL asked for.
+        ttl: Duration,
+        /// What the store can express.
+        limits: TtlLimits,
+    },
+}

@@ -1,0 +1,136 @@
+//! A granted [`Lease`] (what its holder keeps) and what anyone reading a group sees of
+//! it ([`Holding`], [`GroupSnapshot`]).
+
+use std::time::Duration;
+
+use crate::{FencingToken, LeaseKey, OwnerToken};
+
+/// A granted lease: what the holder needs to act on it and to fence its writes.
+///
+/// Obtained from [`LeaseStore::acquire`](crate::LeaseStore::acquire) (or [`LeaseStore::acquire_with_backoff`](crate::LeaseStore::acquire_with_backoff),
+/// [`LeaseStore::owned_by`](crate::LeaseStore::owned_by)); only [`LeaseStore::renew`](crate::LeaseStore::renew) and the [`Watchdog`](crate::Watchdog) change
+/// it (its expiry). A caller that must keep a lease between requests stores its parts
+/// and rebuilds it with [`Lease::from_parts`].
+#[derive(Clone, Debug)]
+pub struct Lease {
+    pub(crate) key: LeaseKey,
+    pub(crate) owner: OwnerToken,
+    pub(crate) fencing_token: FencingToken,
+    pub(crate) ttl: Duration,
+    pub(crate) expires_at_ms: u64,
+    /// When the request that granted or last renewed it was sent, on this process's
+    /// monotonic clock: the lease lasts at least `ttl` from then, whatever the clocks
+    /// say (Redis started the TTL when it ran the script, which was later). `None` for a
+    /// lease rebuilt with [`Lease::from_parts`].
+    pub(crate) sent_at: Option<tokio::time::Instant>,
+}
+
+impl PartialEq for Lease {
+    /// The same grant: key, owner token, fencing token, TTL and expiry (not when the
+    /// request was sent).
+    fn eq(&self, other: &Self) -> bool {
+        (
+            &self.key,
+            &self.owner,
+            self.fencing_token,
+            self.ttl,
+            self.expires_at_ms,
+        ) == (
+            &other.key,
+            &other.owner,
+            other.fencing_token,
+            other.ttl,
+            other.expires_at_ms,
+        )
+    }
+}
+
+impl Eq for Lease {}
+
+impl Lease {
+    /// Rebuilds a lease this caller was granted earlier, from the parts it kept (for
+    /// example in a server-side session between two web requests: the owner token via
+    /// [`OwnerToken::as_str`], the rest as numbers).
+    ///
+    /// This grants nothing: the lease is only as good as Redis says. Release and renew
+    /// check the owner token (compare-and-delete, compare-and-pexpire), so a rebuilt
+    /// lease that expired or passed to another owner does nothing harmful, and writes
+    /// are still fenced by `fencing_token`. `expires_at_ms` is Unix milliseconds on the
+    /// Redis clock; `ttl` is the length each renewal extends the lease to.
+    pub fn from_parts(
+        key: LeaseKey,
+        owner: OwnerToken,
+        fencing_token: FencingToken,
+        ttl: Duration,
+        expires_at_ms: u64,
+    ) -> Self {
+        Lease {
+            key,
+            owner,
+            fencing_token,
+            ttl,
+            expires_at_ms,
+            sent_at: None,
+        }
+    }
+
+    /// The resource this lease is on.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// The secret that proves ownership to `release` and `renew`. Never show it to
+    /// other users.
+    pub fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
+
+    /// The grant's fencing token; send it with every write to the protected resource.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.fencing_token
+    }
+
+    /// The lease length asked for (whole milliseconds): what each renewal extends the
+    /// lease to, from the renewal's time. For a lease from [`LeaseStore::owned_by`](crate::LeaseStore::owned_by),
+    /// its remaining time when read.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// When the lease ends, in Unix milliseconds on the Redis clock (updated by
+    /// [`LeaseStore::renew`](crate::LeaseStore::renew)).
+    pub fn expires_at_ms(&self) -> u64 {
+        self.expires_at_ms
+    }
+
+    /// The latest instant, on this process's monotonic clock, until which the lease is
+    /// certainly still held: `ttl` after the request that granted or last renewed it was
+    /// sent (Redis started the TTL later than that). `None` for a lease rebuilt with
+    /// [`Lease::from_parts`], whose request this process did not time. Clock rate drift
+    /// between this host and Redis is not covered: keep a margin.
+    pub fn held_until(&self) -> Option<tokio::time::Instant> {
+        self.sent_at.map(|sent| sent + self.ttl)
+    }
+}
+
+/// A live lease as seen by anyone reading the group: who holds it, not the secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holding {
+    /// The resource name inside the group.
+    pub name: String,
+    /// The public label the holder gave to `acquire` (for seatlock, a buyer id).
+    pub holder: String,
+    /// The fencing token of the grant.
+    pub fencing_token: FencingToken,
+    /// When the lease ends, Unix milliseconds on the Redis clock.
+    pub expires_at_ms: u64,
+}
+
+/// The live leases of one group, read in one round trip with the Redis clock.
+#[derive(Clone, Debug, Default)]
+pub struct GroupSnapshot {
+    /// Redis server time when the snapshot was taken, Unix milliseconds.
+    pub now_ms: u64,
+    /// Every lease whose expiry is after `now_ms`, in no particular order.
+    pub holdings: Vec<Holding>,
+}
