@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use lease::LeaseStore;
 use seatlock::buyer::BuyerProfile;
 use seatlock::error::Refusal;
 use seatlock::pause::PausePoint;
