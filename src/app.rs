@@ -49,20 +49,6 @@ impl Application {
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
         let (leases, redis) = stores(&settings, &db).await?;
-        if settings.purchase_strategy != PurchaseStrategy::Fenced && !settings.enable_race_lab {
-            anyhow::bail!(
-                "refusing to start with --purchase-strategy {}: it can sell a seat twice and exists only \
-                 for the race lab; add --enable-race-lab if that is what you want",
-                settings.purchase_strategy.flag_value()
-            );
-        }
-        if settings.lab_disable_failover_guard && !settings.enable_race_lab {
-            anyhow::bail!(
-                "refusing to start with --lab-disable-failover-guard: it lets a Redis failover issue a \
-                 fencing token twice and exists only for the failover lab; add --enable-race-lab if \
-                 that is what you want"
-            );
-        }
         if let Some(secret) = &settings.secret {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }

@@ -1,14 +1,21 @@
-//! The pause seam of confirm and bid: a server-side sleep at a chosen point of a purchase,
-//! asked for by request headers, honoured only by a server started with
+//! The pause seam of confirm and bid: a server-side sleep at a named point of a purchase
+//! or a bid, asked for by request headers, honoured only by a server started with
 //! `--enable-race-lab`. The race lab uses it to make a holder stall past its lease (the
 //! article's step 4 failure); the fault tests park a confirm at a [`PausePoint`] and kill
-//! the server there. Without the flag the headers are ignored and [`Pause::NONE`] applies.
+//! the server there.
+//!
+//! A fail point in the style of tikv/fail-rs: nothing is threaded through the product's
+//! signatures. The handler installs the requested [`Pause`] around the work
+//! ([`Pause::over`]; [`crate::detached`] carries it onto the work's own task), and the code
+//! names the point in one line, `pause::point(PausePoint::BeforeWrite).await`. Outside the
+//! race lab nothing is installed and a point costs nothing.
 
 use std::time::Duration;
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
+use crate::config::Settings;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 
@@ -18,6 +25,48 @@ pub const PAUSE_HEADER: &str = "x-race-lab-pause-ms";
 pub const PAUSE_AT_HEADER: &str = "x-race-lab-pause-at";
 /// Longest pause honoured.
 pub const MAX_PAUSE: Duration = Duration::from_secs(60);
+
+tokio::task_local! {
+    /// The pause the current request's work runs under, if the race lab installed one.
+    static INSTALLED: Pause;
+}
+
+/// Sleeps for the installed pause if it happens at `at`; returns at once otherwise (and
+/// always outside the race lab, where nothing is installed).
+pub async fn point(at: PausePoint) {
+    let duration = INSTALLED.try_with(|pause| pause.at(at)).unwrap_or_default();
+    if !duration.is_zero() {
+        tracing::warn!(point = ?at, ?duration, "race lab: pausing");
+        tokio::time::sleep(duration).await;
+    }
+}
+
+/// The pause installed around the current task's work ([`Pause::NONE`] if none), for
+/// [`crate::detached`] to install it again on the task it spawns.
+pub(crate) fn installed() -> Pause {
+    INSTALLED.try_with(|pause| *pause).unwrap_or_default()
+}
+
+/// Runs `work` with no pause at any point, whatever is installed around it: a second
+/// attempt is not the lab's stalled holder.
+pub async fn without<F: Future>(work: F) -> F::Output {
+    Pause::NONE.over(work).await
+}
+
+impl Settings {
+    /// The longest a request may wait on the stores, together with the purchase or bid it
+    /// runs detached: [`Settings::store_deadline`], plus the longest race-lab pause
+    /// ([`MAX_PAUSE`]) when the race lab is enabled. On expiry the request answers 503 and
+    /// its work is dropped ([`crate::deadline`]).
+    pub fn request_deadline(&self) -> Duration {
+        let pauses = if self.enable_race_lab {
+            MAX_PAUSE
+        } else {
+            Duration::ZERO
+        };
+        self.store_deadline() + pauses
+    }
+}
 
 /// The value of race-lab header `name` parsed by `parse`, when the server runs with
 /// `--enable-race-lab`; `None` otherwise (the header is ignored) or when absent. 400 if
@@ -44,9 +93,10 @@ fn race_lab_header<T>(
         .ok_or_else(|| Error::BadRequest(format!("{name} must be {expected}")))
 }
 
-/// The requested pause: the `x-race-lab-pause-ms` header when the server runs with
-/// `--enable-race-lab`, zero otherwise (the header is ignored). 400 if malformed.
-pub struct RaceLabPause(pub Duration);
+/// The pause of a bid: the `x-race-lab-pause-ms` header when the server runs with
+/// `--enable-race-lab` (none otherwise: the header is ignored), always at
+/// [`PausePoint::BeforeWrite`]. 400 if malformed.
+pub struct RaceLabPause(pub Pause);
 
 impl FromRequestParts<AppState> for RaceLabPause {
     type Rejection = Error;
@@ -55,14 +105,16 @@ impl FromRequestParts<AppState> for RaceLabPause {
         let ms = race_lab_header(parts, state, PAUSE_HEADER, "milliseconds", |v| {
             v.parse::<u64>().ok()
         })?;
-        Ok(RaceLabPause(
-            Duration::from_millis(ms.unwrap_or(0)).min(MAX_PAUSE),
-        ))
+        Ok(RaceLabPause(Pause {
+            duration: Duration::from_millis(ms.unwrap_or(0)).min(MAX_PAUSE),
+            at: PausePoint::BeforeWrite,
+        }))
     }
 }
 
-/// Where in a fenced confirm ([`crate::seats::purchase::confirm`]) the race-lab pause happens. The
-/// fault tests park a server at one of these points and kill it there.
+/// Where in a fenced confirm ([`crate::seats::purchase::confirm`]) the race-lab pause
+/// happens (a bid's is always [`PausePoint::BeforeWrite`]). The fault tests park a server
+/// at one of these points and kill it there.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PausePoint {
     /// After the payment, before the fenced write: a holder that stalls (the default).
@@ -70,7 +122,7 @@ pub enum PausePoint {
     BeforeWrite,
     /// After the fenced write, inside the open transaction (the row locked), before the
     /// Redis owner check.
-    BeforeRelease,
+    BeforeOwnerCheck,
     /// After the owner check, before `COMMIT`.
     BeforeCommit,
     /// After `COMMIT`, before the hold's release in Redis and the reply.
@@ -78,25 +130,26 @@ pub enum PausePoint {
 }
 
 impl PausePoint {
-    /// The header value naming this point (`before-write`, `before-release`, …).
+    /// Every point, in the order a confirm reaches them.
+    const ALL: [PausePoint; 4] = [
+        PausePoint::BeforeWrite,
+        PausePoint::BeforeOwnerCheck,
+        PausePoint::BeforeCommit,
+        PausePoint::AfterCommit,
+    ];
+
+    /// The header value naming this point (`before-write`, `before-owner-check`, …).
     pub fn header_value(self) -> &'static str {
         match self {
             PausePoint::BeforeWrite => "before-write",
-            PausePoint::BeforeRelease => "before-release",
+            PausePoint::BeforeOwnerCheck => "before-owner-check",
             PausePoint::BeforeCommit => "before-commit",
             PausePoint::AfterCommit => "after-commit",
         }
     }
 
     fn parse(value: &str) -> Option<Self> {
-        [
-            PausePoint::BeforeWrite,
-            PausePoint::BeforeRelease,
-            PausePoint::BeforeCommit,
-            PausePoint::AfterCommit,
-        ]
-        .into_iter()
-        .find(|p| p.header_value() == value)
+        Self::ALL.into_iter().find(|p| p.header_value() == value)
     }
 }
 
@@ -118,7 +171,7 @@ impl Pause {
     };
 
     /// The pause's length if it happens at `point`, else zero.
-    pub fn at(&self, point: PausePoint) -> Duration {
+    fn at(&self, point: PausePoint) -> Duration {
         if self.at == point {
             self.duration
         } else {
@@ -126,13 +179,10 @@ impl Pause {
         }
     }
 
-    /// Sleeps for the pause if it happens at `point`.
-    pub async fn sleep_at(&self, point: PausePoint) {
-        let duration = self.at(point);
-        if !duration.is_zero() {
-            tracing::warn!(?point, ?duration, "race lab: pausing");
-            tokio::time::sleep(duration).await;
-        }
+    /// Runs `work` with this pause installed: every [`point`] it reaches on this task
+    /// (and on the task [`crate::detached`] spawns for it) sleeps if the pause is there.
+    pub async fn over<F: Future>(self, work: F) -> F::Output {
+        INSTALLED.scope(self, work).await
     }
 }
 
@@ -140,12 +190,13 @@ impl FromRequestParts<AppState> for Pause {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self> {
-        let RaceLabPause(duration) = RaceLabPause::from_request_parts(parts, state).await?;
+        let RaceLabPause(Pause { duration, .. }) =
+            RaceLabPause::from_request_parts(parts, state).await?;
         let at = race_lab_header(
             parts,
             state,
             PAUSE_AT_HEADER,
-            "before-write, before-release, before-commit or after-commit",
+            "before-write, before-owner-check, before-commit or after-commit",
             PausePoint::parse,
         )?;
         Ok(Pause {

@@ -51,5 +51,5 @@ pub struct AppState {
     /// Each event's seats and start, read once (a hold asks no Postgres).
     pub catalog: Arc<crate::seats::catalog::Catalog>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
-    pub known_items: Arc<crate::auction::bid::KnownItems>,
+    pub known_items: Arc<crate::auction::known_items::KnownItems>,
 }

@@ -281,15 +281,17 @@ async fn place_bid(
         Ok(amount_cents) => {
             let (state, bidder) = (state.clone(), buyer.profile.clone());
             let deadline = state.settings.request_deadline();
-            crate::detached::to_completion("The bid", deadline, async move {
+            let work = async move {
                 let new_bid = Bid {
                     bidder: &bidder,
                     item_id,
                     amount_cents,
                 };
-                bid::place_bid(&state, &new_bid, pause).await
-            })
-            .await
+                bid::place_bid(&state, &new_bid).await
+            };
+            pause
+                .over(crate::detached::to_completion("The bid", deadline, work))
+                .await
         }
         Err(err) => Err(Error::BadRequest(err.to_string())),
     };

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use crate::buyer::Buyer;
 use crate::csrf::CsrfForm;
 use crate::error::{Error, Refusal, Result};
-use crate::seats::{cart, parse_id};
+use crate::seats::{cart, parse_id, purchase};
 use crate::state::AppState;
 
 /// The form: `seats=12,13,14,15`.
@@ -48,7 +48,7 @@ pub(super) async fn hold_group_route(
     }
     cart::hold_group(&state, &buyer, event_id, &seats)
         .await?
-        .map_err(cart::refused)?;
+        .map_err(purchase::hold_refused)?;
     Ok(Redirect::to(&format!("/events/{event_id}#cart")))
 }
 

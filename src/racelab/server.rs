@@ -10,7 +10,7 @@ use super::queries;
 use crate::buyer::Buyer;
 use crate::config::PurchaseStrategy;
 use crate::error::{Error, Refusal, Result};
-use crate::pause::{Pause, PausePoint};
+use crate::pause::{self, Pause, PausePoint};
 use crate::seats::{self, SeatPost, SeatRef, purchase, queries as seat_queries};
 use crate::state::AppState;
 
@@ -37,7 +37,7 @@ async fn confirm_route(
     pause: Pause,
     SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    confirm(&state, &buyer, seat, pause).await?;
+    pause.over(confirm(&state, &buyer, seat)).await?;
     Ok(seats::back_to_map(seat))
 }
 
@@ -57,19 +57,23 @@ async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
 
 /// A purchase under the server's race-lab strategy; returns the `race_lab_sales.id`
 /// (the product's `fenced` path is [`purchase::confirm`], never routed here).
-async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
-    let delay = state.settings.payment_delay() + pause.at(PausePoint::BeforeWrite);
+async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> {
+    // The payment, then the race lab's pause: the holder that stalls before its write.
+    let delay = async {
+        tokio::time::sleep(state.settings.payment_delay()).await;
+        pause::point(PausePoint::BeforeWrite).await;
+    };
     let strategy = state.settings.purchase_strategy;
     match strategy {
         // Never routed here (the product's routes serve it); delegating keeps it safe.
-        PurchaseStrategy::Fenced => purchase::confirm(state, buyer, seat, pause).await,
+        PurchaseStrategy::Fenced => purchase::confirm(state, buyer, seat).await,
         PurchaseStrategy::RaceLabNaive => {
             // Read, think, write: the classic check-then-act race.
             let status = seat_queries::seat_status(&state.db, seat).await?;
             if status.is_none_or(|s| s.sold) {
                 return Err(Refusal::AlreadySold.into());
             }
-            tokio::time::sleep(delay).await;
+            delay.await;
             Ok(queries::sell_unconditionally(
                 &state.db,
                 seat,
@@ -89,8 +93,8 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -
                 return Err(Refusal::HoldExpired.into());
             }
             // ...a pause that can outlast the lease, and a write nobody fences.
-            tokio::time::sleep(delay).await;
-            let token = Some(lease.fencing_token().0 as i64);
+            delay.await;
+            let token = Some(lease.fencing_token().as_i64());
             let sale = queries::sell_unconditionally(
                 &state.db,
                 seat,
@@ -106,7 +110,7 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -
             Ok(sale)
         }
         PurchaseStrategy::RaceLabConditional => {
-            tokio::time::sleep(delay).await;
+            delay.await;
             queries::sell_if_unsold(&state.db, seat, buyer.id())
                 .await?
                 .ok_or_else(|| Refusal::AlreadySold.into())

@@ -216,7 +216,7 @@ async fn confirm(
     pause: Pause,
     SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    let order_id = purchase::confirm(&state, &buyer, seat, pause).await?;
+    let order_id = pause.over(purchase::confirm(&state, &buyer, seat)).await?;
     Ok(Redirect::to(&format!("/orders/{order_id}")))
 }
 

@@ -155,7 +155,7 @@ async fn postgres_restarted_mid_confirm_fails_cleanly_and_the_pool_recovers_by_i
     // the commit. Postgres restarts under them.
     let points = [
         PausePoint::BeforeWrite,
-        PausePoint::BeforeRelease,
+        PausePoint::BeforeOwnerCheck,
         PausePoint::BeforeCommit,
     ];
     let mut confirms = Vec::new();

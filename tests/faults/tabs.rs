@@ -25,7 +25,7 @@ enum SecondTab {
 
 const POINTS: [PausePoint; 4] = [
     PausePoint::BeforeWrite,
-    PausePoint::BeforeRelease,
+    PausePoint::BeforeOwnerCheck,
     PausePoint::BeforeCommit,
     PausePoint::AfterCommit,
 ];
