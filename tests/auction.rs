@@ -103,7 +103,7 @@ async fn place(
         item_id: item,
         amount_cents,
     };
-    bid::place_bid(&app.state, &new_bid, Duration::ZERO).await
+    bid::place_bid(&app.state, &new_bid).await
 }
 
 fn profile(id: &str) -> BuyerProfile {
@@ -306,7 +306,7 @@ async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
         item_id: id,
         amount_cents: 2_000,
     };
-    let late = bid::bid_under_lease(&app.state, &lease_a, &late_bid, Duration::ZERO).await;
+    let late = bid::bid_under_lease(&app.state, &lease_a, &late_bid).await;
     match late {
         Err(Error::Refused(Refusal::StaleBidLock)) => {}
         other => panic!("expected a stale-token refusal, got {other:?}"),
