@@ -19,10 +19,11 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
 use crate::config::{PurchaseStrategy, Settings};
+use crate::http::{buyer, csrf, deadline, health};
 use crate::ledger::PgFenceLedger;
 use crate::state::{AppState, SessionRedis};
 use crate::telemetry;
-use crate::{auction, buyer, csrf, deadline, events, health, live, orders, racelab, seats};
+use crate::{auction, events, live, orders, racelab, seats};
 
 /// The name of the session cookie; its value is the session id, nothing else.
 pub const SESSION_COOKIE: &str = "seatlock.sid";
@@ -130,11 +131,11 @@ impl Application {
             axum::serve(self.metrics_listener, metrics).into_future(),
         ));
         let live = self.state.live.clone();
-        let limits = crate::serve::Limits {
+        let limits = crate::http::serve::Limits {
             header_timeout: self.state.settings.header_timeout(),
             max_connections: self.state.settings.max_connections as usize,
         };
-        crate::serve::serve(self.listener, self.router, limits, async move {
+        crate::http::serve::serve(self.listener, self.router, limits, async move {
             shutdown.await;
             live.close();
         })
@@ -143,7 +144,7 @@ impl Application {
     }
 }
 
-/// The routes and middleware. Sessions live in Redis ([`crate::sessions::Sessions`]:
+/// The routes and middleware. Sessions live in Redis ([`crate::http::sessions::Sessions`]:
 /// under the lease namespace, expired by Redis, never resurrecting a rotated session);
 /// cookies are HttpOnly and SameSite=Lax; every POST is CSRF-checked by
 /// [`csrf::CsrfForm`] and refused if its Origin is foreign.
@@ -152,8 +153,10 @@ impl Application {
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
-    let store =
-        crate::sessions::Sessions::new(state.redis.clone(), state.settings.lease_namespace.clone());
+    let store = crate::http::sessions::Sessions::new(
+        state.redis.clone(),
+        state.settings.lease_namespace.clone(),
+    );
     let sessions = SessionManagerLayer::new(store)
         .with_name(SESSION_COOKIE)
         .with_http_only(true)
@@ -242,8 +245,8 @@ async fn stores(
     Ok((store, redis))
 }
 
-async fn not_found() -> crate::error::Error {
-    crate::error::Error::NotFound("There is no such page.".into())
+async fn not_found() -> crate::http::error::Error {
+    crate::http::error::Error::NotFound("There is no such page.".into())
 }
 
 async fn app_js() -> impl IntoResponse {

@@ -272,7 +272,7 @@ impl Settings {
     /// Four store timeouts: each step on a store that answers is bounded by one; a store
     /// that stops answering without closing the connection is bounded only by this. The
     /// request deadline is this plus the race lab's margin
-    /// ([`Settings::request_deadline`], in [`crate::pause`]).
+    /// ([`Settings::request_deadline`], in [`crate::racelab::pause`]).
     pub fn store_deadline(&self) -> Duration {
         self.store_timeout() * 4
     }
@@ -389,7 +389,7 @@ impl LeaseNamespace {
             .expect("a parsed namespace, a kind word and an id make a valid key")
     }
 
-    /// The Redis key of the browser session `session_id` ([`crate::sessions`]):
+    /// The Redis key of the browser session `session_id` ([`crate::http::sessions`]):
     /// `<namespace>:session:<id>`. Never a lease key (those start with `lease:{`), and
     /// distinct from another namespace's sessions: a session id has no `:`.
     pub fn session_key(&self, session_id: &str) -> String {

@@ -8,11 +8,11 @@ use reqwest::StatusCode;
 use seatlock::auction::bid::AcceptedBid;
 use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries::{self, NewItem};
-use seatlock::auction::rules::BidRefusal;
 use seatlock::auction::{Bid, bid};
-use seatlock::buyer::BuyerProfile;
 use seatlock::config::{BidStrategy, Settings};
-use seatlock::error::{Error, Refusal};
+use seatlock::http::error::BidRefusal;
+use seatlock::http::error::{Error, Refusal};
+use seatlock::profile::BuyerProfile;
 use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, end_auction_now, eventually};
 
 /// Settings over a fresh, empty database, changed by `adjust`. The background closer is
@@ -757,7 +757,7 @@ async fn the_item_stream_pushes_bids_and_the_close_made_through_another_server()
 /// (the race lab's `x-race-lab-pause-ms`; honoured only with `enable_race_lab`).
 fn stalling_bidder(ms: u64) -> HttpBuyer {
     let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(seatlock::pause::PAUSE_HEADER, ms.into());
+    headers.insert(seatlock::racelab::pause::PAUSE_HEADER, ms.into());
     HttpBuyer::with_headers(headers)
 }
 

@@ -27,8 +27,8 @@ use lease::{Backoff, Lease, LeaseError};
 
 use super::{Bid, queries, rules};
 use crate::config::BidStrategy;
-use crate::error::{Error, Refusal, Result};
-use crate::pause::{self, PausePoint};
+use crate::http::error::{Error, Refusal, Result};
+use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
 
 /// Retries of a busy bid lock: delays drawn from `[0, 5 ms · 2^n]`, capped at 200 ms, at
@@ -128,7 +128,7 @@ async fn release(state: &AppState, lease: &Lease) {
 /// [`queries::place_bid`] with the lease's fencing token. Commits only a write that
 /// Postgres accepted. The race lab's pause ([`PausePoint::BeforeWrite`]) stalls between
 /// the rules check and the write. Errors as [`place_bid`]; a write refused although the rules passed is explained
-/// from a fresh read: 409 [`crate::error::BidRefusal::Ended`] if the end passed
+/// from a fresh read: 409 [`crate::http::error::BidRefusal::Ended`] if the end passed
 /// meanwhile (the write checks the end at its own moment), 409
 /// [`Refusal::StaleBidLock`] if a newer token was accepted.
 pub async fn bid_under_lease(

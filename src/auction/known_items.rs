@@ -3,7 +3,7 @@
 //! in Postgres and a fence hash in Redis behind).
 
 use super::queries;
-use crate::error::Result;
+use crate::http::error::Result;
 
 /// The auction items this process has seen exist, so that only the first bid on an item
 /// pays the existence probe. Only ids found in Postgres are remembered, so unknown ids

@@ -29,8 +29,8 @@ pub use routes::router;
 
 use lease::LeaseKey;
 
-use crate::buyer::BuyerProfile;
 use crate::config::LeaseNamespace;
+use crate::profile::BuyerProfile;
 
 /// The bid lock of one auction item: name `bid` in group `<namespace>:auction:<id>`.
 pub fn bid_lock_key(namespace: &LeaseNamespace, item_id: i64) -> LeaseKey {

@@ -9,9 +9,9 @@ use axum::extract::{Path, State};
 use axum::response::Redirect;
 use serde::Deserialize;
 
-use crate::buyer::Buyer;
-use crate::csrf::CsrfForm;
-use crate::error::{Error, Refusal, Result};
+use crate::http::buyer::Buyer;
+use crate::http::csrf::CsrfForm;
+use crate::http::error::{Error, Refusal, Result};
 use crate::seats::{cart, parse_id, purchase};
 use crate::state::AppState;
 
@@ -32,7 +32,7 @@ pub(super) async fn hold_group_route(
     Path(event): Path<String>,
     CsrfForm(form): CsrfForm<GroupForm>,
 ) -> Result<Redirect> {
-    super::server::require_race_lab(&state)?;
+    super::require_race_lab(&state)?;
     let event_id = parse_id(&event, "event")?;
     let seats = parse_group(&form.seats, state.settings.max_seats_per_buyer)?;
     let event = state

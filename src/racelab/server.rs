@@ -7,10 +7,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::queries;
-use crate::buyer::Buyer;
 use crate::config::PurchaseStrategy;
-use crate::error::{Error, Refusal, Result};
-use crate::pause::{self, Pause, PausePoint};
+use crate::http::buyer::Buyer;
+use crate::http::error::{Error, Refusal, Result};
+use crate::racelab::pause::{self, Pause, PausePoint};
 use crate::seats::{self, SeatPost, SeatRef, purchase, queries as seat_queries};
 use crate::state::AppState;
 
@@ -121,21 +121,10 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> 
 /// `GET /race-lab`: `{"strategy": "race-lab-naive"}`, so `load-test --target` can check
 /// what it is racing; 404 unless the server runs with `--enable-race-lab`.
 async fn describe(State(state): State<AppState>) -> Result<Json<serde_json::Value>> {
-    require_race_lab(&state)?;
+    super::require_race_lab(&state)?;
     Ok(Json(
         serde_json::json!({ "strategy": state.settings.purchase_strategy.flag_value() }),
     ))
-}
-
-/// 404 unless the server runs with `--enable-race-lab`.
-pub(super) fn require_race_lab(state: &AppState) -> Result<()> {
-    if state.settings.enable_race_lab {
-        Ok(())
-    } else {
-        Err(Error::NotFound(
-            "The race lab is not enabled on this server.".into(),
-        ))
-    }
 }
 
 /// `GET /race-lab` and `POST /race-lab/events/{event}/hold-group` (both 404 unless the

@@ -23,8 +23,8 @@ use lease::{Lease, LeaseError};
 
 use super::purchase::{self, Checkout};
 use super::{SeatRef, queries};
-use crate::buyer::{Buyer, HeldSeat};
-use crate::error::{Error, Refusal, Result};
+use crate::http::buyer::{Buyer, HeldSeat};
+use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
 use crate::telemetry;
 
@@ -91,7 +91,7 @@ pub async fn best_available(
 /// one owner token, one fencing token and the hold TTL, or none; then remembers each
 /// hold in the buyer's session. Returns the leases in the order of `seats`, or the lease
 /// error as it came (`Held`, `Retired` for a sold seat, `OverLimit`, `Unavailable`...:
-/// nothing was held; [`purchase::hold_refused`] turns it into the buyer's 409 or 503). Errors: 503 the
+/// nothing was held; `purchase::hold_refused` turns it into the buyer's 409 or 503). Errors: 503 the
 /// session store unavailable.
 ///
 /// Used by [`best_available`] and by the race lab's hold of a named group.
@@ -177,7 +177,8 @@ pub fn pick_block(
 #[tracing::instrument(name = "checkout", skip_all, fields(event = event_id, buyer = buyer.id()))]
 pub async fn checkout(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Vec<i64>> {
     let work = checkout_cart(state.clone(), buyer.clone(), event_id);
-    crate::detached::to_completion("The purchase", state.settings.request_deadline(), work).await
+    crate::http::detached::to_completion("The purchase", state.settings.request_deadline(), work)
+        .await
 }
 
 async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<Vec<i64>> {

@@ -19,9 +19,9 @@ use tracing::field::Empty;
 
 use super::SeatRef;
 use super::queries::{self, Sale};
-use crate::buyer::{Buyer, HeldSeat};
-use crate::error::{Error, Refusal, Result};
-use crate::pause::{self, PausePoint};
+use crate::http::buyer::{Buyer, HeldSeat};
+use crate::http::error::{Error, Refusal, Result};
+use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
 use crate::telemetry::{self, ConfirmOutcome};
 
@@ -174,9 +174,9 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// who hangs up (a closed tab, a lost signal) does not cancel it half way: the retry
 /// finds the order, or the hold still there.
 ///
-/// The layers below, each adding one thing: [`purchase_with_live_lease`] (the session's
+/// The layers below, each adding one thing: `purchase_with_live_lease` (the session's
 /// copy of the hold, and once more with the live lease when that copy was stale),
-/// [`pay_and_sell`] (the hold's payment, joined and left) and [`sell_fenced`] (the
+/// `pay_and_sell` (the hold's payment, joined and left) and `sell_fenced` (the
 /// fenced transaction, steps 2 to 5). Their order leaves the buyer, whatever fails or
 /// crashes, with either the order or the hold (until its TTL), never neither, while a
 /// hold that lapsed before the commit still cannot buy.
@@ -189,7 +189,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> {
     let purchase = purchase_with_live_lease(state.clone(), buyer.clone(), seat);
     let deadline = state.settings.request_deadline();
-    crate::detached::to_completion("The purchase", deadline, purchase).await
+    crate::http::detached::to_completion("The purchase", deadline, purchase).await
 }
 
 /// [`confirm`]'s purchase with the buyer's hold: the session's copy first, then, if that

@@ -12,11 +12,11 @@ use serde::Deserialize;
 use super::map::{self, SeatMap};
 use super::{SeatRef, parse_id};
 use super::{cart, purchase};
-use crate::buyer::Buyer;
-use crate::csrf::{CsrfForm, Empty, FormToken};
-use crate::error::{Error, Result};
+use crate::http::buyer::Buyer;
+use crate::http::csrf::{CsrfForm, Empty, FormToken};
+use crate::http::error::{Error, Result};
 use crate::money::format_cents;
-use crate::pause::Pause;
+use crate::racelab::pause::Pause;
 use crate::state::AppState;
 
 /// `GET /events/{id}`, its stream, release, and the cart: best available, the checkout

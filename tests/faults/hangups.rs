@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use seatlock::pause::PausePoint;
+use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::eventually;
 
 use crate::deployment::*;

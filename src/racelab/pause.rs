@@ -6,7 +6,7 @@
 //!
 //! A fail point in the style of tikv/fail-rs: nothing is threaded through the product's
 //! signatures. The handler installs the requested [`Pause`] around the work
-//! ([`Pause::over`]; [`crate::detached`] carries it onto the work's own task), and the code
+//! ([`Pause::over`]; [`crate::http::detached`] carries it onto the work's own task), and the code
 //! names the point in one line, `pause::point(PausePoint::BeforeWrite).await`. Outside the
 //! race lab nothing is installed and a point costs nothing.
 
@@ -16,7 +16,7 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 
 use crate::config::Settings;
-use crate::error::{Error, Result};
+use crate::http::error::{Error, Result};
 use crate::state::AppState;
 
 /// Header naming a pause, in milliseconds, between the lock check and the write.
@@ -42,7 +42,7 @@ pub async fn point(at: PausePoint) {
 }
 
 /// The pause installed around the current task's work ([`Pause::NONE`] if none), for
-/// [`crate::detached`] to install it again on the task it spawns.
+/// [`crate::http::detached`] to install it again on the task it spawns.
 pub(crate) fn installed() -> Pause {
     INSTALLED.try_with(|pause| *pause).unwrap_or_default()
 }
@@ -57,7 +57,7 @@ impl Settings {
     /// The longest a request may wait on the stores, together with the purchase or bid it
     /// runs detached: [`Settings::store_deadline`], plus the longest race-lab pause
     /// ([`MAX_PAUSE`]) when the race lab is enabled. On expiry the request answers 503 and
-    /// its work is dropped ([`crate::deadline`]).
+    /// its work is dropped ([`crate::http::deadline`]).
     pub fn request_deadline(&self) -> Duration {
         let pauses = if self.enable_race_lab {
             MAX_PAUSE
@@ -180,7 +180,7 @@ impl Pause {
     }
 
     /// Runs `work` with this pause installed: every [`point`] it reaches on this task
-    /// (and on the task [`crate::detached`] spawns for it) sleeps if the pause is there.
+    /// (and on the task [`crate::http::detached`] spawns for it) sleeps if the pause is there.
     pub async fn over<F: Future>(self, work: F) -> F::Output {
         INSTALLED.scope(self, work).await
     }
