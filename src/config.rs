@@ -115,23 +115,34 @@ pub struct Settings {
     #[arg(long, env = "SEATLOCK_DB_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub db_pool_size: u32,
     /// How purchases are made. Only `fenced` is the product; the `race-lab-*` strategies
-    /// are unsafe on purpose, for `load-test race`, and need `--enable-race-lab`.
+    /// are unsafe on purpose (they can sell a seat twice), for `load-test race`, and need
+    /// `--enable-race-lab`: without it the command line is refused.
     #[arg(
         long,
         env = "SEATLOCK_PURCHASE_STRATEGY",
         value_enum,
-        default_value = "fenced"
+        default_value = "fenced",
+        requires_ifs = [
+            ("race-lab-naive", "enable_race_lab"),
+            ("race-lab-unfenced-lease", "enable_race_lab"),
+            ("race-lab-conditional", "enable_race_lab"),
+        ]
     )]
     pub purchase_strategy: PurchaseStrategy,
     /// Allows the race-lab strategies and the `x-race-lab-pause-ms` header. Never in
     /// production.
     #[arg(long, env = "SEATLOCK_ENABLE_RACE_LAB")]
     pub enable_race_lab: bool,
-    /// Lab only (`make failover`), never in production; needs `--enable-race-lab`. Turns
+    /// Lab only (`make failover`), never in production; needs `--enable-race-lab` (the
+    /// command line is refused without it). Turns
     /// off the failover guard of the lease store ([`lease::LeaseClient::with_failover_guard`]),
     /// so that after a Redis failover to a replica that missed the last grants a fencing
     /// token is issued twice, which the failover lab shows.
-    #[arg(long, env = "SEATLOCK_LAB_DISABLE_FAILOVER_GUARD")]
+    #[arg(
+        long,
+        env = "SEATLOCK_LAB_DISABLE_FAILOVER_GUARD",
+        requires_if("true", "enable_race_lab")
+    )]
     pub lab_disable_failover_guard: bool,
     /// Time a client has to send a request's headers, and again its body, in
     /// milliseconds: a slower connection is closed (slowloris), which frees its slot.
@@ -258,18 +269,12 @@ impl Settings {
         self.store_timeout() / 2
     }
 
-    /// The longest a request may wait on the stores, together with the purchase or bid it
-    /// runs detached: four store timeouts (each step on a store that answers is bounded by
-    /// one; a store that stops answering without closing the connection is bounded only by
-    /// this), plus the longest race-lab pause when the race lab is enabled. On expiry the
-    /// request answers 503 and its work is dropped ([`crate::deadline`]).
-    pub fn request_deadline(&self) -> Duration {
-        let pauses = if self.enable_race_lab {
-            crate::pause::MAX_PAUSE
-        } else {
-            Duration::ZERO
-        };
-        self.store_timeout() * 4 + pauses
+    /// Four store timeouts: each step on a store that answers is bounded by one; a store
+    /// that stops answering without closing the connection is bounded only by this. The
+    /// request deadline is this plus the race lab's margin
+    /// ([`Settings::request_deadline`], in [`crate::racelab::pause`]).
+    pub fn store_deadline(&self) -> Duration {
+        self.store_timeout() * 4
     }
 
     /// The header (and body) read timeout as a `Duration`.
@@ -384,7 +389,7 @@ impl LeaseNamespace {
             .expect("a parsed namespace, a kind word and an id make a valid key")
     }
 
-    /// The Redis key of the browser session `session_id` ([`crate::sessions`]):
+    /// The Redis key of the browser session `session_id` ([`crate::http::sessions`]):
     /// `<namespace>:session:<id>`. Never a lease key (those start with `lease:{`), and
     /// distinct from another namespace's sessions: a session id has no `:`.
     pub fn session_key(&self, session_id: &str) -> String {
@@ -478,6 +483,36 @@ mod tests {
             settings.to_env().len(),
             Settings::command().get_arguments().count()
         );
+    }
+
+    #[test]
+    fn lab_flags_are_refused_without_the_race_lab() {
+        let serve = |extra: &[&str]| {
+            let base = [
+                "serve",
+                "--database-url",
+                "postgres://x",
+                "--redis-url",
+                "redis://x",
+            ];
+            let args = base.iter().chain(extra).copied();
+            Settings::command()
+                .mut_args(|arg| arg.env(None))
+                .try_get_matches_from(args)
+        };
+        for lab_only in [
+            &["--purchase-strategy", "race-lab-naive"][..],
+            &["--purchase-strategy", "race-lab-unfenced-lease"],
+            &["--purchase-strategy", "race-lab-conditional"],
+            &["--lab-disable-failover-guard"],
+        ] {
+            let err = serve(lab_only).expect_err("a lab flag alone");
+            assert!(err.to_string().contains("--enable-race-lab"), "{err}");
+            let mut with_lab = lab_only.to_vec();
+            with_lab.push("--enable-race-lab");
+            assert!(serve(&with_lab).is_ok(), "{with_lab:?}");
+        }
+        assert!(serve(&["--purchase-strategy", "fenced"]).is_ok());
     }
 
     #[test]

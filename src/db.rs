@@ -11,11 +11,11 @@
 //!   quarter of the store timeout; a silent one is closed and the next one tried, so the
 //!   request does not notice;
 //! * a connection handed back with a statement still unanswered (its request was dropped
-//!   at its deadline, see [`crate::deadline`]) is drained for at most one store timeout
+//!   at its deadline, see [`crate::http::deadline`]) is drained for at most one store timeout
 //!   before it may be reused; a silent one is closed. A clean connection is handed back
 //!   at no cost (sqlx then pings it, as it does every returned connection).
 //!
-//! The request deadline itself ([`crate::deadline`]) bounds the statement caught on the
+//! The request deadline itself ([`crate::http::deadline`]) bounds the statement caught on the
 //! connection as it went silent.
 
 use std::str::FromStr;

@@ -7,9 +7,9 @@ use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-use crate::buyer::Buyer;
-use crate::csrf::FormToken;
-use crate::error::Result;
+use crate::http::buyer::Buyer;
+use crate::http::csrf::FormToken;
+use crate::http::error::Result;
 use crate::state::AppState;
 
 /// An event with its venue and seat counts.

@@ -8,8 +8,8 @@ use axum::extract::{Path, State};
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 
-use crate::buyer::Buyer;
-use crate::error::{Error, Result};
+use crate::http::buyer::Buyer;
+use crate::http::error::{Error, Result};
 use crate::money::format_cents;
 use crate::seats::parse_id;
 use crate::state::AppState;

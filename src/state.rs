@@ -8,7 +8,7 @@ use sqlx::PgPool;
 use crate::config::Settings;
 use crate::ledger::PgFenceLedger;
 
-/// The Redis the browser sessions live in ([`crate::sessions`]): the lease client's own
+/// The Redis the browser sessions live in ([`crate::http::sessions`]): the lease client's own
 /// store when the leases are in that Redis (one healing connection for both, so a
 /// half-open connection costs one timed-out request, not one per store), else a store of
 /// its own. Dereferences to the [`RedisStore`].
@@ -39,17 +39,25 @@ pub struct AppState {
     /// The lease store (holds, bid locks, closing leases), chosen at start
     /// (`--lease-store-url`): Redis with the Postgres fence ledger, or etcd.
     pub leases: Arc<dyn LeaseStore>,
-    /// Redis, where the browser sessions live ([`crate::sessions`]) whichever store
+    /// Redis, where the browser sessions live ([`crate::http::sessions`]) whichever store
     /// backs the leases.
     pub redis: SessionRedis,
     /// The settings the server was started with.
     pub settings: Arc<Settings>,
     /// CSRF token signing.
-    pub csrf: crate::csrf::Csrf,
+    pub csrf: crate::http::csrf::Csrf,
     /// Live updates for the pages this process serves.
     pub live: Arc<crate::live::LiveHub>,
     /// Each event's seats and start, read once (a hold asks no Postgres).
     pub catalog: Arc<crate::seats::catalog::Catalog>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
-    pub known_items: Arc<crate::auction::bid::KnownItems>,
+    pub known_items: Arc<crate::auction::known_items::KnownItems>,
+}
+
+/// The CSRF configuration as a slice of the state, so that the CSRF extractors
+/// ([`crate::http::csrf::CsrfForm`], [`crate::http::csrf::FormToken`]) need only this.
+impl axum::extract::FromRef<AppState> for crate::http::csrf::Csrf {
+    fn from_ref(state: &AppState) -> Self {
+        state.csrf.clone()
+    }
 }

@@ -9,7 +9,7 @@
 //! | `seatlock_confirms_total` | counter | `outcome` = `accepted` / `rejected_stale` / `rejected_expired` / `rejected_sold` | confirms by outcome: sold; refused by the fencing token; refused because the buyer's own hold lapsed; the seat was sold already |
 //! | `seatlock_double_sales_detected_total` | counter | | writes stopped by the `orders_one_per_seat` constraint: the fence let a second sale through. Must stay 0 |
 //! | `seatlock_postgres_round_trip_seconds` | histogram, seconds | `op` | Postgres calls, pool wait included: `event_seats` (an event's seats, once per process), `authorize`, `sell`, `commit`, `fence_ledger` |
-//! | `lease_redis_round_trip_seconds` | histogram, seconds | `op` | Redis round trips, through the lease library's connection: the leases' (`acquire`, `release`, `retire`, `renew`, `holders`, …) and the sessions' (`session_load`, `session_save`, `session_create`, `session_delete`, [`crate::sessions`]) |
+//! | `lease_redis_round_trip_seconds` | histogram, seconds | `op` | Redis round trips, through the lease library's connection: the leases' (`acquire`, `release`, `retire`, `renew`, `holders`, …) and the sessions' (`session_load`, `session_save`, `session_create`, `session_delete`, [`crate::http::sessions`]) |
 //! | `lease_renewals_total` | counter | `result` = `renewed` / `not_owner` | lease renewals (the closer's watchdog) |
 //! | `lease_watchdog_losses_total` | counter | | watchdogs that reported their lease lost |
 //! | `lease_lock_wait_seconds` | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time a bid waited for the item's bid lock (backoff included) |
@@ -30,7 +30,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::error::Refusal;
+use crate::http::error::Refusal;
 
 /// Counter: holds granted.
 pub const HOLDS_GRANTED_TOTAL: &str = "seatlock_holds_granted_total";
@@ -135,7 +135,7 @@ fn describe() {
 /// alert over a series that appears only with its first event misses that event).
 /// Label values are the ones the code uses (refusal codes, outcomes).
 fn register_at_zero() {
-    use crate::error::Refusal;
+    use crate::http::error::Refusal;
     metrics::counter!(HOLDS_GRANTED_TOTAL).absolute(0);
     for reason in [
         Refusal::SomeoneIsBuying,

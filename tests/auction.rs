@@ -8,11 +8,11 @@ use reqwest::StatusCode;
 use seatlock::auction::bid::AcceptedBid;
 use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries::{self, NewItem};
-use seatlock::auction::rules::BidRefusal;
 use seatlock::auction::{Bid, bid};
-use seatlock::buyer::BuyerProfile;
 use seatlock::config::{BidStrategy, Settings};
-use seatlock::error::{Error, Refusal};
+use seatlock::http::error::BidRefusal;
+use seatlock::http::error::{Error, Refusal};
+use seatlock::profile::BuyerProfile;
 use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, end_auction_now, eventually};
 
 /// Settings over a fresh, empty database, changed by `adjust`. The background closer is
@@ -103,7 +103,7 @@ async fn place(
         item_id: item,
         amount_cents,
     };
-    bid::place_bid(&app.state, &new_bid, Duration::ZERO).await
+    bid::place_bid(&app.state, &new_bid).await
 }
 
 fn profile(id: &str) -> BuyerProfile {
@@ -306,7 +306,7 @@ async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
         item_id: id,
         amount_cents: 2_000,
     };
-    let late = bid::bid_under_lease(&app.state, &lease_a, &late_bid, Duration::ZERO).await;
+    let late = bid::bid_under_lease(&app.state, &lease_a, &late_bid).await;
     match late {
         Err(Error::Refused(Refusal::StaleBidLock)) => {}
         other => panic!("expected a stale-token refusal, got {other:?}"),
@@ -757,7 +757,7 @@ async fn the_item_stream_pushes_bids_and_the_close_made_through_another_server()
 /// (the race lab's `x-race-lab-pause-ms`; honoured only with `enable_race_lab`).
 fn stalling_bidder(ms: u64) -> HttpBuyer {
     let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(seatlock::pause::PAUSE_HEADER, ms.into());
+    headers.insert(seatlock::racelab::pause::PAUSE_HEADER, ms.into());
     HttpBuyer::with_headers(headers)
 }
 

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use reqwest::StatusCode;
-use seatlock::error::Refusal;
+use seatlock::http::error::Refusal;
 use seatlock_harness::{HttpBuyer, TestApp};
 
 async fn tiny() -> TestApp {
@@ -478,7 +478,7 @@ async fn the_race_labs_named_group_hold_is_all_or_none_and_off_without_the_flag(
 /// checkout voided A's payment and tab one's sale committed an order with it voided.
 #[tokio::test]
 async fn a_checkout_that_fails_in_one_tab_leaves_the_confirm_of_another_tab_paid() {
-    use seatlock::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
+    use seatlock::racelab::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
     let app = race_lab_app().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let (a, b) = (seats[0], seats[1]);

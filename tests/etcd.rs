@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries;
-use seatlock::error::Refusal;
+use seatlock::http::error::Refusal;
 use seatlock_harness::{
     EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, end_auction_now,
     etcd_url, eventually, proxy::TcpProxy,

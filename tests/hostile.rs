@@ -14,7 +14,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ORIGIN};
 use seatlock::app::{BODY_LIMIT_BYTES, SESSION_COOKIE};
 use seatlock::auction::queries::insert_item;
 use seatlock::config::Settings;
-use seatlock::error::Refusal;
+use seatlock::http::error::Refusal;
 use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

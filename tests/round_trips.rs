@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use seatlock::config::LeaseNamespace;
-use seatlock::error::Refusal;
+use seatlock::http::error::Refusal;
 use seatlock_harness::pgwire::{PgCost, PgWire};
 use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TINY_VENUES, TestApp};
 

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use seatlock::buyer::BuyerProfile;
-use seatlock::error::Refusal;
+use seatlock::http::error::Refusal;
+use seatlock::profile::BuyerProfile;
 use seatlock::seats::SeatRef;
 use seatlock::seats::queries::{self, Sale};
 use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TestApp};

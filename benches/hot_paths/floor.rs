@@ -2,7 +2,7 @@
 //! baseline of `http_hold_vs_floor_64` and `confirm_vs_floor_64`.
 //!
 //! The same HTTP stack as the product (axum's router on hyper's HTTP/1.1 connections,
-//! served by [`seatlock::serve::serve`] with the product's default limits), on a tokio
+//! served by [`seatlock::http::serve::serve`] with the product's default limits), on a tokio
 //! runtime of its own (as the server has its process), driven by the same load client
 //! ([`seatlock_harness::load`]). It has the same URLs and answers 303 like the product,
 //! and does only a request's bare work:
@@ -98,11 +98,11 @@ impl FloorServer {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let address = format!("http://{}", listener.local_addr()?);
-        let limits = seatlock::serve::Limits {
+        let limits = seatlock::http::serve::Limits {
             header_timeout: defaults.header_timeout(),
             max_connections: defaults.max_connections as usize,
         };
-        runtime.spawn(seatlock::serve::serve(
+        runtime.spawn(seatlock::http::serve::serve(
             tokio::net::TcpListener::from_std(listener)?,
             router,
             limits,

@@ -205,7 +205,7 @@ impl TestApp {
     }
 
     /// The Redis key of the browser session whose cookie value is `session_id`, in this
-    /// server's namespace ([`seatlock::sessions`]).
+    /// server's namespace ([`seatlock::http::sessions`]).
     pub fn session_key(&self, session_id: &str) -> String {
         self.state.settings.lease_namespace.session_key(session_id)
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use reqwest::StatusCode;
 use reqwest::redirect::Policy;
-use seatlock::error::{REFUSAL_HEADER, Refusal};
+use seatlock::http::error::{REFUSAL_HEADER, Refusal};
 
 /// One browser's worth of HTTP: a cookie jar (session and CSRF cookies), no automatic
 /// redirects (tests look at the 303s), and the CSRF token of the last page read.
@@ -24,7 +24,7 @@ pub struct Reply {
     pub location: Option<String>,
     /// Body text.
     pub body: String,
-    /// The refusal code of a 409 ([`seatlock::error::REFUSAL_HEADER`]), e.g. `stale`.
+    /// The refusal code of a 409 ([`seatlock::http::error::REFUSAL_HEADER`]), e.g. `stale`.
     pub refusal: Option<String>,
 }
 

@@ -27,7 +27,8 @@ use lease::{Backoff, Lease, LeaseError};
 
 use super::{Bid, queries, rules};
 use crate::config::BidStrategy;
-use crate::error::{Error, Refusal, Result};
+use crate::http::error::{Error, Refusal, Result};
+use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
 
 /// Retries of a busy bid lock: delays drawn from `[0, 5 ms · 2^n]`, capped at 200 ms, at
@@ -55,12 +56,11 @@ pub struct AcceptedBid {
     pub fencing_token: Option<u64>,
 }
 
-/// Places `bid` with the server's strategy. `pause` is the race lab's "bidder that
-/// stalls" between checking and writing (zero outside the race lab).
+/// Places `bid` with the server's strategy.
 ///
 /// Round trips, lease strategy: lock (1 Redis script, more only while busy) + 1 Postgres
 /// transaction (BEGIN, read, the fenced write, COMMIT) + release (1 Redis script); the
-/// first bid on an item in this process also reads whether it exists ([`KnownItems`]),
+/// first bid on an item in this process also reads whether it exists ([`super::known_items::KnownItems`]),
 /// so an unknown id takes no lock.
 /// Conditional strategy: 1 Postgres statement. A refused write costs one more read, to
 /// say why.
@@ -71,7 +71,7 @@ pub struct AcceptedBid {
 /// Traced as span `bid` with the item, bidder, amount and (under the lease strategy) the
 /// bid lock's fencing token.
 #[tracing::instrument(name = "bid", skip_all, fields(item = bid.item_id, bidder = %bid.bidder.id, amount_cents = bid.amount_cents, fencing_token = tracing::field::Empty))]
-pub async fn place_bid(state: &AppState, bid: &Bid<'_>, pause: Duration) -> Result<AcceptedBid> {
+pub async fn place_bid(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
     match state.settings.bid_strategy {
         BidStrategy::Lease => {
             // An unknown id must not take a lock: each distinct id would leave a fence
@@ -79,33 +79,14 @@ pub async fn place_bid(state: &AppState, bid: &Bid<'_>, pause: Duration) -> Resu
             if !state.known_items.exists(&state.db, bid.item_id).await? {
                 return Err(no_such_item());
             }
+            // 1. The bid lock, 2. the fenced write under it, 3. the owner-checked
+            // release, whatever the write's outcome.
             let lease = lock_item(state, bid.item_id, &bid.bidder.id).await?;
-            let outcome = bid_under_lease(state, &lease, bid, pause).await;
+            let outcome = bid_under_lease(state, &lease, bid).await;
             release(state, &lease).await;
             outcome
         }
-        BidStrategy::Conditional => bid_conditionally(state, bid, pause).await,
-    }
-}
-
-/// The auction items this process has seen exist, so that only the first bid on an item
-/// pays the existence probe. Only ids found in Postgres are remembered, so unknown ids
-/// cannot grow it; items are never deleted (a deleted item's id would let one bid take a
-/// lock, leaving one fence row behind).
-#[derive(Debug, Default)]
-pub struct KnownItems(std::sync::Mutex<std::collections::HashSet<i64>>);
-
-impl KnownItems {
-    /// Whether item `item_id` exists: from memory, else one primary-key probe.
-    pub async fn exists(&self, db: &sqlx::PgPool, item_id: i64) -> Result<bool> {
-        if self.0.lock().expect("not poisoned").contains(&item_id) {
-            return Ok(true);
-        }
-        let exists = queries::item_exists(db, item_id).await?;
-        if exists {
-            self.0.lock().expect("not poisoned").insert(item_id);
-        }
-        Ok(exists)
+        BidStrategy::Conditional => bid_conditionally(state, bid).await,
     }
 }
 
@@ -136,7 +117,7 @@ async fn release(state: &AppState, lease: &Lease) {
         Ok(true) => {}
         Ok(false) => tracing::warn!(
             lease = ?lease.key(),
-            fencing_token = lease.fencing_token().0,
+            fencing_token = lease.fencing_token().as_i64(),
             "bid lock had lapsed before its release"
         ),
         Err(err) => tracing::warn!(lease = ?lease.key(), error = %err, "bid lock release failed"),
@@ -145,28 +126,31 @@ async fn release(state: &AppState, lease: &Lease) {
 
 /// `bid` under a held bid lock: in one transaction, read the item, check the rules, then
 /// [`queries::place_bid`] with the lease's fencing token. Commits only a write that
-/// Postgres accepted. `pause` stalls between the rules check and the write (the race
-/// lab). Errors as [`place_bid`]; a write refused although the rules passed is explained
-/// from a fresh read: 409 [`crate::auction::rules::BidRefusal::Ended`] if the end passed
+/// Postgres accepted. The race lab's pause ([`PausePoint::BeforeWrite`]) stalls between
+/// the rules check and the write. Errors as [`place_bid`]; a write refused although the rules passed is explained
+/// from a fresh read: 409 [`crate::http::error::BidRefusal::Ended`] if the end passed
 /// meanwhile (the write checks the end at its own moment), 409
 /// [`Refusal::StaleBidLock`] if a newer token was accepted.
 pub async fn bid_under_lease(
     state: &AppState,
     lease: &Lease,
     bid: &Bid<'_>,
-    pause: Duration,
 ) -> Result<AcceptedBid> {
+    // Read and check the rules inside the transaction that will write: a cheap refusal
+    // for a bid that cannot win, before the write that decides.
     let mut tx = state.db.begin().await?;
     let item = queries::item(&mut *tx, bid.item_id)
         .await?
         .ok_or_else(no_such_item)?;
     rules::check_bid(&item, bid.amount_cents).map_err(Refusal::from)?;
-    tokio::time::sleep(pause).await;
-    let token = Some(lease.fencing_token().0 as i64);
-    tracing::Span::current().record("fencing_token", lease.fencing_token().0);
+    pause::point(PausePoint::BeforeWrite).await;
+    // The fenced write: the token, the high bid and the end are checked again by the
+    // statement itself, so a bidder that stalled since its read cannot win on stale facts.
+    let token = Some(lease.fencing_token().as_i64());
+    tracing::Span::current().record("fencing_token", lease.fencing_token().as_i64());
     let Some(placed) = queries::place_bid(&mut *tx, bid, token).await? else {
         tx.rollback().await?;
-        return Err(refused(state, bid, token).await);
+        return Err(bid_refused(state, bid, token).await);
     };
     tx.commit().await?;
     Ok(accepted(bid, placed, token))
@@ -174,15 +158,12 @@ pub async fn bid_under_lease(
 
 /// The lock-free `bid`: [`queries::place_bid`] without a token, one statement. Errors as
 /// [`place_bid`] (never busy, never stale).
-pub async fn bid_conditionally(
-    state: &AppState,
-    bid: &Bid<'_>,
-    pause: Duration,
-) -> Result<AcceptedBid> {
-    tokio::time::sleep(pause).await;
+pub async fn bid_conditionally(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
+    pause::point(PausePoint::BeforeWrite).await;
+    // No lock and no token: the one statement's conditions are the whole guard.
     match queries::place_bid(&state.db, bid, None).await? {
         Some(placed) => Ok(accepted(bid, placed, None)),
-        None => Err(refused(state, bid, None).await),
+        None => Err(bid_refused(state, bid, None).await),
     }
 }
 
@@ -206,17 +187,19 @@ fn no_such_item() -> Error {
     Error::NotFound("There is no such auction.".into())
 }
 
-/// Explains a write that [`queries::place_bid`] refused, from a fresh read: no such item,
+/// Explains a bid that [`queries::place_bid`] refused, from a fresh read: no such item,
 /// a rule (ended, too low: another bid got in first), or, with a token, a stale token.
-async fn refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Error {
+async fn bid_refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Error {
     let item = match queries::item(&state.db, bid.item_id).await {
         Ok(Some(item)) => item,
         Ok(None) => return no_such_item(),
         Err(err) => return err.into(),
     };
+    // The rules first: a bid that lost to another one (or to the clock) says so.
     if let Err(refusal) = rules::check_bid(&item, bid.amount_cents) {
         return Refusal::from(refusal).into();
     }
+    // The rules pass now, so the write was refused by its fence, or by a change since.
     match token {
         Some(token) if item.fence_token > token => {
             tracing::warn!(

@@ -33,7 +33,7 @@ use rand::Rng;
 use tokio::task::JoinHandle;
 
 use super::queries;
-use crate::error::Result;
+use crate::http::error::Result;
 use crate::state::AppState;
 
 /// Most items one pass closes; the rest wait for the next pass.
@@ -81,7 +81,7 @@ pub fn spawn(state: AppState) -> Option<Closer> {
         loop {
             tick.tick().await;
             // A pass caught on a store that stopped answering is cut off like a request.
-            let pass = crate::deadline::within(
+            let pass = crate::http::deadline::within(
                 state.settings.request_deadline(),
                 close_due(&state, &label),
             );

@@ -18,12 +18,59 @@ use axum::extract::{Path, State};
 use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 
-use super::routes::LiveItem;
-use crate::buyer::Buyer;
-use crate::error::{Error, Result};
+use askama::Template;
+
+use super::queries::{self, BidRow, Item};
+use crate::http::buyer::Buyer;
+use crate::http::error::{Error, Result};
 use crate::live::{Update, page_stream};
 use crate::seats::parse_id;
 use crate::state::AppState;
+
+/// How many bids the item page lists (the highest ones).
+const BID_HISTORY: i64 = 50;
+/// The changing part of an item's page, as one viewer sees it: terms, high bid or
+/// result, bid history. Rendered inside [`ItemPage`], and alone for each live update
+/// (`GET /auctions/{id}/stream`), so both say the same thing in the same words.
+#[derive(Template)]
+#[template(path = "auction_live.html")]
+pub struct LiveItem {
+    /// The item, read at the Postgres clock.
+    pub item: Item,
+    /// The highest bids, highest first.
+    pub bids: Vec<BidRow>,
+    /// The viewer's public id: marks "(you)", "You won." and the viewer's bids.
+    pub buyer_id: String,
+}
+
+impl LiveItem {
+    /// Reads item `item_id` and its highest bids for viewer `buyer_id` (two queries, in
+    /// parallel); `None` if there is no such item.
+    pub async fn load(state: &AppState, item_id: i64, buyer_id: &str) -> Result<Option<Self>> {
+        let (item, bids) = tokio::join!(
+            queries::item(&state.db, item_id),
+            queries::bids(&state.db, item_id, BID_HISTORY)
+        );
+        let Some(item) = item? else {
+            return Ok(None);
+        };
+        Ok(Some(LiveItem {
+            item,
+            bids: bids?,
+            buyer_id: buyer_id.to_owned(),
+        }))
+    }
+
+    /// Whether the viewer holds the high bid.
+    fn leading(&self) -> bool {
+        self.item.high_bidder_id.as_deref() == Some(self.buyer_id.as_str())
+    }
+
+    /// Whether the viewer won the (closed) auction.
+    fn won(&self) -> bool {
+        self.item.winner_id.as_deref() == Some(self.buyer_id.as_str())
+    }
+}
 
 /// The item as `buyer_id` sees it, as an SSE event named `name` whose data is the HTML
 /// of [`LiveItem`]; `None` if there is no such item.

@@ -8,6 +8,7 @@
 //!   release; or, with `--bid-strategy conditional`, the same write without a lock.
 //! * [`close`]: the background closer: finds items past their end, claims each closing
 //!   job with a lease kept alive by a [`lease::Watchdog`], writes the result fenced.
+//! * [`known_items`]: the ids known to exist, so an unknown id takes no bid lock.
 //! * [`queries`]: the SQL.
 //! * `routes`: thin HTTP handlers and the pages.
 //! * `live`: `GET /auctions/{id}/stream`, the item page's live updates.
@@ -18,6 +19,7 @@
 
 pub mod bid;
 pub mod close;
+pub mod known_items;
 mod live;
 pub mod queries;
 mod routes;
@@ -27,8 +29,8 @@ pub use routes::router;
 
 use lease::LeaseKey;
 
-use crate::buyer::BuyerProfile;
 use crate::config::LeaseNamespace;
+use crate::profile::BuyerProfile;
 
 /// The bid lock of one auction item: name `bid` in group `<namespace>:auction:<id>`.
 pub fn bid_lock_key(namespace: &LeaseNamespace, item_id: i64) -> LeaseKey {

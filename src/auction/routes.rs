@@ -13,19 +13,18 @@ use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+use super::live::LiveItem;
 use super::queries::{self, BidRow, Item};
 use super::rules::Outcome;
 use super::{Bid, bid};
-use crate::buyer::Buyer;
-use crate::csrf::{CsrfForm, FormToken};
-use crate::error::{Error, REFUSAL_HEADER, Result};
+use crate::http::buyer::Buyer;
+use crate::http::csrf::{CsrfForm, FormToken};
+use crate::http::error::{Error, REFUSAL_HEADER, Result};
 use crate::money::{format_cents, parse_amount};
-use crate::pause::RaceLabPause;
+use crate::racelab::pause::RaceLabPause;
 use crate::seats::parse_id;
 use crate::state::AppState;
 
-/// How many bids the item page lists (the highest ones).
-const BID_HISTORY: i64 = 50;
 /// How many ended auctions the list page shows.
 const RECENTLY_ENDED: i64 = 10;
 
@@ -62,74 +61,31 @@ pub struct ItemPage {
     pub amount: String,
     /// Why the buyer's last bid was refused, shown inside the form.
     pub error: Option<String>,
-    /// The refusal's [`crate::error::Refusal::code`], for `data-refusal` (empty if none).
+    /// The refusal's [`crate::http::error::Refusal::code`], for `data-refusal` (empty if none).
     pub refusal: &'static str,
-}
-
-/// The changing part of an item's page, as one viewer sees it: terms, high bid or
-/// result, bid history. Rendered inside [`ItemPage`], and alone for each live update
-/// (`GET /auctions/{id}/stream`), so both say the same thing in the same words.
-#[derive(Template)]
-#[template(path = "auction_live.html")]
-pub struct LiveItem {
-    /// The item, read at the Postgres clock.
-    pub item: Item,
-    /// The highest bids, highest first.
-    pub bids: Vec<BidRow>,
-    /// The viewer's public id: marks "(you)", "You won." and the viewer's bids.
-    pub buyer_id: String,
-}
-
-impl LiveItem {
-    /// Reads item `item_id` and its highest bids for viewer `buyer_id` (two queries, in
-    /// parallel); `None` if there is no such item.
-    pub async fn load(state: &AppState, item_id: i64, buyer_id: &str) -> Result<Option<Self>> {
-        let (item, bids) = tokio::join!(
-            queries::item(&state.db, item_id),
-            queries::bids(&state.db, item_id, BID_HISTORY)
-        );
-        let Some(item) = item? else {
-            return Ok(None);
-        };
-        Ok(Some(LiveItem {
-            item,
-            bids: bids?,
-            buyer_id: buyer_id.to_owned(),
-        }))
-    }
-
-    /// Whether the viewer holds the high bid.
-    fn leading(&self) -> bool {
-        self.item.high_bidder_id.as_deref() == Some(self.buyer_id.as_str())
-    }
-
-    /// Whether the viewer won the (closed) auction.
-    fn won(&self) -> bool {
-        self.item.winner_id.as_deref() == Some(self.buyer_id.as_str())
-    }
 }
 
 /// Display helpers for the templates.
 impl Item {
-    fn starting_price(&self) -> String {
+    pub(super) fn starting_price(&self) -> String {
         format_cents(self.terms.starting_price_cents)
     }
 
-    fn min_increment(&self) -> String {
+    pub(super) fn min_increment(&self) -> String {
         format_cents(self.terms.min_increment_cents)
     }
 
-    fn minimum_bid(&self) -> String {
+    pub(super) fn minimum_bid(&self) -> String {
         format_cents(self.minimum_bid_cents())
     }
 
     /// The minimum bid as the form expects it typed: "31.00", no currency sign.
-    fn minimum_bid_typed(&self) -> String {
+    pub(super) fn minimum_bid_typed(&self) -> String {
         self.minimum_bid().trim_start_matches('$').to_owned()
     }
 
     /// "$125.00 by Guest 1A2B" or "no bids yet (opens at $25.00)".
-    fn high_bid_text(&self) -> String {
+    pub(super) fn high_bid_text(&self) -> String {
         match (self.high_bid_cents, &self.high_bidder_name) {
             (Some(high), Some(name)) => format!("{} by {name}", format_cents(high)),
             _ => format!("no bids yet (opens at {})", self.starting_price()),
@@ -137,7 +93,7 @@ impl Item {
     }
 
     /// The reserve, without its amount (as auction houses do): whether it is met.
-    fn reserve_text(&self) -> &'static str {
+    pub(super) fn reserve_text(&self) -> &'static str {
         match (self.terms.reserve_price_cents, self.reserve_met()) {
             (0, _) => "no reserve",
             (_, true) => "reserve met",
@@ -145,26 +101,26 @@ impl Item {
         }
     }
 
-    fn soft_close_text(&self) -> String {
+    pub(super) fn soft_close_text(&self) -> String {
         match self.terms.soft_close_secs {
             0 => "off: the auction ends at its end time".into(),
             n => format!("a bid in the last {n} s moves the end {n} s later"),
         }
     }
 
-    fn ends_text(&self) -> String {
+    pub(super) fn ends_text(&self) -> String {
         self.ends_at
             .format("%a %-d %b %Y, %H:%M:%S UTC")
             .to_string()
     }
 
     /// Time left by the Postgres clock: "1 d 02 h", "3 h 07 min", "4 min 05 s", "ended".
-    fn time_left(&self) -> String {
+    pub(super) fn time_left(&self) -> String {
         time_left(self.now, self.ends_at)
     }
 
     /// The result in words, once closed.
-    fn result_text(&self) -> String {
+    pub(super) fn result_text(&self) -> String {
         let high = self.high_bid_cents.map(format_cents).unwrap_or_default();
         match self.outcome() {
             Some(Outcome::Sold) => format!(
@@ -181,17 +137,17 @@ impl Item {
 }
 
 impl BidRow {
-    fn amount(&self) -> String {
+    pub(super) fn amount(&self) -> String {
         format_cents(self.amount_cents)
     }
 
     /// The bid lock's fencing token, or how the bid was serialised without one.
-    fn token(&self) -> String {
+    pub(super) fn token(&self) -> String {
         self.fence_token
             .map_or_else(|| "none (conditional update)".into(), |t| t.to_string())
     }
 
-    fn when(&self) -> String {
+    pub(super) fn when(&self) -> String {
         self.created_at.format("%H:%M:%S%.3f UTC").to_string()
     }
 }
@@ -281,15 +237,19 @@ async fn place_bid(
         Ok(amount_cents) => {
             let (state, bidder) = (state.clone(), buyer.profile.clone());
             let deadline = state.settings.request_deadline();
-            crate::detached::to_completion("The bid", deadline, async move {
+            let work = async move {
                 let new_bid = Bid {
                     bidder: &bidder,
                     item_id,
                     amount_cents,
                 };
-                bid::place_bid(&state, &new_bid, pause).await
-            })
-            .await
+                bid::place_bid(&state, &new_bid).await
+            };
+            pause
+                .over(crate::http::detached::to_completion(
+                    "The bid", deadline, work,
+                ))
+                .await
         }
         Err(err) => Err(Error::BadRequest(err.to_string())),
     };

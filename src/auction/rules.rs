@@ -16,64 +16,9 @@
 //! The bid path checks these before writing, for a precise message; the write itself
 //! ([`super::queries::place_bid`]) re-checks them in SQL and is the authority.
 
-use chrono::{DateTime, Utc};
-
 use super::queries::Item;
-use crate::money::{MAX_AMOUNT_CENTS, format_cents};
-
-/// Why a bid is refused by the rules. The `Display` text is shown next to the bid form.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BidRefusal {
-    /// Before `starts_at`.
-    #[error("This auction opens at {}; bids are not accepted yet.", .starts_at.format("%Y-%m-%d %H:%M:%S UTC"))]
-    NotOpenYet {
-        /// When bidding opens.
-        starts_at: DateTime<Utc>,
-    },
-    /// At or after `ends_at`, or closed.
-    #[error("This auction has ended; no more bids are accepted.")]
-    Ended,
-    /// The first bid is below the starting price.
-    #[error("Your bid of {} is below the starting price: the first bid must be at least {}.", format_cents(*.amount_cents), format_cents(*.minimum_cents))]
-    BelowStartingPrice {
-        /// The bid, in cents.
-        amount_cents: i64,
-        /// The starting price, in cents.
-        minimum_cents: i64,
-    },
-    /// The high bid is already [`MAX_AMOUNT_CENTS`]: no bid can beat it.
-    #[error(
-        "The high bid is {}, the most this site accepts: it cannot be outbid.",
-        format_cents(MAX_AMOUNT_CENTS)
-    )]
-    AtLimit,
-    /// Below the high bid plus the minimum increment (an equal bid included).
-    #[error("Your bid of {} is no longer high enough: the high bid is {}, so a bid must be at least {} (the high bid plus the minimum increment of {}).", format_cents(*.amount_cents), format_cents(*.high_bid_cents), format_cents(*.minimum_cents), format_cents(*.increment_cents))]
-    TooLow {
-        /// The bid, in cents.
-        amount_cents: i64,
-        /// The current high bid, in cents.
-        high_bid_cents: i64,
-        /// The minimum increment, in cents.
-        increment_cents: i64,
-        /// High bid + increment, in cents.
-        minimum_cents: i64,
-    },
-}
-
-impl BidRefusal {
-    /// The stable code pages carry ([`crate::error::Refusal::code`]): `not_open_yet`,
-    /// `ended`, `below_starting_price`, `at_limit`, `too_low`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            BidRefusal::NotOpenYet { .. } => "not_open_yet",
-            BidRefusal::Ended => "ended",
-            BidRefusal::BelowStartingPrice { .. } => "below_starting_price",
-            BidRefusal::AtLimit => "at_limit",
-            BidRefusal::TooLow { .. } => "too_low",
-        }
-    }
-}
+use crate::http::error::BidRefusal;
+use crate::money::MAX_AMOUNT_CENTS;
 
 /// How a closed auction ended (`auction_items.result`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -171,7 +116,7 @@ pub fn check_bid(item: &Item, amount_cents: i64) -> Result<(), BidRefusal> {
 
 #[cfg(test)]
 mod tests {
-    use chrono::TimeDelta;
+    use chrono::{TimeDelta, Utc};
 
     use super::*;
     use crate::auction::queries::ItemTerms;

@@ -1,15 +1,16 @@
 //! The lease feed from a lease store's own stream of changes
 //! ([`lease::LeaseStore::changes`]): for etcd, a watch on the event groups' keys. Like
 //! the Redis feed it resubscribes after the stream ends and sends `resync`, since changes
-//! made meanwhile are not replayed.
+//! made meanwhile are not replayed. Both feeds turn a lease change on a seat into the
+//! same page message ([`seat_message`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use lease::events::LeaseEvent;
 
-use super::listeners::seat_message;
-use super::{Feed, LiveHub};
+use super::{Feed, LiveHub, LiveMessage};
 
 /// Watches the groups `<namespace>:event:*` for as long as the server runs.
 pub(super) async fn listen(
@@ -42,4 +43,29 @@ pub(super) async fn listen(
         first = false;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The page message for a lease event on a seat of an event group `<prefix><event id>`.
+pub(super) fn seat_message(event: &LeaseEvent, prefix: &str) -> Option<(String, LiveMessage)> {
+    let key = event.key();
+    let event_id: i64 = key.group().strip_prefix(prefix)?.parse().ok()?;
+    let seat: i64 = key.name().parse().ok()?;
+    let data = match event {
+        LeaseEvent::Acquired { holder, .. } => {
+            serde_json::json!({"seat": seat, "state": "held", "holder": holder})
+        }
+        LeaseEvent::Released { .. } => {
+            serde_json::json!({"seat": seat, "state": "available", "why": "released"})
+        }
+        LeaseEvent::Expired { .. } => {
+            serde_json::json!({"seat": seat, "state": "available", "why": "expired"})
+        }
+    };
+    Some((
+        format!("event:{event_id}"),
+        LiveMessage {
+            event: "seat".into(),
+            data,
+        },
+    ))
 }

@@ -10,6 +10,7 @@ use lease::events::{self, LeaseEvent};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
+use super::changes::seat_message;
 use super::{Feed, LiveHub, LiveMessage};
 
 /// How often the Redis feed's connection is pinged (the Postgres feed's: after how long
@@ -172,31 +173,6 @@ fn touch_at_expiry(mut redis: redis::aio::ConnectionManager, key: String, expire
             tracing::debug!(key, error = %err, "could not touch a lapsing lease");
         }
     });
-}
-
-/// The page message for a lease event on a seat of an event group `<prefix><event id>`.
-pub(super) fn seat_message(event: &LeaseEvent, prefix: &str) -> Option<(String, LiveMessage)> {
-    let key = event.key();
-    let event_id: i64 = key.group().strip_prefix(prefix)?.parse().ok()?;
-    let seat: i64 = key.name().parse().ok()?;
-    let data = match event {
-        LeaseEvent::Acquired { holder, .. } => {
-            serde_json::json!({"seat": seat, "state": "held", "holder": holder})
-        }
-        LeaseEvent::Released { .. } => {
-            serde_json::json!({"seat": seat, "state": "available", "why": "released"})
-        }
-        LeaseEvent::Expired { .. } => {
-            serde_json::json!({"seat": seat, "state": "available", "why": "expired"})
-        }
-    };
-    Some((
-        format!("event:{event_id}"),
-        LiveMessage {
-            event: "seat".into(),
-            data,
-        },
-    ))
 }
 
 /// Postgres: `LISTEN seatlock_live`; each payload names its topic. A connection that

@@ -11,7 +11,7 @@ use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{LiveMessage, Subscription};
-use crate::error::Result;
+use crate::http::error::Result;
 
 /// What a route makes of one hub message.
 pub enum Update {

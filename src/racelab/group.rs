@@ -9,10 +9,10 @@ use axum::extract::{Path, State};
 use axum::response::Redirect;
 use serde::Deserialize;
 
-use crate::buyer::Buyer;
-use crate::csrf::CsrfForm;
-use crate::error::{Error, Refusal, Result};
-use crate::seats::{cart, parse_id};
+use crate::http::buyer::Buyer;
+use crate::http::csrf::CsrfForm;
+use crate::http::error::{Error, Refusal, Result};
+use crate::seats::{cart, parse_id, purchase};
 use crate::state::AppState;
 
 /// The form: `seats=12,13,14,15`.
@@ -32,7 +32,7 @@ pub(super) async fn hold_group_route(
     Path(event): Path<String>,
     CsrfForm(form): CsrfForm<GroupForm>,
 ) -> Result<Redirect> {
-    super::server::require_race_lab(&state)?;
+    super::require_race_lab(&state)?;
     let event_id = parse_id(&event, "event")?;
     let seats = parse_group(&form.seats, state.settings.max_seats_per_buyer)?;
     let event = state
@@ -48,7 +48,7 @@ pub(super) async fn hold_group_route(
     }
     cart::hold_group(&state, &buyer, event_id, &seats)
         .await?
-        .map_err(cart::refused)?;
+        .map_err(purchase::hold_refused)?;
     Ok(Redirect::to(&format!("/events/{event_id}#cart")))
 }
 

@@ -13,7 +13,7 @@
 //! `--enable-race-lab`; the same flag enables the `x-race-lab-pause-ms` request header, a
 //! server-side pause between the lock check and the write (the article's step 4 failure),
 //! and `x-race-lab-pause-at`, which moves a fenced confirm's pause to another
-//! [`crate::pause::PausePoint`] (the fault tests kill a server parked there).
+//! [`crate::racelab::pause::PausePoint`] (the fault tests kill a server parked there).
 //! `POST /race-lab/events/{event}/hold-group` (also behind `--enable-race-lab`) holds a
 //! named group of seats with the product's one-script group hold, for the race of
 //! overlapping groups (`load-test race --strategy groups`).
@@ -21,7 +21,22 @@
 //! is visible rather than prevented.
 
 mod group;
+pub mod pause;
 mod queries;
 mod server;
 
 pub use server::{purchase_routes, router};
+
+use crate::http::error::{Error, Result};
+use crate::state::AppState;
+
+/// 404 unless the server runs with `--enable-race-lab`.
+fn require_race_lab(state: &AppState) -> Result<()> {
+    if state.settings.enable_race_lab {
+        Ok(())
+    } else {
+        Err(Error::NotFound(
+            "The race lab is not enabled on this server.".into(),
+        ))
+    }
+}

@@ -7,10 +7,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 
 use super::queries;
-use crate::buyer::Buyer;
 use crate::config::PurchaseStrategy;
-use crate::error::{Error, Refusal, Result};
-use crate::pause::{Pause, PausePoint};
+use crate::http::buyer::Buyer;
+use crate::http::error::{Error, Refusal, Result};
+use crate::racelab::pause::{self, Pause, PausePoint};
 use crate::seats::{self, SeatPost, SeatRef, purchase, queries as seat_queries};
 use crate::state::AppState;
 
@@ -37,7 +37,7 @@ async fn confirm_route(
     pause: Pause,
     SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    confirm(&state, &buyer, seat, pause).await?;
+    pause.over(confirm(&state, &buyer, seat)).await?;
     Ok(seats::back_to_map(seat))
 }
 
@@ -57,19 +57,23 @@ async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
 
 /// A purchase under the server's race-lab strategy; returns the `race_lab_sales.id`
 /// (the product's `fenced` path is [`purchase::confirm`], never routed here).
-async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
-    let delay = state.settings.payment_delay() + pause.at(PausePoint::BeforeWrite);
+async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> {
+    // The payment, then the race lab's pause: the holder that stalls before its write.
+    let delay = async {
+        tokio::time::sleep(state.settings.payment_delay()).await;
+        pause::point(PausePoint::BeforeWrite).await;
+    };
     let strategy = state.settings.purchase_strategy;
     match strategy {
         // Never routed here (the product's routes serve it); delegating keeps it safe.
-        PurchaseStrategy::Fenced => purchase::confirm(state, buyer, seat, pause).await,
+        PurchaseStrategy::Fenced => purchase::confirm(state, buyer, seat).await,
         PurchaseStrategy::RaceLabNaive => {
             // Read, think, write: the classic check-then-act race.
             let status = seat_queries::seat_status(&state.db, seat).await?;
             if status.is_none_or(|s| s.sold) {
                 return Err(Refusal::AlreadySold.into());
             }
-            tokio::time::sleep(delay).await;
+            delay.await;
             Ok(queries::sell_unconditionally(
                 &state.db,
                 seat,
@@ -89,8 +93,8 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -
                 return Err(Refusal::HoldExpired.into());
             }
             // ...a pause that can outlast the lease, and a write nobody fences.
-            tokio::time::sleep(delay).await;
-            let token = Some(lease.fencing_token().0 as i64);
+            delay.await;
+            let token = Some(lease.fencing_token().as_i64());
             let sale = queries::sell_unconditionally(
                 &state.db,
                 seat,
@@ -106,7 +110,7 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -
             Ok(sale)
         }
         PurchaseStrategy::RaceLabConditional => {
-            tokio::time::sleep(delay).await;
+            delay.await;
             queries::sell_if_unsold(&state.db, seat, buyer.id())
                 .await?
                 .ok_or_else(|| Refusal::AlreadySold.into())
@@ -117,21 +121,10 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -
 /// `GET /race-lab`: `{"strategy": "race-lab-naive"}`, so `load-test --target` can check
 /// what it is racing; 404 unless the server runs with `--enable-race-lab`.
 async fn describe(State(state): State<AppState>) -> Result<Json<serde_json::Value>> {
-    require_race_lab(&state)?;
+    super::require_race_lab(&state)?;
     Ok(Json(
         serde_json::json!({ "strategy": state.settings.purchase_strategy.flag_value() }),
     ))
-}
-
-/// 404 unless the server runs with `--enable-race-lab`.
-pub(super) fn require_race_lab(state: &AppState) -> Result<()> {
-    if state.settings.enable_race_lab {
-        Ok(())
-    } else {
-        Err(Error::NotFound(
-            "The race lab is not enabled on this server.".into(),
-        ))
-    }
 }
 
 /// `GET /race-lab` and `POST /race-lab/events/{event}/hold-group` (both 404 unless the

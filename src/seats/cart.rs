@@ -21,10 +21,10 @@ use std::collections::HashSet;
 
 use lease::{Lease, LeaseError};
 
-use super::purchase;
+use super::purchase::{self, Checkout};
 use super::{SeatRef, queries};
-use crate::buyer::{Buyer, HeldSeat};
-use crate::error::{Error, Refusal, Result};
+use crate::http::buyer::{Buyer, HeldSeat};
+use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
 use crate::telemetry;
 
@@ -80,7 +80,7 @@ pub async fn best_available(
             Ok(leases) => return Ok(leases),
             // Someone took part of the block since the read: pick again.
             Err(err @ LeaseError::Held { .. }) => last = Some(err),
-            Err(err) => return Err(refused(err)),
+            Err(err) => return Err(purchase::hold_refused(err)),
         }
     }
     Err(last.map_or(Refusal::NoBlock { quantity }.into(), Error::from))
@@ -91,7 +91,7 @@ pub async fn best_available(
 /// one owner token, one fencing token and the hold TTL, or none; then remembers each
 /// hold in the buyer's session. Returns the leases in the order of `seats`, or the lease
 /// error as it came (`Held`, `Retired` for a sold seat, `OverLimit`, `Unavailable`...:
-/// nothing was held; [`refused`] turns it into the buyer's 409 or 503). Errors: 503 the
+/// nothing was held; `purchase::hold_refused` turns it into the buyer's 409 or 503). Errors: 503 the
 /// session store unavailable.
 ///
 /// Used by [`best_available`] and by the race lab's hold of a named group.
@@ -127,20 +127,10 @@ pub async fn hold_group(
             .await?;
     }
     tracing::info!(
-        fencing_token = leases[0].fencing_token().0,
+        fencing_token = leases[0].fencing_token().as_i64(),
         "group hold granted"
     );
     Ok(Ok(leases))
-}
-
-/// A hold refused by Redis as the buyer's error (409 held, sold or the buyer's limit;
-/// 503 a store unavailable), counted in [`telemetry::HOLDS_REFUSED_TOTAL`].
-pub fn refused(err: LeaseError) -> Error {
-    let err = Error::from(err);
-    if let Error::Refused(refusal) = &err {
-        telemetry::hold_refused(refusal);
-    }
-    err
 }
 
 /// The first `quantity` seats in a row of `free` (ordered by price, highest first, then
@@ -187,7 +177,8 @@ pub fn pick_block(
 #[tracing::instrument(name = "checkout", skip_all, fields(event = event_id, buyer = buyer.id()))]
 pub async fn checkout(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Vec<i64>> {
     let work = checkout_cart(state.clone(), buyer.clone(), event_id);
-    crate::detached::to_completion("The purchase", state.settings.request_deadline(), work).await
+    crate::http::detached::to_completion("The purchase", state.settings.request_deadline(), work)
+        .await
 }
 
 async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<Vec<i64>> {
@@ -204,16 +195,17 @@ async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<V
                 "You hold no seats of this event. Pick seats on the seat map first.".into(),
             ));
         }
-        let not_ours = match purchase::buy_all(&state, &buyer, &holds).await? {
-            Ok(orders) => return Ok(orders),
-            Err(not_ours) => not_ours,
+        // One all-or-nothing attempt: pay, the fenced writes, the owner checks, commit.
+        let not_ours = match purchase::pay_and_sell_all(&state, &buyer, &holds).await? {
+            Checkout::Bought(orders) => return Ok(orders),
+            Checkout::NotOurs(not_ours) => not_ours,
+            Checkout::BoughtAlready => {
+                // A seat was already bought by this buyer (and is now forgotten): try the
+                // rest. Each pass forgets one seat, so this ends.
+                bought_already = true;
+                continue;
+            }
         };
-        if not_ours.is_empty() {
-            // A seat was already bought by this buyer (and is now forgotten): try the
-            // rest. Each pass forgets one seat, so this ends.
-            bought_already = true;
-            continue;
-        }
         // A hold whose session copy was stale (its owner check failed, but Redis has
         // another live hold of this buyer on the seat, now in the session) is bought on
         // the next pass with the live lease; once.

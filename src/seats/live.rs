@@ -15,8 +15,8 @@ use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 
 use super::{parse_id, queries};
-use crate::error::{Error, Result};
 use crate::events;
+use crate::http::error::{Error, Result};
 use crate::live::{LiveMessage, Update, page_stream};
 use crate::state::AppState;
 

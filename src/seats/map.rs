@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 use lease::Holding;
 
 use super::queries::{self, MapSeat, Zone};
-use crate::error::Result;
 use crate::events::{self, EventSummary};
+use crate::http::error::Result;
 use crate::money::format_cents;
 use crate::state::AppState;
 

@@ -24,7 +24,7 @@ pub use routes::{purchase_routes, router};
 use lease::LeaseKey;
 
 use crate::config::LeaseNamespace;
-use crate::error::Error;
+use crate::http::error::Error;
 
 /// One seat of one event, as named in URLs: `/events/{event_id}/seats/{seat_id}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

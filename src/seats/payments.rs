@@ -33,9 +33,9 @@ pub async fn sweep_forever(state: AppState) {
         every.tick().await;
         let older_than = stale_after(&state.settings);
         let sweep = queries::void_stale_authorizations(&state.db, older_than);
-        let swept = crate::deadline::within(state.settings.request_deadline(), sweep)
+        let swept = crate::http::deadline::within(state.settings.request_deadline(), sweep)
             .await
-            .and_then(|voided| voided.map_err(crate::error::Error::from));
+            .and_then(|voided| voided.map_err(crate::http::error::Error::from));
         match swept {
             Ok(0) => {}
             Ok(voided) => tracing::warn!(voided, "voided authorizations left open"),

@@ -19,9 +19,9 @@ use tracing::field::Empty;
 
 use super::SeatRef;
 use super::queries::{self, Sale};
-use crate::buyer::{Buyer, HeldSeat};
-use crate::error::{Error, Refusal, Result};
-use crate::pause::{Pause, PausePoint};
+use crate::http::buyer::{Buyer, HeldSeat};
+use crate::http::error::{Error, Refusal, Result};
+use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
 use crate::telemetry::{self, ConfirmOutcome};
 
@@ -72,7 +72,7 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         .map(|mut leases| leases.remove(0))
     {
         Ok(lease) => {
-            Span::current().record("fencing_token", lease.fencing_token().0);
+            Span::current().record("fencing_token", lease.fencing_token().as_i64());
             telemetry::hold_granted();
             buyer
                 .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
@@ -87,8 +87,18 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         }
         // Held by someone else: `held`; retired by its sale: `sold`; over the buyer's
         // limit: `seat_limit`.
-        Err(err) => Err(super::cart::refused(err)),
+        Err(err) => Err(hold_refused(err)),
     }
+}
+
+/// A hold refused by Redis as the buyer's error (409 held, sold or the buyer's limit;
+/// 503 a store unavailable), counted in [`telemetry::HOLDS_REFUSED_TOTAL`].
+pub(crate) fn hold_refused(err: LeaseError) -> Error {
+    let err = Error::from(err);
+    if let Error::Refused(refusal) = &err {
+        telemetry::hold_refused(refusal);
+    }
+    err
 }
 
 /// The buyer's hold on `seat`: the session's copy if it has one (no round trip; it may be
@@ -147,7 +157,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
         .await?
         .ok_or_else(not_your_hold)?;
     loop {
-        Span::current().record("fencing_token", lease.fencing_token().0);
+        Span::current().record("fencing_token", lease.fencing_token().as_i64());
         if state.leases.release(&lease).await? {
             break;
         }
@@ -160,27 +170,33 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 }
 
 /// Buys `seat` for `buyer` with the fencing token of the buyer's hold; returns the
-/// order id. The purchase runs on a task of its own, so a buyer who hangs up (a closed
-/// tab, a lost signal) does not cancel it half way: the retry finds the order, or the
-/// hold still there.
+/// order id. What this layer adds: the purchase runs on a task of its own, so a buyer
+/// who hangs up (a closed tab, a lost signal) does not cancel it half way: the retry
+/// finds the order, or the hold still there.
 ///
-/// The order of the steps (`buy`) leaves the buyer, whatever fails or crashes, with
-/// either the order or the hold (until its TTL), never neither, while a hold that lapsed
-/// before the commit still cannot buy. When the session's copy of the hold was stale,
-/// the purchase is made once more with the live lease Redis has for the buyer.
+/// The layers below, each adding one thing: `purchase_with_live_lease` (the session's
+/// copy of the hold, and once more with the live lease when that copy was stale),
+/// `pay_and_sell` (the hold's payment, joined and left) and `sell_fenced` (the
+/// fenced transaction, steps 2 to 5). Their order leaves the buyer, whatever fails or
+/// crashes, with either the order or the hold (until its TTL), never neither, while a
+/// hold that lapsed before the commit still cannot buy.
 ///
 /// Traced as span `confirm` (event, seat, buyer, fencing token); outcomes counted in
 /// [`telemetry::CONFIRMS_TOTAL`], a sale stopped by `orders_one_per_seat` in
 /// [`telemetry::DOUBLE_SALES_DETECTED_TOTAL`]. Errors: 403 no hold, 409 sold or hold
 /// lapsed or token stale, 503 a store unavailable (retry: nothing was lost).
 #[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
-pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
-    let purchase = purchase(state.clone(), buyer.clone(), seat, pause);
+pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> {
+    let purchase = purchase_with_live_lease(state.clone(), buyer.clone(), seat);
     let deadline = state.settings.request_deadline();
-    crate::detached::to_completion("The purchase", deadline, purchase).await
+    crate::http::detached::to_completion("The purchase", deadline, purchase).await
 }
 
-async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) -> Result<i64> {
+/// [`confirm`]'s purchase with the buyer's hold: the session's copy first, then, if that
+/// copy turns out not to be the buyer's at the owner check, once more with the live lease
+/// Redis has for the buyer. A hold that is gone is 403, unless this buyer bought the seat
+/// already (a submit sent twice): then its order.
+async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) -> Result<i64> {
     let Some(lease) = held_lease(&state, &buyer, seat).await? else {
         // A submit after a purchase that completed: the session no longer has the hold.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
@@ -188,22 +204,28 @@ async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) ->
             None => Err(not_your_hold()),
         };
     };
-    if let Some(order_id) = buy(&state, &buyer, seat, &lease, pause).await? {
+    if let Some(order_id) = pay_and_sell(&state, &buyer, seat, &lease).await? {
         return Ok(order_id);
     }
-    // The hold was not ours at the owner check: the session's copy may be stale.
+    // The hold was not ours at the owner check: the session's copy may be stale. Redis
+    // knows the buyer's live lease; one more attempt with it (and without the race lab's
+    // pause: the stalled holder was the first attempt).
     if let Some(live) = refresh_hold(&state, &buyer, seat).await?
         && live != lease
-        && let Some(order_id) = buy(&state, &buyer, seat, &live, Pause::NONE).await?
+        && let Some(order_id) = pause::without(pay_and_sell(&state, &buyer, seat, &live)).await?
     {
         return Ok(order_id);
     }
+    // No live hold of ours: it lapsed, and a lapsed hold cannot buy.
     telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::HoldExpired));
     tracing::info!("confirm refused: hold lapsed");
     Err(Refusal::HoldExpired.into())
 }
 
-/// One purchase attempt with `lease`, in this order:
+/// One purchase attempt with `lease`; `None` if the hold was not ours at the owner check.
+/// What this layer adds: the payment. Every attempt joins the hold's one payment, and an
+/// attempt that does not buy leaves it (the last to leave voids it). The steps of a
+/// purchase, in this order:
 ///
 /// 1. Payment: the attempt joins the hold's one payment ([`queries::authorize_payment`]):
 ///    its idempotency key is the hold's (event, seat, fencing token), so a retried or
@@ -223,33 +245,30 @@ async fn purchase(state: AppState, buyer: Buyer, seat: SeatRef, pause: Pause) ->
 ///    refused by the lease script ([`give_up`]), best effort: the order stands either
 ///    way, and a hold left behind only lapses by its TTL on a seat shown sold.
 ///
-/// A crash before 4 rolls the transaction back and leaves the hold (the retry buys); a
-/// crash after 4 leaves the order. A holder that stalls between 2 and 4 keeps the row
-/// locked for at most [`crate::config::Settings::purchase_idle_timeout`] (Postgres ends
-/// its idle transaction), less than the lock wait a valid holder's confirm allows
+/// Steps 2 to 5 are [`sell_fenced`]. A crash before 4 rolls the transaction back and
+/// leaves the hold (the retry buys); a crash after 4 leaves the order. A holder that
+/// stalls between 2 and 4 keeps the row locked for at most
+/// [`crate::config::Settings::purchase_idle_timeout`] (Postgres ends its idle
+/// transaction), less than the lock wait a valid holder's confirm allows
 /// ([`crate::config::Settings::lock_wait`]), less than the store timeout.
-///
-/// `pause` is the race lab's "holder that pauses": added to the payment delay by default
-/// ([`PausePoint::BeforeWrite`]); the fault tests park a confirm at the other points
-/// ([`PausePoint::BeforeRelease`] is now before the owner check). [`Pause::NONE`]
-/// outside the race lab.
 ///
 /// Round trips: Redis: the owner check and the release; Postgres: the authorization,
 /// then one transaction (BEGIN, the statement, COMMIT).
-async fn buy(
+async fn pay_and_sell(
     state: &AppState,
     buyer: &Buyer,
     seat: SeatRef,
     lease: &Lease,
-    pause: Pause,
 ) -> Result<Option<i64>> {
-    let token = lease.fencing_token().0 as i64;
+    let token = lease.fencing_token().as_i64();
     Span::current().record("fencing_token", token);
+    // 1. Payment, joined under the hold's key: a second attempt (a retry, another tab)
+    // joins the same authorization instead of paying again.
     let payment = payment_key(seat, token);
     tokio::time::sleep(state.settings.payment_delay()).await;
     let authorize = queries::authorize_payment(&state.db, seat, &payment, buyer.id());
     telemetry::postgres("authorize", authorize).await?;
-    let attempt = fenced_purchase(state, buyer, seat, lease, &payment, pause).await;
+    let attempt = sell_fenced(state, buyer, seat, lease, &payment).await;
     // Only a sale that committed here captured this payment. Every other end (refused,
     // lapsed, a store failing, or the order this buyer bought under another hold) leaves
     // it; the last attempt to leave voids it, so another tab's attempt in flight keeps it.
@@ -258,82 +277,102 @@ async fn buy(
     }
     match attempt? {
         Attempt::Sold(order_id) => Ok(Some(order_id)),
-        Attempt::Refused => refused(state, buyer, seat, lease).await.map(Some),
+        Attempt::Refused => sale_refused(state, buyer, seat, lease).await.map(Some),
         Attempt::NotOurs => Ok(None),
     }
 }
 
-/// How the fenced transaction of one attempt ended ([`fenced_purchase`]).
+/// How the fenced transaction of one attempt ended ([`sell_fenced`]).
 enum Attempt {
     /// This attempt's sale committed (its payment captured): the order id.
     Sold(i64),
-    /// The fenced write refused the sale; nothing was written ([`refused`] says why).
+    /// The fenced write refused the sale; nothing was written ([`sale_refused`] says why).
     Refused,
     /// The hold was not ours at the owner check; rolled back.
     NotOurs,
 }
 
-/// Steps 2 to 5 of [`buy`], once the payment is authorized under `payment`.
-async fn fenced_purchase(
+/// Steps 2 to 5 of [`pay_and_sell`], once the payment is authorized under `payment`: the
+/// fenced write, the owner check, the commit and the release. The race lab's pause
+/// points ([`PausePoint`]) sit between the steps.
+async fn sell_fenced(
     state: &AppState,
     buyer: &Buyer,
     seat: SeatRef,
     lease: &Lease,
     payment: &str,
-    pause: Pause,
 ) -> Result<Attempt> {
-    pause.sleep_at(PausePoint::BeforeWrite).await;
-    let token = lease.fencing_token().0 as i64;
+    pause::point(PausePoint::BeforeWrite).await;
+    // 2. The fenced write, in a transaction that holds the row lock from here to the
+    // commit; Postgres ends the transaction if this holder stalls past its idle bound.
     let mut tx = state.db.begin().await?;
     let idle_bound = state.settings.purchase_idle_timeout();
+    let token = lease.fencing_token().as_i64();
     let sell = queries::sell(&mut tx, seat, token, &buyer.profile, payment, idle_bound);
     let sold = telemetry::postgres("sell", sell)
         .await
         .inspect_err(detect_double_sale)?;
     let order_id = match sold {
         Sale::Sold { order_id } => order_id,
+        // Sold, stale token or event started: nothing written; the caller explains it.
         Sale::Refused => {
             tx.rollback().await?;
             return Ok(Attempt::Refused);
         }
+        // The capture found the payment voided: no capture, no order.
         Sale::Unpaid => return unpaid(tx).await,
     };
-    pause.sleep_at(PausePoint::BeforeRelease).await;
+    pause::point(PausePoint::BeforeOwnerCheck).await;
+    // 3. The owner check, with the row locked: a hold that lapsed cannot buy.
     if !state.leases.is_held(lease).await? {
         tx.rollback().await?;
         return Ok(Attempt::NotOurs);
     }
-    pause.sleep_at(PausePoint::BeforeCommit).await;
+    pause::point(PausePoint::BeforeCommit).await;
+    // 4. COMMIT: from here the order stands, whatever happens next.
     telemetry::postgres("commit", tx.commit()).await?;
     telemetry::confirm(ConfirmOutcome::Accepted);
     tracing::info!(order = order_id, "seat sold");
-    pause.sleep_at(PausePoint::AfterCommit).await;
+    pause::point(PausePoint::AfterCommit).await;
+    // 5. Release the hold and retire the seat (best effort), and forget the hold.
     give_up(state, lease, true).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     Ok(Attempt::Sold(order_id))
 }
 
-/// [`buy`] for several holds at once (the cart's checkout, [`super::cart::checkout`]),
-/// all or nothing, in the same order of steps: each seat's payment authorized under its
-/// own hold's key; ONE transaction with [`queries::sell`] per seat, each fenced with its
-/// own hold's fencing token; the owner check of every hold in Redis with every row
-/// locked; COMMIT; then each hold released and its seat retired.
+/// What a checkout's attempt ([`pay_and_sell_all`]) ended in.
+#[derive(Debug)]
+pub(super) enum Checkout {
+    /// Every seat bought: the order ids, in the order of the holds.
+    Bought(Vec<i64>),
+    /// One seat was bought already by this buyer (a checkout sent twice): nothing else
+    /// was bought, and that seat's hold is forgotten; the next attempt buys the rest.
+    BoughtAlready,
+    /// The holds (by index) that were not the buyer's at the owner check: nothing was
+    /// bought, and the other holds are untouched.
+    NotOurs(Vec<usize>),
+}
+
+/// [`pay_and_sell`] for several holds at once (the cart's checkout,
+/// [`super::cart::checkout`]), all or nothing, in the same order of steps: each seat's
+/// payment authorized under its own hold's key; ONE transaction with [`queries::sell`]
+/// per seat, each fenced with its own hold's fencing token; the owner check of every hold
+/// in Redis with every row locked; COMMIT; then each hold released and its seat retired.
 ///
-/// Returns the order ids in the order of `holds`, or `Ok(Err(indices))`: the holds (by
-/// index) that were not the buyer's at the owner check; nothing was bought, every
-/// payment voided, and the other holds are untouched. A seat the fenced write refused
-/// (sold, stale token, event started) rolls everything back with that seat's refusal
-/// ([`refused`], which gives up its worthless hold). Round trips: Postgres one
-/// authorization per seat and one transaction; Redis one owner check per seat, then one
-/// retire per seat.
-pub(super) async fn buy_all(
+/// Unless every seat is [`Checkout::Bought`], every payment joined is left. A seat the
+/// fenced write refused (sold, stale token, event started) rolls everything back with
+/// that seat's refusal ([`sale_refused`], which gives up its worthless hold). Round
+/// trips: Postgres one authorization per seat and one transaction; Redis one owner check
+/// per seat, then one retire per seat.
+pub(super) async fn pay_and_sell_all(
     state: &AppState,
     buyer: &Buyer,
     holds: &[(SeatRef, Lease)],
-) -> Result<std::result::Result<Vec<i64>, Vec<usize>>> {
+) -> Result<Checkout> {
+    // 1. Payments: one per hold, each under its own hold's key.
     let payments: Vec<String> = holds
         .iter()
-        .map(|(seat, lease)| payment_key(*seat, lease.fencing_token().0 as i64))
+        .map(|(seat, lease)| payment_key(*seat, lease.fencing_token().as_i64()))
         .collect();
     tokio::time::sleep(state.settings.payment_delay()).await;
     let mut joined = 0;
@@ -347,13 +386,13 @@ pub(super) async fn buy_all(
         joined += 1;
     }
     let bought = match authorized {
-        Ok(()) => fenced_purchase_all(state, buyer, holds, &payments).await,
+        Ok(()) => sell_all_fenced(state, buyer, holds, &payments).await,
         Err(err) => Err(err.into()),
     };
     // The checkout leaves only the payments it joined, and voids only those it is the
     // last attempt in: a single-seat confirm of one of these seats from another tab
     // keeps its authorization.
-    if !matches!(bought, Ok(Ok(_))) {
+    if !matches!(bought, Ok(Checkout::Bought(_))) {
         for payment in &payments[..joined] {
             leave_payment(state, payment).await;
         }
@@ -361,18 +400,21 @@ pub(super) async fn buy_all(
     bought
 }
 
-/// The transaction, owner checks, commit and releases of [`buy_all`].
-async fn fenced_purchase_all(
+/// Steps 2 to 5 of [`pay_and_sell_all`]: the fenced writes in one transaction, the owner
+/// checks, the commit and the releases.
+async fn sell_all_fenced(
     state: &AppState,
     buyer: &Buyer,
     holds: &[(SeatRef, Lease)],
     payments: &[String],
-) -> Result<std::result::Result<Vec<i64>, Vec<usize>>> {
+) -> Result<Checkout> {
+    // 2. Every seat's fenced write in ONE transaction: all or nothing, every row locked
+    // until the commit.
     let mut tx = state.db.begin().await?;
     let idle_bound = state.settings.purchase_idle_timeout();
     let mut orders = Vec::with_capacity(holds.len());
     for ((seat, lease), payment) in holds.iter().zip(payments) {
-        let token = lease.fencing_token().0 as i64;
+        let token = lease.fencing_token().as_i64();
         let sell = queries::sell(&mut tx, *seat, token, &buyer.profile, payment, idle_bound);
         let sold = telemetry::postgres("sell", sell)
             .await
@@ -383,12 +425,14 @@ async fn fenced_purchase_all(
                 tx.rollback().await?;
                 // Bought already by this buyer (a checkout sent twice): the seat's hold is
                 // forgotten, and the next attempt buys the rest.
-                refused(state, buyer, *seat, lease).await?;
-                return Ok(Err(Vec::new()));
+                sale_refused(state, buyer, *seat, lease).await?;
+                return Ok(Checkout::BoughtAlready);
             }
             Sale::Unpaid => return unpaid(tx).await,
         }
     }
+    // 3. The owner check of every hold, with every row locked; any hold not ours rolls
+    // the whole cart back, and is named.
     let mut not_ours = Vec::new();
     for (i, (_, lease)) in holds.iter().enumerate() {
         if !state.leases.is_held(lease).await? {
@@ -397,8 +441,9 @@ async fn fenced_purchase_all(
     }
     if !not_ours.is_empty() {
         tx.rollback().await?;
-        return Ok(Err(not_ours));
+        return Ok(Checkout::NotOurs(not_ours));
     }
+    // 4. COMMIT, then 5. each hold released and its seat retired.
     telemetry::postgres("commit", tx.commit()).await?;
     for (seat, lease) in holds {
         telemetry::confirm(ConfirmOutcome::Accepted);
@@ -406,7 +451,7 @@ async fn fenced_purchase_all(
         buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     }
     tracing::info!(seats = holds.len(), "cart sold");
-    Ok(Ok(orders))
+    Ok(Checkout::Bought(orders))
 }
 
 /// The payment's idempotency key: one per hold, `<event>:<seat>:<fencing token>`.
@@ -453,16 +498,23 @@ async fn give_up(state: &AppState, lease: &Lease, sold: bool) {
     }
 }
 
-/// Explains a refused [`queries::sell`]: already bought by this buyer (a double submit:
+/// Explains a sale the fenced write ([`queries::sell`]) refused: already bought by this buyer (a double submit:
 /// returns the order), the event started, a stale fencing token (the row accepted a
 /// higher one, which only a sale writes), or sold. The hold is worthless either way and
 /// is given up ([`give_up`]; the seat is retired too when it is sold).
-async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) -> Result<i64> {
+async fn sale_refused(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+    lease: &Lease,
+) -> Result<i64> {
+    // A double submit: the first one bought it; this one returns its order.
     if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
         give_up(state, lease, true).await;
         buyer.forget_hold(seat.event_id, seat.seat_id).await?;
         return Ok(order_id);
     }
+    // Otherwise the hold is worthless: give it up (retiring a sold seat) before saying why.
     let status = queries::seat_status(&state.db, seat).await;
     give_up(state, lease, matches!(&status, Ok(Some(s)) if s.sold)).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
@@ -471,7 +523,7 @@ async fn refused(state: &AppState, buyer: &Buyer, seat: SeatRef, lease: &Lease) 
             telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::EventStarted));
             Err(Refusal::EventStarted.into())
         }
-        Some(s) if s.fence_token > lease.fencing_token().0 as i64 => {
+        Some(s) if s.fence_token > lease.fencing_token().as_i64() => {
             tracing::warn!(
                 accepted = s.fence_token,
                 "confirm refused: stale fencing token"

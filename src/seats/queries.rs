@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::SeatRef;
-use crate::buyer::BuyerProfile;
+use crate::profile::BuyerProfile;
 
 /// A seat's sale state for one event, read when a purchase is refused to say why.
 #[derive(Debug, sqlx::FromRow)]

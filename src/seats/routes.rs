@@ -12,11 +12,11 @@ use serde::Deserialize;
 use super::map::{self, SeatMap};
 use super::{SeatRef, parse_id};
 use super::{cart, purchase};
-use crate::buyer::Buyer;
-use crate::csrf::{CsrfForm, Empty, FormToken};
-use crate::error::{Error, Result};
+use crate::http::buyer::Buyer;
+use crate::http::csrf::{CsrfForm, Empty, FormToken};
+use crate::http::error::{Error, Result};
 use crate::money::format_cents;
-use crate::pause::Pause;
+use crate::racelab::pause::Pause;
 use crate::state::AppState;
 
 /// `GET /events/{id}`, its stream, release, and the cart: best available, the checkout
@@ -216,7 +216,7 @@ async fn confirm(
     pause: Pause,
     SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
-    let order_id = purchase::confirm(&state, &buyer, seat, pause).await?;
+    let order_id = pause.over(purchase::confirm(&state, &buyer, seat)).await?;
     Ok(Redirect::to(&format!("/orders/{order_id}")))
 }
 

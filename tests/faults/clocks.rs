@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use seatlock::error::Refusal;
+use seatlock::http::error::Refusal;
 use seatlock_harness::{HttpBuyer, ServerProcess, eventually};
 
 use crate::deployment::*;

@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
-use seatlock::error::Refusal;
-use seatlock::pause::PausePoint;
+use seatlock::http::error::Refusal;
+use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::{HttpBuyer, ServerProcess, eventually};
 
 use crate::deployment::*;
@@ -67,7 +67,7 @@ async fn a_server_killed_inside_the_confirm_transaction_sells_nothing_and_its_or
     let base = &survivor.address;
     let seat = d.seats[2];
     let started = Instant::now();
-    let (walked_away, _) = killed_at(&d, doomed, seat, PausePoint::BeforeRelease).await;
+    let (walked_away, _) = killed_at(&d, doomed, seat, PausePoint::BeforeOwnerCheck).await;
     // Postgres rolled the open transaction back when the connection died.
     assert!(d.orders(seat).await.is_empty());
     assert!(d.held(seat).await, "the orphaned hold stays until its TTL");

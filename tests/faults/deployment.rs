@@ -7,9 +7,9 @@ use lease::{LeaseClient, LeaseKey, LeaseStore};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
 use seatlock::config::Settings;
-use seatlock::error::Refusal;
+use seatlock::http::error::Refusal;
 use seatlock::ledger::PgFenceLedger;
-use seatlock::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
+use seatlock::racelab::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
 use seatlock::seats::{self, SeatRef};
 pub(crate) use seatlock_harness::http::{between, hold_token, page_buyer_id};
 use seatlock_harness::{

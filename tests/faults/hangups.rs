@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use seatlock::pause::PausePoint;
+use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::eventually;
 
 use crate::deployment::*;
@@ -18,7 +18,7 @@ async fn a_buyer_who_hangs_up_at_any_point_of_a_confirm_ends_with_the_order_paid
     let server = d.server(|_| {}).await;
     let points = [
         PausePoint::BeforeWrite,
-        PausePoint::BeforeRelease,
+        PausePoint::BeforeOwnerCheck,
         PausePoint::BeforeCommit,
         PausePoint::AfterCommit,
     ];

@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use lease::LeaseStore;
-use seatlock::buyer::BuyerProfile;
-use seatlock::error::Refusal;
-use seatlock::pause::PausePoint;
+use seatlock::http::error::Refusal;
+use seatlock::profile::BuyerProfile;
+use seatlock::racelab::pause::PausePoint;
 use seatlock::seats::SeatRef;
 use seatlock::seats::queries::{self, Sale};
 use seatlock_harness::{Reply, eventually};
@@ -160,7 +160,7 @@ async fn a_server_killed_at_each_point_with_a_second_tab_in_flight_leaves_it_pai
     let mut seats = d.seats.iter().copied();
     for point in [
         PausePoint::BeforeWrite,
-        PausePoint::BeforeRelease,
+        PausePoint::BeforeOwnerCheck,
         PausePoint::BeforeCommit,
         PausePoint::AfterCommit,
     ] {
@@ -410,13 +410,13 @@ async fn a_checkout_hung_up_on_while_a_confirm_is_parked_leaves_nothing_open() {
     ];
     for point in [
         PausePoint::BeforeWrite,
-        PausePoint::BeforeRelease,
+        PausePoint::BeforeOwnerCheck,
         PausePoint::BeforeCommit,
     ] {
         let case = format!("{point:?}");
         let idx = match point {
             PausePoint::BeforeWrite => 0,
-            PausePoint::BeforeRelease => 2,
+            PausePoint::BeforeOwnerCheck => 2,
             _ => 4,
         };
         let (s1, s2) = (d.seats[idx], d.seats[idx + 1]);
@@ -473,7 +473,7 @@ async fn a_stale_tab_confirming_after_a_release_and_rehold_voids_its_authorizati
         d.server(|s| s.hold_ttl_ms = 10_000).await,
     ];
     let mut parks = 0;
-    for (i, point) in [PausePoint::BeforeRelease, PausePoint::BeforeWrite]
+    for (i, point) in [PausePoint::BeforeOwnerCheck, PausePoint::BeforeWrite]
         .into_iter()
         .enumerate()
         .map(|(i, p)| (1 - i, p))

@@ -5,8 +5,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use seatlock::error::Refusal;
-use seatlock::pause::PausePoint;
+use seatlock::http::error::Refusal;
+use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::{
     HttpBuyer, PostgresServer, RedisServer, ServerProcess, TINY_VENUES, eventually, store_urls,
 };
@@ -155,7 +155,7 @@ async fn postgres_restarted_mid_confirm_fails_cleanly_and_the_pool_recovers_by_i
     // the commit. Postgres restarts under them.
     let points = [
         PausePoint::BeforeWrite,
-        PausePoint::BeforeRelease,
+        PausePoint::BeforeOwnerCheck,
         PausePoint::BeforeCommit,
     ];
     let mut confirms = Vec::new();

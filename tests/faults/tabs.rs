@@ -5,7 +5,7 @@
 //! capture without its order, and once every attempt has answered no authorization is
 //! left open: the last attempt to leave a payment voids it, and only that one.
 
-use seatlock::pause::PausePoint;
+use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::Reply;
 
 use crate::deployment::*;
@@ -25,7 +25,7 @@ enum SecondTab {
 
 const POINTS: [PausePoint; 4] = [
     PausePoint::BeforeWrite,
-    PausePoint::BeforeRelease,
+    PausePoint::BeforeOwnerCheck,
     PausePoint::BeforeCommit,
     PausePoint::AfterCommit,
 ];

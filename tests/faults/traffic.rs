@@ -8,8 +8,8 @@ use std::time::Duration;
 use rand::Rng;
 use reqwest::header::HeaderMap;
 use seatlock::app::SESSION_COOKIE;
-use seatlock::error::Refusal;
-use seatlock::pause::PausePoint;
+use seatlock::http::error::Refusal;
+use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::{HttpBuyer, Reply};
 
 use crate::deployment::*;

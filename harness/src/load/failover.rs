@@ -26,8 +26,8 @@ use sqlx::postgres::PgPoolOptions;
 
 use seatlock::auction::queries;
 use seatlock::config::Settings;
-use seatlock::error::Refusal;
-use seatlock::pause::PAUSE_HEADER;
+use seatlock::http::error::Refusal;
+use seatlock::racelab::pause::PAUSE_HEADER;
 
 use super::timeline::{self, Lane, Moment};
 use crate::http::hold_token;

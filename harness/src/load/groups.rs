@@ -31,7 +31,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use tokio::sync::Barrier;
 
-use seatlock::error::Refusal;
+use seatlock::http::error::Refusal;
 
 use super::race::RaceConfig;
 use crate::check::CheckReport;

@@ -21,8 +21,8 @@ use sqlx::PgPool;
 use tokio::sync::Barrier;
 
 use seatlock::config::PurchaseStrategy;
-use seatlock::error::Refusal;
-use seatlock::pause::PAUSE_HEADER;
+use seatlock::http::error::Refusal;
+use seatlock::racelab::pause::PAUSE_HEADER;
 
 use crate::http::{HttpBuyer, Reply};
 

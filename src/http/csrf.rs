@@ -12,7 +12,7 @@
 //!    site, for browsers that send it (all current ones do).
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{Method, header};
 use axum::middleware::Next;
@@ -24,8 +24,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use tower_sessions::Session;
 
-use crate::error::Error;
-use crate::state::AppState;
+use crate::http::error::Error;
 
 /// Session key of the random value that binds CSRF tokens to the session.
 const SESSION_BINDING: &str = "csrf";
@@ -73,7 +72,11 @@ impl Csrf {
 
     /// The CSRF token of the request's session, made (with the session's binding value)
     /// on its first use. 503 if the session store fails.
-    async fn token(&self, parts: &mut Parts, state: &AppState) -> Result<CsrfToken, Error> {
+    async fn token<S: Send + Sync>(
+        &self,
+        parts: &mut Parts,
+        state: &S,
+    ) -> Result<CsrfToken, Error> {
         let session = Session::from_request_parts(parts, state)
             .await
             .map_err(|_| Error::Unavailable("the session store"))?;
@@ -84,10 +87,10 @@ impl Csrf {
                 session
                     .insert(SESSION_BINDING, &binding)
                     .await
-                    .map_err(crate::buyer::session_error)?;
+                    .map_err(Error::from)?;
                 binding
             }
-            Err(err) => return Err(crate::buyer::session_error(err)),
+            Err(err) => return Err(err.into()),
         };
         let config = self.for_session(&binding);
         // (axum_csrf's extractor never fails: a missing cookie gets a new token.)
@@ -115,11 +118,15 @@ pub struct FormToken {
     pub authenticity: String,
 }
 
-impl FromRequestParts<AppState> for FormToken {
+impl<S> FromRequestParts<S> for FormToken
+where
+    Csrf: FromRef<S>,
+    S: Send + Sync,
+{
     type Rejection = Error;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Error> {
-        let cookie = state.csrf.token(parts, state).await?;
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
+        let cookie = Csrf::from_ref(state).token(parts, state).await?;
         let authenticity = cookie
             .authenticity_token()
             .map_err(|_| Error::Unavailable("CSRF"))?;
@@ -159,15 +166,17 @@ struct AuthenticityToken {
 /// fails.
 pub struct CsrfForm<T>(pub T);
 
-impl<T> FromRequest<AppState> for CsrfForm<T>
+impl<S, T> FromRequest<S> for CsrfForm<T>
 where
+    Csrf: FromRef<S>,
+    S: Send + Sync,
     T: DeserializeOwned,
 {
     type Rejection = Error;
 
-    async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = req.into_parts();
-        let token = state.csrf.token(&mut parts, state).await?;
+        let token = Csrf::from_ref(state).token(&mut parts, state).await?;
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(|rejection| match rejection.status().as_u16() {

@@ -15,7 +15,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::error::Error;
+use crate::http::error::Error;
 use crate::state::AppState;
 
 /// What a request cut off at its deadline names as unavailable.

@@ -12,7 +12,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use lease::LeaseError;
 
-use crate::auction::rules::BidRefusal;
+use chrono::{DateTime, Utc};
+
+use crate::money::{MAX_AMOUNT_CENTS, format_cents};
 
 /// Response header naming the [`Refusal::code`] of a refused request.
 pub const REFUSAL_HEADER: &str = "x-seatlock-refusal";
@@ -163,6 +165,17 @@ pub enum Error {
 /// Result alias for handlers and domain functions.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What a page names as unavailable when the browser sessions' store fails.
+pub const SESSION_STORE: &str = "Redis";
+
+/// A session store failure, logged, as a 503 naming [`SESSION_STORE`].
+impl From<tower_sessions::session::Error> for Error {
+    fn from(err: tower_sessions::session::Error) -> Self {
+        tracing::warn!(error = %err, "session store failed");
+        Error::Unavailable(SESSION_STORE)
+    }
+}
+
 impl From<sqlx::Error> for Error {
     /// Maps constraint violations to friendly conflicts and lost connections to 503.
     fn from(err: sqlx::Error) -> Self {
@@ -292,6 +305,60 @@ impl IntoResponse for Error {
         match refusal {
             Some(code) => (status, [(REFUSAL_HEADER, code)], page).into_response(),
             None => (status, page).into_response(),
+        }
+    }
+}
+
+/// Why a bid is refused by the rules. The `Display` text is shown next to the bid form.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BidRefusal {
+    /// Before `starts_at`.
+    #[error("This auction opens at {}; bids are not accepted yet.", .starts_at.format("%Y-%m-%d %H:%M:%S UTC"))]
+    NotOpenYet {
+        /// When bidding opens.
+        starts_at: DateTime<Utc>,
+    },
+    /// At or after `ends_at`, or closed.
+    #[error("This auction has ended; no more bids are accepted.")]
+    Ended,
+    /// The first bid is below the starting price.
+    #[error("Your bid of {} is below the starting price: the first bid must be at least {}.", format_cents(*.amount_cents), format_cents(*.minimum_cents))]
+    BelowStartingPrice {
+        /// The bid, in cents.
+        amount_cents: i64,
+        /// The starting price, in cents.
+        minimum_cents: i64,
+    },
+    /// The high bid is already [`MAX_AMOUNT_CENTS`]: no bid can beat it.
+    #[error(
+        "The high bid is {}, the most this site accepts: it cannot be outbid.",
+        format_cents(MAX_AMOUNT_CENTS)
+    )]
+    AtLimit,
+    /// Below the high bid plus the minimum increment (an equal bid included).
+    #[error("Your bid of {} is no longer high enough: the high bid is {}, so a bid must be at least {} (the high bid plus the minimum increment of {}).", format_cents(*.amount_cents), format_cents(*.high_bid_cents), format_cents(*.minimum_cents), format_cents(*.increment_cents))]
+    TooLow {
+        /// The bid, in cents.
+        amount_cents: i64,
+        /// The current high bid, in cents.
+        high_bid_cents: i64,
+        /// The minimum increment, in cents.
+        increment_cents: i64,
+        /// High bid + increment, in cents.
+        minimum_cents: i64,
+    },
+}
+
+impl BidRefusal {
+    /// The stable code pages carry ([`Refusal::code`]): `not_open_yet`,
+    /// `ended`, `below_starting_price`, `at_limit`, `too_low`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            BidRefusal::NotOpenYet { .. } => "not_open_yet",
+            BidRefusal::Ended => "ended",
+            BidRefusal::BelowStartingPrice { .. } => "below_starting_price",
+            BidRefusal::AtLimit => "at_limit",
+            BidRefusal::TooLow { .. } => "too_low",
         }
     }
 }

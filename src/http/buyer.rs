@@ -1,5 +1,5 @@
 //! The buyer: an anonymous browser session (tower-sessions, stored in Redis:
-//! [`crate::sessions`]) with a
+//! [`crate::http::sessions`]) with a
 //! public id, a display name, and the buyer's current holds.
 //!
 //! A hold's owner token is kept here, server side, and never sent to the browser: the
@@ -20,22 +20,13 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 use tower_sessions::Session;
 
-use crate::csrf::CsrfForm;
-use crate::error::{Error, Result};
-use crate::sessions;
+use crate::http::csrf::CsrfForm;
+use crate::http::error::{Error, Result};
+use crate::profile::BuyerProfile;
 use crate::state::AppState;
 
 const BUYER: &str = "buyer";
 const HOLDS: &str = "holds";
-
-/// Who is buying: the public part of the session.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct BuyerProfile {
-    /// Public random id (16 hex digits). Shown to other buyers' pages only as "someone".
-    pub id: String,
-    /// Display name, 1 to 40 characters.
-    pub name: String,
-}
 
 /// A hold as the session remembers it: enough to rebuild the [`Lease`]. A copy, not the
 /// record: Redis is. An entry can be stale (two requests of one session each save the
@@ -99,7 +90,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
         let profile = match session
             .get::<BuyerProfile>(BUYER)
             .await
-            .map_err(session_error)?
+            .map_err(Error::from)?
         {
             Some(profile) => profile,
             None => {
@@ -108,10 +99,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
                     name: format!("Guest {}", &id[..4].to_uppercase()),
                     id,
                 };
-                session
-                    .insert(BUYER, &profile)
-                    .await
-                    .map_err(session_error)?;
+                session.insert(BUYER, &profile).await.map_err(Error::from)?;
                 profile
             }
         };
@@ -122,22 +110,16 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
 /// Middleware, outside the session layer. When tower-sessions cannot save a session after
 /// the handler ran (the session store, Redis, down or too slow), it answers a bare,
 /// bodiless 500; this turns that into the same 503 page as any other unavailable store,
-/// naming [`sessions::STORE`], so a buyer is told to try again (a confirm tried again
+/// naming [`crate::http::error::SESSION_STORE`], so a buyer is told to try again (a confirm tried again
 /// finds its order, a hold its lease).
 pub async fn session_save_failures(req: Request, next: Next) -> Response {
     let response = next.run(req).await;
     if response.status() == StatusCode::INTERNAL_SERVER_ERROR
         && !response.headers().contains_key(header::CONTENT_TYPE)
     {
-        return Error::Unavailable(sessions::STORE).into_response();
+        return Error::Unavailable(crate::http::error::SESSION_STORE).into_response();
     }
     response
-}
-
-/// A session store failure, logged, as a 503.
-pub fn session_error(err: tower_sessions::session::Error) -> Error {
-    tracing::warn!(error = %err, "session store failed");
-    Error::Unavailable(sessions::STORE)
 }
 
 /// Session key of one hold: `"<event>/<seat>"`.
@@ -156,7 +138,7 @@ impl Buyer {
             .session
             .get(HOLDS)
             .await
-            .map_err(session_error)?
+            .map_err(Error::from)?
             .unwrap_or_default())
     }
 
@@ -183,10 +165,7 @@ impl Buyer {
     pub async fn remember_hold(&self, event_id: i64, seat_id: i64, held: HeldSeat) -> Result<()> {
         let mut holds = self.holds().await?;
         holds.insert(hold_key(event_id, seat_id), held);
-        self.session
-            .insert(HOLDS, holds)
-            .await
-            .map_err(session_error)
+        self.session.insert(HOLDS, holds).await.map_err(Error::from)
     }
 
     /// Forgets a hold (released, confirmed or lapsed).
@@ -196,7 +175,7 @@ impl Buyer {
             self.session
                 .insert(HOLDS, holds)
                 .await
-                .map_err(session_error)?;
+                .map_err(Error::from)?;
         }
         Ok(())
     }
@@ -221,7 +200,7 @@ async fn rename(
             "A display name is 1 to 40 characters, without control characters.".into(),
         ));
     }
-    buyer.session.cycle_id().await.map_err(session_error)?;
+    buyer.session.cycle_id().await.map_err(Error::from)?;
     let profile = BuyerProfile {
         id: buyer.profile.id.clone(),
         name: name.to_owned(),
@@ -230,7 +209,7 @@ async fn rename(
         .session
         .insert(BUYER, profile)
         .await
-        .map_err(session_error)?;
+        .map_err(Error::from)?;
     Ok(Redirect::to(&back_to(&headers)))
 }
 

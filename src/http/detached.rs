@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::error::{Error, Result};
+use crate::http::error::{Error, Result};
 
-/// Runs `work` on a Tokio task of its own, in the current tracing span, and awaits its
+/// Runs `work` on a Tokio task of its own, in the current tracing span and under the
+/// race-lab pause installed around the caller ([`crate::racelab::pause`]), and awaits its
 /// result. If the caller is dropped (the client hung up), `work` still runs to its end,
 /// or to `deadline` ([`crate::config::Settings::request_deadline`]: a store that stopped
 /// answering), where it is dropped. Errors: `work`'s own; 503 at the deadline; a 503
@@ -23,8 +24,9 @@ pub async fn to_completion<T: Send + 'static>(
     deadline: Duration,
     work: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    let bounded = async move { crate::deadline::within(deadline, work).await? };
-    tokio::spawn(bounded.in_current_span())
+    let pause = crate::racelab::pause::installed();
+    let bounded = async move { crate::http::deadline::within(deadline, work).await? };
+    tokio::spawn(pause.over(bounded).in_current_span())
         .await
         .map_err(|err| {
             tracing::error!(error = %err, what, "detached work failed");

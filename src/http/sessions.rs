@@ -40,7 +40,7 @@ use crate::config::LeaseNamespace;
 use crate::state::SessionRedis;
 
 /// The store sessions live in, as named in a 503 page when it fails.
-pub const STORE: &str = "Redis";
+pub const STORE: &str = crate::http::error::SESSION_STORE;
 
 /// The session store of the application: see the module docs.
 #[derive(Clone)]

@@ -1,0 +1,15 @@
+//! The HTTP plumbing every feature shares: the buyer's session ([`buyer`], stored by
+//! [`sessions`]), CSRF defences ([`csrf`]), one error type that maps every failure to a
+//! status and a page ([`error`]), the request deadline ([`deadline`]) and work detached
+//! from a client that hangs up ([`detached`]), the connection-level server ([`serve`])
+//! and `GET /healthz` ([`health`]). No feature lives here; the one import of a feature is [`detached`] carrying the race
+//! lab's pause ([`crate::racelab::pause`]) onto the task it spawns.
+
+pub mod buyer;
+pub mod csrf;
+pub mod deadline;
+pub mod detached;
+pub mod error;
+pub mod health;
+pub mod serve;
+pub mod sessions;
