@@ -178,6 +178,24 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// Refuses the lab-only settings without `--enable-race-lab`, after parsing: clap's
+    /// `requires` (above) refuses them on the command line, but counts a flag set in the
+    /// environment as given even when its value is `false`
+    /// (`SEATLOCK_ENABLE_RACE_LAB=false`), which would let an unsafe strategy start.
+    /// Errors: clap's "required arguments were not provided" error naming the flag.
+    pub fn refuse_lab_settings_without_the_lab(&self) -> Result<(), clap::Error> {
+        let lab_only = self.purchase_strategy != PurchaseStrategy::Fenced
+            || self.lab_disable_failover_guard;
+        if lab_only && !self.enable_race_lab {
+            return Err(Settings::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "the race-lab strategies and --lab-disable-failover-guard need --enable-race-lab \
+                 (SEATLOCK_ENABLE_RACE_LAB=true)",
+            ));
+        }
+        Ok(())
+    }
+
     /// Settings for a server on `bind` with every other field at its default: the clap
     /// attributes above are parsed (environment variables are not read), so a default is
     /// written once.
@@ -513,6 +531,14 @@ mod tests {
             assert!(serve(&with_lab).is_ok(), "{with_lab:?}");
         }
         assert!(serve(&["--purchase-strategy", "fenced"]).is_ok());
+        // SEATLOCK_ENABLE_RACE_LAB=false passes clap's `requires`; the check after parsing
+        // refuses it.
+        let mut settings = Settings::new("postgres://x", "redis://x", "127.0.0.1:0");
+        settings.purchase_strategy = PurchaseStrategy::RaceLabNaive;
+        let err = settings.refuse_lab_settings_without_the_lab().unwrap_err();
+        assert!(err.to_string().contains("--enable-race-lab"), "{err}");
+        settings.enable_race_lab = true;
+        assert!(settings.refuse_lab_settings_without_the_lab().is_ok());
     }
 
     #[test]

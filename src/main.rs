@@ -16,6 +16,9 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(settings) => {
+            settings
+                .refuse_lab_settings_without_the_lab()
+                .unwrap_or_else(|err| err.exit());
             let app = Application::build(*settings).await?;
             println!("seatlock is serving at http://{}", app.address());
             println!("metrics at http://{}/metrics", app.metrics_address());
