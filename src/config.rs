@@ -184,8 +184,8 @@ impl Settings {
     /// (`SEATLOCK_ENABLE_RACE_LAB=false`), which would let an unsafe strategy start.
     /// Errors: clap's "required arguments were not provided" error naming the flag.
     pub fn refuse_lab_settings_without_the_lab(&self) -> Result<(), clap::Error> {
-        let lab_only = self.purchase_strategy != PurchaseStrategy::Fenced
-            || self.lab_disable_failover_guard;
+        let lab_only =
+            self.purchase_strategy != PurchaseStrategy::Fenced || self.lab_disable_failover_guard;
         if lab_only && !self.enable_race_lab {
             return Err(Settings::command().error(
                 clap::error::ErrorKind::MissingRequiredArgument,

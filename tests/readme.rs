@@ -25,7 +25,7 @@ const README_MAX_LINES: usize = 200;
 /// contain, in the order of the README's table.
 const STEPS: [(&str, &[&str]); 5] = [
     ("1.", &["SET", "NX"]),
-    ("2.", &["renew"]),
+    ("2.", &["ttl / 3"]),
     ("3.", &["DEL", "owner"]),
     ("4.", &["fence_token <="]),
     ("5.", &["ceiling"]),

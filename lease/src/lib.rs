@@ -7,7 +7,9 @@
 //! links to the one place it is done.
 //!
 //! 1. **Create-if-absent**: a grant is `SET key owner NX` (the Redis `SET` documentation,
-//!    "distributed locks" pattern): only one caller's `SET` succeeds. The line is in
+//!    "distributed locks" pattern), inside one script that first finds every key absent:
+//!    Redis runs one script at a time, so only the first of two callers creates the key,
+//!    and its `SET … NX` cannot fail. The line is in
 //!    `src/scripts/acquire.lua`, run by [`LeaseStore::acquire_all`] on a [`LeaseClient`]
 //!    ([`LeaseStore::acquire`] for one resource).
 //! 2. **Lease**: the same `SET` carries `PX ttl_ms`, so a crashed holder blocks others for
@@ -20,8 +22,10 @@
 //! 4. **Fencing token**: every grant also increments the group's counter in the same
 //!    script and returns it as a [`FencingToken`] (Kleppmann, "How to do distributed
 //!    locking", 2016; Chubby calls them *sequencers*). The protected resource must reject
-//!    a write whose token is lower than the last one it accepted: that, not the lease, is
-//!    what stops a holder that paused past its TTL.
+//!    a write whose token is lower than the last one it accepted: that, not the lease,
+//!    stops a paused holder once a newer holder has written. (Before the newer holder
+//!    writes, the old token still passes: a resource written once, like a seat, also
+//!    checks that the lease is still held, with its row locked, before it commits.)
 //! 5. **A store that survives**: a Redis that loses its data loses the leases (holders
 //!    learn it as [`LeaseError::Lost`]) but must never hand out a fencing token again.
 //!    Tokens come from blocks reserved in a durable [`FenceLedger`] (Postgres in

@@ -1,4 +1,5 @@
-//! The seat picker's rules, along the article's steps:
+//! The seat picker's rules, along the article's steps (a purchase's own phases are
+//! lettered (a) to (e) below, on [`pay_and_sell`], so the two never mix):
 //!
 //! * [`hold`]: step 1 and 2: create-if-absent with a lease (`SET … NX PX`), one Redis
 //!   round trip, plus the grant's fencing token (step 4). No Postgres: the seat and the
@@ -177,7 +178,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// The layers below, each adding one thing: `purchase_with_live_lease` (the session's
 /// copy of the hold, and once more with the live lease when that copy was stale),
 /// `pay_and_sell` (the hold's payment, joined and left) and `sell_fenced` (the
-/// fenced transaction, steps 2 to 5). Their order leaves the buyer, whatever fails or
+/// fenced transaction, phases (b) to (e)). Their order leaves the buyer, whatever fails or
 /// crashes, with either the order or the hold (until its TTL), never neither, while a
 /// hold that lapsed before the commit still cannot buy.
 ///
@@ -227,27 +228,27 @@ async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) 
 /// attempt that does not buy leaves it (the last to leave voids it). The steps of a
 /// purchase, in this order:
 ///
-/// 1. Payment: the attempt joins the hold's one payment ([`queries::authorize_payment`]):
+/// (a) Payment: the attempt joins the hold's one payment ([`queries::authorize_payment`]):
 ///    its idempotency key is the hold's (event, seat, fencing token), so a retried or
 ///    doubled confirm, or a checkout of the seat from another tab, never pays twice.
-/// 2. In one transaction: [`queries::sell`], the fenced conditional write (NOT sold and
+/// (b) In one transaction: [`queries::sell`], the fenced conditional write (NOT sold and
 ///    fencing token not lower than the row's), which also captures the payment and
 ///    takes the row lock; a sale whose capture finds the payment voided is rolled back
 ///    ([`Refusal::PaymentVoided`]): no capture, no order.
-/// 3. Owner check in Redis (`GET`, compared): is the hold still ours? If not, roll back
+/// (c) Owner check in Redis (`GET`, compared): is the hold still ours? If not, roll back
 ///    and return `None`: a hold that lapsed cannot buy, even when the holder after it
 ///    came and went without writing (the fence alone would let the older token
 ///    through). Checked AFTER the write, with the row locked: from then to the commit no
 ///    other holder's write can be accepted, so the lease was ours at a moment from which
 ///    the row stayed ours until the commit.
-/// 4. COMMIT.
-/// 5. Release the hold (compare-and-delete) and retire the seat, so later holds of it are
+/// (d) COMMIT.
+/// (e) Release the hold (compare-and-delete) and retire the seat, so later holds of it are
 ///    refused by the lease script ([`give_up`]), best effort: the order stands either
 ///    way, and a hold left behind only lapses by its TTL on a seat shown sold.
 ///
-/// Steps 2 to 5 are [`sell_fenced`]. A crash before 4 rolls the transaction back and
-/// leaves the hold (the retry buys); a crash after 4 leaves the order. A holder that
-/// stalls between 2 and 4 keeps the row locked for at most
+/// Phases (b) to (e) are [`sell_fenced`]. A crash before (d) rolls the transaction back
+/// and leaves the hold (the retry buys); a crash after (d) leaves the order. A holder
+/// that stalls between (b) and (d) keeps the row locked for at most
 /// [`crate::config::Settings::purchase_idle_timeout`] (Postgres ends its idle
 /// transaction), less than the lock wait a valid holder's confirm allows
 /// ([`crate::config::Settings::lock_wait`]), less than the store timeout.
@@ -262,9 +263,10 @@ async fn pay_and_sell(
 ) -> Result<Option<i64>> {
     let token = lease.fencing_token().as_i64();
     Span::current().record("fencing_token", token);
-    // 1. Payment, joined under the hold's key: a second attempt (a retry, another tab)
+    // (a) Payment, joined under the hold's key: a second attempt (a retry, another tab)
     // joins the same authorization instead of paying again.
     let payment = payment_key(seat, token);
+    // The simulated payment provider's time (`--payment-delay-ms`, 0 by default).
     tokio::time::sleep(state.settings.payment_delay()).await;
     let authorize = queries::authorize_payment(&state.db, seat, &payment, buyer.id());
     telemetry::postgres("authorize", authorize).await?;
@@ -292,7 +294,7 @@ enum Attempt {
     NotOurs,
 }
 
-/// Steps 2 to 5 of [`pay_and_sell`], once the payment is authorized under `payment`: the
+/// Phases (b) to (e) of [`pay_and_sell`], once the payment is authorized under `payment`: the
 /// fenced write, the owner check, the commit and the release. The race lab's pause
 /// points ([`PausePoint`]) sit between the steps.
 async fn sell_fenced(
@@ -303,7 +305,7 @@ async fn sell_fenced(
     payment: &str,
 ) -> Result<Attempt> {
     pause::point(PausePoint::BeforeWrite).await;
-    // 2. The fenced write, in a transaction that holds the row lock from here to the
+    // (b) The fenced write, in a transaction that holds the row lock from here to the
     // commit; Postgres ends the transaction if this holder stalls past its idle bound.
     let mut tx = state.db.begin().await?;
     let idle_bound = state.settings.purchase_idle_timeout();
@@ -323,18 +325,18 @@ async fn sell_fenced(
         Sale::Unpaid => return unpaid(tx).await,
     };
     pause::point(PausePoint::BeforeOwnerCheck).await;
-    // 3. The owner check, with the row locked: a hold that lapsed cannot buy.
+    // (c) The owner check, with the row locked: a hold that lapsed cannot buy.
     if !state.leases.is_held(lease).await? {
         tx.rollback().await?;
         return Ok(Attempt::NotOurs);
     }
     pause::point(PausePoint::BeforeCommit).await;
-    // 4. COMMIT: from here the order stands, whatever happens next.
+    // (d) COMMIT: from here the order stands, whatever happens next.
     telemetry::postgres("commit", tx.commit()).await?;
     telemetry::confirm(ConfirmOutcome::Accepted);
     tracing::info!(order = order_id, "seat sold");
     pause::point(PausePoint::AfterCommit).await;
-    // 5. Release the hold and retire the seat (best effort), and forget the hold.
+    // (e) Release the hold and retire the seat (best effort), and forget the hold.
     give_up(state, lease, true).await;
     buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     Ok(Attempt::Sold(order_id))
@@ -369,11 +371,12 @@ pub(super) async fn pay_and_sell_all(
     buyer: &Buyer,
     holds: &[(SeatRef, Lease)],
 ) -> Result<Checkout> {
-    // 1. Payments: one per hold, each under its own hold's key.
+    // (a) Payments: one per hold, each under its own hold's key.
     let payments: Vec<String> = holds
         .iter()
         .map(|(seat, lease)| payment_key(*seat, lease.fencing_token().as_i64()))
         .collect();
+    // The simulated payment provider's time (`--payment-delay-ms`, 0 by default).
     tokio::time::sleep(state.settings.payment_delay()).await;
     let mut joined = 0;
     let mut authorized = Ok(());
@@ -400,7 +403,7 @@ pub(super) async fn pay_and_sell_all(
     bought
 }
 
-/// Steps 2 to 5 of [`pay_and_sell_all`]: the fenced writes in one transaction, the owner
+/// Phases (b) to (e) of [`pay_and_sell_all`]: the fenced writes in one transaction, the owner
 /// checks, the commit and the releases.
 async fn sell_all_fenced(
     state: &AppState,
@@ -408,7 +411,7 @@ async fn sell_all_fenced(
     holds: &[(SeatRef, Lease)],
     payments: &[String],
 ) -> Result<Checkout> {
-    // 2. Every seat's fenced write in ONE transaction: all or nothing, every row locked
+    // (b) Every seat's fenced write in ONE transaction: all or nothing, every row locked
     // until the commit.
     let mut tx = state.db.begin().await?;
     let idle_bound = state.settings.purchase_idle_timeout();
@@ -431,7 +434,7 @@ async fn sell_all_fenced(
             Sale::Unpaid => return unpaid(tx).await,
         }
     }
-    // 3. The owner check of every hold, with every row locked; any hold not ours rolls
+    // (c) The owner check of every hold, with every row locked; any hold not ours rolls
     // the whole cart back, and is named.
     let mut not_ours = Vec::new();
     for (i, (_, lease)) in holds.iter().enumerate() {
@@ -443,7 +446,7 @@ async fn sell_all_fenced(
         tx.rollback().await?;
         return Ok(Checkout::NotOurs(not_ours));
     }
-    // 4. COMMIT, then 5. each hold released and its seat retired.
+    // (d) COMMIT, then (e) each hold released and its seat retired.
     telemetry::postgres("commit", tx.commit()).await?;
     for (seat, lease) in holds {
         telemetry::confirm(ConfirmOutcome::Accepted);
