@@ -1,5 +1,5 @@
 //! The seat picker's rules, along the article's steps (a purchase's own phases are
-//! lettered (a) to (e) below, on [`pay_and_sell`], so the two never mix):
+//! lettered (a) to (e) below, on `pay_and_sell`, so the two never mix):
 //!
 //! * [`hold`]: step 1 and 2: create-if-absent with a lease (`SET … NX PX`), one Redis
 //!   round trip, plus the grant's fencing token (step 4). No Postgres: the seat and the
