@@ -15,10 +15,15 @@ use crate::state::AppState;
 /// An event with its venue and seat counts.
 #[derive(Debug, sqlx::FromRow)]
 pub struct EventSummary {
+    /// Its id.
     pub id: i64,
+    /// Its name, for a person.
     pub name: String,
+    /// The venue's name.
     pub venue: String,
+    /// The venue's city.
     pub city: String,
+    /// When the event starts (sales close then).
     pub starts_at: DateTime<Utc>,
 }
 
@@ -44,8 +49,11 @@ pub async fn find(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventSummar
 #[derive(Debug, sqlx::FromRow)]
 pub struct EventListing {
     #[sqlx(flatten)]
+    /// The event.
     pub event: EventSummary,
+    /// How many seats the event has.
     pub seats: i64,
+    /// How many seats are unsold.
     pub unsold: i64,
 }
 
@@ -53,8 +61,11 @@ pub struct EventListing {
 #[derive(Template, WebTemplate)]
 #[template(path = "index.html")]
 pub struct IndexPage {
+    /// The events, soonest first.
     pub events: Vec<EventListing>,
+    /// The buyer's display name.
     pub buyer_name: String,
+    /// The CSRF token of the page's forms.
     pub authenticity_token: String,
 }
 

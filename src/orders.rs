@@ -17,14 +17,23 @@ use crate::state::AppState;
 /// A confirmed order with what it bought.
 #[derive(Debug, sqlx::FromRow)]
 pub struct Order {
+    /// Its id.
     pub id: i64,
+    /// `events.id`.
     pub event_id: i64,
+    /// The event's name.
     pub event_name: String,
+    /// The venue's name.
     pub venue: String,
+    /// The seat, named for a person ("Main row C seat 14").
     pub seat: String,
+    /// The price, in cents.
     pub price_cents: i64,
+    /// The fencing token the row accepted with it.
     pub fence_token: i64,
+    /// The buyer's display name.
     pub buyer_name: String,
+    /// When it was written.
     pub created_at: DateTime<Utc>,
 }
 
@@ -32,6 +41,7 @@ pub struct Order {
 #[derive(Template, WebTemplate)]
 #[template(path = "order.html")]
 pub struct OrderPage {
+    /// The order.
     pub order: Order,
 }
 

@@ -19,17 +19,24 @@ use crate::auction::queries::{self, ItemTerms, NewItem};
 /// A venue file.
 #[derive(Debug, Deserialize)]
 pub struct VenueFile {
+    /// The venue's URL name.
     pub slug: String,
+    /// Its name, for a person.
     pub name: String,
+    /// The venue's city.
     pub city: String,
+    /// The demo event seeded on the venue.
     pub event: EventSpec,
+    /// The price zones, dearest first.
     pub zones: Vec<ZoneSpec>,
+    /// The sections, in drawing order.
     pub sections: Vec<SectionSpec>,
 }
 
 /// The demo event created on the venue.
 #[derive(Debug, Deserialize)]
 pub struct EventSpec {
+    /// Its name, for a person.
     pub name: String,
     /// Days from the day of seeding.
     pub starts_in_days: u64,
@@ -40,17 +47,24 @@ pub struct EventSpec {
 /// A price zone.
 #[derive(Debug, Deserialize)]
 pub struct ZoneSpec {
+    /// Its short code, unique within its venue.
     pub code: String,
+    /// Its name, for a person.
     pub name: String,
+    /// The price, in cents.
     pub price_cents: i64,
+    /// The colour the map draws it in (CSS).
     pub colour: String,
 }
 
 /// A section and its row groups.
 #[derive(Debug, Deserialize)]
 pub struct SectionSpec {
+    /// Its short code, unique within its venue.
     pub code: String,
+    /// Its name, for a person.
     pub name: String,
+    /// The rows, in drawing order.
     pub rows: Vec<RowGroup>,
 }
 
@@ -217,6 +231,7 @@ pub struct AuctionSpec {
     /// Stable name: seeding adds the item only if no open item has this slug.
     pub slug: String,
     #[serde(flatten)]
+    /// The item's bidding terms (start price, increment).
     pub terms: ItemTerms,
     /// Hours from the moment of seeding until the auction ends; it opens at once.
     pub open_hours: u32,

@@ -9,7 +9,7 @@ use anyhow::Context;
 
 /// The processes of one row: the server, Redis, Postgres (the postmaster and its
 /// children) and this process (the load generator).
-pub struct Processes {
+pub(crate) struct Processes {
     server: u32,
     redis: Option<u32>,
     postmaster: Option<u32>,
@@ -18,7 +18,7 @@ pub struct Processes {
 
 /// CPU seconds per process group, the machine's busy and idle CPU seconds, and the
 /// server's metrics, at one instant.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     at: Instant,
     cpu_s: BTreeMap<&'static str, f64>,
     /// All CPUs' (busy, idle) seconds since boot (`/proc/stat`).
@@ -71,7 +71,11 @@ fn pids() -> Vec<u32> {
 impl Processes {
     /// Finds Redis (its `INFO server` process id) and the Postgres postmaster (the
     /// `postmaster.pid` of the data directory Postgres reports).
-    pub async fn find(server: u32, redis_url: &str, db: &sqlx::PgPool) -> anyhow::Result<Self> {
+    pub(crate) async fn find(
+        server: u32,
+        redis_url: &str,
+        db: &sqlx::PgPool,
+    ) -> anyhow::Result<Self> {
         let mut redis = lease::connect(redis_url, std::time::Duration::from_secs(2))?.connection();
         let info: String = redis::cmd("INFO")
             .arg("server")
@@ -103,7 +107,7 @@ impl Processes {
 
     /// CPU seconds used so far by each group, and the server's metrics page (at
     /// `metrics_url`).
-    pub async fn snapshot(&self, metrics_url: &str) -> anyhow::Result<Snapshot> {
+    pub(crate) async fn snapshot(&self, metrics_url: &str) -> anyhow::Result<Snapshot> {
         let seconds = |t: Option<u64>| t.unwrap_or(0) as f64 / self.ticks_per_s;
         let mut cpu_s = BTreeMap::new();
         cpu_s.insert("server", seconds(ticks(self.server)));
@@ -141,7 +145,7 @@ impl Processes {
 /// rest of the machine's busy time (other developers' builds and tests share it, and the
 /// kernel's network interrupts are charged to no process) and idle,
 /// and each store round trip's count and mean latency as the server measured them.
-pub fn between(before: &Snapshot, after: &Snapshot, per: f64) -> serde_json::Value {
+pub(crate) fn between(before: &Snapshot, after: &Snapshot, per: f64) -> serde_json::Value {
     let wall_s = (after.at - before.at).as_secs_f64();
     let mut cpu = serde_json::Map::new();
     let mut used = 0.0;

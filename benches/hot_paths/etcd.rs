@@ -17,7 +17,7 @@ const CALLERS: usize = 64;
 
 /// One row per cluster size for latency (one caller: mean ms per acquire + release) and
 /// one for throughput (64 callers: pairs/s), each beside Redis.
-pub async fn rows(
+pub(crate) async fn rows(
     redis_url: &str,
     db: &PgPool,
     seconds: Duration,

@@ -43,7 +43,7 @@ const COOKIE: &str = "floor";
 /// The confirm's bare write: the fenced conditional UPDATE (unsold, token not lower than
 /// the row's) and the order's INSERT, one statement. `$1` event, `$2` seat, `$3` fencing
 /// token, `$4` buyer id. Returns the order id, or no row if the fence refused.
-pub const SELL: &str = "WITH sold AS (
+pub(crate) const SELL: &str = "WITH sold AS (
      UPDATE event_seats SET sold = true, fence_token = $3
       WHERE event_id = $1 AND seat_id = $2 AND NOT sold AND fence_token <= $3
   RETURNING event_id, seat_id, price_cents)
@@ -60,7 +60,7 @@ struct Floor {
 }
 
 /// A running floor server; stops (its runtime shut down) when dropped.
-pub struct FloorServer {
+pub(crate) struct FloorServer {
     /// `http://127.0.0.1:PORT`.
     pub address: String,
     runtime: Option<tokio::runtime::Runtime>,
@@ -70,7 +70,7 @@ impl FloorServer {
     /// Starts the floor on a free loopback port over the bench's stores, on a new
     /// multi-threaded tokio runtime (one worker per core, like the server's
     /// `#[tokio::main]`). Errors: a store URL that does not parse, no free port.
-    pub fn start(database_url: &str, redis_url: &str) -> anyhow::Result<FloorServer> {
+    pub(crate) fn start(database_url: &str, redis_url: &str) -> anyhow::Result<FloorServer> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .thread_name("floor")

@@ -7,7 +7,7 @@ use serde::Serialize;
 /// rows have no baseline (`ours` alone is the figure) unless they compare with the
 /// smallest size (the growth factor).
 #[derive(Debug, Clone, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub name: String,
     pub unit: String,
     pub ours: f64,
@@ -20,7 +20,7 @@ pub struct Row {
 
 /// A row's target.
 #[derive(Debug, Clone, Copy)]
-pub enum Target {
+pub(crate) enum Target {
     /// `ratio` at least this.
     RatioAtLeast(f64),
     /// `ours` at most this.
@@ -29,7 +29,7 @@ pub enum Target {
 
 impl Row {
     /// A throughput row compared with a baseline: ratio = ours / baseline.
-    pub fn versus(name: &str, unit: &str, ours: f64, baseline: f64) -> Row {
+    pub(crate) fn versus(name: &str, unit: &str, ours: f64, baseline: f64) -> Row {
         Row {
             name: name.into(),
             unit: unit.into(),
@@ -41,7 +41,7 @@ impl Row {
     }
 
     /// A row with no baseline.
-    pub fn alone(name: &str, unit: &str, ours: f64) -> Row {
+    pub(crate) fn alone(name: &str, unit: &str, ours: f64) -> Row {
         Row {
             name: name.into(),
             unit: unit.into(),
@@ -53,13 +53,13 @@ impl Row {
     }
 
     /// Sets the target.
-    pub fn target(mut self, target: Target) -> Row {
+    pub(crate) fn target(mut self, target: Target) -> Row {
         self.target = Some(target);
         self
     }
 
     /// Whether the target is met (`None` without a target).
-    pub fn met(&self) -> Option<bool> {
+    pub(crate) fn met(&self) -> Option<bool> {
         Some(match self.target? {
             Target::RatioAtLeast(min) => self.ratio.is_some_and(|r| r >= min),
             Target::AtMost(max) => self.ours <= max,
@@ -69,7 +69,7 @@ impl Row {
 
 /// The whole report.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub rows: Vec<Row>,
     pub meta: serde_json::Value,
 }
@@ -85,7 +85,7 @@ fn figure(x: f64) -> String {
 }
 
 /// The Markdown table (name, unit, ours, baseline, ratio, target, met).
-pub fn markdown(rows: &[Row]) -> String {
+pub(crate) fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
         "| row | unit | ours | baseline | ratio | target | met |\n|---|---|---:|---:|---:|---|---|\n",
     );

@@ -15,7 +15,7 @@ use sqlx::PgPool;
 
 /// What [`per_second`] measured.
 #[derive(Debug, Clone, Copy)]
-pub struct Rate {
+pub(crate) struct Rate {
     /// Operations completed per second in the measured part.
     pub per_s: f64,
     /// Every operation completed, the warm-up's included (for per-operation costs taken
@@ -25,7 +25,11 @@ pub struct Rate {
 
 /// Runs `callers` tasks, each repeating the operation `op(caller)` makes, for a short
 /// warm-up and then `duration`.
-pub async fn per_second<F, Fut>(callers: usize, duration: Duration, op: F) -> anyhow::Result<Rate>
+pub(crate) async fn per_second<F, Fut>(
+    callers: usize,
+    duration: Duration,
+    op: F,
+) -> anyhow::Result<Rate>
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
@@ -65,7 +69,7 @@ where
 
 /// CPU seconds the Redis server at `redis_url` has used since it started (`INFO cpu`:
 /// `used_cpu_sys + used_cpu_user`, its main thread and any others).
-pub async fn redis_cpu_s(redis_url: &str) -> anyhow::Result<f64> {
+pub(crate) async fn redis_cpu_s(redis_url: &str) -> anyhow::Result<f64> {
     let mut redis = lease::connect(redis_url, Duration::from_secs(2))?.connection();
     let info: String = redis::cmd("INFO")
         .arg("cpu")
@@ -84,7 +88,7 @@ pub async fn redis_cpu_s(redis_url: &str) -> anyhow::Result<f64> {
 /// Runs `measurement` (a [`per_second`] on the Redis at `redis_url`) and returns its rate
 /// and the Redis CPU time per operation, in µs ([`redis_cpu_s`] before and after, over
 /// every operation of the run).
-pub async fn with_redis_cpu(
+pub(crate) async fn with_redis_cpu(
     redis_url: &str,
     measurement: impl Future<Output = anyhow::Result<Rate>>,
 ) -> anyhow::Result<(Rate, f64)> {
@@ -96,7 +100,7 @@ pub async fn with_redis_cpu(
 
 /// The application's Redis lease store over `redis_url`: the [`lease::LeaseClient`] with
 /// the Postgres fence ledger of `db`.
-pub fn redis_leases(redis_url: &str, db: &PgPool) -> anyhow::Result<Arc<dyn LeaseStore>> {
+pub(crate) fn redis_leases(redis_url: &str, db: &PgPool) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let redis = lease::connect(redis_url, Duration::from_secs(2))?;
     Ok(Arc::new(lease::LeaseClient::new(
         redis,
@@ -107,7 +111,7 @@ pub fn redis_leases(redis_url: &str, db: &PgPool) -> anyhow::Result<Arc<dyn Leas
 /// Lease acquire + release pairs per second from `callers` tasks sharing one lease
 /// store (for Redis one multiplexed connection, as the server has; for etcd one client),
 /// each on its own key of one group, with a 10 s TTL.
-pub async fn lease_pairs(
+pub(crate) async fn lease_pairs(
     store: Arc<dyn LeaseStore>,
     callers: usize,
     duration: Duration,
@@ -129,7 +133,7 @@ pub async fn lease_pairs(
 
 /// `rslock` lock + unlock pairs per second on the same Redis, `callers` tasks sharing
 /// one `LockManager`, each on its own resource.
-pub async fn rslock_pairs(
+pub(crate) async fn rslock_pairs(
     redis_url: &str,
     callers: usize,
     duration: Duration,
@@ -156,7 +160,7 @@ pub async fn rslock_pairs(
 /// succeeds. The keys are deleted afterwards rather than left to expire: every expiry is a
 /// keyspace notification that each seatlock server's live hub (subscribed to expiries)
 /// would have to read during the rows that follow.
-pub async fn raw_set_nx(
+pub(crate) async fn raw_set_nx(
     redis_url: &str,
     callers: usize,
     duration: Duration,
@@ -218,7 +222,11 @@ fn output(command: &mut Command) -> anyhow::Result<String> {
 
 /// `redis-benchmark -t set -c <clients> -n <requests> --csv` against `redis_url`:
 /// SET requests per second. Leaves one key, `key:__rand_int__`, which it deletes.
-pub fn redis_benchmark_set(redis_url: &str, clients: usize, requests: u64) -> anyhow::Result<f64> {
+pub(crate) fn redis_benchmark_set(
+    redis_url: &str,
+    clients: usize,
+    requests: u64,
+) -> anyhow::Result<f64> {
     let (host, port) = redis_host_port(redis_url)?;
     let csv = output(
         Command::new("redis-benchmark")
@@ -251,7 +259,7 @@ pub fn redis_benchmark_set(redis_url: &str, clients: usize, requests: u64) -> an
 /// The pgbench script: the confirm's fenced write reduced to one single-row UPDATE that
 /// always writes (it flips `sold` and bumps the token, under the same fencing
 /// condition), on a random seat of `:event` between `:first` and `:last`.
-pub const PGBENCH_SCRIPT: &str = "\\set seat random(:first, :last)
+pub(crate) const PGBENCH_SCRIPT: &str = "\\set seat random(:first, :last)
 UPDATE event_seats SET sold = NOT sold, fence_token = fence_token + 1
  WHERE event_id = :event AND seat_id = :seat AND fence_token <= 9007199254740991;
 ";
@@ -259,7 +267,7 @@ UPDATE event_seats SET sold = NOT sold, fence_token = fence_token + 1
 /// `pgbench -n -M prepared -c <clients> -j 2 -T <seconds> -f <script>` on
 /// `database_url`, the UPDATE of [`PGBENCH_SCRIPT`] over the seats `first..=last` of
 /// `event`: transactions per second (without connection time).
-pub fn pgbench_fenced_update(
+pub(crate) fn pgbench_fenced_update(
     database_url: &str,
     event: i64,
     (first, last): (i64, i64),

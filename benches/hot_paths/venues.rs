@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 const ROW_SEATS: usize = 50;
 
 /// The slug of the generated venue with `seats` seats.
-pub fn slug(seats: usize) -> String {
+pub(crate) fn slug(seats: usize) -> String {
     format!("bench-{seats}-seats")
 }
 
 /// Writes one venue file per size into a fresh folder under the system temp dir and
 /// returns the folder (the caller seeds it, then removes it).
-pub fn write(sizes: &[usize]) -> anyhow::Result<PathBuf> {
+pub(crate) fn write(sizes: &[usize]) -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(seatlock_harness::unique_name("seatlock-bench-venues"));
     std::fs::create_dir_all(&dir)?;
     for &seats in sizes {

@@ -34,7 +34,7 @@ const BID_HISTORY: i64 = 50;
 /// (`GET /auctions/{id}/stream`), so both say the same thing in the same words.
 #[derive(Template)]
 #[template(path = "auction_live.html")]
-pub struct LiveItem {
+pub(super) struct LiveItem {
     /// The item, read at the Postgres clock.
     pub item: Item,
     /// The highest bids, highest first.
@@ -46,7 +46,11 @@ pub struct LiveItem {
 impl LiveItem {
     /// Reads item `item_id` and its highest bids for viewer `buyer_id` (two queries, in
     /// parallel); `None` if there is no such item.
-    pub async fn load(state: &AppState, item_id: i64, buyer_id: &str) -> Result<Option<Self>> {
+    pub(super) async fn load(
+        state: &AppState,
+        item_id: i64,
+        buyer_id: &str,
+    ) -> Result<Option<Self>> {
         let (item, bids) = tokio::join!(
             queries::item(&state.db, item_id),
             queries::bids(&state.db, item_id, BID_HISTORY)
@@ -91,7 +95,7 @@ async fn render(
 }
 
 /// `GET /auctions/{id}/stream`. 404 for an unknown item, 400 for a malformed id.
-pub async fn stream(
+pub(super) async fn stream(
     State(state): State<AppState>,
     buyer: Buyer,
     Path(item): Path<String>,

@@ -45,7 +45,9 @@ const ITEM_COLUMNS: &str = "id, title, description, starting_price_cents, min_in
 /// Shared by the seed file (`data/auctions.json`), new items and stored items.
 #[derive(Clone, Debug, Deserialize, sqlx::FromRow)]
 pub struct ItemTerms {
+    /// The item's title.
     pub title: String,
+    /// The item's description.
     pub description: String,
     /// The least amount of the first bid.
     pub starting_price_cents: i64,
@@ -60,24 +62,34 @@ pub struct ItemTerms {
 /// An auction item as stored (migrations/0004), read at `now`. Money in cents.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Item {
+    /// Its id.
     pub id: i64,
     #[sqlx(flatten)]
+    /// The item's bidding terms (start price, increment).
     pub terms: ItemTerms,
+    /// When bidding opens.
     pub starts_at: DateTime<Utc>,
+    /// When bidding ends.
     pub ends_at: DateTime<Utc>,
     /// `open` or `closed`.
     pub status: String,
     /// `None` until the first bid.
     pub high_bid_cents: Option<i64>,
+    /// The high bidder's public buyer id, if any bid.
     pub high_bidder_id: Option<String>,
+    /// The high bidder's display name, if any bid.
     pub high_bidder_name: Option<String>,
+    /// How many bids the item has.
     pub bid_count: i32,
     /// Highest fencing token the row has accepted.
     pub fence_token: i64,
     /// `sold`, `reserve_not_met` or `no_bids` once closed.
     pub result: Option<String>,
+    /// The winner's public buyer id, once closed.
     pub winner_id: Option<String>,
+    /// The winner's display name, once closed.
     pub winner_name: Option<String>,
+    /// When the item was closed, if it was.
     pub closed_at: Option<DateTime<Utc>>,
     /// The Postgres clock when the row was read (`clock_timestamp()`: the moment of the
     /// read, not the start of its transaction).
@@ -126,11 +138,15 @@ pub async fn closed_items(db: &PgPool, limit: i64) -> sqlx::Result<Vec<Item>> {
 /// An accepted bid, for the history.
 #[derive(Debug, sqlx::FromRow)]
 pub struct BidRow {
+    /// The bidder's public buyer id.
     pub bidder_id: String,
+    /// The bidder's display name.
     pub bidder_name: String,
+    /// The bid's amount, in cents.
     pub amount_cents: i64,
     /// The bid lock's fencing token; `None` under the conditional strategy.
     pub fence_token: Option<i64>,
+    /// When it was written.
     pub created_at: DateTime<Utc>,
 }
 
@@ -151,8 +167,11 @@ pub async fn bids(db: &PgPool, item_id: i64, limit: i64) -> sqlx::Result<Vec<Bid
 pub struct NewItem {
     /// Stable name; at most one open item per slug.
     pub slug: String,
+    /// The item's bidding terms (start price, increment).
     pub terms: ItemTerms,
+    /// When bidding opens.
     pub starts_at: DateTime<Utc>,
+    /// When bidding ends.
     pub ends_at: DateTime<Utc>,
 }
 

@@ -41,7 +41,7 @@ pub fn router() -> Router<AppState> {
 /// The list of auctions.
 #[derive(Template, WebTemplate)]
 #[template(path = "auctions.html")]
-pub struct ListPage {
+pub(super) struct ListPage {
     /// Open items, ending soonest first.
     pub open: Vec<Item>,
     /// Recently closed items, with their results.
@@ -52,7 +52,7 @@ pub struct ListPage {
 /// One item: title and description, the bid form, and its [`LiveItem`].
 #[derive(Template, WebTemplate)]
 #[template(path = "auction.html")]
-pub struct ItemPage {
+pub(super) struct ItemPage {
     /// The part of the page that live updates replace.
     pub live: LiveItem,
     pub buyer_name: String,
@@ -218,7 +218,7 @@ async fn show(
 
 /// The bid form: `amount`, a decimal number of dollars such as `125.50`.
 #[derive(Deserialize)]
-pub struct BidForm {
+pub(super) struct BidForm {
     amount: String,
 }
 

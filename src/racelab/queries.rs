@@ -6,7 +6,7 @@ use crate::seats::SeatRef;
 
 /// The unsafe write: mark the seat sold whatever its state, and log the sale. Used by
 /// `race-lab-naive` and `race-lab-unfenced-lease` after their own (racy) checks.
-pub async fn sell_unconditionally(
+pub(super) async fn sell_unconditionally(
     db: &PgPool,
     seat: SeatRef,
     buyer_id: &str,
@@ -31,7 +31,7 @@ pub async fn sell_unconditionally(
 
 /// The article's lock-free answer: `UPDATE … WHERE sold = false`, one statement, and the
 /// sale logged in the same statement. `None` if the seat was already sold.
-pub async fn sell_if_unsold(
+pub(super) async fn sell_if_unsold(
     db: &PgPool,
     seat: SeatRef,
     buyer_id: &str,

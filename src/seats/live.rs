@@ -60,7 +60,7 @@ async fn update(state: &AppState, event_id: i64, message: &LiveMessage) -> Updat
 }
 
 /// `GET /events/{id}/stream`. 404 for an unknown event, 400 for a malformed id.
-pub async fn stream(
+pub(super) async fn stream(
     State(state): State<AppState>,
     Path(event): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {

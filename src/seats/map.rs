@@ -45,16 +45,23 @@ impl SeatState {
 /// the legend, not repeated per seat (the arena has 11,056 seats; the page's script
 /// shows the section, row and seat in a tooltip).
 pub struct SeatView {
+    /// Its id.
     pub id: i64,
+    /// The seat's number in its row.
     pub number: i32,
+    /// An aisle runs just before this seat.
     pub aisle_before: bool,
+    /// The seat's price zone.
     pub zone: String,
+    /// The seat's state for the viewer.
     pub state: SeatState,
 }
 
 /// One row of a section.
 pub struct RowView {
+    /// The row's label ("C").
     pub label: String,
+    /// The seats, in drawing order.
     pub seats: Vec<SeatView>,
 }
 
@@ -72,19 +79,25 @@ impl RowView {
 
 /// One section.
 pub struct SectionView {
+    /// Its short code, unique within its venue.
     pub code: String,
+    /// Its name, for a person.
     pub name: String,
+    /// The rows, in drawing order.
     pub rows: Vec<RowView>,
 }
 
 /// A seat the viewer holds, with its countdown.
 pub struct MyHold {
+    /// `seats.id`.
     pub seat_id: i64,
+    /// The seat, named for a person ("Main row C seat 14").
     pub title: String,
     /// Time left, in milliseconds, by the Redis clock.
     pub remaining_ms: u64,
     /// Expiry as "20:41:07 UTC" (the page's script shows local time).
     pub until: String,
+    /// The fencing token of the lease that wrote it.
     pub fencing_token: u64,
     /// The seat's price for this event, in cents.
     pub price_cents: i64,
@@ -92,13 +105,19 @@ pub struct MyHold {
 
 /// Everything the event page shows.
 pub struct SeatMap {
+    /// The event.
     pub event: EventSummary,
+    /// The price zones, dearest first.
     pub zones: Vec<Zone>,
+    /// The sections, in drawing order.
     pub sections: Vec<SectionView>,
+    /// The viewer's live holds in this event.
     pub my_holds: Vec<MyHold>,
     /// Seats bought by the viewer: (seat title).
     pub my_seats: Vec<String>,
+    /// How many seats are still unsold.
     pub available: usize,
+    /// How many seats the event has.
     pub total: usize,
 }
 

@@ -262,14 +262,23 @@ pub async fn seat_names(db: &PgPool, event_id: i64, seat_ids: &[i64]) -> sqlx::R
 /// One seat of the map, in drawing order.
 #[derive(Debug, sqlx::FromRow)]
 pub struct MapSeat {
+    /// `seats.id`.
     pub seat_id: i64,
+    /// The section's short code.
     pub section_code: String,
+    /// The section's name.
     pub section_name: String,
+    /// The row's label ("C").
     pub row_label: String,
+    /// The seat's number in its row.
     pub number: i32,
+    /// An aisle runs just before this seat.
     pub aisle_before: bool,
+    /// The seat's price zone code.
     pub zone_code: String,
+    /// The price, in cents.
     pub price_cents: i64,
+    /// Whether the seat is sold.
     pub sold: bool,
     /// Sold to the buyer looking at the map.
     pub mine: bool,
@@ -298,9 +307,13 @@ pub async fn map_seats(db: &PgPool, event_id: i64, buyer_id: &str) -> sqlx::Resu
 /// A price zone of the event's venue, for the legend.
 #[derive(Debug, sqlx::FromRow)]
 pub struct Zone {
+    /// Its short code, unique within its venue.
     pub code: String,
+    /// Its name, for a person.
     pub name: String,
+    /// The price, in cents.
     pub price_cents: i64,
+    /// The colour the map draws it in (CSS).
     pub colour: String,
 }
 

@@ -44,7 +44,7 @@ pub fn purchase_routes() -> Router<AppState> {
 /// The seat map page.
 #[derive(Template, WebTemplate)]
 #[template(path = "event.html")]
-pub struct EventPage {
+pub(super) struct EventPage {
     pub map: SeatMap,
     pub buyer_name: String,
     /// Public buyer id, so the page's script can tell its own holds in live updates.
@@ -68,7 +68,7 @@ impl EventPage {
 /// total, one countdown, Buy all and Release all.
 #[derive(Template, WebTemplate)]
 #[template(path = "checkout.html")]
-pub struct CheckoutPage {
+pub(super) struct CheckoutPage {
     pub map: SeatMap,
     pub authenticity_token: String,
 }
