@@ -148,7 +148,7 @@ impl Application {
 /// under the lease namespace, expired by Redis, never resurrecting a rotated session);
 /// cookies are HttpOnly and SameSite=Lax; every POST is CSRF-checked by
 /// [`csrf::CsrfForm`] and refused if its Origin is foreign.
-/// `GET /metrics` is not here: [`telemetry`]'s page has a listener of its own
+/// `GET /metrics` is not here: `telemetry`'s page has a listener of its own
 /// (`--metrics-bind`, [`Application::run_until`]). Hold and confirm are the
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
 /// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.

@@ -29,13 +29,13 @@ use crate::config::Settings;
 
 /// A pooled Postgres connection idle for at least this long is pinged before use; one
 /// used more recently was checked when it was returned (sqlx pings on release).
-pub const IDLE_CHECK: Duration = Duration::from_secs(1);
+pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 /// The pool of `settings.database_url`, `settings.db_pool_size` connections, opened
 /// lazily (the server starts while Postgres is down). Every session gets
 /// `statement_timeout` = the store timeout and `lock_timeout` = [`Settings::lock_wait`].
 /// Errors: an unparsable `DATABASE_URL`.
-pub fn pool(settings: &Settings) -> anyhow::Result<PgPool> {
+pub(crate) fn pool(settings: &Settings) -> anyhow::Result<PgPool> {
     let timeout_ms = settings.store_timeout_ms.to_string();
     let lock_wait_ms = settings.lock_wait().as_millis().to_string();
     let options = PgConnectOptions::from_str(&settings.database_url)

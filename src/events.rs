@@ -35,7 +35,7 @@ impl EventSummary {
 }
 
 /// One event, or `None`.
-pub async fn find(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventSummary>> {
+pub(crate) async fn find(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventSummary>> {
     sqlx::query_as(
         "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at
            FROM events e JOIN venues v ON v.id = e.venue_id WHERE e.id = $1",
@@ -47,7 +47,7 @@ pub async fn find(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventSummar
 
 /// A line of the home page.
 #[derive(Debug, sqlx::FromRow)]
-pub struct EventListing {
+pub(crate) struct EventListing {
     #[sqlx(flatten)]
     /// The event.
     pub event: EventSummary,
@@ -60,7 +60,7 @@ pub struct EventListing {
 /// The home page: every event, soonest first.
 #[derive(Template, WebTemplate)]
 #[template(path = "index.html")]
-pub struct IndexPage {
+pub(crate) struct IndexPage {
     /// The events, soonest first.
     pub events: Vec<EventListing>,
     /// The buyer's display name.
@@ -70,7 +70,7 @@ pub struct IndexPage {
 }
 
 /// `GET /`.
-pub async fn index(
+pub(crate) async fn index(
     State(state): State<AppState>,
     buyer: Buyer,
     csrf: FormToken,

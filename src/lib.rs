@@ -7,9 +7,9 @@
 //!
 //! Layout, top to bottom: **wiring** ([`app`] builds the HTTP application once for
 //! `main`, the tests, the end-to-end suite and the load test; [`config`] is every setting
-//! and its one default; [`state`], [`db`], [`telemetry`], [`ledger`], [`seed`]);
+//! and its one default; [`state`], `db`, `telemetry`, [`ledger`], [`seed`]);
 //! **features**, each owning its rules and queries ([`seats`], [`auction`], [`live`],
-//! [`events`], [`orders`], and [`racelab`], the unsafe strategies the race lab compares
+//! `events`, `orders`, and [`racelab`], the unsafe strategies the race lab compares
 //! and the [`racelab::pause`] seam of confirm and bid); **HTTP plumbing** shared by them
 //! ([`http`]: the buyer's session, CSRF, the error type that maps every failure to a
 //! status and a page and every refusal to a stable [`http::error::Refusal`] code, the
@@ -19,19 +19,19 @@
 pub mod app;
 pub mod auction;
 pub mod config;
-pub mod db;
-pub mod events;
+pub(crate) mod db;
+pub(crate) mod events;
 pub mod http;
 pub mod ledger;
 pub mod live;
 pub mod money;
-pub mod orders;
+pub(crate) mod orders;
 pub mod profile;
 pub mod racelab;
 pub mod seats;
 pub mod seed;
 pub mod state;
-pub mod telemetry;
+pub(crate) mod telemetry;
 
 /// The migrations in `migrations/`, embedded: `seatlock migrate` and every test database
 /// run these.

@@ -16,7 +16,7 @@ use crate::state::AppState;
 
 /// A confirmed order with what it bought.
 #[derive(Debug, sqlx::FromRow)]
-pub struct Order {
+pub(crate) struct Order {
     /// Its id.
     pub id: i64,
     /// `events.id`.
@@ -40,7 +40,7 @@ pub struct Order {
 /// The confirmation page.
 #[derive(Template, WebTemplate)]
 #[template(path = "order.html")]
-pub struct OrderPage {
+pub(crate) struct OrderPage {
     /// The order.
     pub order: Order,
 }
@@ -77,6 +77,6 @@ async fn show(
 }
 
 /// `GET /orders/{id}`.
-pub fn router() -> Router<AppState> {
+pub(crate) fn router() -> Router<AppState> {
     Router::new().route("/orders/{id}", get(show))
 }

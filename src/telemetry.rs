@@ -33,20 +33,20 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::http::error::Refusal;
 
 /// Counter: holds granted.
-pub const HOLDS_GRANTED_TOTAL: &str = "seatlock_holds_granted_total";
+pub(crate) const HOLDS_GRANTED_TOTAL: &str = "seatlock_holds_granted_total";
 /// Counter, label `reason` (`held`, `sold`, `event_started`): holds refused.
-pub const HOLDS_REFUSED_TOTAL: &str = "seatlock_holds_refused_total";
+pub(crate) const HOLDS_REFUSED_TOTAL: &str = "seatlock_holds_refused_total";
 /// Counter, label `outcome` (see [`ConfirmOutcome`]): confirms by outcome.
-pub const CONFIRMS_TOTAL: &str = "seatlock_confirms_total";
+pub(crate) const CONFIRMS_TOTAL: &str = "seatlock_confirms_total";
 /// Counter: a sale stopped by the `orders_one_per_seat` unique constraint, i.e. one that
 /// the fenced, conditional write let through. Must stay 0.
-pub const DOUBLE_SALES_DETECTED_TOTAL: &str = "seatlock_double_sales_detected_total";
+pub(crate) const DOUBLE_SALES_DETECTED_TOTAL: &str = "seatlock_double_sales_detected_total";
 /// Histogram (seconds), label `op`: one Postgres call, from the call to its answer
 /// (waiting for a pooled connection included, so under load it shows pool queueing).
-pub const POSTGRES_ROUND_TRIP_SECONDS: &str = "seatlock_postgres_round_trip_seconds";
+pub(crate) const POSTGRES_ROUND_TRIP_SECONDS: &str = "seatlock_postgres_round_trip_seconds";
 
 /// Upper bounds of the latency histograms' buckets, in seconds (100 µs to 2.5 s).
-pub const LATENCY_BUCKETS_SECONDS: [f64; 14] = [
+pub(crate) const LATENCY_BUCKETS_SECONDS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
@@ -57,7 +57,7 @@ const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
 /// The process's Prometheus recorder, installed on first use (as the global `metrics`
 /// recorder) with a thread that runs its upkeep every 5 s. If another recorder was
 /// installed first, the handle renders an empty page.
-pub fn prometheus() -> &'static PrometheusHandle {
+pub(crate) fn prometheus() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
@@ -166,7 +166,7 @@ fn register_at_zero() {
 }
 
 /// `GET /metrics`: every metric in the Prometheus text exposition format (version 0.0.4).
-pub async fn metrics_page() -> impl IntoResponse {
+pub(crate) async fn metrics_page() -> impl IntoResponse {
     (
         [(
             header::CONTENT_TYPE,
@@ -178,7 +178,7 @@ pub async fn metrics_page() -> impl IntoResponse {
 
 /// Awaits `call` (one Postgres round trip, or a short sequence the caller names) and
 /// records its latency under `op` in [`POSTGRES_ROUND_TRIP_SECONDS`], success or not.
-pub async fn postgres<T>(op: &'static str, call: impl Future<Output = T>) -> T {
+pub(crate) async fn postgres<T>(op: &'static str, call: impl Future<Output = T>) -> T {
     let started = Instant::now();
     let reply = call.await;
     metrics::histogram!(POSTGRES_ROUND_TRIP_SECONDS, "op" => op).record(started.elapsed());
@@ -186,18 +186,18 @@ pub async fn postgres<T>(op: &'static str, call: impl Future<Output = T>) -> T {
 }
 
 /// Counts a granted hold.
-pub fn hold_granted() {
+pub(crate) fn hold_granted() {
     metrics::counter!(HOLDS_GRANTED_TOTAL).increment(1);
 }
 
 /// Counts a refused hold; label `reason` is the refusal's code (`held`, `sold`).
-pub fn hold_refused(reason: &Refusal) {
+pub(crate) fn hold_refused(reason: &Refusal) {
     metrics::counter!(HOLDS_REFUSED_TOTAL, "reason" => reason.code()).increment(1);
 }
 
 /// How a confirm ended, as counted in [`CONFIRMS_TOTAL`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ConfirmOutcome<'a> {
+pub(crate) enum ConfirmOutcome<'a> {
     /// The seat was sold to the buyer.
     Accepted,
     /// Refused (`stale`, `expired`, `sold`).
@@ -207,7 +207,7 @@ pub enum ConfirmOutcome<'a> {
 impl ConfirmOutcome<'_> {
     /// The `outcome` label value: `accepted`, or `rejected_` and the refusal's code
     /// (`rejected_stale`, `rejected_expired`, `rejected_sold`).
-    pub fn label(self) -> String {
+    pub(crate) fn label(self) -> String {
         match self {
             ConfirmOutcome::Accepted => "accepted".into(),
             ConfirmOutcome::Rejected(refusal) => format!("rejected_{}", refusal.code()),
@@ -216,13 +216,13 @@ impl ConfirmOutcome<'_> {
 }
 
 /// Counts a confirm's outcome.
-pub fn confirm(outcome: ConfirmOutcome<'_>) {
+pub(crate) fn confirm(outcome: ConfirmOutcome<'_>) {
     metrics::counter!(CONFIRMS_TOTAL, "outcome" => outcome.label()).increment(1);
 }
 
 /// Counts a write stopped by the `orders_one_per_seat` constraint (logged as an error:
 /// it means the fence let a second sale through).
-pub fn double_sale_detected() {
+pub(crate) fn double_sale_detected() {
     tracing::error!("orders_one_per_seat refused a second sale of a seat");
     metrics::counter!(DOUBLE_SALES_DETECTED_TOTAL).increment(1);
 }

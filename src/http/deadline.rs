@@ -7,7 +7,7 @@
 //! What it drops is safe to drop: a purchase or bid cut off half way leaves its hold, its
 //! authorization or its bid lock to their TTLs and idempotency keys (see
 //! [`crate::seats::purchase`]), and the connection it was using is checked before reuse
-//! ([`crate::db`]). The response body is not bounded: a live page's stream runs on.
+//! (`crate::db`). The response body is not bounded: a live page's stream runs on.
 
 use std::time::Duration;
 

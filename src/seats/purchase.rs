@@ -53,7 +53,7 @@ pub enum HoldOutcome {
 /// [`Refusal::SeatLimit`]), 503 store unavailable.
 ///
 /// Traced as span `hold` with the event, seat, buyer and (once granted) fencing token;
-/// counted in [`telemetry::HOLDS_GRANTED_TOTAL`] / [`telemetry::HOLDS_REFUSED_TOTAL`].
+/// counted in `telemetry::HOLDS_GRANTED_TOTAL` / `telemetry::HOLDS_REFUSED_TOTAL`.
 #[tracing::instrument(name = "hold", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<HoldOutcome> {
     let event = state.catalog.event(&state.db, seat.event_id).await?;
@@ -183,8 +183,8 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// hold that lapsed before the commit still cannot buy.
 ///
 /// Traced as span `confirm` (event, seat, buyer, fencing token); outcomes counted in
-/// [`telemetry::CONFIRMS_TOTAL`], a sale stopped by `orders_one_per_seat` in
-/// [`telemetry::DOUBLE_SALES_DETECTED_TOTAL`]. Errors: 403 no hold, 409 sold or hold
+/// `telemetry::CONFIRMS_TOTAL`, a sale stopped by `orders_one_per_seat` in
+/// `telemetry::DOUBLE_SALES_DETECTED_TOTAL`. Errors: 403 no hold, 409 sold or hold
 /// lapsed or token stale, 503 a store unavailable (retry: nothing was lost).
 #[tracing::instrument(name = "confirm", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> {
