@@ -18,6 +18,11 @@ use anyhow::{Context, bail};
 
 use crate::procs::{RedisServer, port_and_folder};
 
+/// How long a test waits for Sentinel to promote the replica. A failover takes about 2 s;
+/// an election that fails (a busy machine: votes arrive late) is tried again only after
+/// twice `failover-timeout` (10 s), so the wait allows for two retries.
+pub const PROMOTION_WAIT: Duration = Duration::from_secs(40);
+
 /// The master name the Sentinels monitor, and the path of [`SentinelTopology::url`].
 pub const MASTER_NAME: &str = "seatlock";
 
@@ -180,7 +185,7 @@ impl SentinelTopology {
     /// promoted replica earlier, while the Sentinel still reconfigures the replicas, and
     /// redis-rs's Sentinel client refuses a master in that state:
     /// `MasterNameNotFoundBySentinel`.) Returns the time from the kill to then.
-    /// Errors: no promotion within 15 s.
+    /// Errors: no promotion within [`PROMOTION_WAIT`].
     pub async fn fail_over(&mut self) -> anyhow::Result<Duration> {
         let killed_at = Instant::now();
         self.primary.kill();
@@ -190,7 +195,7 @@ impl SentinelTopology {
     /// Stops the primary (SIGSTOP: a hung host, its port open and nothing answered) and
     /// waits as [`SentinelTopology::fail_over`] does; the primary stays stopped (SIGCONT
     /// it with `primary.signal`, Sentinel then turns it into a replica). Errors: no
-    /// promotion within 15 s.
+    /// promotion within [`PROMOTION_WAIT`].
     pub async fn hang_primary(&mut self) -> anyhow::Result<Duration> {
         let stopped_at = Instant::now();
         self.primary.signal("STOP")?;
@@ -201,7 +206,7 @@ impl SentinelTopology {
     /// FAILOVER`): the primary keeps running and is turned into a replica of the
     /// promoted one (its clients stay connected to it). Waits as
     /// [`SentinelTopology::fail_over`] does. Errors: the Sentinel refused, or no
-    /// promotion within 15 s.
+    /// promotion within [`PROMOTION_WAIT`].
     pub async fn switch_over(&mut self) -> anyhow::Result<Duration> {
         let started = Instant::now();
         let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
@@ -219,7 +224,7 @@ impl SentinelTopology {
     async fn wait_for_promotion(&self, since: Instant) -> anyhow::Result<Duration> {
         let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
         let replica_port = self.replica.port.to_string();
-        while since.elapsed() < Duration::from_secs(15) {
+        while since.elapsed() < PROMOTION_WAIT {
             let master: redis::RedisResult<HashMap<String, String>> =
                 query(&url, redis::cmd("SENTINEL").arg("MASTER").arg(MASTER_NAME)).await;
             let promoted = master.is_ok_and(|m| {
@@ -235,7 +240,7 @@ impl SentinelTopology {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        bail!("Sentinel did not promote the replica within 15 s")
+        bail!("Sentinel did not promote the replica within {PROMOTION_WAIT:?}")
     }
 }
 
