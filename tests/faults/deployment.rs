@@ -255,6 +255,23 @@ pub(crate) async fn buy(d: &Deployment, server: &str, seat: i64) -> String {
     id
 }
 
+/// The confirm URL of `seat` through `server`.
+pub(crate) fn confirm_url(d: &Deployment, server: &str, seat: i64) -> String {
+    format!("{server}/events/{}/seats/{seat}/confirm", d.event)
+}
+
+/// The URL of an event-wide `action` (`checkout`, `release-all`) through `server`.
+pub(crate) fn event_url(d: &Deployment, server: &str, action: &str) -> String {
+    format!("{server}/events/{}/{action}", d.event)
+}
+
+/// None of `replies` is a 5xx.
+pub(crate) fn assert_no_5xx(case: &str, replies: &[&Reply]) {
+    for reply in replies {
+        assert!(!reply.status.is_server_error(), "{case}: {reply:?}");
+    }
+}
+
 /// POSTs `action` on `seat` through `server` and returns the reply.
 pub(crate) async fn act(
     buyer: &HttpBuyer,

@@ -14,7 +14,7 @@ use seatlock::profile::BuyerProfile;
 use seatlock::racelab::pause::PausePoint;
 use seatlock::seats::SeatRef;
 use seatlock::seats::queries::{self, Sale};
-use seatlock_harness::{Reply, eventually};
+use seatlock_harness::eventually;
 use sqlx::PgPool;
 
 use crate::deployment::*;
@@ -39,20 +39,6 @@ async fn payment_rows(db: &PgPool, event: i64, seat: i64) -> Vec<Payment> {
     .fetch_all(db)
     .await
     .unwrap()
-}
-
-fn confirm_url(d: &Deployment, server: &str, seat: i64) -> String {
-    format!("{server}/events/{}/seats/{seat}/confirm", d.event)
-}
-
-fn event_url(d: &Deployment, server: &str, action: &str) -> String {
-    format!("{server}/events/{}/{action}", d.event)
-}
-
-fn assert_no_5xx(case: &str, replies: &[&Reply]) {
-    for reply in replies {
-        assert!(!reply.status.is_server_error(), "{case}: {reply:?}");
-    }
 }
 
 /// A confirm has committed its sale and is slow to give its hold up (parked

@@ -97,7 +97,7 @@ async fn a_confirm_cut_off_by_postgres_does_not_void_the_payment_a_second_tab_ca
     let server = d.server(|s| s.hold_ttl_ms = 10_000).await;
     let seat = d.seats[6];
     let (buyer, id, _) = holder(&d, &server.address, seat).await;
-    let url = format!("{}/events/{}/seats/{seat}/confirm", server.address, d.event);
+    let url = confirm_url(&d, &server.address, seat);
     // Cut off after 1 s, the first finds out at its COMMIT (1.5 s) and leaves the
     // payment; the second writes after that (2.5 s).
     let stalled = buyer.another_tab(pause_headers(PausePoint::BeforeCommit, 1_500));

@@ -63,15 +63,13 @@ async fn a_second_tab_never_leaves_an_order_unpaid_at_any_point_on_any_server() 
                 // Shorter than the purchase's idle bound: the first tab's transaction
                 // outlives its pause.
                 let tab = buyer.another_tab(pause_headers(point, 400));
-                let url = format!("{first_server}/events/{}/seats/{seat}/confirm", d.event);
+                let url = confirm_url(&d, first_server, seat);
                 let first = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
                 parks += 1;
                 parked(&servers[0], parks).await;
                 let reply = second_tab(&d, &buyer, &other.address, second, seat).await;
                 let first = first.await.unwrap();
-                for reply in [&first, &reply] {
-                    assert!(!reply.status.is_server_error(), "{case}: {reply:?}");
-                }
+                assert_no_5xx(&case, &[&first, &reply]);
                 match second {
                     SecondTab::ReleaseAll => {}
                     SecondTab::Checkout => {
@@ -100,12 +98,15 @@ async fn second_tab(
     second: SecondTab,
     seat: i64,
 ) -> Reply {
-    let event_action = |action: &str| format!("{server}/events/{}/{action}", d.event);
     match second {
         SecondTab::Confirm => act(buyer, server, d, seat, "confirm").await,
-        SecondTab::CheckoutWithALapsedHold | SecondTab::Checkout => {
-            buyer.post(&event_action("checkout"), &[]).await.unwrap()
-        }
-        SecondTab::ReleaseAll => buyer.post(&event_action("release-all"), &[]).await.unwrap(),
+        SecondTab::CheckoutWithALapsedHold | SecondTab::Checkout => buyer
+            .post(&event_url(d, server, "checkout"), &[])
+            .await
+            .unwrap(),
+        SecondTab::ReleaseAll => buyer
+            .post(&event_url(d, server, "release-all"), &[])
+            .await
+            .unwrap(),
     }
 }
