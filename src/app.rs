@@ -21,7 +21,7 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 use crate::config::{PurchaseStrategy, Settings};
 use crate::http::{buyer, csrf, deadline, health};
 use crate::ledger::PgFenceLedger;
-use crate::state::{AppState, SessionRedis};
+use crate::state::{AppState, RoomStore, SessionRedis};
 use crate::telemetry;
 use crate::{auction, events, live, orders, racelab, seats};
 
@@ -49,7 +49,7 @@ impl Application {
         // Settings::purchase_idle_timeout, frees the row within it); a request's
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
-        let (leases, redis) = stores(&settings, &db).await?;
+        let (leases, redis, waiting_room) = stores(&settings, &db).await?;
         if let Some(secret) = &settings.secret {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }
@@ -66,6 +66,7 @@ impl Application {
             db,
             leases,
             redis,
+            waiting_room,
             settings: Arc::new(settings),
             csrf,
             live,
@@ -169,6 +170,7 @@ pub fn router(state: AppState) -> Router {
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .merge(seats::router())
+        .merge(seats::waiting_room::router())
         .merge(match state.settings.purchase_strategy {
             PurchaseStrategy::Fenced => seats::purchase_routes(),
             _ => racelab::purchase_routes(),
@@ -204,10 +206,14 @@ pub fn router(state: AppState) -> Router {
 /// Redis (one healing connection, as before the store could be chosen). Refuses a lease
 /// TTL setting the store cannot express (etcd: whole seconds, at least 2 s), naming the
 /// flag.
+///
+/// Also the waiting rooms' store ([`crate::seats::waiting_room`]): the Redis lease client, whose
+/// hold script checks admissions; `None` on etcd, where the server refuses to start with
+/// `--waiting-room-shoppers` set.
 async fn stores(
     settings: &Settings,
     db: &sqlx::PgPool,
-) -> anyhow::Result<(Arc<dyn lease::LeaseStore>, SessionRedis)> {
+) -> anyhow::Result<(Arc<dyn lease::LeaseStore>, SessionRedis, Option<RoomStore>)> {
     let timeout = settings.store_timeout();
     // Async: with Sentinels, a hung one is passed over instead of hanging the start.
     let own_redis = || async {
@@ -217,11 +223,19 @@ async fn stores(
         anyhow::Ok(SessionRedis::Own(Arc::new(redis)))
     };
     let url = settings.lease_store_url();
-    let (store, redis): (Arc<dyn lease::LeaseStore>, _) = if url.starts_with("etcd://") {
+    let (store, redis, room): (Arc<dyn lease::LeaseStore>, _, _) = if url.starts_with("etcd://")
+    {
         let etcd = lease::etcd::EtcdStore::connect(url, timeout)
             .await
             .with_context(|| format!("connecting to the lease store {url}"))?;
-        (Arc::new(etcd), own_redis().await?)
+        if settings.waiting_room_shoppers > 0 {
+            anyhow::bail!(
+                "refusing to start: --waiting-room-shoppers needs the Redis lease store \
+                 (the queue and its admissions live beside the seat leases, checked by the \
+                 hold's own script); etcd has no waiting room"
+            );
+        }
+        (Arc::new(etcd), own_redis().await?, None)
     } else {
         let store = lease::connect_async(url, timeout)
             .await
@@ -230,10 +244,11 @@ async fn stores(
             lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
                 .with_failover_guard(!settings.lab_disable_failover_guard),
         );
+        let room = Some(client.clone());
         if url == settings.redis_url {
-            (client.clone(), SessionRedis::Leases(client))
+            (client.clone(), SessionRedis::Leases(client), room)
         } else {
-            (client, own_redis().await?)
+            (client, own_redis().await?, room)
         }
     };
     for (flag, ttl) in settings.lease_ttls() {
@@ -242,7 +257,7 @@ async fn stores(
             .check(store.name(), ttl)
             .with_context(|| format!("refusing to start: {flag} {}", ttl.as_millis()))?;
     }
-    Ok((store, redis))
+    Ok((store, redis, room))
 }
 
 async fn not_found() -> crate::http::error::Error {

@@ -94,6 +94,17 @@ pub struct Settings {
     /// holds of one buyer cannot both slip under it.
     #[arg(long, env = "SEATLOCK_MAX_SEATS_PER_BUYER", default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub max_seats_per_buyer: u64,
+    /// At most this many buyers shop one event at once; the rest wait in its queue
+    /// (`GET /events/{id}/queue`), admitted first come, first served. 0: no waiting room.
+    /// An event's own `waiting_room_shoppers` (migration 0010) overrides it. Needs the
+    /// Redis lease store (the room lives beside the seat leases).
+    #[arg(long, env = "SEATLOCK_WAITING_ROOM_SHOPPERS", default_value_t = 0)]
+    pub waiting_room_shoppers: u64,
+    /// Length of an admission to a waiting room (its lease), in milliseconds; each page
+    /// the buyer opens renews it, up to twice this from the admission. Default: fifteen
+    /// minutes.
+    #[arg(long, env = "SEATLOCK_ADMISSION_TTL_MS", default_value_t = 900_000, value_parser = clap::value_parser!(u64).range(1_000..))]
+    pub admission_ttl_ms: u64,
     /// Simulated payment time before a purchase is written, in milliseconds.
     #[arg(long, env = "SEATLOCK_PAYMENT_DELAY_MS", default_value_t = 0)]
     pub payment_delay_ms: u64,
@@ -261,6 +272,11 @@ impl Settings {
     /// The hold TTL as a `Duration`.
     pub fn hold_ttl(&self) -> Duration {
         Duration::from_millis(self.hold_ttl_ms)
+    }
+
+    /// The admission TTL of a waiting room as a `Duration`.
+    pub fn admission_ttl(&self) -> Duration {
+        Duration::from_millis(self.admission_ttl_ms)
     }
 
     /// The simulated payment delay as a `Duration`.
@@ -480,6 +496,8 @@ mod tests {
             metrics_bind: "127.0.0.1:4001".into(),
             hold_ttl_ms: 1_234,
             max_seats_per_buyer: 3,
+            waiting_room_shoppers: 5,
+            admission_ttl_ms: 4_321,
             payment_delay_ms: 56,
             lease_namespace: "ns-7".parse().unwrap(),
             secret: Some("s".repeat(40)),

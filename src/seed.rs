@@ -27,6 +27,10 @@ pub struct VenueFile {
     pub city: String,
     /// The demo event seeded on the venue.
     pub event: EventSpec,
+    /// More events on the venue, seeded after every venue's first event (so the first
+    /// events keep their ids: 1, 2, …).
+    #[serde(default)]
+    pub more_events: Vec<EventSpec>,
     /// The price zones, dearest first.
     pub zones: Vec<ZoneSpec>,
     /// The sections, in drawing order.
@@ -42,6 +46,13 @@ pub struct EventSpec {
     pub starts_in_days: u64,
     /// "HH:MM", UTC.
     pub time: String,
+    /// Minutes from seeding to the on-sale (`events.on_sale_at`); none: on sale now.
+    #[serde(default)]
+    pub on_sale_in_minutes: Option<i64>,
+    /// At most this many buyers shop it at once (`events.waiting_room_shoppers`); none:
+    /// `--waiting-room-shoppers` decides.
+    #[serde(default)]
+    pub waiting_room_shoppers: Option<i32>,
 }
 
 /// A price zone.
@@ -110,21 +121,30 @@ pub async fn seed(db: &PgPool, dir: &Path) -> anyhow::Result<(usize, usize)> {
         .collect();
     files.sort();
     let (mut venues, mut seats) = (0, 0);
+    let mut added = vec![];
     for path in files {
         let text = std::fs::read_to_string(&path)?;
         let venue: VenueFile =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        if let Some(n) = load_venue(db, &venue).await? {
+        if let Some((venue_id, n)) = load_venue(db, &venue).await? {
             venues += 1;
             seats += n;
+            added.push((venue_id, venue));
+        }
+    }
+    for (venue_id, venue) in &added {
+        for event in &venue.more_events {
+            let mut tx = db.begin().await?;
+            create_event(&mut tx, *venue_id, event).await?;
+            tx.commit().await?;
         }
     }
     Ok((venues, seats))
 }
 
-/// Inserts one venue, its seats and its demo event in one transaction; `None` if the
-/// venue was already there.
-async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<usize>> {
+/// Inserts one venue, its seats and its demo event in one transaction; returns the
+/// venue's id and its seat count, or `None` if the venue was already there.
+async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i64, usize)>> {
     let mut tx = db.begin().await?;
     let venue_id: Option<i64> = sqlx::query_scalar(
         "INSERT INTO venues (slug, name, city) VALUES ($1, $2, $3)
@@ -203,25 +223,40 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<usi
             );
         }
     }
-    let time =
-        NaiveTime::parse_from_str(&venue.event.time, "%H:%M").context("event time is HH:MM")?;
+    create_event(&mut tx, venue_id, &venue.event).await?;
+    tx.commit().await?;
+    Ok(Some((venue_id, total)))
+}
+
+/// Inserts one event of venue `venue_id` and its seats' `event_seats` rows.
+async fn create_event(
+    tx: &mut sqlx::PgConnection,
+    venue_id: i64,
+    event: &EventSpec,
+) -> anyhow::Result<i64> {
+    let time = NaiveTime::parse_from_str(&event.time, "%H:%M").context("event time is HH:MM")?;
     let starts_at = Utc::now()
         .date_naive()
-        .checked_add_days(Days::new(venue.event.starts_in_days))
+        .checked_add_days(Days::new(event.starts_in_days))
         .context("event date")?
         .and_time(time)
         .and_utc();
+    let on_sale_at = event
+        .on_sale_in_minutes
+        .map(|m| Utc::now() + chrono::Duration::minutes(m));
     let event_id: i64 = sqlx::query_scalar(
-        "INSERT INTO events (venue_id, name, starts_at) VALUES ($1, $2, $3) RETURNING id",
+        "INSERT INTO events (venue_id, name, starts_at, on_sale_at, waiting_room_shoppers)
+         VALUES ($1, $2, $3, $4, $5) RETURNING id",
     )
     .bind(venue_id)
-    .bind(&venue.event.name)
+    .bind(&event.name)
     .bind(starts_at)
+    .bind(on_sale_at)
+    .bind(event.waiting_room_shoppers)
     .fetch_one(&mut *tx)
     .await?;
-    create_event_seats(&mut tx, event_id).await?;
-    tx.commit().await?;
-    Ok(Some(total))
+    create_event_seats(tx, event_id).await?;
+    Ok(event_id)
 }
 
 /// An auction item in data/auctions.json (a JSON array of these): a slug, the item's

@@ -31,6 +31,10 @@ impl std::ops::Deref for SessionRedis {
     }
 }
 
+/// The store of the events' waiting rooms ([`crate::seats::waiting_room`]): the Redis lease
+/// client, whose hold script checks an admission in the same step as the grant.
+pub type RoomStore = Arc<LeaseClient<PgFenceLedger>>;
+
 /// Handles to the stores and the settings. Cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
@@ -42,6 +46,9 @@ pub struct AppState {
     /// Redis, where the browser sessions live ([`crate::http::sessions`]) whichever store
     /// backs the leases.
     pub redis: SessionRedis,
+    /// The waiting rooms' store: `None` when the leases are on etcd (no event may then
+    /// have a waiting room).
+    pub waiting_room: Option<RoomStore>,
     /// The settings the server was started with.
     pub settings: Arc<Settings>,
     /// CSRF token signing.

@@ -10,6 +10,9 @@
 //! | `seatlock_double_sales_detected_total` | counter | | writes stopped by the `orders_one_per_seat` constraint: the fence let a second sale through. Must stay 0 |
 //! | `seatlock_postgres_round_trip_seconds` | histogram, seconds | `op` | Postgres calls, pool wait included: `event_seats` (an event's seats, once per process), `authorize`, `sell`, `commit`, `fence_ledger` |
 //! | `lease_redis_round_trip_seconds` | histogram, seconds | `op` | Redis round trips, through the lease library's connection: the leases' (`acquire`, `release`, `retire`, `renew`, `holders`, …) and the sessions' (`session_load`, `session_save`, `session_create`, `session_delete`, [`crate::http::sessions`]) |
+//! | `seatlock_queue_length` | gauge | `event` | buyers in the event's waiting-room queue, as last seen by this process |
+//! | `seatlock_admissions_total` | counter | | buyers admitted from a waiting room (each counted by the one process whose call admitted it) |
+//! | `seatlock_queue_wait_seconds` | histogram, seconds | | how long each admitted buyer waited in the queue ([`QUEUE_WAIT_BUCKETS_SECONDS`]) |
 //! | `lease_renewals_total` | counter | `result` = `renewed` / `not_owner` | lease renewals (the closer's watchdog) |
 //! | `lease_watchdog_losses_total` | counter | | watchdogs that reported their lease lost |
 //! | `lease_lock_wait_seconds` | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time a bid waited for the item's bid lock (backoff included) |
@@ -45,6 +48,32 @@ pub(crate) const DOUBLE_SALES_DETECTED_TOTAL: &str = "seatlock_double_sales_dete
 /// (waiting for a pooled connection included, so under load it shows pool queueing).
 pub(crate) const POSTGRES_ROUND_TRIP_SECONDS: &str = "seatlock_postgres_round_trip_seconds";
 
+/// Gauge, label `event`: the waiting-room queue's length at this process's last look.
+pub(crate) const QUEUE_LENGTH: &str = "seatlock_queue_length";
+/// Counter: buyers admitted from a waiting room.
+pub(crate) const ADMISSIONS_TOTAL: &str = "seatlock_admissions_total";
+/// Histogram (seconds): each admitted buyer's wait in the queue.
+pub(crate) const QUEUE_WAIT_SECONDS: &str = "seatlock_queue_wait_seconds";
+
+/// Upper bounds of the queue-wait histogram's buckets, in seconds (1 s to 1 h).
+pub(crate) const QUEUE_WAIT_BUCKETS_SECONDS: [f64; 10] =
+    [1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0];
+
+/// What one step into a waiting room found ([`lease::LeaseClient::enter`]): the queue's
+/// length, and the waits of the buyers that step admitted.
+pub(crate) fn room_entered(event_id: i64, entered: &lease::Entered) {
+    let length = match entered.entry {
+        lease::Entry::Admitted { queue_length, .. }
+        | lease::Entry::Queued { queue_length, .. }
+        | lease::Entry::PreQueue { queue_length, .. } => queue_length,
+    };
+    metrics::gauge!(QUEUE_LENGTH, "event" => event_id.to_string()).set(length as f64);
+    for wait in &entered.admitted_waits {
+        metrics::counter!(ADMISSIONS_TOTAL).increment(1);
+        metrics::histogram!(QUEUE_WAIT_SECONDS).record(wait.as_secs_f64());
+    }
+}
+
 /// Upper bounds of the latency histograms' buckets, in seconds (100 µs to 2.5 s).
 pub(crate) const LATENCY_BUCKETS_SECONDS: [f64; 14] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -62,6 +91,11 @@ pub(crate) fn prometheus() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let recorder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &LATENCY_BUCKETS_SECONDS)
+            .expect("the bucket list is not empty")
+            .set_buckets_for_metric(
+                Matcher::Full(QUEUE_WAIT_SECONDS.into()),
+                &QUEUE_WAIT_BUCKETS_SECONDS,
+            )
             .expect("the bucket list is not empty")
             .build_recorder();
         let handle = recorder.handle();
@@ -96,6 +130,13 @@ fn describe() {
     describe_counter!(
         DOUBLE_SALES_DETECTED_TOTAL,
         "Second sales of a seat stopped only by the orders_one_per_seat constraint (must stay 0)."
+    );
+    metrics::describe_gauge!(QUEUE_LENGTH, "Buyers in an event's waiting-room queue.");
+    describe_counter!(ADMISSIONS_TOTAL, "Buyers admitted from a waiting room.");
+    describe_histogram!(
+        QUEUE_WAIT_SECONDS,
+        metrics::Unit::Seconds,
+        "How long admitted buyers waited in a waiting-room queue."
     );
     describe_histogram!(
         POSTGRES_ROUND_TRIP_SECONDS,
@@ -137,6 +178,7 @@ fn describe() {
 fn register_at_zero() {
     use crate::http::error::Refusal;
     metrics::counter!(HOLDS_GRANTED_TOTAL).absolute(0);
+    metrics::counter!(ADMISSIONS_TOTAL).absolute(0);
     for reason in [
         Refusal::SomeoneIsBuying,
         Refusal::AlreadySold,

@@ -236,9 +236,35 @@
       function () { return { name: "snapshot", data: live.innerHTML }; });
   }
 
+  // The waiting room's queue page: its own stream (not shared between tabs: each tab
+  // keeps its place by asking), "position" while queued, "admitted" when it is the
+  // buyer's turn: then on to the map.
+  function liveQueue() {
+    const queue = document.getElementById("queue");
+    if (!queue || !window.EventSource) return;
+    const text = function (id, value) {
+      const el = document.getElementById(id);
+      if (el) el.textContent = value;
+    };
+    openStream(queue.dataset.stream, {
+      position: function (data) {
+        const standing = JSON.parse(data);
+        queue.dataset.position = standing.position;
+        text("position", standing.position);
+        text("queue-length", standing.queue_length);
+        text("wait", standing.wait);
+        if (standing.on_sale && !queue.querySelector(".position strong:not([hidden])")) {
+          window.location.reload(); // the sale opened: show the queue's wording
+        }
+      },
+      admitted: function (data) { window.location.assign(JSON.parse(data).url); }
+    }, function (state) { queue.dataset.live = state; });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     liveSeatMap();
     liveAuction();
+    liveQueue();
     localTimes();
     tick();
     setInterval(tick, 250);

@@ -75,6 +75,87 @@ impl<L: FenceLedger> LeaseClient<L> {
     pub fn store(&self) -> &RedisStore {
         &self.redis
     }
+
+    /// [`LeaseStore::acquire_all`], and behind a waiting room when `admission` names the
+    /// holder's admission ([`crate::room`]): the script then grants only while that
+    /// admission is live, checked in the same atomic step.
+    pub(crate) async fn grant(
+        &self,
+        keys: &[LeaseKey],
+        holder: &str,
+        ttl: Duration,
+        limit: Option<u64>,
+        admission: Option<&OwnerToken>,
+    ) -> Result<Vec<Lease>, LeaseError> {
+        // One script, one slot: a group hold is over distinct names of one group.
+        check_one_group(keys)?;
+        let ttl_ms = (ttl.as_millis() as u64).max(1);
+        // Step 3 starts here: a fresh random owner token, so that no other caller (nor an
+        // older process of this one) can release or renew what this grant creates.
+        let owner = OwnerToken::random();
+        // Names the block reservation this acquire may ask for (step 5).
+        let reservation = format!("{:016x}", rand::random::<u64>());
+        let limit = limit.map_or(0, |n| n.max(1));
+        // Loops only while the group needs a new block of fencing tokens: every other
+        // answer is final.
+        loop {
+            // Timed before sending: Redis starts the TTL later, so `held_until` errs early.
+            let sent_at = tokio::time::Instant::now();
+            let reply = scripts::acquire(
+                &self.redis,
+                keys,
+                &owner,
+                ttl_ms,
+                holder,
+                &reservation,
+                limit,
+                self.fence.failover_guard,
+                admission,
+            )
+            .await?;
+            match reply {
+                AcquireReply::Granted {
+                    fencing_token,
+                    expires_at_ms,
+                } => {
+                    return Ok(keys
+                        .iter()
+                        .map(|key| Lease {
+                            key: key.clone(),
+                            owner: owner.clone(),
+                            fencing_token: FencingToken(fencing_token),
+                            ttl: Duration::from_millis(ttl_ms),
+                            expires_at_ms,
+                            sent_at: Some(sent_at),
+                        })
+                        .collect());
+                }
+                AcquireReply::Held {
+                    holder,
+                    remaining_ms,
+                } => {
+                    return Err(LeaseError::Held {
+                        holder,
+                        remaining: Duration::from_millis(remaining_ms),
+                    });
+                }
+                AcquireReply::OverLimit { held, limit } => {
+                    return Err(LeaseError::OverLimit { held, limit });
+                }
+                AcquireReply::Retired => return Err(LeaseError::Retired),
+                AcquireReply::NotAdmitted => return Err(LeaseError::NotAdmitted),
+                // Step 5: Redis may not issue past the ledger's ceiling (or, after a
+                // failover, from a block another server installed). Reserve a block,
+                // then ask again with the same owner token and marker.
+                AcquireReply::NeedsBlock => {
+                    self.fence
+                        .replenish(&self.redis, &keys[0], &reservation)
+                        .await?;
+                }
+            }
+        }
+    }
+
 }
 
 #[async_trait]
@@ -111,71 +192,7 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         ttl: Duration,
         limit: Option<u64>,
     ) -> Result<Vec<Lease>, LeaseError> {
-        // One script, one slot: a group hold is over distinct names of one group.
-        check_one_group(keys)?;
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
-        // Step 3 starts here: a fresh random owner token, so that no other caller (nor an
-        // older process of this one) can release or renew what this grant creates.
-        let owner = OwnerToken::random();
-        // Names the block reservation this acquire may ask for (step 5).
-        let reservation = format!("{:016x}", rand::random::<u64>());
-        let limit = limit.map_or(0, |n| n.max(1));
-        // Loops only while the group needs a new block of fencing tokens: every other
-        // answer is final.
-        loop {
-            // Timed before sending: Redis starts the TTL later, so `held_until` errs early.
-            let sent_at = tokio::time::Instant::now();
-            let reply = scripts::acquire(
-                &self.redis,
-                keys,
-                &owner,
-                ttl_ms,
-                holder,
-                &reservation,
-                limit,
-                self.fence.failover_guard,
-            )
-            .await?;
-            match reply {
-                AcquireReply::Granted {
-                    fencing_token,
-                    expires_at_ms,
-                } => {
-                    return Ok(keys
-                        .iter()
-                        .map(|key| Lease {
-                            key: key.clone(),
-                            owner: owner.clone(),
-                            fencing_token: FencingToken(fencing_token),
-                            ttl: Duration::from_millis(ttl_ms),
-                            expires_at_ms,
-                            sent_at: Some(sent_at),
-                        })
-                        .collect());
-                }
-                AcquireReply::Held {
-                    holder,
-                    remaining_ms,
-                } => {
-                    return Err(LeaseError::Held {
-                        holder,
-                        remaining: Duration::from_millis(remaining_ms),
-                    });
-                }
-                AcquireReply::OverLimit { held, limit } => {
-                    return Err(LeaseError::OverLimit { held, limit });
-                }
-                AcquireReply::Retired => return Err(LeaseError::Retired),
-                // Step 5: Redis may not issue past the ledger's ceiling (or, after a
-                // failover, from a block another server installed). Reserve a block,
-                // then ask again with the same owner token and marker.
-                AcquireReply::NeedsBlock => {
-                    self.fence
-                        .replenish(&self.redis, &keys[0], &reservation)
-                        .await?;
-                }
-            }
-        }
+        self.grant(keys, holder, ttl, limit, None).await
     }
 
     /// Step 3, compare-and-delete (`scripts/release.lua`): deletes the lease only while

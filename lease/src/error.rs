@@ -42,6 +42,11 @@ pub enum LeaseError {
         /// The limit asked for.
         limit: u64,
     },
+    /// [`LeaseClient::acquire_admitted`](crate::LeaseClient::acquire_admitted) named an
+    /// admission that is not live in the group's waiting room (never admitted, lapsed or
+    /// ended: [`crate::room`]). Nothing was granted or written.
+    #[error("the holder has no live admission to this group's waiting room")]
+    NotAdmitted,
     /// [`LeaseStore::acquire_all`](crate::LeaseStore::acquire_all) was given no key, keys of several groups, or one
     /// name twice: a group hold is over distinct resources of one group (one Redis slot).
     /// Nothing was sent.

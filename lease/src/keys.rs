@@ -104,6 +104,12 @@ impl LeaseKey {
     }
 }
 
+/// The four keys of `group`'s waiting room (`scripts/enter.lua` names each): the queue,
+/// when each queued member was last seen, the admitted members, and the room's hash.
+pub(crate) fn room_keys(group: &str) -> [String; 4] {
+    ["queue", "queue-seen", "admitted", "room"].map(|part| format!("lease:{{{group}}}:~{part}"))
+}
+
 pub(crate) fn events_channel(group: &str) -> String {
     format!("lease:{{{group}}}:~events")
 }

@@ -11,7 +11,8 @@ use std::sync::LazyLock;
 
 use redis::{ErrorKind, RedisError, Script};
 
-use crate::keys::holders_key;
+use crate::keys::{holders_key, room_keys};
+use crate::room::{Entered, Entry, RoomTerms};
 use crate::store::RedisStore;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
@@ -71,6 +72,7 @@ pub(crate) enum AcquireReply {
     },
     NeedsBlock,
     Retired,
+    NotAdmitted,
 }
 
 /// How long a block reservation may take, from the acquire that asked for it to its
@@ -78,7 +80,8 @@ pub(crate) enum AcquireReply {
 pub(crate) const RESERVATION_TTL_MS: u64 = 30_000;
 
 /// One run of `acquire.lua` over `keys` (one group, at least one key; the caller checks).
-/// `limit` 0 means no per-holder limit; `failover_guard` false only in the failover lab.
+/// `limit` 0 means no per-holder limit; `failover_guard` false only in the failover lab;
+/// `admission` the holder's admission to the group's waiting room, `None` for no gate.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn acquire(
     redis: &RedisStore,
@@ -89,6 +92,7 @@ pub(crate) async fn acquire(
     reservation: &str,
     limit: u64,
     failover_guard: bool,
+    admission: Option<&OwnerToken>,
 ) -> redis::RedisResult<AcquireReply> {
     let first = &keys[0];
     let mut invocation = ACQUIRE.prepare_invoke();
@@ -98,13 +102,15 @@ pub(crate) async fn acquire(
         .key(first.reservation_key(reservation))
         .key(first.retired_key())
         .key(first.held_by_key(holder))
+        .key(room_keys(first.group())[2].clone())
         .arg(owner.as_str())
         .arg(ttl_ms)
         .arg(holder)
         .arg(first.events_channel())
         .arg(RESERVATION_TTL_MS)
         .arg(limit)
-        .arg(u8::from(failover_guard));
+        .arg(u8::from(failover_guard))
+        .arg(admission.map_or("", OwnerToken::as_str));
     for key in keys {
         invocation.key(key.lease_key()).arg(key.name());
     }
@@ -122,6 +128,7 @@ pub(crate) async fn acquire(
         "retired" => AcquireReply::Retired,
         "over_limit" => AcquireReply::OverLimit { held: a, limit: b },
         "needs_block" => AcquireReply::NeedsBlock,
+        "not_admitted" => AcquireReply::NotAdmitted,
         _ => {
             return Err(RedisError::from((
                 ErrorKind::UnexpectedReturnType,
@@ -204,6 +211,98 @@ pub(crate) async fn renew(
     Ok((expires_at_ms > 0).then_some(expires_at_ms as u64))
 }
 
+/// A buyer's step into a waiting room: renew, or queue once; admit while there is room.
+static ENTER: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/now_ms.lua"),
+        include_str!("scripts/admission_ended.lua"),
+        include_str!("scripts/enter.lua")
+    ))
+});
+
+/// Out of a waiting room: unqueue, end the admission.
+static LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/now_ms.lua"),
+        include_str!("scripts/admission_ended.lua"),
+        include_str!("scripts/leave.lua")
+    ))
+});
+
+/// One run of `enter.lua` for `member` in the waiting room of `group`.
+pub(crate) async fn enter(
+    redis: &RedisStore,
+    group: &str,
+    member: &OwnerToken,
+    terms: &RoomTerms,
+) -> redis::RedisResult<Entered> {
+    let mut invocation = ENTER.prepare_invoke();
+    for key in room_keys(group) {
+        invocation.key(key);
+    }
+    // A draw in (0, 1): never 0, so a pre-queue place is never mistaken for no place.
+    let draw = (rand::random::<u64>() >> 11).max(1) as f64 / (1u64 << 53) as f64;
+    invocation
+        .arg(member.as_str())
+        .arg(terms.shoppers.max(1))
+        .arg(millis(terms.admission_ttl))
+        .arg(millis(terms.admission_cap))
+        .arg(terms.on_sale_at_ms)
+        .arg(format!("{draw:.15}"))
+        .arg(millis(terms.grace));
+    let (status, a, b, c, waits): (String, u64, u64, u64, Vec<u64>) =
+        redis.invoke("enter", &invocation).await?;
+    let entry = match status.as_str() {
+        "admitted" => Entry::Admitted {
+            expires_at_ms: a,
+            queue_length: c,
+        },
+        "queued" => Entry::Queued {
+            position: a,
+            queue_length: b,
+            wait_estimate: std::time::Duration::from_millis(c),
+        },
+        "prequeue" => Entry::PreQueue {
+            opens_in: std::time::Duration::from_millis(a),
+            queue_length: b,
+        },
+        _ => {
+            return Err(RedisError::from((
+                ErrorKind::UnexpectedReturnType,
+                "enter.lua: unknown status",
+                status,
+            )));
+        }
+    };
+    let admitted_waits = waits
+        .into_iter()
+        .map(std::time::Duration::from_millis)
+        .collect();
+    Ok(Entered {
+        entry,
+        admitted_waits,
+    })
+}
+
+/// One run of `leave.lua`: whether an admission ended.
+pub(crate) async fn leave(
+    redis: &RedisStore,
+    group: &str,
+    member: &OwnerToken,
+) -> redis::RedisResult<bool> {
+    let mut invocation = LEAVE.prepare_invoke();
+    for key in room_keys(group) {
+        invocation.key(key);
+    }
+    invocation.arg(member.as_str());
+    let ended: i64 = redis.invoke("leave", &invocation).await?;
+    Ok(ended == 1)
+}
+
+fn millis(d: std::time::Duration) -> u64 {
+    d.as_millis() as u64
+}
+
 /// Owner token and holding read together, with the Redis time.
 static CURRENT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -280,6 +379,12 @@ mod tests {
             ("retire.lua", include_str!("scripts/retire.lua")),
             ("renew.lua", include_str!("scripts/renew.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
+            ("enter.lua", include_str!("scripts/enter.lua")),
+            ("leave.lua", include_str!("scripts/leave.lua")),
+            (
+                "admission_ended.lua",
+                include_str!("scripts/admission_ended.lua"),
+            ),
             ("now_ms.lua", include_str!("scripts/now_ms.lua")),
             (
                 "server_identity.lua",

@@ -27,6 +27,7 @@ use crate::state::AppState;
 
 const BUYER: &str = "buyer";
 const HOLDS: &str = "holds";
+const ADMISSIONS: &str = "admissions";
 
 /// A hold as the session remembers it: enough to rebuild the [`Lease`]. A copy, not the
 /// record: Redis is. An entry can be stale (two requests of one session each save the
@@ -166,6 +167,29 @@ impl Buyer {
         let mut holds = self.holds().await?;
         holds.insert(hold_key(event_id, seat_id), held);
         self.session.insert(HOLDS, holds).await.map_err(Error::from)
+    }
+
+    /// The owner token of the buyer's place in `event_id`'s waiting room: the session's,
+    /// else a fresh random one, stored in the session (saved with this request's answer),
+    /// so every later request of the buyer, on any server, stands for the same place.
+    /// Kept server side like a hold's owner token: whoever knows it may shop with it.
+    pub async fn admission_token(&self, event_id: i64) -> Result<OwnerToken> {
+        let mut admissions: BTreeMap<i64, String> = self
+            .session
+            .get(ADMISSIONS)
+            .await
+            .map_err(Error::from)?
+            .unwrap_or_default();
+        if let Some(token) = admissions.get(&event_id) {
+            return Ok(OwnerToken::from_string(token.clone()));
+        }
+        let token = OwnerToken::random();
+        admissions.insert(event_id, token.as_str().to_owned());
+        self.session
+            .insert(ADMISSIONS, admissions)
+            .await
+            .map_err(Error::from)?;
+        Ok(token)
     }
 
     /// Forgets a hold (released, confirmed or lapsed).

@@ -82,6 +82,13 @@ pub enum Refusal {
         "Your payment authorization was voided before the sale, so nothing was bought and nothing was charged. Your hold stands: confirm again to authorize the payment anew."
     )]
     PaymentVoided,
+    /// The event has a waiting room and the buyer has no live admission to it (never
+    /// admitted, lapsed, or ended at checkout), checked by Redis in the hold's own
+    /// script: `not_admitted`. Seats the buyer already holds stay theirs.
+    #[error(
+        "It is not your turn to shop this event: its waiting room admits a few buyers at a time. Join the queue from the event's page; seats you already hold stay yours until their countdown ends."
+    )]
+    NotAdmitted,
     /// The item's bid lock stayed busy through every retry: `busy`.
     #[error(
         "Bidding on this item is busy right now, so your bid was not placed. Please try again."
@@ -112,7 +119,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`,
-    /// `seat_limit`, `no_block`, `holds_lapsed`, `payment_voided`, `busy`,
+    /// `seat_limit`, `no_block`, `holds_lapsed`, `payment_voided`, `not_admitted`, `busy`,
     /// `stale_bid_lock`, `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
     /// ([`BidRefusal::code`]).
     pub fn code(&self) -> &'static str {
@@ -126,6 +133,7 @@ impl Refusal {
             Refusal::NoBlock { .. } => "no_block",
             Refusal::HoldsLapsed { .. } => "holds_lapsed",
             Refusal::PaymentVoided => "payment_voided",
+            Refusal::NotAdmitted => "not_admitted",
             Refusal::BidLockBusy => "busy",
             Refusal::StaleBidLock => "stale_bid_lock",
             Refusal::Bid(rule) => rule.code(),
@@ -214,6 +222,7 @@ impl From<LeaseError> for Error {
             // Only a sold seat is retired (seats::purchase).
             LeaseError::Retired => Refusal::AlreadySold.into(),
             LeaseError::OverLimit { held, limit } => Refusal::SeatLimit { held, limit }.into(),
+            LeaseError::NotAdmitted => Refusal::NotAdmitted.into(),
             LeaseError::NotOneGroup => {
                 Error::BadRequest("Those seats cannot be held together.".into())
             }

@@ -22,7 +22,7 @@ use std::collections::HashSet;
 use lease::{Lease, LeaseError};
 
 use super::purchase::{self, Checkout};
-use super::{SeatRef, queries};
+use super::{SeatRef, queries, waiting_room};
 use crate::http::buyer::{Buyer, HeldSeat};
 use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
@@ -87,7 +87,8 @@ pub async fn best_available(
 }
 
 /// Holds exactly `seats` (ids of seats of `event_id`, checked by the caller) for `buyer`
-/// in ONE run of the group script ([`lease::LeaseStore::acquire_all`]): every seat with
+/// in ONE run of the group script ([`waiting_room::acquire_seats`], behind the event's
+/// waiting room if it has one): every seat with
 /// one owner token, one fencing token and the hold TTL, or none; then remembers each
 /// hold in the buyer's session. Returns the leases in the order of `seats`, or the lease
 /// error as it came (`Held`, `Retired` for a sold seat, `OverLimit`, `Unavailable`...:
@@ -110,13 +111,8 @@ pub async fn hold_group(
             )
         })
         .collect();
-    let limit = Some(state.settings.max_seats_per_buyer);
     let ttl = state.settings.hold_ttl();
-    let leases = match state
-        .leases
-        .acquire_all(&keys, buyer.id(), ttl, limit)
-        .await
-    {
+    let leases = match waiting_room::acquire_seats(state, buyer, event_id, &keys, ttl).await? {
         Ok(leases) => leases,
         Err(err) => return Ok(Err(err)),
     };

@@ -1,5 +1,6 @@
-//! What a hold needs to know about an event without asking Postgres: which seats it has
-//! and when it starts. Both are fixed once the event is seeded (nothing in seatlock
+//! What a hold needs to know about an event without asking Postgres: which seats it has,
+//! when it starts, and its waiting room (when it goes on sale, how many shop at once).
+//! All are fixed once the event is seeded (nothing in seatlock
 //! changes them), so each process reads an event's once, on the first hold of it, and
 //! keeps it for good. Every process reads the same rows, so two processes never disagree.
 //!
@@ -20,10 +21,16 @@ use sqlx::PgPool;
 use super::queries;
 use crate::telemetry;
 
-/// One event's seats and start, as seeded.
+/// One event's seats, start and waiting room, as seeded.
 #[derive(Debug)]
 pub struct EventSeats {
+    /// `events.name`.
+    pub name: String,
     starts_at: DateTime<Utc>,
+    /// `events.on_sale_at`: `None` on sale since it was created.
+    pub on_sale_at: Option<DateTime<Utc>>,
+    /// `events.waiting_room_shoppers`: `None` leaves it to `--waiting-room-shoppers`.
+    pub waiting_room_shoppers: Option<i32>,
     seat_ids: HashSet<i64>,
 }
 
@@ -51,7 +58,7 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// Event `event_id`'s seats and start: from memory, else one Postgres read (timed as
+    /// Event `event_id`'s seats, start and waiting room: from memory, else one Postgres read (timed as
     /// `event_seats`). `None` if there is no such event (asked again next time: an event
     /// seeded later is found). Errors: Postgres's, on that read only.
     pub async fn event(&self, db: &PgPool, event_id: i64) -> sqlx::Result<Option<Arc<EventSeats>>> {
@@ -63,12 +70,15 @@ impl Catalog {
             return Ok(Some(event)); // read by the task this one waited for
         }
         let read = queries::event_seats(db, event_id);
-        let Some((starts_at, seat_ids)) = telemetry::postgres("event_seats", read).await? else {
+        let Some(row) = telemetry::postgres("event_seats", read).await? else {
             return Ok(None);
         };
         let event = Arc::new(EventSeats {
-            starts_at,
-            seat_ids: seat_ids.into_iter().collect(),
+            name: row.name,
+            starts_at: row.starts_at,
+            on_sale_at: row.on_sale_at,
+            waiting_room_shoppers: row.waiting_room_shoppers,
+            seat_ids: row.seat_ids.into_iter().collect(),
         });
         self.events
             .write()

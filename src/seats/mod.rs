@@ -7,6 +7,8 @@
 //!   not ask Postgres.
 //! * [`map`]: the seat map of an event (one Postgres query + one Redis round trip).
 //! * [`queries`]: the SQL.
+//! * [`waiting_room`]: the on-sale's queue in front of an event's map; a hold needs an
+//!   admission when the event has one.
 //! * `routes`: thin HTTP handlers; `live`: the seat map's server-sent events.
 
 pub mod cart;
@@ -17,6 +19,7 @@ pub mod payments;
 pub mod purchase;
 pub mod queries;
 mod routes;
+pub mod waiting_room;
 
 pub(crate) use routes::{SeatPost, back_to_map};
 pub use routes::{purchase_routes, router};

@@ -23,6 +23,7 @@ use super::queries::{self, Sale};
 use crate::http::buyer::{Buyer, HeldSeat};
 use crate::http::error::{Error, Refusal, Result};
 use crate::racelab::pause::{self, PausePoint};
+use super::waiting_room;
 use crate::state::AppState;
 use crate::telemetry::{self, ConfirmOutcome};
 
@@ -65,11 +66,9 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         return Err(Refusal::EventStarted.into());
     }
     let key = super::lease_key(&state.settings.lease_namespace, seat);
-    let limit = Some(state.settings.max_seats_per_buyer);
-    match state
-        .leases
-        .acquire_all(&[key], buyer.id(), state.settings.hold_ttl(), limit)
-        .await
+    let ttl = state.settings.hold_ttl();
+    match waiting_room::acquire_seats(state, buyer, seat.event_id, &[key], ttl)
+        .await?
         .map(|mut leases| leases.remove(0))
     {
         Ok(lease) => {
@@ -87,7 +86,8 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
             Ok(HoldOutcome::AlreadyYours)
         }
         // Held by someone else: `held`; retired by its sale: `sold`; over the buyer's
-        // limit: `seat_limit`.
+        // limit: `seat_limit`; the event's waiting room has not admitted the buyer:
+        // `not_admitted`.
         Err(err) => Err(hold_refused(err)),
     }
 }

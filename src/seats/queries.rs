@@ -33,14 +33,28 @@ pub async fn seat_status(db: &PgPool, seat: SeatRef) -> sqlx::Result<Option<Seat
     .await
 }
 
-/// Event `event_id`'s start and the ids of its seats, or `None` if there is no such
-/// event: what a hold checks, read once per process ([`super::catalog::Catalog`]).
-pub async fn event_seats(
-    db: &PgPool,
-    event_id: i64,
-) -> sqlx::Result<Option<(DateTime<Utc>, Vec<i64>)>> {
+/// An event as a hold sees it ([`event_seats`]).
+#[derive(Debug, sqlx::FromRow)]
+pub struct EventRow {
+    /// `events.name`.
+    pub name: String,
+    /// `events.starts_at`: sales close then.
+    pub starts_at: DateTime<Utc>,
+    /// `events.on_sale_at` (migration 0010): nobody is admitted to its waiting room before.
+    pub on_sale_at: Option<DateTime<Utc>>,
+    /// `events.waiting_room_shoppers`: `None` leaves it to `--waiting-room-shoppers`.
+    pub waiting_room_shoppers: Option<i32>,
+    /// The ids of its seats.
+    pub seat_ids: Vec<i64>,
+}
+
+/// Event `event_id`'s start, on-sale time, waiting room and seat ids, or `None` if there
+/// is no such event: what a hold checks, read once per process
+/// ([`super::catalog::Catalog`]).
+pub async fn event_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventRow>> {
     sqlx::query_as(
-        "SELECT e.starts_at, array(SELECT seat_id FROM event_seats WHERE event_id = e.id)
+        "SELECT e.name, e.starts_at, e.on_sale_at, e.waiting_room_shoppers,
+                array(SELECT seat_id FROM event_seats WHERE event_id = e.id) AS seat_ids
            FROM events e WHERE e.id = $1",
     )
     .bind(event_id)

@@ -4,14 +4,15 @@ use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
-use axum::response::{IntoResponse, Redirect};
+use axum::response::{IntoResponse, Redirect, Response};
+use lease::Entry;
 use axum::routing::{get, post};
 
 use serde::Deserialize;
 
 use super::map::{self, SeatMap};
 use super::{SeatRef, parse_id};
-use super::{cart, purchase};
+use super::{cart, purchase, waiting_room};
 use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, Empty, FormToken};
 use crate::http::error::{Error, Result};
@@ -56,6 +57,9 @@ pub(super) struct EventPage {
     pub max_seats: u64,
     /// The choices of the best-available quantity: 1 to `max_seats`.
     pub quantities: Vec<u64>,
+    /// With a waiting room: when the buyer's turn to shop ends ("HH:MM:SS UTC", Redis
+    /// clock) unless a page view renews it.
+    pub admitted_until: Option<String>,
 }
 
 impl EventPage {
@@ -84,17 +88,28 @@ async fn show(
     buyer: Buyer,
     csrf: FormToken,
     Path(event): Path<String>,
-) -> Result<impl IntoResponse> {
+) -> Result<Response> {
+    let map = event_map(&state, &buyer, &event).await?;
+    // Behind a waiting room, only an admitted buyer sees the map (and the view renews
+    // the admission); anyone else waits on the queue page.
+    let admitted_until = match waiting_room::enter(&state, &buyer, map.event.id).await? {
+        None => None,
+        Some(Entry::Admitted { expires_at_ms, .. }) => Some(map::clock_time(expires_at_ms)),
+        Some(_) => {
+            return Ok(Redirect::to(&format!("/events/{}/queue", map.event.id)).into_response());
+        }
+    };
     let page = EventPage {
-        map: event_map(&state, &buyer, &event).await?,
+        map,
         buyer_name: buyer.profile.name.clone(),
         buyer_id: buyer.id().to_owned(),
         authenticity_token: csrf.authenticity.clone(),
         hold_for: in_words(state.settings.hold_ttl()),
         max_seats: state.settings.max_seats_per_buyer,
         quantities: (1..=state.settings.max_seats_per_buyer).collect(),
+        admitted_until,
     };
-    Ok((csrf, page))
+    Ok((csrf, page).into_response())
 }
 
 /// The map of the event named by a URL's `{event}` segment for `buyer`: 400 malformed
@@ -146,6 +161,7 @@ async fn checkout(
 ) -> Result<Redirect> {
     let event_id = parse_id(&event, "event")?;
     cart::checkout(&state, &buyer, event_id).await?;
+    waiting_room::purchased(&state, &buyer, event_id).await;
     Ok(Redirect::to(&format!("/events/{event_id}#tickets")))
 }
 
@@ -217,6 +233,7 @@ async fn confirm(
     SeatPost(seat): SeatPost,
 ) -> Result<Redirect> {
     let order_id = pause.over(purchase::confirm(&state, &buyer, seat)).await?;
+    waiting_room::purchased(&state, &buyer, seat.event_id).await;
     Ok(Redirect::to(&format!("/orders/{order_id}")))
 }
 

@@ -15,7 +15,9 @@
 -- KEYS[4]  retired set    lease:{group}:~retired  names never leased again (retire.lua)
 -- KEYS[5]  holder's set   lease:{group}:~held-by:<holder>  names granted to this holder
 --                         under a limit (PX: the longest grant in it)
--- KEYS[6..5+N]  lease keys  lease:{group}:<name>  string: owner token, with a PX TTL
+-- KEYS[6]  admitted zset  lease:{group}:~admitted  the group's waiting room (enter.lua):
+--                         member -> expires_at_ms; read only when ARGV[8] names one
+-- KEYS[7..6+N]  lease keys  lease:{group}:<name>  string: owner token, with a PX TTL
 -- ARGV[1]  owner token (every lease key's value)
 -- ARGV[2]  TTL in milliseconds
 -- ARGV[3]  holder label (public)
@@ -26,7 +28,9 @@
 -- ARGV[6]  limit: the most leases the holder may have in the group at once, this grant
 --          included; 0 for none (then the holder's set is neither read nor written)
 -- ARGV[7]  1: failover guard on; 0: off (lab only: `--lab-disable-failover-guard`)
--- ARGV[7+i]  the resource name of KEYS[5+i]
+-- ARGV[8]  admission: the owner token of the holder's admission to the waiting room
+--          (enter.lua), which must be live for anything to be granted; '' for none
+-- ARGV[8+i]  the resource name of KEYS[6+i]
 --
 -- Reply {status, a, b, holder, name}:
 --   {'granted', token, expires_at_ms, '', ''}  all granted (expires_at_ms: Unix ms, Redis
@@ -35,6 +39,8 @@
 --   {'held', pttl_ms, 0, holder, name}  name is held by another owner (or, after a
 --                                      partial lapse, by this one): nothing granted
 --   {'retired', 0, 0, '', name}        name is retired: nothing granted or written
+--   {'not_admitted', 0, 0, '', ''}     ARGV[8] names no live admission: nothing granted
+--                                      or written
 --   {'over_limit', held, limit, '', ''}  the holder has `held` live leases in the group;
 --                                      N more would pass `limit`: nothing granted or
 --                                      written
@@ -43,12 +49,13 @@
 --                                      the reservation marker was written: reserve a
 --                                      block, install it, and call again
 local fence_key, holders_key, reservation_key = KEYS[1], KEYS[2], KEYS[3]
-local retired_key, held_by_key = KEYS[4], KEYS[5]
+local retired_key, held_by_key, admitted_key = KEYS[4], KEYS[5], KEYS[6]
 local owner, ttl_ms, holder, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local reservation_ttl_ms, limit, guard = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
+local admission = ARGV[8]
 local lease_keys, names = {}, {}
-for i = 1, #KEYS - 5 do
-  lease_keys[i], names[i] = KEYS[5 + i], ARGV[7 + i]
+for i = 1, #KEYS - 6 do
+  lease_keys[i], names[i] = KEYS[6 + i], ARGV[8 + i]
 end
 local n = #names
 
@@ -93,6 +100,17 @@ if blocker then
 end
 
 local now = now_ms()
+
+-- The waiting room's gate: the admission must be live now, on this clock, in the same
+-- atomic step as the grant, so that no lapse or leave slips in between the check and
+-- the SET. Once granted, a hold keeps its own TTL and fence: the admission gates taking
+-- seats, not keeping or buying them.
+if admission ~= '' then
+  local admitted_until = redis.call('ZSCORE', admitted_key, admission)
+  if not admitted_until or tonumber(admitted_until) <= now then
+    return {'not_admitted', 0, 0, '', ''}
+  end
+end
 
 -- The per-holder limit, counted in the same script so that two concurrent requests
 -- cannot both pass it. Names that lapsed or passed to another holder are pruned as
