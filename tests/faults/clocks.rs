@@ -107,3 +107,27 @@ async fn app_clocks_an_hour_off_change_no_hold_expiry_and_no_sale() {
     assert_eq!(d.orders(seat).await.len(), 1);
     d.assert_invariant().await;
 }
+
+#[tokio::test]
+async fn app_clocks_an_hour_off_neither_open_a_waiting_room_early_nor_keep_it_shut() {
+    use crate::waiting_room::{Visit, visit, with_room};
+    let d = Deployment::tiny().await;
+    let on_sale_in = Duration::from_secs(4);
+    with_room(&d, 1, Some(on_sale_in)).await;
+    let set = Instant::now();
+    let ahead = server_with_clock(&d, "+1h").await;
+    let behind = server_with_clock(&d, "-1h").await;
+    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
+    // An hour ahead, the server's own clock is past the on-sale; Redis's is not, and it
+    // decides: both buyers wait in the pre-queue.
+    assert_eq!(visit(&mut a, &d, &ahead.address).await, Visit::Queued(0));
+    assert_eq!(visit(&mut b, &d, &behind.address).await, Visit::Queued(0));
+    tokio::time::sleep((set + on_sale_in + Duration::from_millis(500)).saturating_duration_since(Instant::now())).await;
+    // An hour behind, the server's clock is before the on-sale; Redis's is past it: the
+    // room opens, to exactly one of the two.
+    let seen = [
+        visit(&mut a, &d, &behind.address).await,
+        visit(&mut b, &d, &ahead.address).await,
+    ];
+    assert!(seen.contains(&Visit::Map) && seen.contains(&Visit::Queued(1)), "{seen:?}");
+}

@@ -22,3 +22,4 @@ mod stalls;
 mod store_loss;
 mod tabs;
 mod traffic;
+mod waiting_room;
