@@ -56,8 +56,9 @@ pub(crate) const ADMISSIONS_TOTAL: &str = "seatlock_admissions_total";
 pub(crate) const QUEUE_WAIT_SECONDS: &str = "seatlock_queue_wait_seconds";
 
 /// Upper bounds of the queue-wait histogram's buckets, in seconds (1 s to 1 h).
-pub(crate) const QUEUE_WAIT_BUCKETS_SECONDS: [f64; 10] =
-    [1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0];
+pub(crate) const QUEUE_WAIT_BUCKETS_SECONDS: [f64; 10] = [
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
 
 /// What one step into a waiting room found ([`lease::LeaseClient::enter`]): the queue's
 /// length, and the waits of the buyers that step admitted.

@@ -894,3 +894,74 @@ async fn the_per_buyer_limit_refuses_seat_9_with_a_clear_message() {
     })
     .await;
 }
+
+/// The demo's waiting-room event ("Chamber Night", one shopper at a time), put on sale
+/// now (its seeded on-sale is minutes away) before any server has read it.
+async fn on_sale_room(world: &World) -> anyhow::Result<String> {
+    let event = world.event_id("Chamber Night").await?;
+    sqlx::query("UPDATE events SET on_sale_at = now() - interval '1 minute' WHERE id = $1")
+        .bind(event)
+        .execute(&world.db)
+        .await?;
+    Ok(format!("/events/{event}"))
+}
+
+/// The `data-position` of `buyer`'s queue page, once it equals `position`.
+async fn queued_at(buyer: &Buyer, position: u64) -> anyhow::Result<()> {
+    expect(buyer.page.locator("#queue"))
+        .with_timeout(LIVE_TIMEOUT * 2)
+        .to_have_attribute("data-position", &position.to_string())
+        .await
+        .with_context(|| format!("{}: not at place {position} of the queue", buyer.label))
+}
+
+/// Waits until `buyer`'s page is the seat map of `event` (`form.seatmap`).
+async fn on_the_map(buyer: &Buyer) -> anyhow::Result<()> {
+    expect(buyer.page.locator("form.seatmap"))
+        .with_timeout(LIVE_TIMEOUT * 2)
+        .to_be_visible()
+        .await
+        .with_context(|| format!("{}: not taken to the seat map", buyer.label))
+}
+
+#[tokio::test]
+async fn a_queued_browser_watches_its_place_fall_and_lands_on_the_map() {
+    support::run("waiting_room", async |w| {
+        let room = on_sale_room(w).await?;
+        let (a, b, c) = (
+            w.buyer("A", 0).await?,
+            w.buyer("B", 1).await?,
+            w.buyer("C", 0).await?,
+        );
+        a.open(&room).await?;
+        on_the_map(&a).await?;
+        b.open(&room).await?;
+        ensure!(
+            b.page.url().ends_with("/queue"),
+            "B sent to the queue: {}",
+            b.page.url()
+        );
+        queued_at(&b, 1).await?;
+        c.open(&room).await?;
+        queued_at(&c, 2).await?;
+        mark_page(&c).await?;
+        w.screenshot(&c, "queue").await?;
+
+        // A leaves: B is admitted and taken to the map; C's place falls to 1 live, on the
+        // same page (its stream, served by the other process than A's leave).
+        a.page.locator("#admission button").click(None).await?;
+        on_the_map(&b).await?;
+        queued_at(&c, 1).await?;
+        not_reloaded(&c).await?;
+
+        // B buys a seat: the purchase ends B's turn, and C lands on the map and holds.
+        let seat = available_seat(&b, 0).await?;
+        hold(&b, seat).await?;
+        buy(&b, seat).await?;
+        on_the_map(&c).await?;
+        let seat = available_seat(&c, 0).await?;
+        hold(&c, seat).await?;
+        Ok(())
+    })
+    .await;
+}

@@ -155,7 +155,6 @@ impl<L: FenceLedger> LeaseClient<L> {
             }
         }
     }
-
 }
 
 #[async_trait]

@@ -140,23 +140,44 @@ async fn a_hold_needs_a_live_admission_checked_in_its_own_script() {
     assert_eq!(position(&entry(&client, &group, &b, &terms).await), 1);
 
     // Queued, never admitted: refused, nothing written.
-    let refused = client.acquire_admitted(&[seat(1)], "b", ttl, None, &b).await;
-    assert!(matches!(refused, Err(LeaseError::NotAdmitted)), "{refused:?}");
+    let refused = client
+        .acquire_admitted(&[seat(1)], "b", ttl, None, &b)
+        .await;
+    assert!(
+        matches!(refused, Err(LeaseError::NotAdmitted)),
+        "{refused:?}"
+    );
     assert!(client.holders(&group).await.unwrap().holdings.is_empty());
 
-    let held = client.acquire_admitted(&[seat(1)], "a", ttl, None, &a).await.unwrap();
+    let held = client
+        .acquire_admitted(&[seat(1)], "a", ttl, None, &a)
+        .await
+        .unwrap();
     // The admission lapses: no more seats, but the hold keeps its own TTL.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let refused = client.acquire_admitted(&[seat(2)], "a", ttl, None, &a).await;
-    assert!(matches!(refused, Err(LeaseError::NotAdmitted)), "{refused:?}");
+    let refused = client
+        .acquire_admitted(&[seat(2)], "a", ttl, None, &a)
+        .await;
+    assert!(
+        matches!(refused, Err(LeaseError::NotAdmitted)),
+        "{refused:?}"
+    );
     assert!(client.is_held(&held[0]).await.unwrap());
 
     // The next member is admitted, holds, and after leaving may not hold again.
     assert!(admitted(&entry(&client, &group, &b, &terms).await));
-    client.acquire_admitted(&[seat(2)], "b", ttl, None, &b).await.unwrap();
+    client
+        .acquire_admitted(&[seat(2)], "b", ttl, None, &b)
+        .await
+        .unwrap();
     assert!(client.leave(&group, &b).await.unwrap());
-    let refused = client.acquire_admitted(&[seat(3)], "b", ttl, None, &b).await;
-    assert!(matches!(refused, Err(LeaseError::NotAdmitted)), "{refused:?}");
+    let refused = client
+        .acquire_admitted(&[seat(3)], "b", ttl, None, &b)
+        .await;
+    assert!(
+        matches!(refused, Err(LeaseError::NotAdmitted)),
+        "{refused:?}"
+    );
 }
 
 #[tokio::test]
@@ -175,7 +196,11 @@ async fn the_pre_queue_is_shuffled_once_and_ahead_of_later_arrivals() {
     let late = OwnerToken::random();
     // The first enter after the on-sale admits the pre-queue's drawn first.
     let late_entry = entry(&client, &group, &late, &terms).await;
-    assert_eq!(position(&late_entry), 20, "after all 19 still queued early members");
+    assert_eq!(
+        position(&late_entry),
+        20,
+        "after all 19 still queued early members"
+    );
     let mut places = vec![];
     let mut admitted_early = 0;
     for member in &early {
@@ -223,23 +248,33 @@ async fn visits_renew_an_admission_up_to_its_cap() {
         ..terms(1)
     };
     let member = OwnerToken::random();
-    let Entry::Admitted { expires_at_ms: first, .. } = entry(&client, &group, &member, &terms).await
+    let Entry::Admitted {
+        expires_at_ms: first,
+        ..
+    } = entry(&client, &group, &member, &terms).await
     else {
         panic!("admitted")
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let Entry::Admitted { expires_at_ms: renewed, .. } =
-        entry(&client, &group, &member, &terms).await
+    let Entry::Admitted {
+        expires_at_ms: renewed,
+        ..
+    } = entry(&client, &group, &member, &terms).await
     else {
         panic!("still admitted")
     };
     assert!(renewed >= first + 250, "renewed: {first} -> {renewed}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let Entry::Admitted { expires_at_ms: capped, .. } =
-        entry(&client, &group, &member, &terms).await
+    let Entry::Admitted {
+        expires_at_ms: capped,
+        ..
+    } = entry(&client, &group, &member, &terms).await
     else {
         panic!("still admitted")
     };
     // Admitted at first - 1000; never past that + 1500.
-    assert!(capped <= first + 500, "capped at the admission + cap: {capped} vs {first}");
+    assert!(
+        capped <= first + 500,
+        "capped at the admission + cap: {capped} vs {first}"
+    );
 }

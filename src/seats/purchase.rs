@@ -20,10 +20,10 @@ use tracing::field::Empty;
 
 use super::SeatRef;
 use super::queries::{self, Sale};
+use super::waiting_room;
 use crate::http::buyer::{Buyer, HeldSeat};
 use crate::http::error::{Error, Refusal, Result};
 use crate::racelab::pause::{self, PausePoint};
-use super::waiting_room;
 use crate::state::AppState;
 use crate::telemetry::{self, ConfirmOutcome};
 

@@ -5,8 +5,8 @@ use askama_web::WebTemplate;
 use axum::Router;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use lease::Entry;
 use axum::routing::{get, post};
+use lease::Entry;
 
 use serde::Deserialize;
 

@@ -122,12 +122,18 @@ async fn app_clocks_an_hour_off_neither_open_a_waiting_room_early_nor_keep_it_sh
     // decides: both buyers wait in the pre-queue.
     assert_eq!(visit(&mut a, &d, &ahead.address).await, Visit::Queued(0));
     assert_eq!(visit(&mut b, &d, &behind.address).await, Visit::Queued(0));
-    tokio::time::sleep((set + on_sale_in + Duration::from_millis(500)).saturating_duration_since(Instant::now())).await;
+    tokio::time::sleep(
+        (set + on_sale_in + Duration::from_millis(500)).saturating_duration_since(Instant::now()),
+    )
+    .await;
     // An hour behind, the server's clock is before the on-sale; Redis's is past it: the
     // room opens, to exactly one of the two.
     let seen = [
         visit(&mut a, &d, &behind.address).await,
         visit(&mut b, &d, &ahead.address).await,
     ];
-    assert!(seen.contains(&Visit::Map) && seen.contains(&Visit::Queued(1)), "{seen:?}");
+    assert!(
+        seen.contains(&Visit::Map) && seen.contains(&Visit::Queued(1)),
+        "{seen:?}"
+    );
 }

@@ -76,7 +76,11 @@ async fn buyers_are_admitted_in_join_order_whichever_of_three_servers_they_ask()
     let at = |i: usize| servers[i % 3].address.clone();
     let mut buyers: Vec<HttpBuyer> = (0..6).map(|_| HttpBuyer::new()).collect();
     for (i, buyer) in buyers.iter_mut().enumerate() {
-        let expected = if i == 0 { Visit::Map } else { Visit::Queued(i as u64) };
+        let expected = if i == 0 {
+            Visit::Map
+        } else {
+            Visit::Queued(i as u64)
+        };
         assert_eq!(visit(buyer, &d, &at(i)).await, expected, "buyer {i}");
     }
     // Each turn that ends admits exactly the next buyer in join order, even when the
@@ -87,7 +91,10 @@ async fn buyers_are_admitted_in_join_order_whichever_of_three_servers_they_ask()
             let seen = visit(&mut buyers[later], &d, &at(later + next)).await;
             assert_eq!(seen, Visit::Queued((later - next) as u64), "buyer {later}");
         }
-        assert_eq!(visit(&mut buyers[next], &d, &at(next * 2)).await, Visit::Map);
+        assert_eq!(
+            visit(&mut buyers[next], &d, &at(next * 2)).await,
+            Visit::Map
+        );
     }
 }
 
@@ -136,7 +143,11 @@ async fn a_lapsed_admission_admits_the_next_buyer_and_its_holds_keep_their_own_t
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     assert_eq!(visit(&mut b, &d, at).await, Visit::Map);
     // A may take no more seats, but the hold it has keeps its TTL and its fence: it buys.
-    assert!(act(&a, at, &d, d.seats[1], "hold").await.is_refused(&Refusal::NotAdmitted));
+    assert!(
+        act(&a, at, &d, d.seats[1], "hold")
+            .await
+            .is_refused(&Refusal::NotAdmitted)
+    );
     assert!(d.held(d.seats[0]).await);
     let bought = act(&a, at, &d, d.seats[0], "confirm").await;
     assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
@@ -157,7 +168,10 @@ async fn holds_need_an_admission_so_a_fresh_cookie_jar_only_queues() {
         assert_eq!(act(&shopper, at, &d, *seat, "hold").await.status, SEE_OTHER);
     }
     let third = act(&shopper, at, &d, d.seats[2], "hold").await;
-    assert!(third.is_refused(&Refusal::SeatLimit { held: 2, limit: 2 }), "{third:?}");
+    assert!(
+        third.is_refused(&Refusal::SeatLimit { held: 2, limit: 2 }),
+        "{third:?}"
+    );
 
     // The same person with a fresh cookie jar is a new buyer at the back of the queue,
     // not a new allowance: every hold is refused until the room admits it.
@@ -173,7 +187,10 @@ async fn holds_need_an_admission_so_a_fresh_cookie_jar_only_queues() {
     assert!(!d.held(d.seats[2]).await);
 
     // The shopper's purchase ends their turn: the fresh jar is admitted next.
-    let bought = shopper.post(&event_url(&d, at, "checkout"), &[]).await.unwrap();
+    let bought = shopper
+        .post(&event_url(&d, at, "checkout"), &[])
+        .await
+        .unwrap();
     assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
     assert_eq!(visit(&mut fresh, &d, at).await, Visit::Map);
     assert_eq!(visit(&mut shopper, &d, at).await, Visit::Queued(1));
@@ -207,7 +224,11 @@ async fn redis_restarted_empty_loses_the_queue_and_buyers_join_again_as_they_ask
     let at = server.address.as_str();
     let mut buyers: Vec<HttpBuyer> = (0..3).map(|_| HttpBuyer::new()).collect();
     for (i, buyer) in buyers.iter_mut().enumerate() {
-        let expected = if i == 0 { Visit::Map } else { Visit::Queued(i as u64) };
+        let expected = if i == 0 {
+            Visit::Map
+        } else {
+            Visit::Queued(i as u64)
+        };
         assert_eq!(visit(buyer, &d, at).await, expected);
     }
     redis.restart_empty().await.unwrap();

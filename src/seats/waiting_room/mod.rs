@@ -28,10 +28,10 @@ use std::time::Duration;
 
 use lease::{Entry, Lease, LeaseError, LeaseKey, OwnerToken, RoomTerms};
 
+use super::catalog::EventSeats;
 use crate::config::Settings;
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Result};
-use super::catalog::EventSeats;
 use crate::state::{AppState, RoomStore};
 use crate::telemetry;
 
@@ -63,10 +63,9 @@ pub fn terms(settings: &Settings, event: &EventSeats) -> Option<RoomTerms> {
 /// The room's store, or a 503 naming why there is none (an event with a room of its own
 /// while the leases are on etcd).
 fn store(state: &AppState) -> Result<&RoomStore> {
-    state
-        .waiting_room
-        .as_ref()
-        .ok_or(Error::Unavailable("The waiting room (it needs the Redis lease store)"))
+    state.waiting_room.as_ref().ok_or(Error::Unavailable(
+        "The waiting room (it needs the Redis lease store)",
+    ))
 }
 
 /// The catalog's record of event `event_id`: 404 if there is none.

@@ -93,7 +93,11 @@ async fn show(
     Path(event): Path<String>,
 ) -> Result<Response> {
     let event_id = parse_id(&event, "event")?;
-    let Some(standing) = enter(&state, &buyer, event_id).await?.as_ref().and_then(Standing::of) else {
+    let Some(standing) = enter(&state, &buyer, event_id)
+        .await?
+        .as_ref()
+        .and_then(Standing::of)
+    else {
         return Ok(to_map(event_id));
     };
     let page = QueuePage {
