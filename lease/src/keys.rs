@@ -110,6 +110,12 @@ pub(crate) fn room_keys(group: &str) -> [String; 4] {
     ["queue", "queue-seen", "admitted", "room"].map(|part| format!("lease:{{{group}}}:~{part}"))
 }
 
+/// `lease:{group}:~admitted`: the sorted set of the members admitted to `group`'s waiting
+/// room, scored by their admission's expiry (Unix ms): its `ZCARD` is how many shop now.
+pub fn admitted_key(group: &str) -> String {
+    room_keys(group)[2].clone()
+}
+
 pub(crate) fn events_channel(group: &str) -> String {
     format!("lease:{{{group}}}:~events")
 }

@@ -8,7 +8,7 @@
 //!   however many servers admit at the same instant, never more than N are admitted);
 //! * **the lease** is the admission's TTL on the store's clock, renewed by each visit up
 //!   to a cap: a buyer who walks away frees the place when it lapses, without anyone
-//!   having to notice;
+//!   having to notice (and a buyer admitted while away, within the short arrival window);
 //! * **the owner token** is the admission's own random token ([`OwnerToken`]), kept
 //!   server side (seatlock: in the buyer's session); only its holder can shop with it or
 //!   end it ([`LeaseClient::leave`]);
@@ -28,6 +28,7 @@
 
 use std::time::Duration;
 
+pub use crate::keys::admitted_key;
 use crate::{FenceLedger, Lease, LeaseClient, LeaseError, LeaseKey, OwnerToken, scripts};
 
 /// A room's terms, the same for every server and every call for one group.
@@ -44,7 +45,8 @@ pub struct RoomTerms {
     /// Nobody is admitted before this time, Unix ms on the Redis clock (0: on sale).
     pub on_sale_at_ms: u64,
     /// A queued member that has not called [`LeaseClient::enter`] for this long has left
-    /// (a closed tab) and loses its place.
+    /// (a closed tab) and loses its place; a member admitted by another's call has this
+    /// long (at most the TTL) to arrive, by its own call, before its place passes on.
     pub grace: Duration,
 }
 

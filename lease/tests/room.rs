@@ -278,3 +278,25 @@ async fn visits_renew_an_admission_up_to_its_cap() {
         "capped at the admission + cap: {capped} vs {first}"
     );
 }
+
+#[tokio::test]
+async fn an_admitted_member_that_never_arrives_frees_its_place_after_the_grace() {
+    let (client, group) = (client(), group());
+    let terms = RoomTerms {
+        grace: Duration::from_millis(400),
+        ..terms(1)
+    };
+    let m = members(3);
+    assert!(admitted(&entry(&client, &group, &m[0], &terms).await));
+    assert_eq!(position(&entry(&client, &group, &m[1], &terms).await), 1);
+    assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 2);
+    // m[0] buys and leaves; m[2]'s call admits m[1], whose tab has just closed.
+    assert!(client.leave(&group, &m[0]).await.unwrap());
+    assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 1);
+    // m[1] never arrives: after the arrival window its place passes to m[2], not after
+    // a whole admission TTL (a minute here).
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 1);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(admitted(&entry(&client, &group, &m[2], &terms).await));
+}

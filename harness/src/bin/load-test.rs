@@ -3,7 +3,8 @@
 //! Postgres accepted; `load-test race --strategy groups` races buyers for overlapping
 //! groups of seats, seat by seat against the one-script group hold. `load-test failover`:
 //! a Redis failover that loses grants, with and without the failover guard (`make
-//! failover`). See `seatlock_harness::load`.
+//! failover`). `load-test queue`: a crowd through an on-sale's waiting room. See
+//! `seatlock_harness::load`.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use seatlock::config::PurchaseStrategy;
 use seatlock_harness::load::failover as failover_lab;
 use seatlock_harness::load::groups::{self as lab_groups, GroupConfig, GroupStrategy};
+use seatlock_harness::load::queue::{self as queue_lab, QueueConfig};
 use seatlock_harness::load::race::{self as lab, RaceConfig};
 use seatlock_harness::load::report::{self, Report, StrategyRow};
 use seatlock_harness::load::throughput;
@@ -39,6 +41,44 @@ enum Command {
     Holds(HoldsArgs),
     /// A Redis failover that loses grants, guard off and on (`make failover`).
     Failover(FailoverArgs),
+    /// A crowd through an on-sale's waiting room across several servers: never more
+    /// than N shopping, admission in arrival order; exits non-zero if a promise broke.
+    Queue(QueueArgs),
+}
+
+#[derive(clap::Args)]
+struct QueueArgs {
+    /// Virtual buyers: each queues, is admitted, holds a seat, then buys or leaves.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    buyers: u64,
+    /// The room's size (`waiting_room_shoppers`).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    shoppers: u64,
+    /// Server processes; buyer i uses server i mod this.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=16))]
+    servers: u64,
+    /// Buyers arrive spread over this many milliseconds…
+    #[arg(long, default_value_t = 4_000)]
+    arrive_over_ms: u64,
+    /// …and the on-sale is this far into it, in milliseconds (earlier arrivals join the
+    /// pre-queue).
+    #[arg(long, default_value_t = 2_000)]
+    on_sale_after_ms: u64,
+    /// How long an admitted buyer shops, in milliseconds.
+    #[arg(long, default_value_t = 300)]
+    shop_ms: u64,
+    /// How often a queued buyer asks, in milliseconds (the page's stream: 2,000).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..))]
+    poll_ms: u64,
+    /// Bots: fresh cookie jars that try to hold without waiting their turn.
+    #[arg(long, default_value_t = 20)]
+    bots: u64,
+    /// Write the result as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// The stores and the server binary, as for `race` (a fresh database is created).
+    #[command(flatten)]
+    stores: Stores,
 }
 
 #[derive(clap::Args)]
@@ -189,7 +229,38 @@ async fn main() -> anyhow::Result<()> {
         Command::Race(args) => race(args).await,
         Command::Holds(args) => holds(args).await,
         Command::Failover(args) => failover(args).await,
+        Command::Queue(args) => queue(args).await,
     }
+}
+
+async fn queue(args: QueueArgs) -> anyhow::Result<()> {
+    let ms = Duration::from_millis;
+    let config = QueueConfig {
+        buyers: args.buyers as usize,
+        shoppers: args.shoppers,
+        servers: args.servers as usize,
+        arrive_over: ms(args.arrive_over_ms),
+        on_sale_after: ms(args.on_sale_after_ms),
+        shop_for: ms(args.shop_ms),
+        poll_every: ms(args.poll_ms),
+        bots: args.bots as usize,
+    };
+    let stores = &args.stores;
+    let report = queue_lab::run(
+        &stores.server_bin()?,
+        &stores.database_url,
+        &stores.redis_url,
+        &config,
+    )
+    .await?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    if let Some(path) = &args.json {
+        write_output(path, &serde_json::to_string_pretty(&report)?)?;
+    }
+    if !report.kept(&config) {
+        bail!("the waiting room broke a promise in this run (see the report above)");
+    }
+    Ok(())
 }
 
 async fn failover(args: FailoverArgs) -> anyhow::Result<()> {

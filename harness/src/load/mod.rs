@@ -10,11 +10,14 @@
 //!   request when the last one is answered.
 //! * [`open_loop`]: holds sent at a fixed arrival rate, whatever the answers (the
 //!   bench's `hold_open_loop_p99_ms`).
+//! * [`queue`]: a crowd through an on-sale's waiting room across several servers
+//!   (`load-test queue`): never more than N shopping, admission in arrival order.
 //! * [`report`]: the JSON report, the Markdown table and the HTML page with its charts.
 
 pub mod failover;
 pub mod groups;
 pub mod open_loop;
+pub mod queue;
 pub mod race;
 pub mod report;
 pub mod throughput;

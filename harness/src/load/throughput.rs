@@ -53,7 +53,7 @@ pub(super) fn histogram() -> Histogram<u64> {
 }
 
 /// p50 / p95 / p99 of a histogram in microseconds, as milliseconds.
-fn latency_ms(all: &Histogram<u64>) -> super::report::Latency {
+pub(super) fn latency_ms(all: &Histogram<u64>) -> super::report::Latency {
     let ms = |q: f64| all.value_at_quantile(q) as f64 / 1000.0;
     super::report::Latency {
         p50: ms(0.5),

@@ -1,8 +1,8 @@
 -- enter.lua: a buyer's one step into a waiting room (the article's lock generalised to
 -- N permits: a semaphore whose permits are leases), run at every visit and every poll
--- of the queue page. It renews the member's admission if it has one, else queues the
--- member (once; a second call only marks it as still there), admits from the head of
--- the queue while fewer than N are admitted, and says where the member stands. Every
+-- of the queue page. It queues the member if it is not admitted (once; a second call
+-- only marks it as still there), admits from the head of the queue while fewer than N
+-- are admitted, renews the member's admission if it has one, and says where it stands. Every
 -- time is the Redis clock's (now_ms.lua): app servers' clocks decide nothing. The room
 -- lives in one slot beside its group's leases, so acquire.lua can check an admission
 -- in the same atomic step as a grant. Preceded by now_ms.lua and admission_ended.lua.
@@ -20,7 +20,8 @@
 -- ARGV[5]  the on-sale time, Unix ms (0: on sale); nobody is admitted before it
 -- ARGV[6]  the pre-queue draw: a number in (0, 1) the caller drew at random, the member's
 --          place if it joins before the on-sale (so the pre-queue is in random order)
--- ARGV[7]  grace in milliseconds: a queued member not seen for this long has left
+-- ARGV[7]  grace in milliseconds: a queued member not seen for this long has left, and
+--          an admitted member has this long (at most the TTL) to arrive
 --
 -- Reply {status, a, b, c, waits}:
 --   {'admitted', expires_at_ms, 0, queue_length, waits}
@@ -49,16 +50,9 @@ for _, gone in ipairs(quiet) do
   redis.call('HDEL', room_key, 'joined:' .. gone)
 end
 
--- The member itself: an admission is renewed by the visit (up to its cap); otherwise the
--- member joins once, at the back, or in the pre-queue at a random place.
-local expires = redis.call('ZSCORE', admitted_key, member)
-if expires then
-  local since = tonumber(redis.call('HGET', room_key, 'since:' .. member) or now)
-  local renewed = math.min(now + ttl_ms, since + cap_ms)
-  if renewed > tonumber(expires) then
-    redis.call('ZADD', admitted_key, renewed, member)
-  end
-else
+-- The member itself, if not admitted: it joins once, at the back, or in the pre-queue at
+-- a random place; a later call only marks it as still there.
+if not redis.call('ZSCORE', admitted_key, member) then
   if not redis.call('ZSCORE', queue_key, member) then
     local place = draw
     if now >= on_sale then
@@ -71,9 +65,11 @@ else
 end
 
 -- Admission, FIFO: while a place is free, the head of the queue is admitted with a
--- fresh lease. A head that went quiet is dropped, not admitted (a bounded number per
--- call). Every server runs this same step atomically, so however many admit at the
--- same instant, no more than N are ever admitted.
+-- short lease, the arrival window (the grace, at most the TTL): a member admitted while
+-- away (a tab closed a moment ago) frees the place soon, not after a whole TTL. Its own
+-- next call turns the window into the full admission (below). A head that went quiet is
+-- dropped, not admitted (a bounded number per call). Every server runs this same step
+-- atomically, so however many admit at the same instant, no more than N are admitted.
 if now >= on_sale then
   local free = shoppers - redis.call('ZCARD', admitted_key)
   local dropped = 0
@@ -86,13 +82,25 @@ if now >= on_sale then
     redis.call('ZREM', seen_key, head)
     redis.call('HDEL', room_key, 'joined:' .. head)
     if seen >= now - grace_ms then
-      redis.call('ZADD', admitted_key, now + ttl_ms, head)
+      redis.call('ZADD', admitted_key, now + math.min(grace_ms, ttl_ms), head)
       redis.call('HSET', room_key, 'since:' .. head, now)
       waits[#waits + 1] = now - math.max(joined, on_sale)
       free = free - 1
     else
       dropped = dropped + 1
     end
+  end
+end
+
+-- An admitted member is here: its admission is renewed by the visit to a full TTL from
+-- now, but never past admitted-at + the cap.
+local expires = redis.call('ZSCORE', admitted_key, member)
+if expires then
+  local since = tonumber(redis.call('HGET', room_key, 'since:' .. member) or now)
+  local renewed = math.min(now + ttl_ms, since + cap_ms)
+  if renewed > tonumber(expires) then
+    redis.call('ZADD', admitted_key, renewed, member)
+    expires = renewed
   end
 end
 
@@ -103,7 +111,6 @@ for _, key in ipairs(KEYS) do
 end
 
 local length = redis.call('ZCARD', queue_key)
-expires = redis.call('ZSCORE', admitted_key, member)
 if expires then
   return {'admitted', tonumber(expires), 0, length, waits}
 end
