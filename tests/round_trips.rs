@@ -8,6 +8,8 @@
 //! | renew | 1 script | none |
 //! | confirm | the owner check (`GET`) + the release that retires the seat (1 script) | the payment's authorization + 1 transaction (BEGIN, the fenced write, COMMIT) |
 //! | bid | lock (1 script) + release (1 script) | 1 transaction (BEGIN, read, fenced write, COMMIT); the first bid on an item in a process also reads that it exists |
+//! | waiting room: join, poll, leave | 1 script each (`enter.lua`, `leave.lua`; an admission happens inside whoever's script finds a place free) | **none** |
+//! | hold behind a waiting room | the same 1 script (the admission is checked inside it) | none |
 //! | seat map | 1 pipeline (`TIME` + `HGETALL`), the same for 32 and 11,056 seats | 3 reads, the same for both |
 //!
 //! Every request that reads the buyer also loads its session, and one that changes it
@@ -400,5 +402,76 @@ async fn a_bid_is_a_lock_one_transaction_and_a_release() {
         "every statement inside it (the item is known to exist after the first bid) {pg:?}"
     );
     assert_eq!(redis.session_loads, 1);
+    h.print();
+}
+
+#[tokio::test]
+async fn a_waiting_room_costs_one_script_per_join_poll_and_admitted_hold() {
+    let mut h = Harness::start(TINY_VENUES).await;
+    let (event, seats) = h.app.first_event_seats().await.unwrap();
+    // A room of one, set before this process reads the event.
+    sqlx::query("UPDATE events SET waiting_room_shoppers = 1 WHERE id = $1")
+        .bind(event)
+        .execute(h.app.db())
+        .await
+        .unwrap();
+    let base = h.app.address.clone();
+    let (map, queue) = (
+        format!("{base}/events/{event}"),
+        format!("{base}/events/{event}/queue"),
+    );
+    // Warm up: the scripts loaded, the event read; A shops, holds, releases, leaves and
+    // comes back (admitted again: nobody waits).
+    let mut a = HttpBuyer::new();
+    assert_eq!(a.get(&map).await.unwrap().status, StatusCode::OK);
+    for action in ["hold", "release"] {
+        let reply = a.seat_action(&base, event, seats[1], action).await.unwrap();
+        assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    }
+    let leave_url = format!("{queue}/leave");
+    assert_eq!(
+        a.post(&leave_url, &[]).await.unwrap().status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(a.get(&map).await.unwrap().status, StatusCode::OK);
+
+    let mut b = HttpBuyer::new();
+    let (reply, redis, pg) = h.measure("queue: join (a new buyer)", b.get(&map)).await;
+    assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER, "to the queue");
+    assert_eq!(
+        redis.commands,
+        ["evalsha"],
+        "join: one script, no seat map read"
+    );
+    assert_eq!(redis.session_writes, 1, "the new buyer's session");
+    assert_eq!(pg, PgCost::default(), "join: no Postgres");
+
+    let (reply, redis, pg) = h.measure("queue: poll", b.get(&queue)).await;
+    assert_eq!(reply.unwrap().status, StatusCode::OK);
+    assert_eq!(redis.commands, ["evalsha"], "poll: one script");
+    assert_eq!(redis.session_loads, 1);
+    assert_eq!(pg, PgCost::default(), "poll: no Postgres");
+
+    let hold = a.seat_action(&base, event, seats[0], "hold");
+    let (reply, redis, pg) = h.measure("hold behind the room", hold).await;
+    assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        redis.commands,
+        ["evalsha"],
+        "the admission is checked inside the hold's script"
+    );
+    assert_eq!(redis.round_trips(), 3, "as without a room");
+    assert_eq!(pg, PgCost::default());
+
+    let refused = b.seat_action(&base, event, seats[2], "hold");
+    let (reply, redis, _) = h.measure("hold refused: not admitted", refused).await;
+    assert!(reply.unwrap().is_refused(&Refusal::NotAdmitted));
+    assert_eq!(redis.commands, ["evalsha"]);
+    assert_eq!(redis.session_writes, 0, "nothing to remember");
+
+    let leave = a.post(&leave_url, &[]);
+    let (reply, redis, _) = h.measure("leave", leave).await;
+    assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
+    assert_eq!(redis.commands, ["evalsha"], "leave: one script");
     h.print();
 }

@@ -89,16 +89,17 @@ async fn show(
     csrf: FormToken,
     Path(event): Path<String>,
 ) -> Result<Response> {
-    let map = event_map(&state, &buyer, &event).await?;
+    let event_id = parse_id(&event, "event")?;
     // Behind a waiting room, only an admitted buyer sees the map (and the view renews
-    // the admission); anyone else waits on the queue page.
-    let admitted_until = match waiting_room::enter(&state, &buyer, map.event.id).await? {
+    // the admission); anyone else waits on the queue page, before any map is read.
+    let admitted_until = match waiting_room::enter(&state, &buyer, event_id).await? {
         None => None,
         Some(Entry::Admitted { expires_at_ms, .. }) => Some(map::clock_time(expires_at_ms)),
         Some(_) => {
-            return Ok(Redirect::to(&format!("/events/{}/queue", map.event.id)).into_response());
+            return Ok(Redirect::to(&format!("/events/{event_id}/queue")).into_response());
         }
     };
+    let map = event_map(&state, &buyer, &event).await?;
     let page = EventPage {
         map,
         buyer_name: buyer.profile.name.clone(),

@@ -56,9 +56,10 @@ pub struct QueueReport {
     /// The most admitted at once, sampled from Redis every 10 ms: never above `shoppers`.
     pub max_shopping: u64,
     /// Pairs (a, b): a's join answered before b's was sent, both after the on-sale, yet b
-    /// admitted first. 0 for a FIFO queue.
+    /// provably admitted first (found admitted before a request found a still queued).
+    /// 0 for a FIFO queue.
     pub order_inversions: u64,
-    /// Pre-queue buyers admitted after a buyer who arrived after the on-sale. 0.
+    /// Pre-queue buyers provably admitted after a buyer who arrived after the on-sale. 0.
     pub pre_queue_behind_later: u64,
     /// Buyers in the pre-queue (arrived before the on-sale).
     pub pre_queue: u64,
@@ -86,8 +87,12 @@ pub struct QueueReport {
 struct Story {
     join_sent: Option<Instant>,
     join_answered: Option<Instant>,
+    /// When the last request that found the buyer still queued was sent: Redis had not
+    /// admitted it before then.
+    queued_until: Option<Instant>,
+    /// When the request that found the buyer admitted was answered: Redis had admitted
+    /// it by then.
     admitted_at: Option<Instant>,
-    admitted_seq: Option<u64>,
     failures: u64,
     refused: u64,
 }
@@ -165,7 +170,6 @@ pub async fn run(
             .expect("a valid template")
             .progress_chars("=> "),
     );
-    let seq = Arc::new(AtomicU64::new(0));
     let (joins, polls, holds) = (
         Arc::new(std::sync::Mutex::new(histogram())),
         Arc::new(std::sync::Mutex::new(histogram())),
@@ -176,7 +180,7 @@ pub async fn run(
         .map(|_| config.arrive_over.mul_f64(rng.random::<f64>()))
         .collect();
     let buyers = arrivals.into_iter().enumerate().map(|(i, arrival)| {
-        let (bases, seq, progress) = (bases.clone(), seq.clone(), progress.clone());
+        let (bases, progress) = (bases.clone(), progress.clone());
         let (joins, polls, holds) = (joins.clone(), polls.clone(), holds.clone());
         let (config, seat) = (config.clone(), seats[i]);
         tokio::spawn(async move {
@@ -191,22 +195,28 @@ pub async fn run(
             let joined = buyer.get(&map).await;
             story.join_answered = Some(Instant::now());
             record(&joins, sent);
-            let mut admitted = matches!(&joined, Ok(r) if r.status == StatusCode::OK);
-            if joined.is_err() {
-                story.failures += 1;
-            }
+            let mut admitted = match &joined {
+                Ok(r) if r.status == StatusCode::OK => true,
+                Ok(r) if r.status == StatusCode::SEE_OTHER => {
+                    story.queued_until = Some(sent);
+                    false
+                }
+                _ => {
+                    story.failures += 1;
+                    false
+                }
+            };
             while !admitted {
                 tokio::time::sleep(config.poll_every).await;
                 let sent = Instant::now();
                 match buyer.get(&queue).await {
                     Ok(r) if r.status == StatusCode::SEE_OTHER => admitted = true,
-                    Ok(r) if r.status == StatusCode::OK => {}
+                    Ok(r) if r.status == StatusCode::OK => story.queued_until = Some(sent),
                     _ => story.failures += 1,
                 }
                 record(&polls, sent);
             }
             story.admitted_at = Some(Instant::now());
-            story.admitted_seq = Some(seq.fetch_add(1, Ordering::SeqCst));
             progress.inc(1);
             // Shop: the map (a visit renews the admission), one hold, then buy or leave.
             if !matches!(buyer.get(&map).await, Ok(r) if r.status == StatusCode::OK) {
@@ -284,14 +294,20 @@ fn report(
     };
     let early = |s: &Story| s.join_answered.is_some_and(|t| t < on_sale);
     let late = |s: &Story| s.join_sent.is_some_and(|t| t > on_sale);
-    let seq = |s: &Story| s.admitted_seq.unwrap_or(u64::MAX);
+    // b provably admitted before a: b was found admitted before a request found a still
+    // queued (the client sees each admission only within an interval).
+    let before = |b: &Story, a: &Story| match (b.admitted_at, a.queued_until) {
+        (Some(b_in), Some(a_waiting)) => b_in < a_waiting,
+        _ => false,
+    };
     let (mut order_inversions, mut pre_queue_behind_later) = (0, 0);
     for a in stories {
         for b in stories {
-            if late(a) && late(b) && a.join_answered < b.join_sent && seq(b) < seq(a) {
+            let a_first = a.join_answered.zip(b.join_sent).is_some_and(|(a, b)| a < b);
+            if late(a) && late(b) && a_first && before(b, a) {
                 order_inversions += 1;
             }
-            if early(a) && late(b) && seq(b) < seq(a) {
+            if early(a) && late(b) && before(b, a) {
                 pre_queue_behind_later += 1;
             }
         }

@@ -36,9 +36,11 @@ use crate::state::{AppState, RoomStore};
 use crate::telemetry;
 
 /// A queued buyer whose page has not asked for this long has left (closed the tab):
-/// their place goes. The queue page asks every [`POLL_INTERVAL`] while it streams, and
-/// reloads every 10 s without JavaScript.
-pub const QUEUE_GRACE: Duration = Duration::from_secs(30);
+/// their place goes; and a buyer admitted while their page was between two asks has this
+/// long to arrive before the place passes on (a bot that queued and left holds a place
+/// for this long, not for a whole admission). The queue page asks every
+/// [`POLL_INTERVAL`] while it streams, and reloads every 10 s without JavaScript.
+pub const QUEUE_GRACE: Duration = Duration::from_secs(15);
 
 /// How often an open queue page asks the room where its buyer stands.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
