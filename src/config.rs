@@ -102,8 +102,8 @@ pub struct Settings {
     pub waiting_room_shoppers: u64,
     /// Length of an admission to a waiting room (its lease), in milliseconds; each page
     /// the buyer opens renews it, up to twice this from the admission. Default: fifteen
-    /// minutes.
-    #[arg(long, env = "SEATLOCK_ADMISSION_TTL_MS", default_value_t = 900_000, value_parser = clap::value_parser!(u64).range(1_000..))]
+    /// minutes; at most a day.
+    #[arg(long, env = "SEATLOCK_ADMISSION_TTL_MS", default_value_t = 900_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
     pub admission_ttl_ms: u64,
     /// Simulated payment time before a purchase is written, in milliseconds.
     #[arg(long, env = "SEATLOCK_PAYMENT_DELAY_MS", default_value_t = 0)]

@@ -371,6 +371,36 @@ async fn a_ttl_etcd_cannot_express_stops_the_start_naming_the_flag() {
     );
 }
 
+/// The waiting room lives beside the seat leases in Redis: on etcd the server refuses
+/// `--waiting-room-shoppers` at start, and an event with a room of its own is a 503
+/// naming why, never a map that lets everyone shop.
+#[tokio::test]
+async fn a_waiting_room_on_etcd_is_refused_at_start_and_an_events_own_room_is_a_503() {
+    let refused = on_etcd(etcd_url().unwrap())
+        .with(|s| s.waiting_room_shoppers = 10)
+        .spawn()
+        .await
+        .err()
+        .expect("the server started with a waiting room on etcd");
+    assert!(
+        format!("{refused:#}").contains("--waiting-room-shoppers needs the Redis lease store"),
+        "{refused:#}"
+    );
+    let app = app_on_etcd(etcd_url().unwrap()).await;
+    let (event, _) = app.first_event_seats().await.unwrap();
+    sqlx::query("UPDATE events SET waiting_room_shoppers = 1 WHERE id = $1")
+        .bind(event)
+        .execute(app.db())
+        .await
+        .unwrap();
+    let page = HttpBuyer::new()
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    assert_eq!(page.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(page.body.contains("Redis lease store"), "{}", page.body);
+}
+
 /// etcd down when the server starts (its only member killed): the server starts,
 /// `/healthz` names etcd, and the seat map (it shows the holds) is a 503, not a 500 or a
 /// hang.

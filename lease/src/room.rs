@@ -8,7 +8,8 @@
 //!   however many servers admit at the same instant, never more than N are admitted);
 //! * **the lease** is the admission's TTL on the store's clock, renewed by each visit up
 //!   to a cap: a buyer who walks away frees the place when it lapses, without anyone
-//!   having to notice (and a buyer admitted while away, within the short arrival window);
+//!   having to notice; a new admission is only a short arrival window until the buyer
+//!   shows they are here, so a closed tab or a crawler frees the place in a minute;
 //! * **the owner token** is the admission's own random token ([`OwnerToken`]), kept
 //!   server side (seatlock: in the buyer's session); only its holder can shop with it or
 //!   end it ([`LeaseClient::leave`]);
@@ -45,9 +46,13 @@ pub struct RoomTerms {
     /// Nobody is admitted before this time, Unix ms on the Redis clock (0: on sale).
     pub on_sale_at_ms: u64,
     /// A queued member that has not called [`LeaseClient::enter`] for this long has left
-    /// (a closed tab) and loses its place; a member admitted by another's call has this
-    /// long (at most the TTL) to arrive, by its own call, before its place passes on.
+    /// (a closed tab) and loses its place. Counted on the room's own clock, which does not
+    /// advance through a stall of the store or of every server.
     pub grace: Duration,
+    /// A new admission lasts this long (at most the TTL) until the member calls
+    /// [`LeaseClient::enter`] as one who is here, which makes it the full admission: a
+    /// member admitted while away (a closed tab, a crawler) frees the place soon.
+    pub arrival_window: Duration,
 }
 
 /// Where a member stands after [`LeaseClient::enter`].
@@ -90,16 +95,20 @@ pub struct Entered {
 
 impl<L: FenceLedger + 'static> LeaseClient<L> {
     /// One step of `member` into the waiting room of `group` (`scripts/enter.lua`, one
-    /// round trip): an admitted member's admission is renewed; anyone else joins the queue
-    /// once (a later call only marks it as still waiting); then members are admitted from
-    /// the head while fewer than `terms.shoppers` are. Errors: [`LeaseError::Unavailable`].
+    /// round trip): a member not admitted joins the queue once (a later call only marks it
+    /// as still waiting); members are admitted from the head while fewer than
+    /// `terms.shoppers` are, each for the arrival window; and if `here` (the member is
+    /// present, not just polling: seatlock, a map view by a session it already had) its
+    /// admission becomes, or is renewed as, the full one. Errors:
+    /// [`LeaseError::Unavailable`].
     pub async fn enter(
         &self,
         group: &str,
         member: &OwnerToken,
         terms: &RoomTerms,
+        here: bool,
     ) -> Result<Entered, LeaseError> {
-        Ok(scripts::enter(self.store(), group, member, terms).await?)
+        Ok(scripts::enter(self.store(), group, member, terms, here).await?)
     }
 
     /// `member` leaves the room of `group` (`scripts/leave.lua`, one round trip): out of

@@ -235,6 +235,7 @@ pub(crate) async fn enter(
     group: &str,
     member: &OwnerToken,
     terms: &RoomTerms,
+    here: bool,
 ) -> redis::RedisResult<Entered> {
     let mut invocation = ENTER.prepare_invoke();
     for key in room_keys(group) {
@@ -249,7 +250,9 @@ pub(crate) async fn enter(
         .arg(millis(terms.admission_cap))
         .arg(terms.on_sale_at_ms)
         .arg(format!("{draw:.15}"))
-        .arg(millis(terms.grace));
+        .arg(millis(terms.grace))
+        .arg(u8::from(here))
+        .arg(millis(terms.arrival_window));
     let (status, a, b, c, waits): (String, u64, u64, u64, Vec<u64>) =
         redis.invoke("enter", &invocation).await?;
     let entry = match status.as_str() {

@@ -28,6 +28,7 @@ fn terms(shoppers: u64) -> RoomTerms {
         admission_cap: Duration::from_secs(120),
         on_sale_at_ms: 0,
         grace: Duration::from_secs(30),
+        arrival_window: Duration::from_secs(60),
     }
 }
 
@@ -44,13 +45,32 @@ async fn redis_now_ms(client: &LeaseClient<MemoryLedger>) -> u64 {
     secs * 1000 + micros / 1000
 }
 
+/// A visit of a member who is here (seatlock: a map view).
 async fn entry(
     client: &LeaseClient<MemoryLedger>,
     group: &str,
     member: &OwnerToken,
     terms: &RoomTerms,
 ) -> Entry {
-    client.enter(group, member, terms).await.unwrap().entry
+    client
+        .enter(group, member, terms, true)
+        .await
+        .unwrap()
+        .entry
+}
+
+/// A poll (seatlock: the queue page's stream): keeps a place, renews nothing.
+async fn poll(
+    client: &LeaseClient<MemoryLedger>,
+    group: &str,
+    member: &OwnerToken,
+    terms: &RoomTerms,
+) -> Entry {
+    client
+        .enter(group, member, terms, false)
+        .await
+        .unwrap()
+        .entry
 }
 
 fn admitted(entry: &Entry) -> bool {
@@ -81,8 +101,8 @@ async fn members_are_admitted_in_the_order_they_joined() {
         assert!(client.leave(&group, &m[next - 2]).await.unwrap());
         let e = entry(&client, &group, &m[next], &terms).await;
         assert!(admitted(&e), "member {next} is next: {e:?}");
-        for later in next + 1..6 {
-            let e = entry(&client, &group, &m[later], &terms).await;
+        for (later, member) in m.iter().enumerate().skip(next + 1) {
+            let e = entry(&client, &group, member, &terms).await;
             assert_eq!(position(&e), (later - next) as u64, "member {later}");
         }
     }
@@ -97,7 +117,7 @@ async fn a_burst_of_joins_never_admits_more_than_n() {
         let (client, group, terms) = (clients[i % 4].clone(), group.clone(), terms.clone());
         tokio::spawn(async move {
             let member = OwnerToken::random();
-            let entered = client.enter(&group, &member, &terms).await.unwrap();
+            let entered = client.enter(&group, &member, &terms, true).await.unwrap();
             (admitted(&entered.entry), entered.admitted_waits.len())
         })
     });
@@ -119,7 +139,7 @@ async fn a_lapsed_admission_admits_the_next_member() {
     assert!(admitted(&entry(&client, &group, &m[0], &terms).await));
     assert_eq!(position(&entry(&client, &group, &m[1], &terms).await), 1);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let next = client.enter(&group, &m[1], &terms).await.unwrap();
+    let next = client.enter(&group, &m[1], &terms, true).await.unwrap();
     assert!(admitted(&next.entry), "{next:?}");
     assert_eq!(next.admitted_waits.len(), 1);
     // The member whose admission lapsed queues again, at the back.
@@ -280,10 +300,10 @@ async fn visits_renew_an_admission_up_to_its_cap() {
 }
 
 #[tokio::test]
-async fn an_admitted_member_that_never_arrives_frees_its_place_after_the_grace() {
+async fn an_admitted_member_that_never_arrives_frees_its_place_after_the_arrival_window() {
     let (client, group) = (client(), group());
     let terms = RoomTerms {
-        grace: Duration::from_millis(400),
+        arrival_window: Duration::from_millis(400),
         ..terms(1)
     };
     let m = members(3);
@@ -299,4 +319,50 @@ async fn an_admitted_member_that_never_arrives_frees_its_place_after_the_grace()
     assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 1);
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert!(admitted(&entry(&client, &group, &m[2], &terms).await));
+}
+
+#[tokio::test]
+async fn a_member_admitted_by_its_own_poll_or_first_call_gets_only_the_arrival_window() {
+    let (client, group) = (client(), group());
+    let terms = RoomTerms {
+        arrival_window: Duration::from_millis(300),
+        ..terms(1)
+    };
+    let m = members(2);
+    // A first call that is not "here" (seatlock: a crawler's cookieless visit, or a
+    // frozen queue page's stream) admits for the window only, then the place passes on.
+    assert!(admitted(&poll(&client, &group, &m[0], &terms).await));
+    assert_eq!(position(&poll(&client, &group, &m[1], &terms).await), 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(admitted(&poll(&client, &group, &m[1], &terms).await));
+    // Here within the window: the full admission (a minute), which a poll keeps.
+    let Entry::Admitted { expires_at_ms, .. } = entry(&client, &group, &m[1], &terms).await else {
+        panic!("admitted")
+    };
+    assert!(expires_at_ms > redis_now_ms(&client).await + 30_000);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(admitted(&poll(&client, &group, &m[1], &terms).await));
+}
+
+#[tokio::test]
+async fn a_stall_of_the_store_longer_than_the_grace_costs_no_place() {
+    let (client, group) = (client(), group());
+    let terms = RoomTerms {
+        grace: Duration::from_millis(600),
+        ..terms(1)
+    };
+    let m = members(6);
+    for member in &m {
+        entry(&client, &group, member, &terms).await;
+    }
+    // Nobody calls for twice the grace, as when Redis or every server is stopped; then
+    // the last member calls first.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    for (i, member) in m.iter().enumerate().skip(1).rev() {
+        assert_eq!(
+            position(&poll(&client, &group, member, &terms).await),
+            i as u64,
+            "member {i}"
+        );
+    }
 }

@@ -75,6 +75,8 @@ pub struct Buyer {
     /// Public id and name.
     pub profile: BuyerProfile,
     session: Session,
+    /// Whether this request created the buyer (no session before it).
+    new: bool,
 }
 
 fn random_id() -> String {
@@ -88,6 +90,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
         let session = Session::from_request_parts(parts, state)
             .await
             .map_err(|_| Error::Unavailable("the session store"))?;
+        let mut new = false;
         let profile = match session
             .get::<BuyerProfile>(BUYER)
             .await
@@ -101,10 +104,15 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
                     id,
                 };
                 session.insert(BUYER, &profile).await.map_err(Error::from)?;
+                new = true;
                 profile
             }
         };
-        Ok(Buyer { profile, session })
+        Ok(Buyer {
+            profile,
+            session,
+            new,
+        })
     }
 }
 
@@ -129,6 +137,12 @@ fn hold_key(event_id: i64, seat_id: i64) -> String {
 }
 
 impl Buyer {
+    /// Whether this request created the buyer: a visitor without a session before it (a
+    /// first visit, or a client that keeps no cookies).
+    pub fn is_new(&self) -> bool {
+        self.new
+    }
+
     /// The public id.
     pub fn id(&self) -> &str {
         &self.profile.id

@@ -92,7 +92,7 @@ async fn show(
     let event_id = parse_id(&event, "event")?;
     // Behind a waiting room, only an admitted buyer sees the map (and the view renews
     // the admission); anyone else waits on the queue page, before any map is read.
-    let admitted_until = match waiting_room::enter(&state, &buyer, event_id).await? {
+    let admitted_until = match waiting_room::enter(&state, &buyer, event_id, true).await? {
         None => None,
         Some(Entry::Admitted { expires_at_ms, .. }) => Some(map::clock_time(expires_at_ms)),
         Some(_) => {

@@ -142,6 +142,13 @@ async fn a_lapsed_admission_admits_the_next_buyer_and_its_holds_keep_their_own_t
     // is admitted.
     tokio::time::sleep(Duration::from_millis(1_300)).await;
     assert_eq!(visit(&mut b, &d, at).await, Visit::Map);
+    // A's queue page says A still holds a seat, with the way to buy it.
+    let queued = a.get(&format!("{}/queue", d.page(at))).await.unwrap().body;
+    assert!(queued.contains("You still hold 1 seat"), "{queued}");
+    assert!(
+        queued.contains(&format!("/events/{}/checkout", d.event)),
+        "{queued}"
+    );
     // A may take no more seats, but the hold it has keeps its TTL and its fence: it buys.
     assert!(
         act(&a, at, &d, d.seats[1], "hold")
@@ -243,4 +250,30 @@ async fn redis_restarted_empty_loses_the_queue_and_buyers_join_again_as_they_ask
             .expect("answered");
         assert_eq!(seen, expected, "buyer {i}");
     }
+}
+
+#[tokio::test]
+async fn buying_one_of_several_held_seats_keeps_the_turn_until_the_last() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 1, None).await;
+    let server = d.server(|_| {}).await;
+    let at = server.address.as_str();
+    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
+    assert_eq!(visit(&mut a, &d, at).await, Visit::Map);
+    for seat in &d.seats[..2] {
+        assert_eq!(act(&a, at, &d, *seat, "hold").await.status, SEE_OTHER);
+    }
+    assert_eq!(visit(&mut b, &d, at).await, Visit::Queued(1));
+    assert_eq!(
+        act(&a, at, &d, d.seats[0], "confirm").await.status,
+        SEE_OTHER
+    );
+    // A still holds a seat: still A's turn, B still waits.
+    assert_eq!(visit(&mut b, &d, at).await, Visit::Queued(1));
+    assert_eq!(visit(&mut a, &d, at).await, Visit::Map);
+    assert_eq!(
+        act(&a, at, &d, d.seats[1], "confirm").await.status,
+        SEE_OTHER
+    );
+    assert_eq!(visit(&mut b, &d, at).await, Visit::Map);
 }

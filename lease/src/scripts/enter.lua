@@ -20,8 +20,12 @@
 -- ARGV[5]  the on-sale time, Unix ms (0: on sale); nobody is admitted before it
 -- ARGV[6]  the pre-queue draw: a number in (0, 1) the caller drew at random, the member's
 --          place if it joins before the on-sale (so the pre-queue is in random order)
--- ARGV[7]  grace in milliseconds: a queued member not seen for this long has left, and
---          an admitted member has this long (at most the TTL) to arrive
+-- ARGV[7]  grace in milliseconds: a queued member not seen for this long, on the room's
+--          clock (below), has left
+-- ARGV[8]  '1' if the member is here (seatlock: a map view by a session it already had),
+--          which turns an arrival window into the full admission; '0' for a poll
+-- ARGV[9]  the arrival window in milliseconds (at most the TTL): how long a new
+--          admission lasts until the member is here
 --
 -- Reply {status, a, b, c, waits}:
 --   {'admitted', expires_at_ms, 0, queue_length, waits}
@@ -32,8 +36,18 @@ local queue_key, seen_key, admitted_key, room_key = KEYS[1], KEYS[2], KEYS[3], K
 local member, shoppers = ARGV[1], tonumber(ARGV[2])
 local ttl_ms, cap_ms, on_sale = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local draw, grace_ms = ARGV[6], tonumber(ARGV[7])
+local here, arrival_ms = ARGV[8] == '1', math.min(tonumber(ARGV[9]), tonumber(ARGV[3]))
 local now = now_ms()
 local waits = {}
+
+-- The room's clock, for telling who went quiet: it follows the Redis clock, but never
+-- advances more than a third of the grace per call, so a stall of the store or of every
+-- server (SIGSTOP, a failover) does not count as every buyer being away. Buyers poll
+-- every few seconds, so while anyone waits the two clocks advance alike.
+local last_real = tonumber(redis.call('HGET', room_key, 'clock_real') or now)
+local room_now = tonumber(redis.call('HGET', room_key, 'clock_room') or now)
+room_now = room_now + math.min(math.max(now - last_real, 0), math.floor(grace_ms / 3))
+redis.call('HSET', room_key, 'clock_real', now, 'clock_room', room_now)
 
 -- Lapsed admissions end first, so their places are free for the queue below (a lease
 -- that lapsed is as good as released).
@@ -43,7 +57,7 @@ end
 
 -- Queued members that stopped asking (a closed tab) leave the queue, a bounded batch per
 -- call, so that positions count only buyers still waiting.
-local quiet = redis.call('ZRANGEBYSCORE', seen_key, '-inf', now - grace_ms, 'LIMIT', 0, 100)
+local quiet = redis.call('ZRANGEBYSCORE', seen_key, '-inf', room_now - grace_ms, 'LIMIT', 0, 100)
 for _, gone in ipairs(quiet) do
   redis.call('ZREM', queue_key, gone)
   redis.call('ZREM', seen_key, gone)
@@ -61,14 +75,14 @@ if not redis.call('ZSCORE', admitted_key, member) then
     redis.call('ZADD', queue_key, place, member)
     redis.call('HSET', room_key, 'joined:' .. member, now)
   end
-  redis.call('ZADD', seen_key, now, member)
+  redis.call('ZADD', seen_key, room_now, member)
 end
 
 -- Admission, FIFO: while a place is free, the head of the queue is admitted with a
--- short lease, the arrival window (the grace, at most the TTL): a member admitted while
--- away (a tab closed a moment ago) frees the place soon, not after a whole TTL. Its own
--- next call turns the window into the full admission (below). A head that went quiet is
--- dropped, not admitted (a bounded number per call). Every server runs this same step
+-- short lease, the arrival window: a member admitted while away (a tab closed a moment
+-- ago, a crawler that never comes back) frees the place soon, not after a whole TTL.
+-- The member's next call as one who is here turns it into the full admission (below).
+-- A head that went quiet is dropped, not admitted (a bounded number per call). Every server runs this same step
 -- atomically, so however many admit at the same instant, no more than N are admitted.
 if now >= on_sale then
   local free = shoppers - redis.call('ZCARD', admitted_key)
@@ -81,8 +95,8 @@ if now >= on_sale then
     redis.call('ZREM', queue_key, head)
     redis.call('ZREM', seen_key, head)
     redis.call('HDEL', room_key, 'joined:' .. head)
-    if seen >= now - grace_ms then
-      redis.call('ZADD', admitted_key, now + math.min(grace_ms, ttl_ms), head)
+    if seen >= room_now - grace_ms then
+      redis.call('ZADD', admitted_key, now + arrival_ms, head)
       redis.call('HSET', room_key, 'since:' .. head, now)
       waits[#waits + 1] = now - math.max(joined, on_sale)
       free = free - 1
@@ -92,10 +106,10 @@ if now >= on_sale then
   end
 end
 
--- An admitted member is here: its admission is renewed by the visit to a full TTL from
--- now, but never past admitted-at + the cap.
+-- An admitted member that is here: its admission is renewed by the visit to a full TTL
+-- from now, but never past admitted-at + the cap. A poll renews nothing.
 local expires = redis.call('ZSCORE', admitted_key, member)
-if expires then
+if expires and here then
   local since = tonumber(redis.call('HGET', room_key, 'since:' .. member) or now)
   local renewed = math.min(now + ttl_ms, since + cap_ms)
   if renewed > tonumber(expires) then

@@ -11,12 +11,14 @@
 //!   `--waiting-room-shoppers`, is above 0;
 //! * the map (`GET /events/{id}`) is shown only to an admitted buyer, and each view
 //!   renews the admission (`--admission-ttl-ms`, up to twice that from the admission);
-//!   anyone else is sent to the queue page, whose polls keep their place;
+//!   anyone else is sent to the queue page, whose polls keep their place; a new admission
+//!   is an [`ARRIVAL_WINDOW`] until the buyer opens a page with the session they queued
+//!   with;
 //! * a hold needs a live admission, checked by Redis in the hold's own script (refused
 //!   `not_admitted` otherwise); a hold already granted keeps its own TTL and fence, so a
 //!   buyer whose admission lapses can still buy what they hold, but not take more;
-//! * a purchase (confirm or checkout) or the Leave button ends the admission at once,
-//!   freeing the place for the next buyer;
+//! * a checkout, a confirm that leaves the buyer holding nothing more of the event, or
+//!   the Leave button ends the admission at once, freeing the place for the next buyer;
 //! * the per-buyer limit (`--max-seats-per-buyer`) is still counted per buyer, and a
 //!   new buyer (a fresh cookie jar) has no admission: they join the back of the queue.
 
@@ -36,11 +38,15 @@ use crate::state::{AppState, RoomStore};
 use crate::telemetry;
 
 /// A queued buyer whose page has not asked for this long has left (closed the tab):
-/// their place goes; and a buyer admitted while their page was between two asks has this
-/// long to arrive before the place passes on (a bot that queued and left holds a place
-/// for this long, not for a whole admission). The queue page asks every
-/// [`POLL_INTERVAL`] while it streams, and reloads every 10 s without JavaScript.
+/// their place goes. The queue page asks every [`POLL_INTERVAL`] while it streams, and
+/// reloads every 10 s without JavaScript.
 pub const QUEUE_GRACE: Duration = Duration::from_secs(15);
+
+/// A new admission lasts this long until the buyer is here: opens the map (or any page
+/// of the event) with the session they queued with. So a buyer admitted while away (a
+/// closed tab, a frozen page), or a visitor that never comes back (a crawler, a link
+/// preview, a bot without cookies), holds a place for a minute, not a whole admission.
+pub const ARRIVAL_WINDOW: Duration = Duration::from_secs(60);
 
 /// How often an open queue page asks the room where its buyer stands.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
@@ -59,6 +65,7 @@ pub fn terms(settings: &Settings, event: &EventSeats) -> Option<RoomTerms> {
             .on_sale_at
             .map_or(0, |at| u64::try_from(at.timestamp_millis()).unwrap_or(0)),
         grace: QUEUE_GRACE,
+        arrival_window: ARRIVAL_WINDOW,
     })
 }
 
@@ -80,16 +87,24 @@ pub(crate) async fn event(state: &AppState, event_id: i64) -> Result<std::sync::
 }
 
 /// One step of `buyer` into event `event_id`'s room ([`lease::LeaseClient::enter`], one
-/// Redis round trip): renews an admission, or queues the buyer once and keeps their
-/// place. `None` if the event has no room. Errors: 404 no such event, 503 a store down.
-pub async fn enter(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Option<Entry>> {
+/// Redis round trip): queues the buyer once and keeps their place, or, on a `visit` (a
+/// map view) by a buyer whose session existed before this request, makes or renews
+/// their full admission; a poll, or a brand-new session's first view, renews nothing.
+/// `None` if the event has no room. Errors: 404 no such event, 503 a store down.
+pub async fn enter(
+    state: &AppState,
+    buyer: &Buyer,
+    event_id: i64,
+    visit: bool,
+) -> Result<Option<Entry>> {
     let event = event(state, event_id).await?;
     let Some(terms) = terms(&state.settings, &event) else {
         return Ok(None);
     };
     let group = super::event_group(&state.settings.lease_namespace, event_id);
     let token = buyer.admission_token(event_id).await?;
-    let entered = store(state)?.enter(&group, &token, &terms).await?;
+    let here = visit && !buyer.is_new();
+    let entered = store(state)?.enter(&group, &token, &terms, here).await?;
     telemetry::room_entered(event_id, &entered);
     Ok(Some(entered.entry))
 }
@@ -108,9 +123,14 @@ pub async fn leave(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<()>
     Ok(())
 }
 
-/// After a purchase of `event_id`: the buyer's turn is over ([`leave`]). A failure is
-/// logged, not returned: the purchase stands, and the admission lapses at its TTL.
+/// After a purchase of `event_id`: the buyer's turn is over ([`leave`]) unless they still
+/// hold seats of it (bought one by one, the rest stay theirs to buy). A failure is logged,
+/// not returned: the purchase stands, and the admission lapses at its TTL.
 pub async fn purchased(state: &AppState, buyer: &Buyer, event_id: i64) {
+    match buyer.held_seats(event_id).await {
+        Ok(held) if held.is_empty() => {}
+        _ => return,
+    }
     if let Err(err) = leave(state, buyer, event_id).await {
         tracing::warn!(%err, event_id, "admission not ended after a purchase; it lapses at its TTL");
     }

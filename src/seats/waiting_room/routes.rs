@@ -78,6 +78,8 @@ struct QueuePage {
     event_id: i64,
     event_name: String,
     standing: Standing,
+    /// Seats of the event the buyer still holds (from an earlier turn): theirs to buy.
+    held: usize,
     authenticity_token: String,
 }
 
@@ -93,7 +95,7 @@ async fn show(
     Path(event): Path<String>,
 ) -> Result<Response> {
     let event_id = parse_id(&event, "event")?;
-    let Some(standing) = enter(&state, &buyer, event_id)
+    let Some(standing) = enter(&state, &buyer, event_id, false)
         .await?
         .as_ref()
         .and_then(Standing::of)
@@ -104,6 +106,7 @@ async fn show(
         event_id,
         event_name: super::event(&state, event_id).await?.name.clone(),
         standing,
+        held: buyer.held_seats(event_id).await?.len(),
         authenticity_token: csrf.authenticity.clone(),
     };
     Ok((csrf, page).into_response())
@@ -127,7 +130,7 @@ async fn stream(
             loop {
                 tokio::time::sleep(wait).await;
                 wait = POLL_INTERVAL;
-                let Ok(entry) = enter(&state, &buyer, event_id).await else {
+                let Ok(entry) = enter(&state, &buyer, event_id, false).await else {
                     continue;
                 };
                 let event = match entry.as_ref().and_then(Standing::of) {
