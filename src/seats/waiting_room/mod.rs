@@ -4,7 +4,7 @@
 //! admissions (each one a lease) and the check at every hold are the lease library's
 //! ([`lease::room`]); this module decides which events have one and with what terms,
 //! keeps each buyer's admission token in their session, and serves the queue page
-//! ([`routes`]).
+//! (`routes`).
 //!
 //! The rules, in one place:
 //! * an event has a room when its `waiting_room_shoppers` (migration 0010), else
