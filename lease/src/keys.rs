@@ -111,7 +111,9 @@ pub(crate) fn room_keys(group: &str) -> [String; 4] {
 }
 
 /// `lease:{group}:~admitted`: the sorted set of the members admitted to `group`'s waiting
-/// room, scored by their admission's expiry (Unix ms): its `ZCARD` is how many shop now.
+/// room, scored by their admission's expiry (Unix ms). Its `ZCARD` counts the places
+/// taken: the live admissions, plus any that lapsed since the room's last step (each step
+/// removes those first), so it never undercounts.
 pub fn admitted_key(group: &str) -> String {
     room_keys(group)[2].clone()
 }

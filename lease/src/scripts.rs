@@ -241,15 +241,24 @@ pub(crate) async fn enter(
     for key in room_keys(group) {
         invocation.key(key);
     }
-    // A draw in (0, 1): never 0, so a pre-queue place is never mistaken for no place.
-    let draw = (rand::random::<u64>() >> 11).max(1) as f64 / (1u64 << 53) as f64;
+    // The pre-queue draw, in (0, 1): the member's own random token read as a number (its
+    // last 13 hex digits, 52 bits), so the same member always draws the same place:
+    // leaving and joining again, or a closed tab, draws nothing new. Written in
+    // exponent form so that Redis and Lua read every value exactly.
+    let bits = member
+        .as_str()
+        .len()
+        .checked_sub(13)
+        .and_then(|from| u64::from_str_radix(&member.as_str()[from..], 16).ok());
+    let bits = bits.unwrap_or_else(|| rand::random::<u64>() >> 12);
+    let draw = (bits + 1) as f64 / ((1u64 << 52) + 1) as f64;
     invocation
         .arg(member.as_str())
         .arg(terms.shoppers.max(1))
         .arg(millis(terms.admission_ttl))
         .arg(millis(terms.admission_cap))
         .arg(terms.on_sale_at_ms)
-        .arg(format!("{draw:.15}"))
+        .arg(format!("{draw:e}"))
         .arg(millis(terms.grace))
         .arg(u8::from(here))
         .arg(millis(terms.arrival_window));

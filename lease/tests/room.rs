@@ -366,3 +366,33 @@ async fn a_stall_of_the_store_longer_than_the_grace_costs_no_place() {
         );
     }
 }
+
+#[tokio::test]
+async fn leaving_the_pre_queue_and_joining_again_draws_the_same_place() {
+    let (client, group) = (client(), group());
+    let terms = RoomTerms {
+        on_sale_at_ms: redis_now_ms(&client).await + 60_000,
+        ..terms(1)
+    };
+    let member = OwnerToken::random();
+    let queue = format!("lease:{{{group}}}:~queue");
+    let place = async || -> f64 {
+        redis::cmd("ZSCORE")
+            .arg(&queue)
+            .arg(member.as_str())
+            .query_async(&mut client.redis())
+            .await
+            .unwrap()
+    };
+    assert!(matches!(
+        entry(&client, &group, &member, &terms).await,
+        Entry::PreQueue { .. }
+    ));
+    let drawn = place().await;
+    assert!(drawn > 0.0 && drawn < 1.0, "{drawn}");
+    for _ in 0..3 {
+        assert!(!client.leave(&group, &member).await.unwrap(), "only queued");
+        entry(&client, &group, &member, &terms).await;
+        assert_eq!(place().await, drawn, "the same draw");
+    }
+}

@@ -161,9 +161,16 @@ async fn checkout(
     CsrfForm(Empty {}): CsrfForm<Empty>,
 ) -> Result<Redirect> {
     let event_id = parse_id(&event, "event")?;
-    cart::checkout(&state, &buyer, event_id).await?;
+    let orders = cart::checkout(&state, &buyer, event_id).await?;
     waiting_room::purchased(&state, &buyer, event_id).await;
-    Ok(Redirect::to(&format!("/events/{event_id}#tickets")))
+    // Behind a waiting room the map is no longer the buyer's to see (their turn ended):
+    // show the first order instead.
+    match orders.first() {
+        Some(order) if waiting_room::has_room(&state, event_id).await? => {
+            Ok(Redirect::to(&format!("/orders/{order}")))
+        }
+        _ => Ok(Redirect::to(&format!("/events/{event_id}#tickets"))),
+    }
 }
 
 async fn release_all(

@@ -65,7 +65,21 @@ local function holding(name)
   return string.match(entry, '^(%d+) (%d+) (.*)$')
 end
 
--- Retired first: a sold seat is refused for good, whoever holds it now.
+local now = now_ms()
+
+-- The waiting room's gate, first: the admission must be live now, on this clock, in the
+-- same atomic step as the grant, so that no lapse or leave slips in between the check
+-- and the SET; and before anything else is looked at, so that a buyer not admitted
+-- learns nothing of who holds what. Once granted, a hold keeps its own TTL and fence:
+-- the admission gates taking seats, not keeping or buying them.
+if admission ~= '' then
+  local admitted_until = redis.call('ZSCORE', admitted_key, admission)
+  if not admitted_until or tonumber(admitted_until) <= now then
+    return {'not_admitted', 0, 0, '', ''}
+  end
+end
+
+-- Retired next: a sold seat is refused for good, whoever holds it now.
 for i = 1, n do
   if redis.call('SISMEMBER', retired_key, names[i]) == 1 then
     return {'retired', 0, 0, '', names[i]}
@@ -99,18 +113,6 @@ if blocker then
   return {'held', pttl, 0, by or '', names[blocker]}
 end
 
-local now = now_ms()
-
--- The waiting room's gate: the admission must be live now, on this clock, in the same
--- atomic step as the grant, so that no lapse or leave slips in between the check and
--- the SET. Once granted, a hold keeps its own TTL and fence: the admission gates taking
--- seats, not keeping or buying them.
-if admission ~= '' then
-  local admitted_until = redis.call('ZSCORE', admitted_key, admission)
-  if not admitted_until or tonumber(admitted_until) <= now then
-    return {'not_admitted', 0, 0, '', ''}
-  end
-end
 
 -- The per-holder limit, counted in the same script so that two concurrent requests
 -- cannot both pass it. Names that lapsed or passed to another holder are pruned as

@@ -8,18 +8,20 @@
 -- in the same atomic step as a grant. Preceded by now_ms.lua and admission_ended.lua.
 --
 -- KEYS[1]  queue        lease:{group}:~queue        zset member -> place (a pre-queue
---                       draw in (0, 1), else a ticket 1, 2, …: FIFO)
+--                       draw in (0, 1), else the next place 1, 2, …: FIFO)
 -- KEYS[2]  seen         lease:{group}:~queue-seen   zset member -> last seen (Unix ms)
 -- KEYS[3]  admitted     lease:{group}:~admitted     zset member -> expires_at_ms
--- KEYS[4]  room hash    lease:{group}:~room         tickets, ended, ended_ms,
+-- KEYS[4]  room hash    lease:{group}:~room         next_place, ended, ended_ms,
 --                       joined:<member> (Unix ms), since:<member> (admitted at, Unix ms)
 -- ARGV[1]  member: the admission's owner token (secret: whoever knows it may shop)
 -- ARGV[2]  shoppers: at most this many admitted at once (>= 1)
 -- ARGV[3]  admission TTL in milliseconds; each visit renews it to this…
 -- ARGV[4]  …but never past admitted-at + this cap, in milliseconds
 -- ARGV[5]  the on-sale time, Unix ms (0: on sale); nobody is admitted before it
--- ARGV[6]  the pre-queue draw: a number in (0, 1) the caller drew at random, the member's
---          place if it joins before the on-sale (so the pre-queue is in random order)
+-- ARGV[6]  the pre-queue draw: a number in (0, 1), random but fixed per member (the
+--          caller derives it from the member's token), the member's place if it joins
+--          before the on-sale (so the pre-queue is in random order, and joining again
+--          draws nothing new)
 -- ARGV[7]  grace in milliseconds: a queued member not seen for this long, on the room's
 --          clock (below), has left
 -- ARGV[8]  '1' if the member is here (seatlock: a map view by a session it already had),
@@ -51,8 +53,9 @@ redis.call('HSET', room_key, 'clock_real', now, 'clock_room', room_now)
 
 -- Lapsed admissions end first, so their places are free for the queue below (a lease
 -- that lapsed is as good as released).
-for _, lapsed in ipairs(redis.call('ZRANGEBYSCORE', admitted_key, '-inf', now)) do
-  admission_ended(lapsed, now)
+local lapsed = redis.call('ZRANGEBYSCORE', admitted_key, '-inf', now, 'WITHSCORES')
+for i = 1, #lapsed, 2 do
+  admission_ended(lapsed[i], tonumber(lapsed[i + 1]))
 end
 
 -- Queued members that stopped asking (a closed tab) leave the queue, a bounded batch per
@@ -70,7 +73,7 @@ if not redis.call('ZSCORE', admitted_key, member) then
   if not redis.call('ZSCORE', queue_key, member) then
     local place = draw
     if now >= on_sale then
-      place = redis.call('HINCRBY', room_key, 'tickets', 1)
+      place = redis.call('HINCRBY', room_key, 'next_place', 1)
     end
     redis.call('ZADD', queue_key, place, member)
     redis.call('HSET', room_key, 'joined:' .. member, now)
@@ -131,8 +134,8 @@ end
 if now < on_sale then
   return {'prequeue', on_sale - now, length, 0, waits}
 end
--- Queued: the estimate is a turn of N shoppers per mean admission (the TTL until one
--- has ended) for each N buyers ahead.
+-- Queued: the estimate is one mean admission (the TTL until one has ended) for the first
+-- N in the queue, and one more for each N after them.
 local position = redis.call('ZRANK', queue_key, member) + 1
 local ended = tonumber(redis.call('HGET', room_key, 'ended') or 0)
 local mean_ms = ttl_ms

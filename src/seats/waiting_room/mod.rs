@@ -9,7 +9,7 @@
 //! The rules, in one place:
 //! * an event has a room when its `waiting_room_shoppers` (migration 0010), else
 //!   `--waiting-room-shoppers`, is above 0;
-//! * the map (`GET /events/{id}`) is shown only to an admitted buyer, and each view
+//! * the map page (`GET /events/{id}`) is shown only to an admitted buyer, and each view
 //!   renews the admission (`--admission-ttl-ms`, up to twice that from the admission);
 //!   anyone else is sent to the queue page, whose polls keep their place; a new admission
 //!   is an [`ARRIVAL_WINDOW`] until the buyer opens a page with the session they queued
@@ -84,6 +84,11 @@ pub(crate) async fn event(state: &AppState, event_id: i64) -> Result<std::sync::
         .event(&state.db, event_id)
         .await?
         .ok_or_else(|| Error::NotFound("There is no such event.".into()))
+}
+
+/// Whether event `event_id` has a waiting room. Errors: 404 no such event.
+pub async fn has_room(state: &AppState, event_id: i64) -> Result<bool> {
+    Ok(terms(&state.settings, &*event(state, event_id).await?).is_some())
 }
 
 /// One step of `buyer` into event `event_id`'s room ([`lease::LeaseClient::enter`], one

@@ -32,7 +32,8 @@ pub fn router() -> Router<AppState> {
 /// Where a queued buyer stands, as the page and its stream show it.
 #[derive(Debug, Serialize)]
 struct Standing {
-    /// 1 = next in; 0 before the on-sale (the pre-queue's order is not drawn yet).
+    /// 1 = next in; 0 before the on-sale (the pre-queue's order, drawn as each buyer
+    /// joined, is revealed at the on-sale).
     position: u64,
     /// Buyers waiting.
     queue_length: u64,
@@ -78,6 +79,10 @@ struct QueuePage {
     event_id: i64,
     event_name: String,
     standing: Standing,
+    /// How many shop at once.
+    shoppers: u64,
+    /// How long a turn to shop lasts, in words ("15 minutes").
+    turn: String,
     /// Seats of the event the buyer still holds (from an earlier turn): theirs to buy.
     held: usize,
     authenticity_token: String,
@@ -102,9 +107,14 @@ async fn show(
     else {
         return Ok(to_map(event_id));
     };
+    let event = super::event(&state, event_id).await?;
     let page = QueuePage {
         event_id,
-        event_name: super::event(&state, event_id).await?.name.clone(),
+        event_name: event.name.clone(),
+        shoppers: super::terms(&state.settings, &event).map_or(0, |t| t.shoppers),
+        turn: about(state.settings.admission_ttl())
+            .trim_start_matches("about ")
+            .to_owned(),
         standing,
         held: buyer.held_seats(event_id).await?.len(),
         authenticity_token: csrf.authenticity.clone(),
