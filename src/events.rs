@@ -55,6 +55,27 @@ pub(crate) struct EventListing {
     pub seats: i64,
     /// How many seats are unsold.
     pub unsold: i64,
+    /// `events.waiting_room_shoppers` (migration 0010): `None` leaves it to the flag.
+    pub waiting_room_shoppers: Option<i32>,
+    /// `events.on_sale_at`: `None` on sale since it was created.
+    pub on_sale_at: Option<DateTime<Utc>>,
+}
+
+impl EventListing {
+    /// "a waiting room: 1 at a time, on sale Tue 1 Dec, 14:30 UTC" for an event with a
+    /// room (`default_shoppers`: `--waiting-room-shoppers`), else `None`.
+    pub(crate) fn waiting_room(&self, default_shoppers: &u64) -> Option<String> {
+        let shoppers = self
+            .waiting_room_shoppers
+            .map_or(*default_shoppers, |n| u64::try_from(n).unwrap_or(0));
+        (shoppers > 0).then(|| {
+            let on_sale = self
+                .on_sale_at
+                .map(|at| format!(", on sale {}", at.format("%a %-d %b, %H:%M UTC")))
+                .unwrap_or_default();
+            format!("a waiting room: {shoppers} at a time{on_sale}")
+        })
+    }
 }
 
 /// The home page: every event, soonest first.
@@ -67,6 +88,8 @@ pub(crate) struct IndexPage {
     pub buyer_name: String,
     /// The CSRF token of the page's forms.
     pub authenticity_token: String,
+    /// `--waiting-room-shoppers`: the room of events without one of their own.
+    pub waiting_room_shoppers: u64,
 }
 
 /// `GET /`.
@@ -77,7 +100,8 @@ pub(crate) async fn index(
 ) -> Result<impl IntoResponse> {
     let events = sqlx::query_as(
         "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at,
-                count(*) AS seats, count(*) FILTER (WHERE NOT es.sold) AS unsold
+                count(*) AS seats, count(*) FILTER (WHERE NOT es.sold) AS unsold,
+                e.waiting_room_shoppers, e.on_sale_at
            FROM events e JOIN venues v ON v.id = e.venue_id
            JOIN event_seats es ON es.event_id = e.id
           GROUP BY e.id, v.id ORDER BY e.starts_at, e.id",
@@ -88,6 +112,7 @@ pub(crate) async fn index(
         events,
         buyer_name: buyer.profile.name.clone(),
         authenticity_token: csrf.authenticity.clone(),
+        waiting_room_shoppers: state.settings.waiting_room_shoppers,
     };
     Ok((csrf, page))
 }

@@ -83,6 +83,8 @@ struct QueuePage {
     shoppers: u64,
     /// How long a turn to shop lasts, in words ("15 minutes").
     turn: String,
+    /// The on-sale time ("14:30:00 UTC"), if the event has one.
+    opens_at: Option<String>,
     /// Seats of the event the buyer still holds (from an earlier turn): theirs to buy.
     held: usize,
     authenticity_token: String,
@@ -115,6 +117,9 @@ async fn show(
         turn: about(state.settings.admission_ttl())
             .trim_start_matches("about ")
             .to_owned(),
+        opens_at: event.on_sale_at.map(|at| {
+            crate::seats::map::clock_time(u64::try_from(at.timestamp_millis()).unwrap_or(0))
+        }),
         standing,
         held: buyer.held_seats(event_id).await?.len(),
         authenticity_token: csrf.authenticity.clone(),
