@@ -71,7 +71,7 @@ pub enum Entry {
         position: u64,
         /// Members in the queue.
         queue_length: u64,
-        /// A turn of N shoppers per mean admission for every N members ahead.
+        /// One mean admission for the first N in the queue, one more for each N after.
         wait_estimate: Duration,
     },
     /// Before the on-sale: in the pre-queue, whose order is drawn at random.

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use redis::{ErrorKind, RedisError, Script};
 
-use crate::keys::{holders_key, room_keys};
+use crate::keys::{admitted_key, holders_key, room_keys};
 use crate::room::{Entered, Entry, RoomTerms};
 use crate::store::RedisStore;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
@@ -102,7 +102,7 @@ pub(crate) async fn acquire(
         .key(first.reservation_key(reservation))
         .key(first.retired_key())
         .key(first.held_by_key(holder))
-        .key(room_keys(first.group())[2].clone())
+        .key(admitted_key(first.group()))
         .arg(owner.as_str())
         .arg(ttl_ms)
         .arg(holder)

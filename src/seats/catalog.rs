@@ -40,6 +40,12 @@ impl EventSeats {
         self.seat_ids.contains(&seat_id)
     }
 
+    /// The on-sale time in Unix ms (compared with the lease store's clock), if any.
+    pub fn on_sale_at_ms(&self) -> Option<u64> {
+        self.on_sale_at
+            .map(|at| u64::try_from(at.timestamp_millis()).unwrap_or(0))
+    }
+
     /// Whether the event has started by this process's clock (sales close when it
     /// starts). The purchase's fenced write checks again on Postgres's clock, so a hold
     /// granted by a clock running late is refused at confirm (`event_started`).

@@ -246,7 +246,7 @@ async fn confirm(
 }
 
 /// A duration in words: "10 minutes", "90 seconds".
-fn in_words(d: std::time::Duration) -> String {
+pub(crate) fn in_words(d: std::time::Duration) -> String {
     let secs = d.as_secs();
     match secs {
         s if s >= 120 && s % 60 == 0 => format!("{} minutes", s / 60),

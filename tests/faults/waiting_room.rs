@@ -64,6 +64,21 @@ async fn leave(buyer: &HttpBuyer, d: &Deployment, server: &str) {
     assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
 }
 
+/// `n` fresh buyers open the event in turn, buyer `i` through `server(i)`: the first
+/// shops, the others queue at places 1, 2, … (checked).
+async fn queue_up(d: &Deployment, n: usize, server: impl Fn(usize) -> String) -> Vec<HttpBuyer> {
+    let mut buyers: Vec<HttpBuyer> = (0..n).map(|_| HttpBuyer::new()).collect();
+    for (i, buyer) in buyers.iter_mut().enumerate() {
+        let expected = if i == 0 {
+            Visit::Map
+        } else {
+            Visit::Queued(i as u64)
+        };
+        assert_eq!(visit(buyer, d, &server(i)).await, expected, "buyer {i}");
+    }
+    buyers
+}
+
 async fn servers(d: &Deployment, n: usize) -> Vec<ServerProcess> {
     join_all((0..n).map(|_| d.server(|_| {}))).await
 }
@@ -74,15 +89,7 @@ async fn buyers_are_admitted_in_join_order_whichever_of_three_servers_they_ask()
     with_room(&d, 1, None).await;
     let servers = servers(&d, 3).await;
     let at = |i: usize| servers[i % 3].address.clone();
-    let mut buyers: Vec<HttpBuyer> = (0..6).map(|_| HttpBuyer::new()).collect();
-    for (i, buyer) in buyers.iter_mut().enumerate() {
-        let expected = if i == 0 {
-            Visit::Map
-        } else {
-            Visit::Queued(i as u64)
-        };
-        assert_eq!(visit(buyer, &d, &at(i)).await, expected, "buyer {i}");
-    }
+    let mut buyers = queue_up(&d, 6, at).await;
     // Each turn that ends admits exactly the next buyer in join order, even when the
     // later buyers ask first, through other servers.
     for next in 1..6 {
@@ -229,15 +236,7 @@ async fn redis_restarted_empty_loses_the_queue_and_buyers_join_again_as_they_ask
     with_room(&d, 1, None).await;
     let server = d.server(|_| {}).await;
     let at = server.address.as_str();
-    let mut buyers: Vec<HttpBuyer> = (0..3).map(|_| HttpBuyer::new()).collect();
-    for (i, buyer) in buyers.iter_mut().enumerate() {
-        let expected = if i == 0 {
-            Visit::Map
-        } else {
-            Visit::Queued(i as u64)
-        };
-        assert_eq!(visit(buyer, &d, at).await, expected);
-    }
+    let mut buyers = queue_up(&d, 3, |_| at.to_owned()).await;
     redis.restart_empty().await.unwrap();
 
     // The sessions went with the room: each browser is a new buyer, and the room fills

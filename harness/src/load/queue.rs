@@ -22,7 +22,7 @@ use sqlx::postgres::PgPoolOptions;
 use super::report::Latency;
 use super::throughput::{histogram, latency_ms};
 use crate::http::HttpBuyer;
-use crate::{DEMO_VENUES, ServerProcess, fresh_database, seed, test_settings};
+use crate::{DEMO_VENUES, ServerProcess, TestApp, event_seats};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -106,21 +106,21 @@ pub async fn run(
     redis_url: &str,
     config: &QueueConfig,
 ) -> anyhow::Result<QueueReport> {
-    let url = fresh_database(admin_url).await?;
-    seed(&url, DEMO_VENUES).await?;
+    let settings = TestApp::builder()
+        .venues(DEMO_VENUES)
+        .postgres(admin_url.into())
+        .redis(redis_url.into())
+        .settings()
+        .await?;
     let db = PgPoolOptions::new()
         .max_connections(1)
-        .connect(&url)
+        .connect(&settings.database_url)
         .await?;
     let event: i64 = sqlx::query_scalar("SELECT id FROM events WHERE waiting_room_shoppers > 0")
         .fetch_one(&db)
         .await
         .context("the demo venues have a waiting-room event")?;
-    let seats: Vec<i64> =
-        sqlx::query_scalar("SELECT seat_id FROM event_seats WHERE event_id = $1 ORDER BY seat_id")
-            .bind(event)
-            .fetch_all(&db)
-            .await?;
+    let seats = event_seats(&db, event).await?;
     ensure!(seats.len() >= config.buyers, "more buyers than seats");
     let start = Instant::now();
     let on_sale = start + config.on_sale_after;
@@ -133,7 +133,6 @@ pub async fn run(
     .bind(event)
     .execute(&db)
     .await?;
-    let settings = test_settings(&url, redis_url);
     let servers =
         join_all((0..config.servers).map(|_| ServerProcess::start(server_bin, &settings)))
             .await

@@ -2,10 +2,11 @@
 -- N permits: a semaphore whose permits are leases), run at every visit and every poll
 -- of the queue page. It queues the member if it is not admitted (once; a second call
 -- only marks it as still there), admits from the head of the queue while fewer than N
--- are admitted, renews the member's admission if it has one, and says where it stands. Every
--- time is the Redis clock's (now_ms.lua): app servers' clocks decide nothing. The room
--- lives in one slot beside its group's leases, so acquire.lua can check an admission
--- in the same atomic step as a grant. Preceded by now_ms.lua and admission_ended.lua.
+-- are admitted, renews the member's admission if it has one, and says where it stands.
+-- Every time is the Redis clock's (now_ms.lua): app servers' clocks decide nothing.
+-- The room lives in one slot beside its group's leases, so acquire.lua can check an
+-- admission in the same atomic step as a grant. Preceded by now_ms.lua and
+-- admission_ended.lua.
 --
 -- KEYS[1]  queue        lease:{group}:~queue        zset member -> place (a pre-queue
 --                       draw in (0, 1), else the next place 1, 2, …: FIFO)
@@ -38,7 +39,7 @@ local queue_key, seen_key, admitted_key, room_key = KEYS[1], KEYS[2], KEYS[3], K
 local member, shoppers = ARGV[1], tonumber(ARGV[2])
 local ttl_ms, cap_ms, on_sale = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local draw, grace_ms = ARGV[6], tonumber(ARGV[7])
-local here, arrival_ms = ARGV[8] == '1', math.min(tonumber(ARGV[9]), tonumber(ARGV[3]))
+local here, arrival_ms = ARGV[8] == '1', math.min(tonumber(ARGV[9]), ttl_ms)
 local now = now_ms()
 local waits = {}
 
@@ -85,8 +86,9 @@ end
 -- short lease, the arrival window: a member admitted while away (a tab closed a moment
 -- ago, a crawler that never comes back) frees the place soon, not after a whole TTL.
 -- The member's next call as one who is here turns it into the full admission (below).
--- A head that went quiet is dropped, not admitted (a bounded number per call). Every server runs this same step
--- atomically, so however many admit at the same instant, no more than N are admitted.
+-- A head that went quiet is dropped, not admitted (a bounded number per call). Every
+-- server runs this same step atomically, so however many admit at the same instant, no
+-- more than N are admitted.
 if now >= on_sale then
   local free = shoppers - redis.call('ZCARD', admitted_key)
   local dropped = 0

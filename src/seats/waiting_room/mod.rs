@@ -61,9 +61,7 @@ pub fn terms(settings: &Settings, event: &EventSeats) -> Option<RoomTerms> {
         shoppers,
         admission_ttl: settings.admission_ttl(),
         admission_cap: settings.admission_ttl() * 2,
-        on_sale_at_ms: event
-            .on_sale_at
-            .map_or(0, |at| u64::try_from(at.timestamp_millis()).unwrap_or(0)),
+        on_sale_at_ms: event.on_sale_at_ms().unwrap_or(0),
         grace: QUEUE_GRACE,
         arrival_window: ARRIVAL_WINDOW,
     })

@@ -114,12 +114,8 @@ async fn show(
         event_id,
         event_name: event.name.clone(),
         shoppers: super::terms(&state.settings, &event).map_or(0, |t| t.shoppers),
-        turn: about(state.settings.admission_ttl())
-            .trim_start_matches("about ")
-            .to_owned(),
-        opens_at: event.on_sale_at.map(|at| {
-            crate::seats::map::clock_time(u64::try_from(at.timestamp_millis()).unwrap_or(0))
-        }),
+        turn: crate::seats::routes::in_words(state.settings.admission_ttl()),
+        opens_at: event.on_sale_at_ms().map(crate::seats::map::clock_time),
         standing,
         held: buyer.held_seats(event_id).await?.len(),
         authenticity_token: csrf.authenticity.clone(),
