@@ -261,7 +261,44 @@
     }, function (state) { queue.dataset.live = state; });
   }
 
+  // A lab run's page (templates/lab_run.html): while the run goes, each "row" event is
+  // appended to its side's table (a row already shown, after a reconnect, is skipped);
+  // "done" carries both verdicts and ends the stream. Replay shows the recorded rows
+  // again, each at its recorded time from the start.
+  function labRun() {
+    const run = document.getElementById("lab-run");
+    if (!run) return;
+    const replay = document.getElementById("replay");
+    replay.addEventListener("click", function () {
+      const rows = run.querySelectorAll("tbody tr[data-at]");
+      rows.forEach(function (tr) { tr.hidden = true; });
+      rows.forEach(function (tr) {
+        setTimeout(function () { tr.hidden = false; }, Number(tr.dataset.at));
+      });
+    });
+    if (!run.dataset.stream || !window.EventSource) return;
+    const close = openStream(run.dataset.stream, {
+      row: function (data) {
+        const row = JSON.parse(data);
+        const html = document.createElement("template");
+        html.innerHTML = row.html;
+        const first = html.content.querySelector("tr[id]");
+        if (first && document.getElementById(first.id)) return;
+        document.getElementById("rows-" + row.side).appendChild(html.content);
+      },
+      done: function (data) {
+        close();
+        const verdicts = JSON.parse(data);
+        document.getElementById("verdict-off").textContent = verdicts.off;
+        document.getElementById("verdict-on").textContent = verdicts.on;
+        run.dataset.state = "done";
+        replay.hidden = false;
+      }
+    }, function (state) { run.dataset.live = state; });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    labRun();
     liveSeatMap();
     liveAuction();
     liveQueue();

@@ -21,6 +21,7 @@
 //! is visible rather than prevented.
 
 mod group;
+pub mod lab;
 pub mod pause;
 mod queries;
 mod server;

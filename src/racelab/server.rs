@@ -127,11 +127,14 @@ async fn describe(State(state): State<AppState>) -> Result<Json<serde_json::Valu
     ))
 }
 
-/// `GET /race-lab` and `POST /race-lab/events/{event}/hold-group` (both 404 unless the
-/// server runs with `--enable-race-lab`).
+/// `GET /race-lab`, `POST /race-lab/events/{event}/hold-group` and the lab's pages under
+/// `/lab` ([`super::lab`]), all 404 unless the server runs with `--enable-race-lab`.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/race-lab", get(describe)).route(
-        "/race-lab/events/{event}/hold-group",
-        post(super::group::hold_group_route),
-    )
+    Router::new()
+        .route("/race-lab", get(describe))
+        .route(
+            "/race-lab/events/{event}/hold-group",
+            post(super::group::hold_group_route),
+        )
+        .merge(super::lab::router())
 }

@@ -1,0 +1,457 @@
+//! What each row of a run is, and the checker that marks it as it is recorded: a
+//! violation of the article's invariant ("writes accepted by the resource come from at
+//! most one holder at a time, in token order") or of what makes it hold, or a refusal
+//! that kept it. The sentences are the page's, in the article's words; this is the one
+//! place they are written.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::{LEASE_TTL, SEAT};
+
+/// One operation of a simulated server (or the lab's fault), as its row shows it.
+#[derive(Clone, Debug)]
+pub(super) enum Action {
+    /// The lock was granted with `token`; with step 1 off, `overwrote` names the server
+    /// whose key the `SET` without `NX` replaced.
+    Granted {
+        token: i64,
+        overwrote: Option<String>,
+    },
+    /// `SET … NX` failed: `holder` has the key. Recorded once per server; it retries.
+    Refused { holder: String },
+    /// Refused until [`super::GIVE_UP`]: the server stops trying. `holder` and
+    /// `no_expiry` describe the key it kept finding.
+    GaveUp { holder: String, no_expiry: bool },
+    /// The server crashed: no write, no release.
+    Crashed,
+    /// Read the seat: sold to someone (the server leaves), or free (it charges the card).
+    Read { sold_to: Option<String> },
+    /// The server pauses for this long.
+    Paused(Duration),
+    /// The write of "14C sold", with the token it carried (none without a lock), as the
+    /// seat's row judged it.
+    Wrote {
+        token: Option<i64>,
+        accepted: bool,
+        rule: WriteRule,
+        /// The row before the write: who it was sold to, its highest accepted token.
+        before_sold_to: Option<String>,
+        before_token: i64,
+    },
+    /// The release: `deleted` whether a key was deleted; `whose` the server whose key it
+    /// was (with step 3 off it may not be the releaser's).
+    Released {
+        deleted: bool,
+        whose: Option<String>,
+    },
+    /// Redis lost every key of the lock (`keys` of them).
+    StoreLost { keys: usize },
+    /// A store failed; the server stops.
+    Failed(String),
+}
+
+/// What the seat's row checks of a write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum WriteRule {
+    /// Nothing: the write is applied.
+    Unconditional,
+    /// `fence_token <= $token` (the article's step 4).
+    Fenced,
+    /// `sold_to IS NULL` (the article's conditional `UPDATE`).
+    IfUnsold,
+}
+
+impl Action {
+    /// What the server did, for the table's server column.
+    pub(super) fn did(&self) -> String {
+        match self {
+            Action::Granted {
+                token,
+                overwrote: Some(other),
+            } => format!("SET without NX overwrites {other}'s key: holds 14C, token {token}"),
+            Action::Granted { token, .. } => format!("takes the lock on {SEAT}: token {token}"),
+            Action::Refused { holder } => {
+                format!("SET NX fails ({holder} holds it): \"someone is buying\"; retries")
+            }
+            Action::GaveUp { .. } => "gives up: still refused".into(),
+            Action::Crashed => "crashes (no write, no release)".into(),
+            Action::Read { sold_to: Some(who) } => format!("reads {SEAT}: sold to {who}; leaves"),
+            Action::Read { sold_to: None } => format!("reads {SEAT}: free; charges the card"),
+            Action::Paused(pause) => {
+                format!("pauses for {} (a GC pause, a stalled VM)", secs(*pause))
+            }
+            Action::Wrote { token: Some(t), .. } => {
+                format!("writes \"{SEAT} sold\" with token {t}")
+            }
+            Action::Wrote { token: None, .. } => format!("writes \"{SEAT} sold\""),
+            Action::Released {
+                deleted: true,
+                whose: Some(whose),
+            } => {
+                format!("releases: deletes the key ({whose}'s)")
+            }
+            Action::Released { .. } => "releases: nothing deleted".into(),
+            Action::StoreLost { keys } => {
+                format!("Redis restarts empty: the lock's {keys} keys are lost")
+            }
+            Action::Failed(why) => format!("stops: {why}"),
+        }
+    }
+
+    /// What the seat's row did, for its column ('' when the seat was not touched).
+    pub(super) fn seat(&self, server: &str) -> String {
+        let Action::Wrote {
+            token,
+            accepted,
+            rule,
+            before_sold_to,
+            before_token,
+        } = self
+        else {
+            return String::new();
+        };
+        let again = before_sold_to
+            .as_ref()
+            .map(|who| format!(" (it was sold to {who})"))
+            .unwrap_or_default();
+        match (accepted, rule) {
+            (true, WriteRule::Fenced) => format!(
+                "accepted: {} ≥ {before_token}; sold to {server}{again}",
+                token.unwrap_or(0)
+            ),
+            (true, _) => format!("accepted: sold to {server}{again}"),
+            (false, WriteRule::Fenced) => {
+                format!(
+                    "refused: {} < {before_token}, already accepted",
+                    token.unwrap_or(0)
+                )
+            }
+            (false, _) => format!(
+                "refused: no row WHERE sold = false (sold to {})",
+                before_sold_to.as_deref().unwrap_or("?")
+            ),
+        }
+    }
+}
+
+/// "1.75 s".
+fn secs(d: Duration) -> String {
+    format!("{:.2} s", d.as_secs_f64())
+}
+
+/// The checker's verdict on one row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Mark {
+    /// `second-sale`, `stale-write-accepted`, … (the page's `data-kind`).
+    pub kind: &'static str,
+    /// Whether the row breaks the invariant or what makes it hold (else: a refusal that
+    /// kept it).
+    pub violation: bool,
+    /// The page's sentence.
+    pub sentence: String,
+}
+
+impl Mark {
+    fn violation(kind: &'static str, sentence: String) -> Option<Mark> {
+        Some(Mark {
+            kind,
+            violation: true,
+            sentence,
+        })
+    }
+
+    fn saved(kind: &'static str, sentence: String) -> Option<Mark> {
+        Some(Mark {
+            kind,
+            violation: false,
+            sentence,
+        })
+    }
+}
+
+impl fmt::Display for Mark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind, self.sentence)
+    }
+}
+
+/// One side's history so far, as the checker needs it.
+#[derive(Default)]
+pub(super) struct Checker {
+    /// Every grant: (server, token), in order.
+    grants: Vec<(String, i64)>,
+    /// Every accepted write: (server, token), in order.
+    accepted: Vec<(String, Option<i64>)>,
+    /// The server that crashed, until the next grant is marked as its lapse.
+    crashed: Option<String>,
+    /// Redis lost the lock, and no grant has been marked since.
+    store_lost: bool,
+    /// Servers whose first refusal was marked.
+    refused: Vec<String>,
+}
+
+impl Checker {
+    /// Marks `action` of `server`, recorded now, and remembers it.
+    pub(super) fn mark(&mut self, server: &str, action: &Action) -> Option<Mark> {
+        match action {
+            Action::Granted { token, overwrote } => self.granted(server, *token, overwrote),
+            Action::Refused { holder } if !self.refused.iter().any(|s| s == server) => {
+                self.refused.push(server.into());
+                Mark::saved(
+                    "create-refused",
+                    format!(
+                        "SET … NX fails: {holder} created the key first, so {server} is told someone is buying."
+                    ),
+                )
+            }
+            Action::GaveUp {
+                holder,
+                no_expiry: true,
+            } => Mark::violation(
+                "locked-forever",
+                format!(
+                    "{holder} crashed holding a key with no expiry: {SEAT} stays locked until someone deletes it by hand."
+                ),
+            ),
+            Action::Crashed => {
+                self.crashed = Some(server.into());
+                None
+            }
+            Action::StoreLost { .. } => {
+                self.store_lost = true;
+                None
+            }
+            Action::Wrote {
+                token,
+                accepted,
+                rule,
+                before_sold_to,
+                before_token,
+            } => self.wrote(
+                server,
+                *token,
+                *accepted,
+                *rule,
+                before_sold_to,
+                *before_token,
+            ),
+            Action::Released {
+                deleted: true,
+                whose: Some(whose),
+            } if whose != server => Mark::violation(
+                "foreign-release",
+                format!(
+                    "{server}'s plain DEL removes {whose}'s lock: {whose} still works on {SEAT}, and the next SET NX succeeds for someone else."
+                ),
+            ),
+            Action::Released {
+                deleted: false,
+                whose: Some(whose),
+            } if whose != server => Mark::saved(
+                "release-refused",
+                format!(
+                    "Compare-and-delete deletes nothing: the key holds {whose}'s owner token, not {server}'s."
+                ),
+            ),
+            _ => None,
+        }
+    }
+
+    fn granted(&mut self, server: &str, token: i64, overwrote: &Option<String>) -> Option<Mark> {
+        let earlier = self
+            .grants
+            .iter()
+            .find(|(other, t)| other != server && *t >= token)
+            .cloned();
+        let highest = self.grants.iter().map(|(_, t)| *t).max().unwrap_or(0);
+        self.grants.push((server.into(), token));
+        // The first grant after a loss or a crash is the one that tells what it did.
+        let after_loss = std::mem::take(&mut self.store_lost);
+        let after_crash = self.crashed.take();
+        if let Some((other, their)) = earlier {
+            return Mark::violation(
+                "token-repeated",
+                format!(
+                    "{server} is granted token {token}, and {other} was granted {their}: tokens went backwards when Redis lost its data, so the fence can no longer tell {other}'s write from {server}'s."
+                ),
+            );
+        }
+        if let Some(other) = overwrote.as_ref().filter(|o| *o != server) {
+            return Mark::violation(
+                "two-holders",
+                format!(
+                    "Without NX, {server}'s SET replaces the key {other} created: both now believe they hold {SEAT}."
+                ),
+            );
+        }
+        if after_loss {
+            return Mark::saved(
+                "fresh-token",
+                format!(
+                    "Redis lost the counter, but token {token} comes from a block reserved in Postgres, above every token issued ({highest})."
+                ),
+            );
+        }
+        if let Some(crashed) = after_crash {
+            return Mark::saved(
+                "lapse-freed",
+                format!(
+                    "{crashed} crashed holding the lock, and its lease ran out on its own after {}: {server} takes {SEAT}.",
+                    secs(LEASE_TTL)
+                ),
+            );
+        }
+        None
+    }
+
+    fn wrote(
+        &mut self,
+        server: &str,
+        token: Option<i64>,
+        accepted: bool,
+        rule: WriteRule,
+        before_sold_to: &Option<String>,
+        before_token: i64,
+    ) -> Option<Mark> {
+        if !accepted {
+            return match rule {
+                WriteRule::Fenced => Mark::saved(
+                    "stale-write-refused",
+                    format!(
+                        "Refused: {server}'s token {} is lower than {before_token}, the last one the seat's row accepted. The fence stops the slow holder.",
+                        token.unwrap_or(0)
+                    ),
+                ),
+                _ => Mark::saved(
+                    "conditional-refused",
+                    format!(
+                        "UPDATE … WHERE sold = false changes no row: {} bought {SEAT} first, in one atomic statement.",
+                        before_sold_to.as_deref().unwrap_or("someone")
+                    ),
+                ),
+            };
+        }
+        let newer = self
+            .accepted
+            .iter()
+            .find(|(_, t)| matches!((t, token), (Some(t), Some(mine)) if *t > mine))
+            .cloned();
+        let other = self.accepted.iter().rfind(|(s, _)| s != server).cloned();
+        self.accepted.push((server.into(), token));
+        if let (Some((them, Some(theirs))), Some(mine)) = (newer, token) {
+            return Mark::violation(
+                "stale-write-accepted",
+                format!(
+                    "{server}'s write with token {mine} is accepted after {them}'s {theirs}: without the fence a lease is only advisory."
+                ),
+            );
+        }
+        let (them, _) = other?;
+        Mark::violation(
+            "second-sale",
+            format!(
+                "{SEAT} is sold a second time: {server}'s write is accepted after {them}'s, and the seat exists once."
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wrote(token: i64, accepted: bool, before: i64) -> Action {
+        Action::Wrote {
+            token: Some(token),
+            accepted,
+            rule: WriteRule::Fenced,
+            before_sold_to: None,
+            before_token: before,
+        }
+    }
+
+    fn kind(mark: Option<Mark>) -> Option<&'static str> {
+        mark.map(|m| m.kind)
+    }
+
+    #[test]
+    fn a_late_lower_token_accepted_is_a_stale_write_and_refused_is_saved() {
+        let mut check = Checker::default();
+        assert_eq!(kind(check.mark("B", &wrote(2, true, 0))), None);
+        assert_eq!(
+            kind(check.mark("A", &wrote(1, true, 2))),
+            Some("stale-write-accepted")
+        );
+        let mut check = Checker::default();
+        check.mark("B", &wrote(2, true, 0));
+        assert_eq!(
+            kind(check.mark("A", &wrote(1, false, 2))),
+            Some("stale-write-refused")
+        );
+    }
+
+    #[test]
+    fn a_second_holder_writing_in_token_order_is_a_second_sale() {
+        let mut check = Checker::default();
+        check.mark("A", &wrote(1, true, 0));
+        assert_eq!(
+            kind(check.mark("B", &wrote(2, true, 1))),
+            Some("second-sale")
+        );
+    }
+
+    #[test]
+    fn a_token_granted_again_is_repeated_and_after_a_loss_a_higher_one_is_fresh() {
+        let grant = |token| Action::Granted {
+            token,
+            overwrote: None,
+        };
+        let mut check = Checker::default();
+        check.mark("A", &grant(1));
+        check.mark("lab", &Action::StoreLost { keys: 3 });
+        assert_eq!(kind(check.mark("B", &grant(1))), Some("token-repeated"));
+        let mut check = Checker::default();
+        check.mark("A", &grant(1));
+        check.mark("lab", &Action::StoreLost { keys: 3 });
+        assert_eq!(kind(check.mark("B", &grant(10_001))), Some("fresh-token"));
+        assert_eq!(kind(check.mark("C", &grant(10_002))), None);
+    }
+
+    #[test]
+    fn releases_are_judged_by_whose_key_they_met() {
+        let mut check = Checker::default();
+        let plain_del = Action::Released {
+            deleted: true,
+            whose: Some("B".into()),
+        };
+        assert_eq!(kind(check.mark("A", &plain_del)), Some("foreign-release"));
+        assert_eq!(kind(check.mark("B", &plain_del)), None);
+        let compare_and_delete = Action::Released {
+            deleted: false,
+            whose: Some("B".into()),
+        };
+        assert_eq!(
+            kind(check.mark("A", &compare_and_delete)),
+            Some("release-refused")
+        );
+    }
+
+    #[test]
+    fn a_crash_without_expiry_locks_forever_and_with_it_lapses() {
+        let mut check = Checker::default();
+        check.mark("A", &Action::Crashed);
+        let gave_up = Action::GaveUp {
+            holder: "A".into(),
+            no_expiry: true,
+        };
+        assert_eq!(kind(check.mark("B", &gave_up)), Some("locked-forever"));
+        let mut check = Checker::default();
+        check.mark("A", &Action::Crashed);
+        let grant = Action::Granted {
+            token: 2,
+            overwrote: None,
+        };
+        assert_eq!(kind(check.mark("B", &grant)), Some("lapse-freed"));
+    }
+}

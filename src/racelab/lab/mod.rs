@@ -1,0 +1,275 @@
+//! The lab in the browser, `GET /lab` (served only with `--enable-race-lab`): the
+//! article's table built live. A reader switches off one of the article's five steps (or
+//! uses no lock at all), picks the fault that breaks it, and presses Run; three simulated
+//! servers, A, B and C, race for seat 14C, and every operation they make becomes a row of
+//! the table, pushed to the page as it happens. The same race runs beside it with every
+//! step on, so the row where one side goes wrong is the row where the other refuses.
+//!
+//! **Real, not animated.** The servers are tasks of this process, each with its own Redis
+//! connection and its own [`lease::LeaseClient`]: with a step on they call the lease
+//! library exactly as the seat picker does (`acquire.lua`, `release.lua`, the fence block
+//! reserved in Postgres, the failover guard). With a step off, only that operation is
+//! replaced, by the unsafe thing a first attempt would do ([`unsafe_ops`]): `SET` without
+//! `NX`, a key without `PX`, a plain `DEL`, a write nobody fences, fencing tokens whose
+//! ledger lives in the Redis that loses them. The seat's row is a Postgres row
+//! (`lab_seats`, migrations/0011), the article's seat database: with fencing on it
+//! rejects a write whose token is lower than the last one it accepted, and checks nothing
+//! else. [`check`] marks each row as it is recorded: a violation of the article's
+//! invariant, or a refusal that kept it.
+//!
+//! **The schedule** ([`simulated`]): A starts at 0 ms, B and C 100 and 200 ms later
+//! (plus a few milliseconds drawn from the seed). Each takes the lock (retrying every
+//! [`RETRY`] while someone holds it, giving up after [`GIVE_UP`]), reads the seat, charges
+//! the card ([`PAYMENT`]), writes "sold", sends the ticket ([`TICKET`]) and releases; the
+//! lease is [`LEASE_TTL`]. The fault happens to A. The numbers are chosen so that each
+//! step's default fault ([`Step::default_fault`]) lands where the article puts it: A
+//! paused for [`DEFAULT_PAUSE`] wakes after B has written and before B has released.
+
+mod check;
+pub mod queries;
+mod routes;
+mod run;
+mod simulated;
+mod unsafe_ops;
+
+use std::fmt;
+use std::time::Duration;
+
+pub use routes::router;
+
+/// The lease on 14C.
+pub const LEASE_TTL: Duration = Duration::from_millis(1500);
+/// How long a refused server waits before it tries `SET … NX` again.
+pub const RETRY: Duration = Duration::from_millis(250);
+/// How long a refused server keeps trying before it gives up, from its start.
+pub const GIVE_UP: Duration = Duration::from_secs(5);
+/// Charging the card: between reading the seat and writing "sold".
+pub const PAYMENT: Duration = Duration::from_millis(600);
+/// Sending the ticket: between writing "sold" and releasing the lock.
+pub const TICKET: Duration = Duration::from_millis(300);
+/// A's pause when the reader does not choose one: past its lease, waking after B's
+/// write and before B's release.
+pub const DEFAULT_PAUSE: Duration = Duration::from_millis(1750);
+/// The longest pause a reader may ask for.
+pub const MAX_PAUSE: Duration = Duration::from_secs(10);
+/// The seat the servers race for (the article's).
+pub const SEAT: &str = "14C";
+
+/// Which of the article's steps a run switches off, or [`Step::Conditional`]: no lock at
+/// all, a read-then-write against the article's lock-free answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Step 1: `SET` without `NX` overwrites the key another server created.
+    CreateIfAbsent,
+    /// Step 2: the key is created without `PX`: it never expires.
+    Lease,
+    /// Step 3: release is a plain `DEL`, whoever holds the key.
+    OwnerCheck,
+    /// Step 4: the seat's row accepts a write whatever its token.
+    Fencing,
+    /// Step 5: tokens come from blocks recorded in the same Redis (lost with it), and
+    /// the failover guard is off.
+    Ledger,
+    /// No lock: read, pay, write (off) against `UPDATE … WHERE sold = false` (on).
+    Conditional,
+}
+
+impl Step {
+    /// Every choice, in the article's order.
+    pub const ALL: [Step; 6] = [
+        Step::CreateIfAbsent,
+        Step::Lease,
+        Step::OwnerCheck,
+        Step::Fencing,
+        Step::Ledger,
+        Step::Conditional,
+    ];
+
+    /// The value in URLs and forms (`create-if-absent`, `lease`, …).
+    pub fn slug(self) -> &'static str {
+        match self {
+            Step::CreateIfAbsent => "create-if-absent",
+            Step::Lease => "lease",
+            Step::OwnerCheck => "owner-check",
+            Step::Fencing => "fencing",
+            Step::Ledger => "ledger",
+            Step::Conditional => "conditional",
+        }
+    }
+
+    /// What is switched off, for a person.
+    pub fn off_title(self) -> &'static str {
+        match self {
+            Step::CreateIfAbsent => "Step 1 off: SET without NX",
+            Step::Lease => "Step 2 off: a key without expiry",
+            Step::OwnerCheck => "Step 3 off: release is a plain DEL",
+            Step::Fencing => "Step 4 off: no fencing token check",
+            Step::Ledger => "Step 5 off: tokens kept only in Redis",
+            Step::Conditional => "No lock: read, then write",
+        }
+    }
+
+    /// The other side's title.
+    pub fn on_title(self) -> &'static str {
+        match self {
+            Step::Conditional => "No lock: UPDATE … WHERE sold = false",
+            _ => "All five steps on",
+        }
+    }
+
+    /// The article's lesson for this step, in its words.
+    pub fn lesson(self) -> &'static str {
+        match self {
+            Step::CreateIfAbsent => {
+                "A key that only one can create: SET lock:14C owner NX. A's command succeeds; B's fails."
+            }
+            Step::Lease => {
+                "A lease, so crashes do not hold the seat forever: with PX the key vanishes on its own."
+            }
+            Step::OwnerCheck => {
+                "Release only your own lock: a slow A's plain delete would remove B's lock, so the delete checks the owner."
+            }
+            Step::Fencing => {
+                "Fence the slow holder: the seat's row rejects a write whose token is lower than the last one it saw."
+            }
+            Step::Ledger => {
+                "Make the lock service survive: tokens must never go backwards when Redis restarts empty or fails over."
+            }
+            Step::Conditional => {
+                "Can you avoid the lock? UPDATE seats SET sold = 1 WHERE id = '14C' AND sold = 0 is atomic without any lock service."
+            }
+        }
+    }
+
+    /// The fault that breaks this step, preselected on the form.
+    pub fn default_fault(self) -> Fault {
+        match self {
+            Step::CreateIfAbsent | Step::Conditional => Fault::None,
+            Step::Lease => Fault::CrashAfterGrant,
+            Step::OwnerCheck | Step::Fencing => Fault::PauseBeforeWrite,
+            Step::Ledger => Fault::RedisRestart,
+        }
+    }
+
+    /// The step named by `slug`, if any.
+    pub fn parse(slug: &str) -> Option<Step> {
+        Step::ALL.into_iter().find(|s| s.slug() == slug)
+    }
+}
+
+/// What happens to server A during a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Nothing: the servers simply race.
+    None,
+    /// A pauses (a GC pause, a stalled VM) after charging the card, before its write.
+    PauseBeforeWrite,
+    /// A pauses after its write (and the ticket), before its release.
+    PauseBeforeRelease,
+    /// A crashes right after it takes the lock: it never writes nor releases.
+    CrashAfterGrant,
+    /// A crashes after charging the card, before its write.
+    CrashBeforeWrite,
+    /// Redis loses every key of the lock (a restart without persistence) while A pauses
+    /// before its write.
+    RedisRestart,
+}
+
+impl Fault {
+    /// Every choice.
+    pub const ALL: [Fault; 6] = [
+        Fault::None,
+        Fault::PauseBeforeWrite,
+        Fault::PauseBeforeRelease,
+        Fault::CrashAfterGrant,
+        Fault::CrashBeforeWrite,
+        Fault::RedisRestart,
+    ];
+
+    /// The value in URLs and forms.
+    pub fn slug(self) -> &'static str {
+        match self {
+            Fault::None => "none",
+            Fault::PauseBeforeWrite => "pause-before-write",
+            Fault::PauseBeforeRelease => "pause-before-release",
+            Fault::CrashAfterGrant => "crash-after-grant",
+            Fault::CrashBeforeWrite => "crash-before-write",
+            Fault::RedisRestart => "redis-restart",
+        }
+    }
+
+    /// The fault for a person.
+    pub fn title(self) -> &'static str {
+        match self {
+            Fault::None => "none: three servers race",
+            Fault::PauseBeforeWrite => "A pauses before its write",
+            Fault::PauseBeforeRelease => "A pauses before its release",
+            Fault::CrashAfterGrant => "A crashes holding the lock",
+            Fault::CrashBeforeWrite => "A crashes before its write",
+            Fault::RedisRestart => "Redis restarts empty while A pauses",
+        }
+    }
+
+    /// Whether A pauses (for [`Scenario::pause`]).
+    fn pauses(self) -> bool {
+        matches!(
+            self,
+            Fault::PauseBeforeWrite | Fault::PauseBeforeRelease | Fault::RedisRestart
+        )
+    }
+
+    /// The fault named by `slug`, if any.
+    pub fn parse(slug: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.slug() == slug)
+    }
+}
+
+/// One run's question: the step switched off, A's fault, how long A pauses, and the seed
+/// that draws B's and C's start offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    /// Switched off on the run's `off` side.
+    pub step: Step,
+    /// What happens to A, on both sides.
+    pub fault: Fault,
+    /// A's pause (used by the pausing faults), at most [`MAX_PAUSE`].
+    pub pause: Duration,
+    /// Draws B's and C's extra start offsets, 0 to 20 ms.
+    pub seed: u64,
+}
+
+impl Scenario {
+    /// A's pause for this run's fault, zero if it does not pause.
+    fn pause(&self) -> Duration {
+        if self.fault.pauses() {
+            self.pause
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+/// A run's two sides: the step switched off, and every step on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The scenario's step is switched off.
+    Off,
+    /// Every step on (for [`Step::Conditional`]: the conditional `UPDATE`).
+    On,
+}
+
+impl Side {
+    /// `off` or `on`, as stored in `lab_rows.side`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Off => "off",
+            Side::On => "on",
+        }
+    }
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

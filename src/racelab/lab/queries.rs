@@ -1,0 +1,275 @@
+//! The lab's Postgres side (migrations/0011): its runs, seat 14C's row per run and side
+//! (the protected resource), and the recorded rows.
+
+use serde::Serialize;
+use sqlx::PgPool;
+
+use super::check::{Action, Mark, WriteRule};
+use super::{Fault, Scenario, Side, Step};
+
+/// A recorded run, as its page and its history show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Run {
+    /// `lab_runs.id`: the permalink is `/lab/runs/{id}`.
+    pub id: i64,
+    /// The step switched off (its slug).
+    pub step: String,
+    /// A's fault (its slug).
+    pub fault: String,
+    /// A's pause, in milliseconds.
+    pub pause_ms: i32,
+    /// The seed of B's and C's start offsets.
+    pub seed: i64,
+    /// Whether the run has finished.
+    pub finished: bool,
+}
+
+impl Run {
+    /// The run's question, parsed back (`None` for a slug this build does not know).
+    pub fn scenario(&self) -> Option<Scenario> {
+        Some(Scenario {
+            step: Step::parse(&self.step)?,
+            fault: Fault::parse(&self.fault)?,
+            pause: std::time::Duration::from_millis(self.pause_ms as u64),
+            seed: self.seed as u64,
+        })
+    }
+}
+
+/// One recorded row of a run's table.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    /// `off` or `on`.
+    pub side: String,
+    /// Its place in its side's table, from 1.
+    pub seq: i32,
+    /// Milliseconds from the run's start.
+    pub at_ms: i64,
+    /// A, B, C or `lab`.
+    pub server: String,
+    /// What the server did.
+    pub did: String,
+    /// The lease key after the operation: holder and TTL, in words.
+    pub lock_key: String,
+    /// The fencing counter after the operation.
+    pub fence_counter: Option<i64>,
+    /// What the seat's row accepted or refused.
+    pub seat: String,
+    /// The checker's mark kind, if any.
+    pub mark_kind: Option<String>,
+    /// Whether the mark is a violation.
+    pub violation: Option<bool>,
+    /// The mark's sentence.
+    pub sentence: Option<String>,
+}
+
+/// Records a new run and its two seat rows (14C unsold, no token accepted); returns its id.
+pub(super) async fn create_run(db: &PgPool, scenario: &Scenario) -> sqlx::Result<i64> {
+    let mut tx = db.begin().await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO lab_runs (step, fault, pause_ms, seed) VALUES ($1, $2, $3, $4) RETURNING id",
+    )
+    .bind(scenario.step.slug())
+    .bind(scenario.fault.slug())
+    .bind(scenario.pause.as_millis() as i32)
+    .bind(scenario.seed as i64)
+    .fetch_one(&mut *tx)
+    .await?;
+    sqlx::query("INSERT INTO lab_seats (run_id, side) VALUES ($1, 'off'), ($1, 'on')")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
+/// Marks run `id` finished: its stream ends.
+pub(super) async fn finish_run(db: &PgPool, id: i64) -> sqlx::Result<()> {
+    sqlx::query("UPDATE lab_runs SET finished_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(db)
+        .await
+        .map(drop)
+}
+
+/// Run `id`, if it exists.
+pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
+    sqlx::query_as::<_, (i64, String, String, i32, i64, bool)>(
+        "SELECT id, step, fault, pause_ms, seed, finished_at IS NOT NULL FROM lab_runs WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_optional(db)
+    .await
+    .map(|row| row.map(run_of))
+}
+
+/// The latest `limit` runs, newest first.
+pub(super) async fn recent_runs(db: &PgPool, limit: i64) -> sqlx::Result<Vec<Run>> {
+    let rows = sqlx::query_as::<_, (i64, String, String, i32, i64, bool)>(
+        "SELECT id, step, fault, pause_ms, seed, finished_at IS NOT NULL
+           FROM lab_runs ORDER BY id DESC LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(run_of).collect())
+}
+
+fn run_of(
+    (id, step, fault, pause_ms, seed, finished): (i64, String, String, i32, i64, bool),
+) -> Run {
+    Run {
+        id,
+        step,
+        fault,
+        pause_ms,
+        seed,
+        finished,
+    }
+}
+
+/// Rows of run `id` past `after` on each side (`after`: the highest `seq` already seen
+/// of `off` and of `on`): the `off` side's, then the `on` side's, each in the order
+/// recorded.
+pub(super) async fn rows_after(db: &PgPool, id: i64, after: (i32, i32)) -> sqlx::Result<Vec<Row>> {
+    sqlx::query_as::<_, RowRecord>(
+        "SELECT side, seq, at_ms, server, did, lock_key, fence_counter, seat,
+                mark_kind, violation, sentence
+           FROM lab_rows
+          WHERE run_id = $1 AND ((side = 'off' AND seq > $2) OR (side = 'on' AND seq > $3))
+          ORDER BY side, seq",
+    )
+    .bind(id)
+    .bind(after.0)
+    .bind(after.1)
+    .fetch_all(db)
+    .await
+    .map(|rows| rows.into_iter().map(Row::from).collect())
+}
+
+#[derive(sqlx::FromRow)]
+struct RowRecord {
+    side: String,
+    seq: i32,
+    at_ms: i64,
+    server: String,
+    did: String,
+    lock_key: String,
+    fence_counter: Option<i64>,
+    seat: String,
+    mark_kind: Option<String>,
+    violation: Option<bool>,
+    sentence: Option<String>,
+}
+
+impl From<RowRecord> for Row {
+    fn from(r: RowRecord) -> Row {
+        Row {
+            side: r.side,
+            seq: r.seq,
+            at_ms: r.at_ms,
+            server: r.server,
+            did: r.did,
+            lock_key: r.lock_key,
+            fence_counter: r.fence_counter,
+            seat: r.seat,
+            mark_kind: r.mark_kind,
+            violation: r.violation,
+            sentence: r.sentence,
+        }
+    }
+}
+
+/// The columns of one row to record, as the recorder assembled them.
+pub(super) struct NewRow<'a> {
+    pub side: Side,
+    pub seq: i32,
+    pub at_ms: i64,
+    pub server: &'a str,
+    pub action: &'a Action,
+    pub lock_key: &'a str,
+    pub fence_counter: Option<i64>,
+    pub mark: Option<&'a Mark>,
+}
+
+/// Records one row of run `id`.
+pub(super) async fn insert_row(db: &PgPool, id: i64, row: NewRow<'_>) -> sqlx::Result<()> {
+    sqlx::query(
+        "INSERT INTO lab_rows (run_id, side, seq, at_ms, server, did, lock_key, fence_counter,
+                               seat, mark_kind, violation, sentence)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )
+    .bind(id)
+    .bind(row.side.as_str())
+    .bind(row.seq)
+    .bind(row.at_ms)
+    .bind(row.server)
+    .bind(row.action.did())
+    .bind(row.lock_key)
+    .bind(row.fence_counter)
+    .bind(row.action.seat(row.server))
+    .bind(row.mark.map(|m| m.kind))
+    .bind(row.mark.map(|m| m.violation))
+    .bind(row.mark.map(|m| m.sentence.as_str()))
+    .execute(db)
+    .await
+    .map(drop)
+}
+
+/// Reads seat 14C of run `id`, side `side`: who it is sold to, if anyone.
+pub(super) async fn read_seat(db: &PgPool, id: i64, side: Side) -> sqlx::Result<Option<String>> {
+    sqlx::query_scalar("SELECT sold_to FROM lab_seats WHERE run_id = $1 AND side = $2")
+        .bind(id)
+        .bind(side.as_str())
+        .fetch_one(db)
+        .await
+}
+
+/// Writes "14C sold to `server`" to the seat's row under `rule`, with `token` (the
+/// row's highest accepted token moves up to it when accepted). One transaction: the row
+/// is locked and read first only so that the table can say what the write met; the
+/// decision is the `UPDATE`'s own `WHERE`. Returns the [`Action::Wrote`].
+pub(super) async fn write_seat(
+    db: &PgPool,
+    id: i64,
+    side: Side,
+    server: &str,
+    token: Option<i64>,
+    rule: WriteRule,
+) -> sqlx::Result<Action> {
+    let mut tx = db.begin().await?;
+    let (before_sold_to, before_token): (Option<String>, i64) = sqlx::query_as(
+        "SELECT sold_to, fence_token FROM lab_seats WHERE run_id = $1 AND side = $2 FOR UPDATE",
+    )
+    .bind(id)
+    .bind(side.as_str())
+    .fetch_one(&mut *tx)
+    .await?;
+    let check = match rule {
+        WriteRule::Unconditional => "true",
+        WriteRule::Fenced => "fence_token <= $4",
+        WriteRule::IfUnsold => "sold_to IS NULL",
+    };
+    let accepted = sqlx::query(&format!(
+        "UPDATE lab_seats
+            SET sold_to = $3, sales = sales + 1,
+                fence_token = GREATEST(fence_token, COALESCE($4, 0))
+          WHERE run_id = $1 AND side = $2 AND {check}"
+    ))
+    .bind(id)
+    .bind(side.as_str())
+    .bind(server)
+    .bind(token)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected()
+        == 1;
+    tx.commit().await?;
+    Ok(Action::Wrote {
+        token,
+        accepted,
+        rule,
+        before_sold_to,
+        before_token,
+    })
+}

@@ -1,0 +1,374 @@
+//! The lab's pages: `GET /lab` (the form), `POST /lab/runs` (start a run),
+//! `GET /lab/runs/{id}` (the run's table: live while it runs, its permalink after),
+//! `GET /lab/runs/{id}/stream` (its rows as server-sent events) and
+//! `GET /lab/runs/{id}/history.json` (the run and every row). All 404 unless the server
+//! runs with `--enable-race-lab`.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::time::Duration;
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::extract::{Path, Query, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::Stream;
+use serde::Deserialize;
+use tokio::sync::Semaphore;
+
+use super::queries::{self, Row, Run};
+use super::{DEFAULT_PAUSE, Fault, MAX_PAUSE, Scenario, Step};
+use crate::http::csrf::{CsrfForm, FormToken};
+use crate::http::error::{Error, Result};
+use crate::racelab::require_race_lab;
+use crate::seats::parse_id;
+use crate::state::AppState;
+
+/// Runs going at once on this server, at most: each holds seven Redis connections for a
+/// few seconds.
+const MAX_RUNS: usize = 4;
+static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
+
+/// How often a run's stream looks for new rows.
+const STREAM_POLL: Duration = Duration::from_millis(150);
+
+/// The lab's routes (merged by [`crate::racelab::router`]).
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/lab", get(form))
+        .route("/lab/runs", post(start))
+        .route("/lab/runs/{run}", get(show))
+        .route("/lab/runs/{run}/stream", get(stream))
+        .route("/lab/runs/{run}/history.json", get(history))
+}
+
+/// `GET /lab`'s query: a step (and fault) to preselect, as the README's links do.
+#[derive(Deserialize)]
+struct Preselect {
+    step: Option<String>,
+    fault: Option<String>,
+}
+
+/// The form, the five steps and the latest runs.
+#[derive(Template, WebTemplate)]
+#[template(path = "lab.html")]
+struct LabPage {
+    step: Step,
+    fault: Fault,
+    pause_ms: u128,
+    steps: [Step; 6],
+    faults: [Fault; 6],
+    recent: Vec<(Run, String)>,
+    authenticity_token: String,
+}
+
+async fn form(
+    State(state): State<AppState>,
+    csrf: FormToken,
+    Query(pre): Query<Preselect>,
+) -> Result<Response> {
+    require_race_lab(&state)?;
+    let step = pre
+        .step
+        .as_deref()
+        .and_then(Step::parse)
+        .unwrap_or(Step::Fencing);
+    let fault = pre
+        .fault
+        .as_deref()
+        .and_then(Fault::parse)
+        .unwrap_or(step.default_fault());
+    let recent = queries::recent_runs(&state.db, 10)
+        .await?
+        .into_iter()
+        .map(|run| {
+            let title = title(&run);
+            (run, title)
+        })
+        .collect();
+    let page = LabPage {
+        step,
+        fault,
+        pause_ms: DEFAULT_PAUSE.as_millis(),
+        steps: Step::ALL,
+        faults: Fault::ALL,
+        recent,
+        authenticity_token: csrf.authenticity.clone(),
+    };
+    Ok((csrf, page).into_response())
+}
+
+/// A run's title: "Step 4 off: no fencing token check · A pauses before its write".
+fn title(run: &Run) -> String {
+    match run.scenario() {
+        Some(s) => format!("{} · {}", s.step.off_title(), s.fault.title()),
+        None => format!("{} · {}", run.step, run.fault),
+    }
+}
+
+/// The form's fields.
+#[derive(Deserialize)]
+struct RunForm {
+    step: String,
+    fault: String,
+    pause_ms: String,
+    seed: String,
+}
+
+impl RunForm {
+    /// The scenario the form asks for, or a 400 naming the field.
+    fn scenario(&self) -> Result<Scenario> {
+        let bad = |what: &str| Error::BadRequest(format!("The lab has no such {what}."));
+        let pause_ms: u64 = self.pause_ms.trim().parse().map_err(|_| {
+            Error::BadRequest("The pause must be a whole number of milliseconds.".into())
+        })?;
+        let pause = Duration::from_millis(pause_ms);
+        if pause > MAX_PAUSE {
+            return Err(Error::BadRequest(format!(
+                "The pause may be at most {} ms.",
+                MAX_PAUSE.as_millis()
+            )));
+        }
+        Ok(Scenario {
+            step: Step::parse(&self.step).ok_or_else(|| bad("step"))?,
+            fault: Fault::parse(&self.fault).ok_or_else(|| bad("fault"))?,
+            pause,
+            seed: self
+                .seed
+                .trim()
+                .parse()
+                .map_err(|_| Error::BadRequest("The seed must be a whole number.".into()))?,
+        })
+    }
+}
+
+/// `POST /lab/runs`: records the run, starts it in the background (it outlives the
+/// request: a reader who closes the page still gets a whole recorded run) and goes to
+/// its page. 503 when [`MAX_RUNS`] are going.
+async fn start(
+    State(state): State<AppState>,
+    CsrfForm(form): CsrfForm<RunForm>,
+) -> Result<Redirect> {
+    require_race_lab(&state)?;
+    let scenario = form.scenario()?;
+    if state.settings.lease_store_url().starts_with("etcd://") {
+        return Err(Error::Unavailable(
+            "The lab (it races on the Redis lease store)",
+        ));
+    }
+    let permit = RUNS
+        .try_acquire()
+        .map_err(|_| Error::Unavailable("The lab (four runs are going)"))?;
+    let run_id = queries::create_run(&state.db, &scenario).await?;
+    tokio::spawn(async move {
+        super::run::run(state, run_id, scenario).await;
+        drop(permit);
+    });
+    Ok(Redirect::to(&format!("/lab/runs/{run_id}")))
+}
+
+/// A run's page: both sides' tables, the rows so far.
+#[derive(Template, WebTemplate)]
+#[template(path = "lab_run.html")]
+struct RunPage {
+    run: Run,
+    scenario: Scenario,
+    /// The step-off side, then the step-on side.
+    sides: [SideView; 2],
+    /// The stream's `after`: the last row shown of each side, "<off>,<on>".
+    after: String,
+    ttl_ms: u128,
+}
+
+/// One side of a run's page.
+struct SideView {
+    name: &'static str,
+    title: &'static str,
+    rows: Vec<Row>,
+    /// Once the run is finished: [`verdict`].
+    verdict: String,
+}
+
+/// One row of a run's table, as the page and the stream render it.
+#[derive(Template)]
+#[template(path = "lab_row.html")]
+struct RowHtml<'a> {
+    row: &'a Row,
+}
+
+impl Row {
+    /// Seconds from the start: "1.604 s".
+    fn t(&self) -> String {
+        format!("{:.3} s", self.at_ms as f64 / 1000.0)
+    }
+
+    /// The row's class: `violation`, `saved` or ''.
+    fn class(&self) -> &'static str {
+        match self.violation {
+            Some(true) => "violation",
+            Some(false) => "saved",
+            None => "",
+        }
+    }
+
+    /// The fencing counter, or "—".
+    fn counter(&self) -> String {
+        self.fence_counter.map_or("—".into(), |c| c.to_string())
+    }
+}
+
+/// One side's verdict, once its rows are in: the first violation's sentence, or what
+/// kept the invariant.
+fn verdict(rows: &[Row]) -> String {
+    if let Some(row) = rows.iter().find(|r| r.violation == Some(true)) {
+        return format!(
+            "Broken at {}: {}",
+            row.t(),
+            row.sentence.as_deref().unwrap_or("")
+        );
+    }
+    let saved = rows.iter().filter(|r| r.violation == Some(false)).count();
+    format!(
+        "Held: no violation in {} rows; {saved} refused what would have broken it.",
+        rows.len()
+    )
+}
+
+async fn show(State(state): State<AppState>, Path(run): Path<String>) -> Result<Response> {
+    require_race_lab(&state)?;
+    let (run, scenario) = find(&state, &run).await?;
+    let rows = queries::rows_after(&state.db, run.id, (0, 0)).await?;
+    let (off, on): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| r.side == "off");
+    let after = format!("{},{}", off.len(), on.len());
+    let side = |name, title, rows: Vec<Row>| SideView {
+        name,
+        title,
+        verdict: if run.finished {
+            verdict(&rows)
+        } else {
+            String::new()
+        },
+        rows,
+    };
+    let sides = [
+        side("off", scenario.step.off_title(), off),
+        side("on", scenario.step.on_title(), on),
+    ];
+    Ok(RunPage {
+        run,
+        scenario,
+        sides,
+        after,
+        ttl_ms: super::LEASE_TTL.as_millis(),
+    }
+    .into_response())
+}
+
+/// Run `id` (a path segment) and its scenario: 404 if there is none, or if this build
+/// no longer knows its step or fault.
+async fn find(state: &AppState, id: &str) -> Result<(Run, Scenario)> {
+    let id = parse_id(id, "run")?;
+    let run = queries::run(&state.db, id)
+        .await?
+        .ok_or_else(|| Error::NotFound("The lab has no such run.".into()))?;
+    let scenario = run
+        .scenario()
+        .ok_or_else(|| Error::NotFound("This run's step or fault is not known here.".into()))?;
+    Ok((run, scenario))
+}
+
+/// `GET /lab/runs/{id}/stream`: every row not yet sent as a `row` event
+/// (`{"side": "off", "html": "<tr …>"}`), polled from Postgres every [`STREAM_POLL`]
+/// (so any server of a deployment can stream any run); once the run is finished and
+/// every row sent, one `done` event with both verdicts (`{"off": …, "on": …}`), and the
+/// stream ends. `?after=<off>,<on>` skips rows the page already shows.
+async fn stream(
+    State(state): State<AppState>,
+    Path(run): Path<String>,
+    Query(after): Query<After>,
+) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
+    require_race_lab(&state)?;
+    let (run, _) = find(&state, &run).await?;
+    let seen = after.seen();
+    let steps = futures_util::stream::unfold(Some((seen, VecDeque::new())), move |progress| {
+        let (state, run_id) = (state.clone(), run.id);
+        async move {
+            let (mut seen, mut pending): ((i32, i32), VecDeque<Row>) = progress?;
+            loop {
+                if let Some(row) = pending.pop_front() {
+                    let html = RowHtml { row: &row }.render().unwrap_or_default();
+                    let event = Event::default()
+                        .event("row")
+                        .json_data(serde_json::json!({ "side": row.side, "html": html }));
+                    match event {
+                        Ok(event) => return Some((Ok(event), Some((seen, pending)))),
+                        Err(_) => continue,
+                    }
+                }
+                // Finished first, rows second: rows read after it said finished are all.
+                let finished = queries::run(&state.db, run_id)
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|r| r.finished);
+                let rows = queries::rows_after(&state.db, run_id, seen)
+                    .await
+                    .unwrap_or_default();
+                for row in &rows {
+                    match row.side.as_str() {
+                        "off" => seen.0 = row.seq,
+                        _ => seen.1 = row.seq,
+                    }
+                }
+                pending.extend(rows);
+                if !pending.is_empty() {
+                    continue;
+                }
+                if finished {
+                    let rows = queries::rows_after(&state.db, run_id, (0, 0))
+                        .await
+                        .unwrap_or_default();
+                    let (off, on): (Vec<Row>, Vec<Row>) =
+                        rows.into_iter().partition(|r| r.side == "off");
+                    let verdicts = serde_json::json!({ "off": verdict(&off), "on": verdict(&on) });
+                    let done = Event::default().event("done").json_data(verdicts).ok()?;
+                    return Some((Ok(done), None));
+                }
+                tokio::time::sleep(STREAM_POLL).await;
+            }
+        }
+    });
+    Ok(Sse::new(steps).keep_alive(KeepAlive::default()))
+}
+
+/// The stream's `?after=<off>,<on>`: the last `seq` of each side the page shows.
+#[derive(Deserialize)]
+struct After {
+    after: Option<String>,
+}
+
+impl After {
+    fn seen(&self) -> (i32, i32) {
+        self.after
+            .as_deref()
+            .and_then(|a| a.split_once(','))
+            .and_then(|(off, on)| Some((off.parse().ok()?, on.parse().ok()?)))
+            .unwrap_or((0, 0))
+    }
+}
+
+/// `GET /lab/runs/{id}/history.json`: `{"run": {…}, "rows": [{"side", "seq", "at_ms",
+/// "server", "did", "lock_key", "fence_counter", "seat", "mark_kind", "violation",
+/// "sentence"}, …]}`, every row in the order recorded.
+async fn history(
+    State(state): State<AppState>,
+    Path(run): Path<String>,
+) -> Result<Json<serde_json::Value>> {
+    require_race_lab(&state)?;
+    let (run, _) = find(&state, &run).await?;
+    let rows = queries::rows_after(&state.db, run.id, (0, 0)).await?;
+    Ok(Json(serde_json::json!({ "run": run, "rows": rows })))
+}

@@ -1,0 +1,336 @@
+//! One simulated server of a lab run: the article's protocol, one operation at a time,
+//! each reported as a row ([`super::check::Action`]) with the lock as read right after.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Context;
+use lease::{Lease, LeaseError, LeaseKey, LeaseStore, RedisStore};
+use sqlx::PgPool;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use super::check::{Action, WriteRule};
+use super::unsafe_ops::{self, Observed};
+use super::{Fault, GIVE_UP, LEASE_TTL, PAYMENT, RETRY, Side, Step, TICKET, queries};
+
+/// How one side's servers take, use and give back the lock: every step on, or the
+/// scenario's step off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Protocol {
+    /// Take a lock at all (off only for [`Step::Conditional`]).
+    lock: bool,
+    /// Step 1: `SET … NX` (off: the key is overwritten).
+    nx: bool,
+    /// Step 2: `PX ttl` (off: the key is made to never expire).
+    px: bool,
+    /// Step 3: compare-and-delete (off: a plain `DEL`).
+    owner_check: bool,
+    /// Step 4: the seat's row checks the token.
+    fence: bool,
+    /// Step 5: tokens from the Postgres ledger, failover guard on (off: a ledger in the
+    /// same Redis, guard off).
+    pub durable_tokens: bool,
+    /// The conditional `UPDATE` (only for [`Step::Conditional`], on side).
+    conditional: bool,
+}
+
+impl Protocol {
+    /// The protocol of `side` for a run that switches `step` off.
+    pub(super) fn of(step: Step, side: Side) -> Protocol {
+        let all_on = Protocol {
+            lock: true,
+            nx: true,
+            px: true,
+            owner_check: true,
+            fence: true,
+            durable_tokens: true,
+            conditional: false,
+        };
+        match (step, side) {
+            (Step::Conditional, side) => Protocol {
+                lock: false,
+                fence: false,
+                conditional: side == Side::On,
+                ..all_on
+            },
+            (_, Side::On) => all_on,
+            (Step::CreateIfAbsent, Side::Off) => Protocol {
+                nx: false,
+                ..all_on
+            },
+            (Step::Lease, Side::Off) => Protocol {
+                px: false,
+                ..all_on
+            },
+            (Step::OwnerCheck, Side::Off) => Protocol {
+                owner_check: false,
+                ..all_on
+            },
+            (Step::Fencing, Side::Off) => Protocol {
+                fence: false,
+                ..all_on
+            },
+            (Step::Ledger, Side::Off) => Protocol {
+                durable_tokens: false,
+                ..all_on
+            },
+        }
+    }
+
+    /// What the seat's row checks of this side's writes.
+    fn write_rule(&self) -> WriteRule {
+        if self.conditional {
+            WriteRule::IfUnsold
+        } else if self.fence {
+            WriteRule::Fenced
+        } else {
+            WriteRule::Unconditional
+        }
+    }
+}
+
+/// One row as a server reports it, before the recorder marks and stores it.
+pub(super) struct Report {
+    /// When it happened, from the run's start.
+    pub at: Duration,
+    /// A, B, C or `lab`.
+    pub server: &'static str,
+    /// What happened.
+    pub action: Action,
+    /// The lease key right after, in words: its holder and TTL.
+    pub lock_key: String,
+    /// The group's fencing counter right after.
+    pub counter: Option<i64>,
+}
+
+/// What the servers of one side share: the run, the lock's key, the lab's own Redis
+/// connection (observations, the unsafe operations, the fault), who owns which owner
+/// token, and where reports go.
+pub(super) struct Arena {
+    pub run_id: i64,
+    pub side: Side,
+    pub protocol: Protocol,
+    pub key: LeaseKey,
+    pub redis: Arc<RedisStore>,
+    pub db: PgPool,
+    pub started: Instant,
+    /// Owner token → server name, so the table names a key's holder.
+    pub owners: Mutex<HashMap<String, &'static str>>,
+    pub reports: UnboundedSender<Report>,
+}
+
+impl Arena {
+    /// The server owning owner token `token`.
+    pub(super) fn owner_name(&self, token: &str) -> String {
+        let owners = self.owners.lock().expect("owners");
+        owners.get(token).map_or("someone", |n| n).to_string()
+    }
+
+    /// Reports `action` of `server`, with the lock as it stands now.
+    async fn report(&self, server: &'static str, action: Action) {
+        let (lock_key, counter) = if self.protocol.lock {
+            match unsafe_ops::observe(&self.redis, &self.key).await {
+                Ok(lock) => (self.describe(&lock), lock.counter),
+                Err(_) => ("? (Redis did not answer)".into(), None),
+            }
+        } else {
+            ("no lock".into(), None)
+        };
+        let at = Instant::now().saturating_duration_since(self.started);
+        // The recorder outlives every server of its side; a send fails only if the run
+        // was dropped, and then nobody reads the table.
+        let _ = self.reports.send(Report {
+            at,
+            server,
+            action,
+            lock_key,
+            counter,
+        });
+    }
+
+    /// The lock in words: "A, 1.21 s left", "A, no expiry", "none".
+    fn describe(&self, lock: &Observed) -> String {
+        match (&lock.owner, lock.pttl_ms) {
+            (None, _) => "none".into(),
+            (Some(owner), -1) => format!("{}, no expiry", self.owner_name(owner)),
+            (Some(owner), ms) => {
+                format!(
+                    "{}, {:.2} s left",
+                    self.owner_name(owner),
+                    ms.max(0) as f64 / 1000.0
+                )
+            }
+        }
+    }
+}
+
+/// One simulated server: `name`, starting `start` after the run, with its own lease
+/// client, and `fault` (only A has one) with `pause`.
+pub(super) struct Server {
+    pub name: &'static str,
+    pub start: Duration,
+    pub client: Arc<dyn LeaseStore>,
+    pub fault: Fault,
+    pub pause: Duration,
+}
+
+impl Server {
+    /// Runs the protocol to its end; a store that fails ends it with a row saying so.
+    pub(super) async fn run(self, arena: Arc<Arena>) {
+        sleep_until(arena.started + self.start).await;
+        if let Err(err) = self.buy(&arena).await {
+            arena
+                .report(self.name, Action::Failed(format!("{err:#}")))
+                .await;
+        }
+    }
+
+    /// The article's protocol: lock, read, pay, write, send the ticket, release; with
+    /// A's fault at its point.
+    async fn buy(&self, arena: &Arena) -> anyhow::Result<()> {
+        let lease = if arena.protocol.lock {
+            match self.take(arena).await? {
+                Some(lease) => Some(lease),
+                None => return Ok(()),
+            }
+        } else {
+            None
+        };
+        if self.fault == Fault::CrashAfterGrant {
+            return Ok(arena.report(self.name, Action::Crashed).await);
+        }
+
+        // Check the seat under the lock: a seat already sold is left alone.
+        let sold_to = queries::read_seat(&arena.db, arena.run_id, arena.side).await?;
+        let free = sold_to.is_none();
+        arena.report(self.name, Action::Read { sold_to }).await;
+        if free {
+            sleep(PAYMENT).await;
+            // A's fault between the payment and the write: where the article's A stalls.
+            match self.fault {
+                Fault::PauseBeforeWrite => self.pause_here(arena).await,
+                Fault::CrashBeforeWrite => {
+                    return Ok(arena.report(self.name, Action::Crashed).await);
+                }
+                Fault::RedisRestart => {
+                    let keys = unsafe_ops::lose_group(&arena.redis, arena.key.group()).await?;
+                    arena.report("lab", Action::StoreLost { keys }).await;
+                    self.pause_here(arena).await;
+                }
+                _ => {}
+            }
+            let token = lease.as_ref().map(|l| l.fencing_token().as_i64());
+            let wrote = queries::write_seat(
+                &arena.db,
+                arena.run_id,
+                arena.side,
+                self.name,
+                token,
+                arena.protocol.write_rule(),
+            )
+            .await?;
+            let accepted = matches!(wrote, Action::Wrote { accepted: true, .. });
+            arena.report(self.name, wrote).await;
+            if accepted {
+                sleep(TICKET).await;
+            }
+            if self.fault == Fault::PauseBeforeRelease {
+                self.pause_here(arena).await;
+            }
+        }
+        if let Some(lease) = lease {
+            self.release(arena, &lease).await?;
+        }
+        Ok(())
+    }
+
+    async fn pause_here(&self, arena: &Arena) {
+        arena.report(self.name, Action::Paused(self.pause)).await;
+        sleep(self.pause).await;
+    }
+
+    /// Takes the lock, retrying every [`RETRY`] while another holds it, for
+    /// [`GIVE_UP`]; `None` if it gave up.
+    async fn take(&self, arena: &Arena) -> anyhow::Result<Option<Lease>> {
+        let deadline = arena.started + self.start + GIVE_UP;
+        let mut refused = false;
+        loop {
+            // Step 1 off: SET without NX, which replaces whatever key is there. The lab
+            // deletes the key, then takes the lease as usual (for a real fencing token).
+            let overwrote = match arena.protocol.nx {
+                true => None,
+                false => unsafe_ops::delete_unchecked(&arena.redis, &arena.key)
+                    .await?
+                    .map(|owner| arena.owner_name(&owner)),
+            };
+            match self.client.acquire(&arena.key, self.name, LEASE_TTL).await {
+                Ok(lease) => {
+                    let owner = lease.owner().as_str().to_owned();
+                    arena
+                        .owners
+                        .lock()
+                        .expect("owners")
+                        .insert(owner, self.name);
+                    // Step 2 off: the key is made to never expire.
+                    if !arena.protocol.px {
+                        unsafe_ops::persist(&arena.redis, &arena.key).await?;
+                    }
+                    let token = lease.fencing_token().as_i64();
+                    arena
+                        .report(self.name, Action::Granted { token, overwrote })
+                        .await;
+                    return Ok(Some(lease));
+                }
+                Err(LeaseError::Held { holder, .. }) => {
+                    if !refused {
+                        refused = true;
+                        arena
+                            .report(
+                                self.name,
+                                Action::Refused {
+                                    holder: holder.clone(),
+                                },
+                            )
+                            .await;
+                    }
+                    if Instant::now() + RETRY > deadline {
+                        let lock = unsafe_ops::observe(&arena.redis, &arena.key).await?;
+                        let no_expiry = lock.pttl_ms == -1;
+                        arena
+                            .report(self.name, Action::GaveUp { holder, no_expiry })
+                            .await;
+                        return Ok(None);
+                    }
+                    sleep(RETRY).await;
+                }
+                Err(err) => return Err(err).context("the lease store"),
+            }
+        }
+    }
+
+    /// Gives the lock back: compare-and-delete (step 3), or a plain `DEL` with it off.
+    async fn release(&self, arena: &Arena, lease: &Lease) -> anyhow::Result<()> {
+        let (deleted, whose) = if arena.protocol.owner_check {
+            let deleted = self.client.release(lease).await?;
+            let whose = if deleted {
+                Some(self.name.to_string())
+            } else {
+                let lock = unsafe_ops::observe(&arena.redis, &arena.key).await?;
+                lock.owner.map(|owner| arena.owner_name(&owner))
+            };
+            (deleted, whose)
+        } else {
+            let previous = unsafe_ops::delete_unchecked(&arena.redis, &arena.key).await?;
+            (
+                previous.is_some(),
+                previous.map(|owner| arena.owner_name(&owner)),
+            )
+        };
+        arena
+            .report(self.name, Action::Released { deleted, whose })
+            .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! The lab's Redis operations outside the lease library: the unsafe variants a step
+//! switched off puts in place of the library's (each the first thing one would write),
+//! the fault that makes Redis lose its data, the observation read after every row, and
+//! a fence ledger kept in the Redis it is meant to outlive. Never used outside the lab.
+
+use std::sync::Arc;
+
+use lease::{FenceLedger, LeaseKey, RedisStore};
+use redis::{AsyncCommands, RedisResult, Script};
+
+/// What the lab reads of the lock right after an operation, for the table's columns.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Observed {
+    /// The lease key's value (an owner token), if the key exists.
+    pub owner: Option<String>,
+    /// The key's `PTTL`: milliseconds left, -1 for a key without expiry, -2 absent.
+    pub pttl_ms: i64,
+    /// The group's fencing counter (`~fence` hash, field `counter`), if Redis has one.
+    pub counter: Option<i64>,
+}
+
+/// One pipeline, `GET`, `PTTL` and `HGET counter`: the lock as it stands now.
+pub(super) async fn observe(redis: &RedisStore, key: &LeaseKey) -> RedisResult<Observed> {
+    let mut conn = redis.connection();
+    let (owner, pttl_ms, counter): (Option<String>, i64, Option<i64>) = redis::pipe()
+        .get(key.lease_key())
+        .pttl(key.lease_key())
+        .hget(key.fence_key(), "counter")
+        .query_async(&mut conn)
+        .await?;
+    Ok(Observed {
+        owner,
+        pttl_ms,
+        counter,
+    })
+}
+
+/// Step 3 off (and step 1 off's overwrite): a plain `DEL` of the lease key, whoever holds
+/// it (`delete_unchecked.lua`). Returns the owner token it deleted, if any.
+pub(super) async fn delete_unchecked(
+    redis: &RedisStore,
+    key: &LeaseKey,
+) -> RedisResult<Option<String>> {
+    let script = Script::new(include_str!("delete_unchecked.lua"));
+    script
+        .key(key.lease_key())
+        .invoke_async(&mut redis.connection())
+        .await
+}
+
+/// Step 2 off: `PERSIST` removes the TTL the grant set, so the key never expires.
+pub(super) async fn persist(redis: &RedisStore, key: &LeaseKey) -> RedisResult<()> {
+    let _: bool = redis.connection().persist(key.lease_key()).await?;
+    Ok(())
+}
+
+/// The fault "Redis restarts empty", for one group: deletes every key of the group
+/// (`lease:{group}:*`: the leases, the fence counter and ceiling, the holders hash, and
+/// the lab's own in-Redis ledger), as a restart without persistence loses them. Only
+/// this run's keys: whatever else shares the Redis (other runs, the seat picker) is
+/// untouched. Returns how many keys were lost.
+pub(super) async fn lose_group(redis: &RedisStore, group: &str) -> RedisResult<usize> {
+    let mut conn = redis.connection();
+    let pattern = format!("lease:{{{group}}}:*");
+    let mut keys: Vec<String> = Vec::new();
+    {
+        let mut iter = conn.scan_match::<_, String>(&pattern).await?;
+        while let Some(key) = iter.next_item().await {
+            keys.push(key?);
+        }
+    }
+    if !keys.is_empty() {
+        let _: usize = conn.del(&keys).await?;
+    }
+    Ok(keys.len())
+}
+
+/// Step 5 off: a [`FenceLedger`] whose ceilings live in the same Redis as the counter
+/// (`lease:{group}:~lab-ledger`), the mistake step 5 exists to prevent. When Redis loses
+/// the group, it loses the ledger too, and the next block starts again at token 1.
+pub(super) struct LedgerInRedis(pub Arc<RedisStore>);
+
+impl FenceLedger for LedgerInRedis {
+    type Error = redis::RedisError;
+
+    async fn raise_ceiling(&self, group: &str, block: u64) -> RedisResult<u64> {
+        self.0
+            .connection()
+            .hincr(format!("lease:{{{group}}}:~lab-ledger"), "ceiling", block)
+            .await
+    }
+}
