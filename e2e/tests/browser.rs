@@ -965,3 +965,87 @@ async fn a_queued_browser_watches_its_place_fall_and_lands_on_the_map() {
     })
     .await;
 }
+
+/// Each of the lab's scenarios ([`seatlock::racelab::lab`]): the step switched off, and
+/// the marks its run must show, on the step-off side (a violation) and on the step-on side
+/// (the refusal that kept the invariant).
+const LAB_RUNS: [(&str, &str, &str); 6] = [
+    ("create-if-absent", "second-sale", "create-refused"),
+    ("lease", "locked-forever", "lapse-freed"),
+    ("owner-check", "foreign-release", "release-refused"),
+    ("fencing", "stale-write-accepted", "stale-write-refused"),
+    ("ledger", "token-repeated", "fresh-token"),
+    ("conditional", "second-sale", "conditional-refused"),
+];
+
+/// How long a lab run may take here (each takes about 6 s).
+const LAB_RUN_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn the_lab_builds_each_steps_table_live_and_marks_where_it_breaks() {
+    support::run_with(
+        "lab",
+        |s| s.enable_race_lab = true,
+        async |w| {
+            let reader = w.buyer("A", 0).await?;
+            // A projector's screen: the two tables side by side, nothing cut off.
+            let projector = playwright_rs::protocol::Viewport {
+                width: 1280,
+                height: 720,
+            };
+            reader.page.set_viewport_size(projector).await?;
+            for (step, broken, refused) in LAB_RUNS {
+                reader.open(&format!("/lab?step={step}")).await?;
+                reader.page.locator("#run").click(None).await?;
+                expect(reader.page.locator("#lab-run"))
+                    .to_be_visible()
+                    .await
+                    .with_context(|| format!("{step}: no run page"))?;
+                // Rows arrive over the stream: the page is never reloaded.
+                mark_page(&reader).await?;
+                expect(reader.page.locator("#lab-run"))
+                    .with_timeout(LAB_RUN_TIMEOUT)
+                    .to_have_attribute("data-state", "done")
+                    .await
+                    .with_context(|| format!("{step}: the run did not finish"))?;
+                not_reloaded(&reader).await?;
+                let off = format!("#rows-off tr.violation[data-kind={broken}]");
+                expect(reader.page.locator(&off).first())
+                    .to_be_visible()
+                    .await
+                    .with_context(|| format!("{step}: the step-off side has no {broken} row"))?;
+                let on = format!("#rows-on tr.saved[data-kind={refused}]");
+                expect(reader.page.locator(&on).first())
+                    .to_be_visible()
+                    .await
+                    .with_context(|| format!("{step}: the step-on side has no {refused} row"))?;
+                let broken_on = reader.page.locator("#rows-on tr.violation").count().await?;
+                ensure!(broken_on == 0, "{step}: the step-on side has {broken_on} violations");
+                let verdict = reader.page.locator("#verdict-off").inner_text().await?;
+                ensure!(verdict.starts_with("Broken at"), "{step}: off verdict {verdict:?}");
+                let width: u32 = reader
+                    .page
+                    .evaluate("() => document.documentElement.scrollWidth", None::<&()>)
+                    .await?;
+                ensure!(width <= 1280, "{step}: the page is {width} px wide at 1280x720");
+                w.screenshot(&reader, &format!("lab-{step}")).await?;
+            }
+
+            // The permalink replays what was recorded: the rows are on the page as loaded,
+            // and Replay shows them again.
+            let url = reader.page.url();
+            reader.page.reload(None).await?;
+            ensure!(reader.page.url() == url, "reloading moved to {}", reader.page.url());
+            let rows = reader.page.locator("#rows-off tr[data-at]").count().await?;
+            ensure!(rows > 3, "the permalink shows {rows} rows");
+            reader.page.locator("#replay").click(None).await?;
+            expect(reader.page.locator("#rows-off tr[data-at]").last())
+                .with_timeout(LAB_RUN_TIMEOUT)
+                .to_be_visible()
+                .await
+                .context("the replay never showed the last row")?;
+            Ok(())
+        },
+    )
+    .await;
+}

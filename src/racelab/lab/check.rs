@@ -69,17 +69,17 @@ impl Action {
             Action::Granted {
                 token,
                 overwrote: Some(other),
-            } => format!("SET without NX overwrites {other}'s key: holds 14C, token {token}"),
-            Action::Granted { token, .. } => format!("takes the lock on {SEAT}: token {token}"),
+            } => format!("SET without NX overwrites {other}'s key: token {token}"),
+            Action::Granted { token, .. } => format!("takes the lock: token {token}"),
             Action::Refused { holder } => {
-                format!("SET NX fails ({holder} holds it): \"someone is buying\"; retries")
+                format!("SET NX fails: {holder} holds it; \"someone is buying\", retries")
             }
             Action::GaveUp { .. } => "gives up: still refused".into(),
             Action::Crashed => "crashes (no write, no release)".into(),
             Action::Read { sold_to: Some(who) } => format!("reads {SEAT}: sold to {who}; leaves"),
             Action::Read { sold_to: None } => format!("reads {SEAT}: free; charges the card"),
             Action::Paused(pause) => {
-                format!("pauses for {} (a GC pause, a stalled VM)", secs(*pause))
+                format!("pauses {} (GC, a stalled VM)", secs(*pause))
             }
             Action::Wrote { token: Some(t), .. } => {
                 format!("writes \"{SEAT} sold\" with token {t}")
@@ -187,8 +187,8 @@ pub(super) struct Checker {
     crashed: Option<String>,
     /// Redis lost the lock, and no grant has been marked since.
     store_lost: bool,
-    /// Servers whose first refusal was marked.
-    refused: Vec<String>,
+    /// Whether a refusal was marked.
+    refused: bool,
 }
 
 impl Checker {
@@ -196,8 +196,8 @@ impl Checker {
     pub(super) fn mark(&mut self, server: &str, action: &Action) -> Option<Mark> {
         match action {
             Action::Granted { token, overwrote } => self.granted(server, *token, overwrote),
-            Action::Refused { holder } if !self.refused.iter().any(|s| s == server) => {
-                self.refused.push(server.into());
+            // The first refusal of the side says what NX did; the others would repeat it.
+            Action::Refused { holder } if !std::mem::replace(&mut self.refused, true) => {
                 Mark::saved(
                     "create-refused",
                     format!(

@@ -150,7 +150,7 @@ impl Arena {
         });
     }
 
-    /// The lock in words: "A, 1.21 s left", "A, no expiry", "none".
+    /// The lock in words: its holder and TTL, "A, 1.21 s left", "A, no expiry", "none".
     fn describe(&self, lock: &Observed) -> String {
         match (&lock.owner, lock.pttl_ms) {
             (None, _) => "none".into(),
