@@ -1020,14 +1020,23 @@ async fn the_lab_builds_each_steps_table_live_and_marks_where_it_breaks() {
                     .await
                     .with_context(|| format!("{step}: the step-on side has no {refused} row"))?;
                 let broken_on = reader.page.locator("#rows-on tr.violation").count().await?;
-                ensure!(broken_on == 0, "{step}: the step-on side has {broken_on} violations");
+                ensure!(
+                    broken_on == 0,
+                    "{step}: the step-on side has {broken_on} violations"
+                );
                 let verdict = reader.page.locator("#verdict-off").inner_text().await?;
-                ensure!(verdict.starts_with("Broken at"), "{step}: off verdict {verdict:?}");
+                ensure!(
+                    verdict.starts_with("Broken at"),
+                    "{step}: off verdict {verdict:?}"
+                );
                 let width: u32 = reader
                     .page
                     .evaluate("() => document.documentElement.scrollWidth", None::<&()>)
                     .await?;
-                ensure!(width <= 1280, "{step}: the page is {width} px wide at 1280x720");
+                ensure!(
+                    width <= 1280,
+                    "{step}: the page is {width} px wide at 1280x720"
+                );
                 w.screenshot(&reader, &format!("lab-{step}")).await?;
             }
 
@@ -1035,7 +1044,11 @@ async fn the_lab_builds_each_steps_table_live_and_marks_where_it_breaks() {
             // and Replay shows them again.
             let url = reader.page.url();
             reader.page.reload(None).await?;
-            ensure!(reader.page.url() == url, "reloading moved to {}", reader.page.url());
+            ensure!(
+                reader.page.url() == url,
+                "reloading moved to {}",
+                reader.page.url()
+            );
             let rows = reader.page.locator("#rows-off tr[data-at]").count().await?;
             ensure!(rows > 3, "the permalink shows {rows} rows");
             reader.page.locator("#replay").click(None).await?;

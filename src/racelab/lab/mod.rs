@@ -55,6 +55,10 @@ pub const TICKET: Duration = Duration::from_millis(500);
 pub const DEFAULT_PAUSE: Duration = Duration::from_millis(1900);
 /// The longest pause a reader may ask for.
 pub const MAX_PAUSE: Duration = Duration::from_secs(10);
+/// The longest a run may take (the longest pause, then the longest give-up, with room to
+/// spare): a run still unfinished then is cut short, and one whose server stopped is
+/// shown as cut off.
+pub const RUN_LIMIT: Duration = Duration::from_secs(30);
 /// The seat the servers race for (the article's).
 pub const SEAT: &str = "14C";
 

@@ -5,7 +5,15 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use super::check::{Action, Mark, WriteRule};
-use super::{Fault, Scenario, Side, Step};
+use super::{Fault, RUN_LIMIT, Scenario, Side, Step};
+
+/// The columns of a [`Run`]: a run unfinished after [`RUN_LIMIT`] counts as finished, and
+/// cut off.
+const RUN_COLUMNS: &str = "id, step, fault, pause_ms, seed,
+    finished_at IS NOT NULL OR started_at < now() - make_interval(secs => $1),
+    finished_at IS NULL AND started_at < now() - make_interval(secs => $1)";
+
+type RunRecord = (i64, String, String, i32, i64, bool, bool);
 
 /// A recorded run, as its page and its history show it.
 #[derive(Clone, Debug, Serialize)]
@@ -20,8 +28,10 @@ pub struct Run {
     pub pause_ms: i32,
     /// The seed of B's and C's start offsets.
     pub seed: i64,
-    /// Whether the run has finished.
+    /// Whether the run has finished, or was cut off.
     pub finished: bool,
+    /// Unfinished [`RUN_LIMIT`] after it started: the server running it stopped.
+    pub cut_off: bool,
 }
 
 impl Run {
@@ -94,30 +104,27 @@ pub(super) async fn finish_run(db: &PgPool, id: i64) -> sqlx::Result<()> {
 
 /// Run `id`, if it exists.
 pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
-    sqlx::query_as::<_, (i64, String, String, i32, i64, bool)>(
-        "SELECT id, step, fault, pause_ms, seed, finished_at IS NOT NULL FROM lab_runs WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_optional(db)
-    .await
-    .map(|row| row.map(run_of))
+    sqlx::query_as::<_, RunRecord>(&format!("SELECT {RUN_COLUMNS} FROM lab_runs WHERE id = $2"))
+        .bind(RUN_LIMIT.as_secs_f64())
+        .bind(id)
+        .fetch_optional(db)
+        .await
+        .map(|row| row.map(run_of))
 }
 
 /// The latest `limit` runs, newest first.
 pub(super) async fn recent_runs(db: &PgPool, limit: i64) -> sqlx::Result<Vec<Run>> {
-    let rows = sqlx::query_as::<_, (i64, String, String, i32, i64, bool)>(
-        "SELECT id, step, fault, pause_ms, seed, finished_at IS NOT NULL
-           FROM lab_runs ORDER BY id DESC LIMIT $1",
-    )
+    let rows = sqlx::query_as::<_, RunRecord>(&format!(
+        "SELECT {RUN_COLUMNS} FROM lab_runs ORDER BY id DESC LIMIT $2"
+    ))
+    .bind(RUN_LIMIT.as_secs_f64())
     .bind(limit)
     .fetch_all(db)
     .await?;
     Ok(rows.into_iter().map(run_of).collect())
 }
 
-fn run_of(
-    (id, step, fault, pause_ms, seed, finished): (i64, String, String, i32, i64, bool),
-) -> Run {
+fn run_of((id, step, fault, pause_ms, seed, finished, cut_off): RunRecord) -> Run {
     Run {
         id,
         step,
@@ -125,6 +132,7 @@ fn run_of(
         pause_ms,
         seed,
         finished,
+        cut_off,
     }
 }
 

@@ -220,6 +220,9 @@ impl Row {
     }
 }
 
+/// The verdict of a run whose server stopped before it finished.
+const CUT_OFF: &str = "Cut off: the server running it stopped before the run finished.";
+
 /// One side's verdict, once its rows are in: the first violation's sentence, or what
 /// kept the invariant.
 fn verdict(rows: &[Row]) -> String {
@@ -246,10 +249,10 @@ async fn show(State(state): State<AppState>, Path(run): Path<String>) -> Result<
     let side = |name, title, rows: Vec<Row>| SideView {
         name,
         title,
-        verdict: if run.finished {
-            verdict(&rows)
-        } else {
-            String::new()
+        verdict: match (run.cut_off, run.finished) {
+            (true, _) => CUT_OFF.into(),
+            (false, true) => verdict(&rows),
+            (false, false) => String::new(),
         },
         rows,
     };
@@ -309,11 +312,9 @@ async fn stream(
                     }
                 }
                 // Finished first, rows second: rows read after it said finished are all.
-                let finished = queries::run(&state.db, run_id)
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|r| r.finished);
+                let run = queries::run(&state.db, run_id).await.ok().flatten();
+                let finished = run.as_ref().is_some_and(|r| r.finished);
+                let cut_off = run.as_ref().is_some_and(|r| r.cut_off);
                 let rows = queries::rows_after(&state.db, run_id, seen)
                     .await
                     .unwrap_or_default();
@@ -333,7 +334,10 @@ async fn stream(
                         .unwrap_or_default();
                     let (off, on): (Vec<Row>, Vec<Row>) =
                         rows.into_iter().partition(|r| r.side == "off");
-                    let verdicts = serde_json::json!({ "off": verdict(&off), "on": verdict(&on) });
+                    let verdicts = match cut_off {
+                        true => serde_json::json!({ "off": CUT_OFF, "on": CUT_OFF }),
+                        false => serde_json::json!({ "off": verdict(&off), "on": verdict(&on) }),
+                    };
                     let done = Event::default().event("done").json_data(verdicts).ok()?;
                     return Some((Ok(done), None));
                 }

@@ -16,7 +16,7 @@ use super::check::Checker;
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
 use super::unsafe_ops::{self, LedgerInRedis};
-use super::{Fault, SEAT, Scenario, Side};
+use super::{Fault, RUN_LIMIT, SEAT, Scenario, Side};
 use crate::ledger::PgFenceLedger;
 use crate::state::AppState;
 
@@ -31,14 +31,21 @@ pub(super) async fn run(state: AppState, run_id: i64, scenario: Scenario) {
     // One start line for both sides, a moment ahead, so that neither side's setup (its
     // connections) shifts its schedule against the other's.
     let started = Instant::now() + START_LINE;
-    let (off, on) = tokio::join!(
-        side(&state, run_id, scenario, Side::Off, started),
-        side(&state, run_id, scenario, Side::On, started),
-    );
-    for result in [off, on] {
-        if let Err(err) = result {
-            tracing::warn!(run_id, "lab run: {err:#}");
+    let both = async {
+        tokio::join!(
+            side(&state, run_id, scenario, Side::Off, started),
+            side(&state, run_id, scenario, Side::On, started),
+        )
+    };
+    match tokio::time::timeout(RUN_LIMIT, both).await {
+        Ok((off, on)) => {
+            for result in [off, on] {
+                if let Err(err) = result {
+                    tracing::warn!(run_id, "lab run: {err:#}");
+                }
+            }
         }
+        Err(_) => tracing::warn!(run_id, "lab run cut short after {RUN_LIMIT:?}"),
     }
     if let Err(err) = queries::finish_run(&state.db, run_id).await {
         tracing::warn!(run_id, "lab run not marked finished: {err}");

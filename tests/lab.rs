@@ -1,0 +1,260 @@
+//! The lab in the browser (`GET /lab`, `src/racelab/lab/`) over HTTP: off without
+//! `--enable-race-lab`, bad forms refused whole, any step with any fault recorded whole
+//! and true to the seat's row, and a run whose server stopped shown as cut off. The six
+//! scenarios' marks, in Chromium: `e2e/tests/browser.rs`
+//! (`the_lab_builds_each_steps_table_live_and_marks_where_it_breaks`).
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use seatlock_harness::{HttpBuyer, TestApp, eventually};
+
+async fn lab_app() -> TestApp {
+    TestApp::builder()
+        .with(|s| s.enable_race_lab = true)
+        .spawn()
+        .await
+        .expect("test app")
+}
+
+/// The form's fields for `step` and `fault`, default pause and seed.
+fn form<'a>(step: &'a str, fault: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("step", step),
+        ("fault", fault),
+        ("pause_ms", "1900"),
+        ("seed", "7"),
+    ]
+}
+
+/// The run history at `url` (`/lab/runs/{id}/history.json`).
+async fn history_of(url: &str) -> serde_json::Value {
+    let body = reqwest::get(url).await.unwrap().text().await.unwrap();
+    serde_json::from_str(&body).unwrap()
+}
+
+async fn runs(app: &TestApp) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM lab_runs")
+        .fetch_one(app.db())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_lab_is_404_without_the_race_lab_flag() {
+    let app = TestApp::builder().spawn().await.unwrap();
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let mut reader = HttpBuyer::new();
+    reader
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    for path in [
+        "/lab",
+        "/lab/runs/1",
+        "/lab/runs/1/stream",
+        "/lab/runs/1/history.json",
+    ] {
+        let reply = reader.get(&format!("{}{path}", app.address)).await.unwrap();
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
+    }
+    let reply = reader
+        .post(
+            &format!("{}/lab/runs", app.address),
+            &form("fencing", "none"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
+    assert_eq!(runs(&app).await, 0);
+}
+
+#[tokio::test]
+async fn a_bad_lab_form_is_refused_with_a_message_and_starts_nothing() {
+    let app = lab_app().await;
+    let mut reader = HttpBuyer::new();
+    let page = reader.get(&format!("{}/lab", app.address)).await.unwrap();
+    assert_eq!(page.status, StatusCode::OK);
+    let url = format!("{}/lab/runs", app.address);
+    for (fields, says) in [
+        (form("step-6", "none"), "no such step"),
+        (form("fencing", "meteor"), "no such fault"),
+        (
+            vec![
+                ("step", "fencing"),
+                ("fault", "none"),
+                ("pause_ms", "10001"),
+                ("seed", "1"),
+            ],
+            "at most 10000 ms",
+        ),
+        (
+            vec![
+                ("step", "fencing"),
+                ("fault", "none"),
+                ("pause_ms", "-5"),
+                ("seed", "1"),
+            ],
+            "whole number of milliseconds",
+        ),
+        (
+            vec![
+                ("step", "fencing"),
+                ("fault", "none"),
+                ("pause_ms", "5"),
+                ("seed", "x"),
+            ],
+            "seed must be a whole number",
+        ),
+    ] {
+        let reply = reader.post(&url, &fields).await.unwrap();
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{fields:?}");
+        assert!(reply.body.contains(says), "{fields:?}: {}", reply.body);
+    }
+    assert_eq!(runs(&app).await, 0, "a refused form starts no run");
+    for (path, status) in [
+        ("/lab/runs/abc", StatusCode::BAD_REQUEST),
+        ("/lab/runs/999", StatusCode::NOT_FOUND),
+    ] {
+        let reply = reader.get(&format!("{}{path}", app.address)).await.unwrap();
+        assert_eq!(reply.status, status, "{path}");
+    }
+}
+
+/// Every combination is allowed, not only each step's own fault: whatever was chosen,
+/// the run ends, both sides' tables are whole (rows numbered from 1 without a gap, time
+/// never going back), what they say the seat's row accepted is what the row counted, the
+/// step-on side breaks nothing, and the lock's keys are gone afterwards (with step 2 off,
+/// the one that never expires too).
+#[tokio::test]
+async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
+    let app = lab_app().await;
+    let mut reader = HttpBuyer::new();
+    reader.get(&format!("{}/lab", app.address)).await.unwrap();
+    let mut started = Vec::new();
+    for (step, fault) in [
+        ("lease", "redis-restart"),
+        ("create-if-absent", "pause-before-release"),
+        ("conditional", "crash-before-write"),
+        ("lease", "crash-after-grant"),
+    ] {
+        let reply = reader
+            .post(&format!("{}/lab/runs", app.address), &form(step, fault))
+            .await
+            .unwrap();
+        assert_eq!(
+            reply.status,
+            StatusCode::SEE_OTHER,
+            "{step} {fault}: {}",
+            reply.body
+        );
+        let run: i64 = reply
+            .location
+            .as_deref()
+            .and_then(|l| l.strip_prefix("/lab/runs/"))
+            .and_then(|id| id.parse().ok())
+            .expect("a run's permalink");
+        started.push((step, fault, run));
+    }
+    for (step, fault, run) in started {
+        let history = format!("{}/lab/runs/{run}/history.json", app.address);
+        let what = format!("{step} {fault}: run {run} to finish");
+        eventually(Duration::from_secs(30), &what, || async {
+            history_of(&history).await["run"]["finished"] == true
+        })
+        .await;
+        let json = history_of(&history).await;
+        assert_eq!(json["run"]["step"], step);
+        assert_eq!(json["run"]["cut_off"], false);
+        let rows = json["rows"].as_array().unwrap();
+        for side in ["off", "on"] {
+            let rows: Vec<&serde_json::Value> = rows.iter().filter(|r| r["side"] == side).collect();
+            assert!(rows.len() >= 3, "{step} {fault} {side}: {rows:#?}");
+            for (n, row) in rows.iter().enumerate() {
+                assert_eq!(
+                    row["seq"],
+                    n as i64 + 1,
+                    "{step} {fault} {side}: numbered in order"
+                );
+            }
+            let times: Vec<i64> = rows.iter().map(|r| r["at_ms"].as_i64().unwrap()).collect();
+            assert!(
+                times.is_sorted(),
+                "{step} {fault} {side}: time goes back: {times:?}"
+            );
+            let accepted = rows
+                .iter()
+                .filter(|r| r["seat"].as_str().unwrap().starts_with("accepted"))
+                .count() as i32;
+            let sales: i32 =
+                sqlx::query_scalar("SELECT sales FROM lab_seats WHERE run_id = $1 AND side = $2")
+                    .bind(run)
+                    .bind(side)
+                    .fetch_one(app.db())
+                    .await
+                    .unwrap();
+            assert_eq!(
+                accepted, sales,
+                "{step} {fault} {side}: the table against the row"
+            );
+            if side == "on" {
+                let broken: Vec<_> = rows.iter().filter(|r| r["violation"] == true).collect();
+                assert!(
+                    broken.is_empty(),
+                    "{step} {fault}: every step on, yet {broken:#?}"
+                );
+            }
+        }
+        let mut redis = app.state.redis.connection();
+        let pattern = format!(
+            "lease:{{{}:*",
+            app.state.settings.lease_namespace.group("lab", run)
+        );
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert!(
+            left.is_empty(),
+            "{step} {fault}: keys left behind: {left:?}"
+        );
+    }
+}
+
+/// A run whose server stopped mid-way never gets its `finished_at`: past the run limit
+/// its page and its stream say it was cut off, and the stream ends instead of waiting.
+#[tokio::test]
+async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
+    let app = lab_app().await;
+    let run: i64 = sqlx::query_scalar(
+        "INSERT INTO lab_runs (step, fault, pause_ms, seed, started_at)
+         VALUES ('fencing', 'pause-before-write', 1900, 1, now() - interval '1 minute')
+         RETURNING id",
+    )
+    .fetch_one(app.db())
+    .await
+    .unwrap();
+    let mut reader = HttpBuyer::new();
+    let page = reader
+        .get(&format!("{}/lab/runs/{run}", app.address))
+        .await
+        .unwrap();
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("Cut off"), "{}", page.body);
+    assert!(
+        !page.body.contains("data-stream"),
+        "a cut-off run is not followed"
+    );
+    let url = format!("{}/lab/runs/{run}/stream", app.address);
+    let stream = tokio::time::timeout(Duration::from_secs(10), async {
+        reqwest::get(&url).await?.text().await
+    })
+    .await
+    .expect("the stream ends")
+    .unwrap();
+    assert!(
+        stream.contains("event: done") && stream.contains("Cut off"),
+        "{stream}"
+    );
+}
