@@ -3,6 +3,7 @@
 #               (STORE=etcd: the leases in a private one-member etcd instead of Redis)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
 #   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (docs/scale-out.md)
+#   make lab    make demo with the race lab: the article's table built live at http://127.0.0.1:3000/lab
 #   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
@@ -14,7 +15,7 @@ CARGO ?= cargo
 # The lease store of `make demo` and `make scale`: redis (default) or etcd.
 STORE ?= redis
 
-.PHONY: demo scale test race failover bench services stop e2e-driver lint
+.PHONY: demo lab scale test race failover bench services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -42,6 +43,16 @@ demo: services
 	$(release_server)
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000} in two browsers and race for a seat. Ctrl-C stops everything."
 	./target/release/seatlock serve
+
+# The demo with --enable-race-lab: GET /lab switches one of the article's steps off and
+# races three simulated servers for seat 14C, the step off beside every step on
+# (docs/race-lab.md#the-lab-in-the-browser).
+lab: services
+	source .run/env
+	trap 'scripts/services.sh down' EXIT
+	$(release_server)
+	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000}/lab, pick a step to switch off, and press Run. Ctrl-C stops everything."
+	SEATLOCK_ENABLE_RACE_LAB=true ./target/release/seatlock serve
 
 # N server processes behind HAProxy on SEATLOCK_BIND (default 127.0.0.1:3000); the same
 # stores and settings as demo. Ctrl-C stops everything (see docs/scale-out.md).

@@ -3,6 +3,7 @@
 //! * the README stays a guide a learner finishes: at most [`README_MAX_LINES`] lines;
 //! * each of the five steps links to the lines that ARE the step: the file exists, the
 //!   range is inside it, and the lines contain the operation the step's sentence names;
+//!   and to the lab run that switches it off (`GET /lab?step=…`, a step the lab has);
 //! * every relative link of README.md and `docs/*.md` names a file that exists (and a
 //!   line range inside it);
 //! * every test `docs/guarantees.md` names exists, as a test;
@@ -21,15 +22,18 @@ use std::process::Command;
 /// explain goes in its page under `docs/`.
 const README_MAX_LINES: usize = 200;
 
-/// The five steps and the operations each one's sentence names and its lines must
-/// contain, in the order of the README's table.
-const STEPS: [(&str, &[&str]); 5] = [
-    ("1.", &["SET", "NX"]),
-    ("2.", &["ttl / 3"]),
-    ("3.", &["DEL", "owner"]),
-    ("4.", &["fence_token <="]),
-    ("5.", &["ceiling"]),
+/// The five steps, the operations each one's sentence names and its lines must contain,
+/// and the lab run that switches it off, in the order of the README's table.
+const STEPS: [(&str, &[&str], &str); 5] = [
+    ("1.", &["SET", "NX"], "create-if-absent"),
+    ("2.", &["ttl / 3"], "lease"),
+    ("3.", &["DEL", "owner"], "owner-check"),
+    ("4.", &["fence_token <="], "fencing"),
+    ("5.", &["ceiling"], "ledger"),
 ];
+
+/// Where the README's lab links point: the `make lab` server's `GET /lab`.
+const LAB: &str = "http://127.0.0.1:3000/lab?step=";
 
 /// The repository's root.
 fn root() -> &'static Path {
@@ -101,17 +105,29 @@ fn each_step_links_to_the_lines_that_do_it() {
         .filter(|line| {
             STEPS
                 .iter()
-                .any(|(n, _)| line.starts_with(&format!("| {n} ")))
+                .any(|(n, _, _)| line.starts_with(&format!("| {n} ")))
         })
         .collect();
     assert_eq!(rows.len(), STEPS.len(), "the five steps' table: {rows:#?}");
-    for (row, (step, operations)) in rows.iter().zip(STEPS) {
+    for (row, (step, operations, lab)) in rows.iter().zip(STEPS) {
         assert!(
             row.starts_with(&format!("| {step} ")),
             "steps in order: {row}"
         );
         let cells: Vec<&str> = row.split('|').collect();
         let (sentence, place) = (cells[2], cells[3]);
+        // The last column runs the step's lab: its step exists, and is this one.
+        assert!(
+            cells[4].contains(&format!("]({LAB}{lab})")),
+            "step {step}: links its lab run {LAB}{lab}: {}",
+            cells[4]
+        );
+        let known = seatlock::racelab::lab::Step::parse(lab);
+        assert_eq!(
+            known.map(|s| s.slug()),
+            Some(lab),
+            "step {step}: the lab has {lab}"
+        );
         let links = relative_links(place);
         assert_eq!(links.len(), 1, "step {step}: one place to read it: {place}");
         let (file, range) = resolve(&readme_path, &links[0]);

@@ -1037,7 +1037,7 @@ async fn the_lab_builds_each_steps_table_live_and_marks_where_it_breaks() {
                     width <= 1280,
                     "{step}: the page is {width} px wide at 1280x720"
                 );
-                w.screenshot(&reader, &format!("lab-{step}")).await?;
+                w.screenshot(&reader, step).await?;
             }
 
             // The permalink replays what was recorded: the rows are on the page as loaded,

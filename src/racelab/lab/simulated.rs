@@ -199,7 +199,9 @@ impl Server {
             None
         };
         if self.fault == Fault::CrashAfterGrant {
-            return Ok(arena.report(self.name, Action::Crashed).await);
+            // A crash leaves everything as it is: no write, no release, the key in Redis.
+            arena.report(self.name, Action::Crashed).await;
+            return Ok(());
         }
 
         // Check the seat under the lock: a seat already sold is left alone.
@@ -212,7 +214,8 @@ impl Server {
             match self.fault {
                 Fault::PauseBeforeWrite => self.pause_here(arena).await,
                 Fault::CrashBeforeWrite => {
-                    return Ok(arena.report(self.name, Action::Crashed).await);
+                    arena.report(self.name, Action::Crashed).await;
+                    return Ok(());
                 }
                 Fault::RedisRestart => {
                     let keys = unsafe_ops::lose_group(&arena.redis, arena.key.group()).await?;
