@@ -29,7 +29,7 @@
 //! about 2.7 s. A server's own work (payment and ticket, 1.1 s) fits its lease.
 
 mod check;
-pub mod queries;
+mod queries;
 mod routes;
 mod run;
 mod simulated;
@@ -217,7 +217,7 @@ impl Fault {
         }
     }
 
-    /// Whether A pauses (for [`Scenario::pause`]).
+    /// Whether A pauses (for [`Scenario::fault_pause`]).
     fn pauses(self) -> bool {
         matches!(
             self,
@@ -247,7 +247,7 @@ pub struct Scenario {
 
 impl Scenario {
     /// A's pause for this run's fault, zero if it does not pause.
-    fn pause(&self) -> Duration {
+    fn fault_pause(&self) -> Duration {
         if self.fault.pauses() {
             self.pause
         } else {

@@ -17,26 +17,26 @@ type RunRecord = (i64, String, String, i32, i64, bool, bool);
 
 /// A recorded run, as its page and its history show it.
 #[derive(Clone, Debug, Serialize)]
-pub struct Run {
+pub(super) struct Run {
     /// `lab_runs.id`: the permalink is `/lab/runs/{id}`.
-    pub id: i64,
+    pub(super) id: i64,
     /// The step switched off (its slug).
-    pub step: String,
+    pub(super) step: String,
     /// A's fault (its slug).
-    pub fault: String,
+    pub(super) fault: String,
     /// A's pause, in milliseconds.
-    pub pause_ms: i32,
+    pub(super) pause_ms: i32,
     /// The seed of B's and C's start offsets.
-    pub seed: i64,
+    pub(super) seed: i64,
     /// Whether the run has finished, or was cut off.
-    pub finished: bool,
+    pub(super) finished: bool,
     /// Unfinished [`RUN_LIMIT`] after it started: the server running it stopped.
-    pub cut_off: bool,
+    pub(super) cut_off: bool,
 }
 
 impl Run {
     /// The run's question, parsed back (`None` for a slug this build does not know).
-    pub fn scenario(&self) -> Option<Scenario> {
+    pub(super) fn scenario(&self) -> Option<Scenario> {
         Some(Scenario {
             step: Step::parse(&self.step)?,
             fault: Fault::parse(&self.fault)?,
@@ -48,29 +48,29 @@ impl Run {
 
 /// One recorded row of a run's table.
 #[derive(Clone, Debug, Serialize)]
-pub struct Row {
+pub(super) struct Row {
     /// `off` or `on`.
-    pub side: String,
+    pub(super) side: String,
     /// Its place in its side's table, from 1.
-    pub seq: i32,
+    pub(super) seq: i32,
     /// Milliseconds from the run's start.
-    pub at_ms: i64,
+    pub(super) at_ms: i64,
     /// A, B, C or `lab`.
-    pub server: String,
+    pub(super) server: String,
     /// What the server did.
-    pub did: String,
+    pub(super) did: String,
     /// The lease key after the operation: holder and TTL, in words.
-    pub lock_key: String,
+    pub(super) lock_key: String,
     /// The fencing counter after the operation.
-    pub fence_counter: Option<i64>,
+    pub(super) fence_counter: Option<i64>,
     /// What the seat's row accepted or refused.
-    pub seat: String,
+    pub(super) seat: String,
     /// The checker's mark kind, if any.
-    pub mark_kind: Option<String>,
+    pub(super) mark_kind: Option<String>,
     /// Whether the mark is a violation.
-    pub violation: Option<bool>,
+    pub(super) violation: Option<bool>,
     /// The mark's sentence.
-    pub sentence: Option<String>,
+    pub(super) sentence: Option<String>,
 }
 
 /// Records a new run and its two seat rows (14C unsold, no token accepted); returns its id.
@@ -190,14 +190,14 @@ impl From<RowRecord> for Row {
 
 /// The columns of one row to record, as the recorder assembled them.
 pub(super) struct NewRow<'a> {
-    pub side: Side,
-    pub seq: i32,
-    pub at_ms: i64,
-    pub server: &'a str,
-    pub action: &'a Action,
-    pub lock_key: &'a str,
-    pub fence_counter: Option<i64>,
-    pub mark: Option<&'a Mark>,
+    pub(super) side: Side,
+    pub(super) seq: i32,
+    pub(super) at_ms: i64,
+    pub(super) server: &'a str,
+    pub(super) action: &'a Action,
+    pub(super) lock_key: &'a str,
+    pub(super) fence_counter: Option<i64>,
+    pub(super) mark: Option<&'a Mark>,
 }
 
 /// Records one row of run `id`.

@@ -105,7 +105,7 @@ async fn side(
             start: Duration::from_millis(100 * i as u64 + jitter),
             client,
             fault: if i == 0 { scenario.fault } else { Fault::None },
-            pause: scenario.pause(),
+            pause: scenario.fault_pause(),
         };
         // Connected before the start line, so that a first connection delays no row.
         if let Err(err) = server.client.ping().await {
