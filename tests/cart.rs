@@ -16,7 +16,7 @@ async fn tiny() -> TestApp {
 /// [`tiny`] with `--enable-race-lab` (its routes and pause headers).
 async fn race_lab_app() -> TestApp {
     TestApp::builder()
-        .with(|s| s.enable_race_lab = true)
+        .race_lab()
         .spawn()
         .await
         .expect("test app")

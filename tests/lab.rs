@@ -11,7 +11,7 @@ use seatlock_harness::{HttpBuyer, TestApp, eventually};
 
 async fn lab_app() -> TestApp {
     TestApp::builder()
-        .with(|s| s.enable_race_lab = true)
+        .race_lab()
         .spawn()
         .await
         .expect("test app")

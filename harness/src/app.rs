@@ -70,6 +70,11 @@ impl TestAppBuilder {
         self
     }
 
+    /// With `--enable-race-lab`: the race lab's routes and pause headers, and the lab.
+    pub fn race_lab(self) -> Self {
+        self.with(|s| s.enable_race_lab = true)
+    }
+
     /// Changes the settings (applied in order, after the test defaults).
     pub fn with(mut self, adjust: impl FnOnce(&mut Settings) + Send + 'static) -> Self {
         self.adjust.push(Box::new(adjust));
