@@ -37,7 +37,9 @@ fn require_race_lab(state: &AppState) -> Result<()> {
         Ok(())
     } else {
         Err(Error::NotFound(
-            "The race lab is not enabled on this server.".into(),
+            "The race lab is not enabled on this server: start it with `make lab` (or \
+             `seatlock serve --enable-race-lab`)."
+                .into(),
         ))
     }
 }

@@ -23,8 +23,9 @@ pub(super) enum Action {
     /// Refused until [`super::GIVE_UP`]: the server stops trying. `holder` and
     /// `no_expiry` describe the key it kept finding.
     GaveUp { holder: String, no_expiry: bool },
-    /// The server crashed: no write, no release.
-    Crashed,
+    /// The server crashed: no write, no release. `key_forever`: it held a key that
+    /// never expires (step 2 off).
+    Crashed { key_forever: bool },
     /// Read the seat: sold to someone (the server leaves), or free (it charges the card).
     Read { sold_to: Option<String> },
     /// The server pauses for this long.
@@ -75,12 +76,10 @@ impl Action {
                 format!("SET NX fails: {holder} holds it; \"someone is buying\", retries")
             }
             Action::GaveUp { .. } => "gives up: still refused".into(),
-            Action::Crashed => "crashes (no write, no release)".into(),
+            Action::Crashed { .. } => "crashes (no write, no release)".into(),
             Action::Read { sold_to: Some(who) } => format!("reads {SEAT}: sold to {who}; leaves"),
-            Action::Read { sold_to: None } => format!("reads {SEAT}: free; charges the card"),
-            Action::Paused(pause) => {
-                format!("pauses {} (GC, a stalled VM)", secs(*pause))
-            }
+            Action::Read { sold_to: None } => format!("reads {SEAT}: free; pays"),
+            Action::Paused(pause) => format!("pauses {}", secs(*pause)),
             Action::Wrote { token: Some(t), .. } => {
                 format!("writes \"{SEAT} sold\" with token {t}")
             }
@@ -139,6 +138,10 @@ impl Action {
 fn secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
+
+/// The kind of a row where a store failed and its server stopped (neither a violation nor
+/// a refusal: the run is incomplete).
+pub(super) const FAILED: &str = "failed";
 
 /// The checker's verdict on one row.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -214,14 +217,24 @@ impl Checker {
                     "{holder} crashed holding a key with no expiry: {SEAT} stays locked until someone deletes it by hand."
                 ),
             ),
-            Action::Crashed => {
+            Action::Crashed { key_forever } => {
                 self.crashed = Some(server.into());
-                None
+                let forever = format!(
+                    "{server} crashed holding a key with no expiry: nobody can take {SEAT} until someone deletes the key by hand."
+                );
+                key_forever
+                    .then_some(forever)
+                    .and_then(|sentence| Mark::violation("locked-forever", sentence))
             }
             Action::StoreLost { .. } => {
                 self.store_lost = true;
                 None
             }
+            Action::Failed(why) => Some(Mark {
+                kind: FAILED,
+                violation: false,
+                sentence: format!("{server} stops: {why}. The run shows what happened until then."),
+            }),
             Action::Wrote {
                 token,
                 accepted,
@@ -242,7 +255,7 @@ impl Checker {
             } if whose != server => Mark::violation(
                 "foreign-release",
                 format!(
-                    "{server}'s plain DEL removes {whose}'s lock: {whose} still works on {SEAT}, and the next SET NX succeeds for someone else."
+                    "{server}'s plain DEL removes {whose}'s lock while {whose} still holds it: the next SET NX succeeds for someone else, and two servers can work on {SEAT} at once."
                 ),
             ),
             Action::Released {
@@ -265,6 +278,10 @@ impl Checker {
             .find(|(other, t)| other != server && *t >= token)
             .cloned();
         let highest = self.grants.iter().map(|(_, t)| *t).max().unwrap_or(0);
+        let before = self
+            .grants
+            .last()
+            .map_or("the last holder".into(), |(s, _)| s.clone());
         self.grants.push((server.into(), token));
         // The first grant after a loss or a crash is the one that tells what it did.
         let after_loss = std::mem::take(&mut self.store_lost);
@@ -289,7 +306,7 @@ impl Checker {
             return Mark::saved(
                 "fresh-token",
                 format!(
-                    "Redis lost the counter, but token {token} comes from a block reserved in Postgres, above every token issued ({highest})."
+                    "Redis lost the counter, but token {token} comes from a block reserved in Postgres, above every token issued ({highest}). The lock itself was lost and granted again while {before} may still work: only the fence keeps the sale single (etcd, a consensus store, would not lose the grant)."
                 ),
             );
         }
@@ -326,7 +343,7 @@ impl Checker {
                 _ => Mark::saved(
                     "conditional-refused",
                     format!(
-                        "UPDATE … WHERE sold = false changes no row: {} bought {SEAT} first, in one atomic statement.",
+                        "UPDATE … WHERE sold = false changes no row: {} bought {SEAT} first, in one atomic statement. {server} has already paid and is owed a refund: a lock earns its keep when the work spans several steps, like this payment.",
                         before_sold_to.as_deref().unwrap_or("someone")
                     ),
                 ),
@@ -440,14 +457,16 @@ mod tests {
     #[test]
     fn a_crash_without_expiry_locks_forever_and_with_it_lapses() {
         let mut check = Checker::default();
-        check.mark("A", &Action::Crashed);
+        let forever = Action::Crashed { key_forever: true };
+        assert_eq!(kind(check.mark("A", &forever)), Some("locked-forever"));
         let gave_up = Action::GaveUp {
             holder: "A".into(),
             no_expiry: true,
         };
         assert_eq!(kind(check.mark("B", &gave_up)), Some("locked-forever"));
         let mut check = Checker::default();
-        check.mark("A", &Action::Crashed);
+        let crash = Action::Crashed { key_forever: false };
+        assert_eq!(kind(check.mark("A", &crash)), None);
         let grant = Action::Granted {
             token: 2,
             overwrote: None,

@@ -120,7 +120,9 @@ impl Step {
     pub fn on_title(self) -> &'static str {
         match self {
             Step::Conditional => "No lock: UPDATE … WHERE sold = false",
-            _ => "All five steps on",
+            // Step 5 as this project has it: a durable token ledger over one Redis, which
+            // can still lose a lease and grant it again (etcd would not).
+            _ => "All five steps on (step 5 in part: tokens from Postgres, one Redis)",
         }
     }
 
@@ -143,7 +145,7 @@ impl Step {
                 "Make the lock service survive: tokens must never go backwards when Redis restarts empty or fails over."
             }
             Step::Conditional => {
-                "Can you avoid the lock? UPDATE seats SET sold = 1 WHERE id = '14C' AND sold = 0 is atomic without any lock service."
+                "Can you avoid the lock? UPDATE seats SET sold = 1 WHERE id = '14C' AND sold = 0 is atomic without any lock service; the lock is only worth it when the work spans several steps or services."
             }
         }
     }

@@ -19,6 +19,7 @@ use futures_util::Stream;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
+use super::check::FAILED;
 use super::queries::{self, Row, Run};
 use super::{DEFAULT_PAUSE, Fault, MAX_PAUSE, Scenario, Step};
 use crate::http::csrf::{CsrfForm, FormToken};
@@ -205,12 +206,13 @@ impl Row {
         format!("{:.3} s", self.at_ms as f64 / 1000.0)
     }
 
-    /// The row's class: `violation`, `saved` or ''.
+    /// The row's class: `violation`, `saved`, `failed` or ''.
     fn class(&self) -> &'static str {
-        match self.violation {
-            Some(true) => "violation",
-            Some(false) => "saved",
-            None => "",
+        match (self.violation, self.mark_kind.as_deref()) {
+            (_, Some(FAILED)) => "failed",
+            (Some(true), _) => "violation",
+            (Some(false), _) => "saved",
+            (None, _) => "",
         }
     }
 
@@ -223,17 +225,20 @@ impl Row {
 /// The verdict of a run whose server stopped before it finished.
 const CUT_OFF: &str = "Cut off: the server running it stopped before the run finished.";
 
-/// One side's verdict, once its rows are in: the first violation's sentence, or what
-/// kept the invariant.
+/// One side's verdict, once its rows are in: the first violation's sentence, that a store
+/// failed, or what kept the invariant.
 fn verdict(rows: &[Row]) -> String {
-    if let Some(row) = rows.iter().find(|r| r.violation == Some(true)) {
+    if let Some(row) = rows.iter().find(|r| r.class() == "violation") {
         return format!(
             "Broken at {}: {}",
             row.t(),
             row.sentence.as_deref().unwrap_or("")
         );
     }
-    let saved = rows.iter().filter(|r| r.violation == Some(false)).count();
+    if let Some(row) = rows.iter().find(|r| r.class() == "failed") {
+        return format!("Incomplete at {}: {}", row.t(), row.did);
+    }
+    let saved = rows.iter().filter(|r| r.class() == "saved").count();
     format!(
         "Held: no violation in {} rows; {saved} refused what would have broken it.",
         rows.len()

@@ -5,85 +5,115 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lease::{LeaseClient, LeaseStore, RedisStore};
+use lease::{LeaseClient, LeaseKey, LeaseStore, RedisStore};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
-use super::check::Checker;
+use super::check::{Action, Checker};
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
 use super::unsafe_ops::{self, LedgerInRedis};
-use super::{Fault, RUN_LIMIT, SEAT, Scenario, Side};
+use super::{Fault, LEASE_TTL, RUN_LIMIT, SEAT, Scenario, Side};
 use crate::ledger::PgFenceLedger;
 use crate::state::AppState;
 
-/// How far ahead of the run's request both sides' clocks start.
-const START_LINE: Duration = Duration::from_millis(200);
+/// How far ahead of the moment both sides are ready their clocks start.
+const START_LINE: Duration = Duration::from_millis(50);
 
 /// Runs `scenario` as run `run_id` to its end: the step-off side and the step-on side at
 /// once, on one clock. Errors (a store down) are recorded as rows by the servers; what
 /// fails here is logged, and the run is marked finished whatever happens, so that its
 /// page stops waiting.
 pub(super) async fn run(state: AppState, run_id: i64, scenario: Scenario) {
-    // One start line for both sides, a moment ahead, so that neither side's setup (its
-    // connections) shifts its schedule against the other's.
-    let started = Instant::now() + START_LINE;
-    let both = async {
-        tokio::join!(
-            side(&state, run_id, scenario, Side::Off, started),
-            side(&state, run_id, scenario, Side::On, started),
-        )
-    };
-    match tokio::time::timeout(RUN_LIMIT, both).await {
-        Ok((off, on)) => {
-            for result in [off, on] {
-                if let Err(err) = result {
-                    tracing::warn!(run_id, "lab run: {err:#}");
+    let (off, on) = tokio::join!(
+        prepare(&state, run_id, scenario, Side::Off),
+        prepare(&state, run_id, scenario, Side::On),
+    );
+    match (off, on) {
+        (Ok(off), Ok(on)) => {
+            // One start line for both sides, once both are ready, so that neither side's
+            // setup shifts its schedule against the other's.
+            let started = Instant::now() + START_LINE;
+            let both = async { tokio::join!(off.race(&state, started), on.race(&state, started)) };
+            match tokio::time::timeout(RUN_LIMIT, both).await {
+                Ok((off, on)) => {
+                    for result in [off, on] {
+                        if let Err(err) = result {
+                            tracing::warn!(run_id, "lab run: {err:#}");
+                        }
+                    }
+                }
+                Err(_) => tracing::warn!(run_id, "lab run cut short after {RUN_LIMIT:?}"),
+            }
+        }
+        (off, on) => {
+            // A store down before the start: the table says so, on each side.
+            for (side, result) in [(Side::Off, off), (Side::On, on)] {
+                let why = match result {
+                    Ok(_) => "the other side could not start".to_string(),
+                    Err(err) => format!("{err:#}"),
+                };
+                let failed = Action::Failed(format!("could not start: {why}"));
+                let mark = Checker::default().mark("lab", &failed);
+                let row = NewRow {
+                    side,
+                    seq: 1,
+                    at_ms: 0,
+                    server: "lab",
+                    action: &failed,
+                    lock_key: "?",
+                    fence_counter: None,
+                    mark: mark.as_ref(),
+                };
+                if let Err(err) = queries::insert_row(&state.db, run_id, row).await {
+                    tracing::warn!(run_id, "lab row not recorded: {err}");
                 }
             }
         }
-        Err(_) => tracing::warn!(run_id, "lab run cut short after {RUN_LIMIT:?}"),
     }
     if let Err(err) = queries::finish_run(&state.db, run_id).await {
         tracing::warn!(run_id, "lab run not marked finished: {err}");
     }
 }
 
-/// One side: its own lease group (`<namespace>:lab:<run>:<side>`, so tokens start afresh
-/// and nothing else shares its keys), three servers with a connection and a lease client
-/// each, and the recorder.
-async fn side(
+/// One side, ready to race: its own lease group (`<namespace>:lab:<run>:<side>`, so
+/// tokens start afresh and nothing else shares its keys), the lab's connection, and three
+/// servers with a connection and a lease client each.
+struct Prepared {
+    run_id: i64,
+    side: Side,
+    protocol: Protocol,
+    key: LeaseKey,
+    redis: Arc<RedisStore>,
+    servers: Vec<Server>,
+}
+
+/// Builds one side and warms it up: every connection made, and the group's first block of
+/// fencing tokens reserved (one grant and release of 14C by the lab before the start
+/// line, so A's first token is 2), so that no row waits on a first connection or a ledger
+/// write the others did not.
+async fn prepare(
     state: &AppState,
     run_id: i64,
     scenario: Scenario,
     side: Side,
-    started: Instant,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Prepared> {
     let protocol = Protocol::of(scenario.step, side);
     let group = format!(
         "{}:{side}",
         state.settings.lease_namespace.group("lab", run_id)
     );
-    let key = lease::LeaseKey::new(group, SEAT)?;
-    let url = state.settings.lease_store_url();
-    let connect = || lease::connect(url, state.settings.store_timeout());
-    let (reports, received) = mpsc::unbounded_channel();
-    let arena = Arc::new(Arena {
-        run_id,
-        side,
-        protocol,
-        key: key.clone(),
-        redis: Arc::new(connect()?),
-        db: state.db.clone(),
-        started,
-        owners: Mutex::new(HashMap::new()),
-        reports,
-    });
-    let recorder = tokio::spawn(record(state.db.clone(), run_id, side, received));
-
+    let key = LeaseKey::new(group, SEAT)?;
+    let connect = || {
+        lease::connect(
+            state.settings.lease_store_url(),
+            state.settings.store_timeout(),
+        )
+    };
+    let redis = Arc::new(connect()?);
     // B and C start 100 and 200 ms after A, each a little later as the seed draws.
     let mut rng = StdRng::seed_from_u64(scenario.seed);
     let mut servers = Vec::new();
@@ -96,37 +126,63 @@ async fn side(
             ))
         } else {
             Arc::new(
-                LeaseClient::new(connect()?, LedgerInRedis(arena.redis.clone()))
+                LeaseClient::new(connect()?, LedgerInRedis(redis.clone()))
                     .with_failover_guard(false),
             )
         };
-        let server = Server {
+        client.ping().await?;
+        servers.push(Server {
             name,
             start: Duration::from_millis(100 * i as u64 + jitter),
             client,
             fault: if i == 0 { scenario.fault } else { Fault::None },
             pause: scenario.fault_pause(),
-        };
-        // Connected before the start line, so that a first connection delays no row.
-        if let Err(err) = server.client.ping().await {
-            tracing::warn!(run_id, "lab server {name}: {err}");
+        });
+    }
+    let warm_up = servers[0].client.acquire(&key, "lab", LEASE_TTL).await?;
+    servers[0].client.release(&warm_up).await?;
+    Ok(Prepared {
+        run_id,
+        side,
+        protocol,
+        key,
+        redis,
+        servers,
+    })
+}
+
+impl Prepared {
+    /// Races the side's servers from `started`, with a recorder for their rows; then
+    /// deletes the lock's keys (with step 2 off, one never expires).
+    async fn race(self, state: &AppState, started: Instant) -> anyhow::Result<()> {
+        let (run_id, side) = (self.run_id, self.side);
+        let (reports, received) = mpsc::unbounded_channel();
+        let recorder = tokio::spawn(record(state.db.clone(), run_id, side, received));
+        let arena = Arc::new(Arena {
+            run_id,
+            side,
+            protocol: self.protocol,
+            key: self.key.clone(),
+            redis: self.redis.clone(),
+            db: state.db.clone(),
+            started,
+            owners: Mutex::new(HashMap::new()),
+            reports,
+        });
+        let servers: Vec<_> = self
+            .servers
+            .into_iter()
+            .map(|server| tokio::spawn(server.run(arena.clone())))
+            .collect();
+        for server in servers {
+            server.await?;
         }
-        servers.push(server);
+        // Every server is done: the recorder ends once it has stored what they sent.
+        drop(arena);
+        recorder.await?;
+        unsafe_ops::lose_group(&self.redis, self.key.group()).await?;
+        Ok(())
     }
-    let servers: Vec<_> = servers
-        .into_iter()
-        .map(|server| tokio::spawn(server.run(arena.clone())))
-        .collect();
-    for server in servers {
-        server.await?;
-    }
-    // Every server is done: the recorder ends once it has stored what they sent.
-    drop(arena);
-    recorder.await?;
-    // The lock's keys go with the run (with step 2 off, one never expires).
-    let redis: RedisStore = connect()?;
-    unsafe_ops::lose_group(&redis, key.group()).await?;
-    Ok(())
 }
 
 /// Marks each report as it comes ([`Checker`]) and stores it as the side's next row,

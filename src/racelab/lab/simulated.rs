@@ -130,6 +130,8 @@ impl Arena {
 
     /// Reports `action` of `server`, with the lock as it stands now.
     async fn report(&self, server: &'static str, action: Action) {
+        // The time is the operation's (it has just returned), not the observation's.
+        let at = Instant::now().saturating_duration_since(self.started);
         let (lock_key, counter) = if self.protocol.lock {
             match unsafe_ops::observe(&self.redis, &self.key).await {
                 Ok(lock) => (self.describe(&lock), lock.counter),
@@ -138,7 +140,6 @@ impl Arena {
         } else {
             ("no lock".into(), None)
         };
-        let at = Instant::now().saturating_duration_since(self.started);
         // The recorder outlives every server of its side; a send fails only if the run
         // was dropped, and then nobody reads the table.
         let _ = self.reports.send(Report {
@@ -198,9 +199,13 @@ impl Server {
         } else {
             None
         };
+        // A crash leaves everything as it is: no write, no release, the key in Redis
+        // (for ever, with step 2 off).
+        let crashed = Action::Crashed {
+            key_forever: lease.is_some() && !arena.protocol.px,
+        };
         if self.fault == Fault::CrashAfterGrant {
-            // A crash leaves everything as it is: no write, no release, the key in Redis.
-            arena.report(self.name, Action::Crashed).await;
+            arena.report(self.name, crashed).await;
             return Ok(());
         }
 
@@ -214,7 +219,7 @@ impl Server {
             match self.fault {
                 Fault::PauseBeforeWrite => self.pause_here(arena).await,
                 Fault::CrashBeforeWrite => {
-                    arena.report(self.name, Action::Crashed).await;
+                    arena.report(self.name, crashed).await;
                     return Ok(());
                 }
                 Fault::RedisRestart => {
