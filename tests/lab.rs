@@ -106,6 +106,15 @@ async fn a_bad_lab_form_is_refused_with_a_message_and_starts_nothing() {
             ],
             "seed must be a whole number",
         ),
+        (
+            vec![
+                ("step", "fencing"),
+                ("fault", "none"),
+                ("pause_ms", "5"),
+                ("seed", "18446744073709551615"),
+            ],
+            "seed must be a whole number",
+        ),
     ] {
         let reply = reader.post(&url, &fields).await.unwrap();
         assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{fields:?}");
@@ -125,7 +134,7 @@ async fn a_bad_lab_form_is_refused_with_a_message_and_starts_nothing() {
 /// the run ends, both sides' tables are whole (rows numbered from 1 without a gap, time
 /// never going back), what they say the seat's row accepted is what the row counted, the
 /// step-on side breaks nothing, and the lock's keys are gone afterwards (with step 2 off,
-/// the one that never expires too).
+/// the one that never expires too), and so are its rows in the fence ledger.
 #[tokio::test]
 async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
     let app = lab_app().await;
@@ -219,11 +228,25 @@ async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
             left.is_empty(),
             "{step} {fault}: keys left behind: {left:?}"
         );
+        let ceilings: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM fence_ceilings WHERE lease_group LIKE $1")
+                .bind(format!(
+                    "{}:%",
+                    app.state.settings.lease_namespace.group("lab", run)
+                ))
+                .fetch_one(app.db())
+                .await
+                .unwrap();
+        assert_eq!(
+            ceilings, 0,
+            "{step} {fault}: the run's ledger rows are gone"
+        );
     }
 }
 
 /// A run whose server stopped mid-way never gets its `finished_at`: past the run limit
-/// its page and its stream say it was cut off, and the stream ends instead of waiting.
+/// its page and its stream say it was cut off, the stream ends instead of waiting, and
+/// what it left in Redis (with step 2 off, a lock that never expires) is deleted.
 #[tokio::test]
 async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
     let app = lab_app().await;
@@ -235,6 +258,15 @@ async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
     .fetch_one(app.db())
     .await
     .unwrap();
+    let group = app.state.settings.lease_namespace.group("lab", run);
+    let forever = format!("lease:{{{group}:off}}:14C");
+    let mut redis = app.state.redis.connection();
+    let () = redis::cmd("SET")
+        .arg(&forever)
+        .arg("A's owner token")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
     let mut reader = HttpBuyer::new();
     let page = reader
         .get(&format!("{}/lab/runs/{run}", app.address))
@@ -257,4 +289,10 @@ async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
         stream.contains("event: done") && stream.contains("Cut off"),
         "{stream}"
     );
+    let left: bool = redis::cmd("EXISTS")
+        .arg(&forever)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(!left, "the cut-off run's lock is deleted");
 }

@@ -79,7 +79,7 @@ impl Action {
             Action::Crashed { .. } => "crashes (no write, no release)".into(),
             Action::Read { sold_to: Some(who) } => format!("reads {SEAT}: sold to {who}; leaves"),
             Action::Read { sold_to: None } => format!("reads {SEAT}: free; pays"),
-            Action::Paused(pause) => format!("pauses {}", secs(*pause)),
+            Action::Paused(pause) => format!("pauses {}", in_secs(*pause)),
             Action::Wrote { token: Some(t), .. } => {
                 format!("writes \"{SEAT} sold\" with token {t}")
             }
@@ -135,7 +135,7 @@ impl Action {
 }
 
 /// "1.75 s".
-fn secs(d: Duration) -> String {
+pub(super) fn in_secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
@@ -315,7 +315,7 @@ impl Checker {
                 "lapse-freed",
                 format!(
                     "{crashed} crashed holding the lock, and its lease ran out on its own after {}: {server} takes {SEAT}.",
-                    secs(LEASE_TTL)
+                    in_secs(LEASE_TTL)
                 ),
             );
         }

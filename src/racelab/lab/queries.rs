@@ -93,6 +93,16 @@ pub(super) async fn create_run(db: &PgPool, scenario: &Scenario) -> sqlx::Result
     Ok(id)
 }
 
+/// Deletes lease group `group`'s ceiling from the fence ledger (`fence_ceilings`): a lab
+/// group is never granted again once its run is over.
+pub(super) async fn forget_ceiling(db: &PgPool, group: &str) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM fence_ceilings WHERE lease_group = $1")
+        .bind(group)
+        .execute(db)
+        .await
+        .map(drop)
+}
+
 /// Marks run `id` finished: its stream ends.
 pub(super) async fn finish_run(db: &PgPool, id: i64) -> sqlx::Result<()> {
     sqlx::query("UPDATE lab_runs SET finished_at = now() WHERE id = $1")

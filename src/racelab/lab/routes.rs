@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 
 use super::check::FAILED;
 use super::queries::{self, Row, Run};
-use super::{DEFAULT_PAUSE, Fault, MAX_PAUSE, Scenario, Step};
+use super::{DEFAULT_PAUSE, Fault, MAX_PAUSE, Scenario, Side, Step};
 use crate::http::csrf::{CsrfForm, FormToken};
 use crate::http::error::{Error, Result};
 use crate::racelab::require_race_lab;
@@ -32,6 +32,13 @@ use crate::state::AppState;
 /// few seconds.
 const MAX_RUNS: usize = 4;
 static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
+
+/// Run streams open at once on this server, at most: each asks Postgres twice per
+/// [`STREAM_POLL`], and the runs' own rows must not queue behind them for a connection.
+/// Past it a stream is refused (503; the page's script tries again later, and the page
+/// without it reloads).
+const MAX_STREAMS: usize = 100;
+static STREAMS: Semaphore = Semaphore::const_new(MAX_STREAMS);
 
 /// How often a run's stream looks for new rows.
 const STREAM_POLL: Duration = Duration::from_millis(150);
@@ -140,8 +147,13 @@ impl RunForm {
             seed: self
                 .seed
                 .trim()
-                .parse()
-                .map_err(|_| Error::BadRequest("The seed must be a whole number.".into()))?,
+                .parse::<u32>()
+                .map(u64::from)
+                .map_err(|_| {
+                    Error::BadRequest(
+                        "The seed must be a whole number from 0 to 4294967295.".into(),
+                    )
+                })?,
         })
     }
 }
@@ -163,11 +175,18 @@ async fn start(
     let permit = RUNS
         .try_acquire()
         .map_err(|_| Error::Unavailable("The lab (four runs are going)"))?;
-    let run_id = queries::create_run(&state.db, &scenario).await?;
-    tokio::spawn(async move {
-        super::run::run(state, run_id, scenario).await;
-        drop(permit);
-    });
+    // Recorded and started on a task of its own: a reader who hangs up between the two
+    // must not leave a run that was recorded and never started.
+    let run_id = tokio::spawn(async move {
+        let run_id = queries::create_run(&state.db, &scenario).await?;
+        tokio::spawn(async move {
+            super::run::run(state, run_id, scenario).await;
+            drop(permit);
+        });
+        Ok::<_, Error>(run_id)
+    })
+    .await
+    .map_err(|_| Error::Unavailable("The lab"))??;
     Ok(Redirect::to(&format!("/lab/runs/{run_id}")))
 }
 
@@ -285,6 +304,14 @@ async fn find(state: &AppState, id: &str) -> Result<(Run, Scenario)> {
     let scenario = run
         .scenario()
         .ok_or_else(|| Error::NotFound("This run's step or fault is not known here.".into()))?;
+    if run.cut_off {
+        // Its server stopped mid-run: what the run left in the stores goes now.
+        for side in [Side::Off, Side::On] {
+            if let Err(err) = super::run::clean_up(state, run.id, side).await {
+                tracing::warn!(run_id = run.id, "lab clean-up: {err:#}");
+            }
+        }
+    }
     Ok((run, scenario))
 }
 
@@ -300,9 +327,14 @@ async fn stream(
 ) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
     require_race_lab(&state)?;
     let (run, _) = find(&state, &run).await?;
+    let permit = STREAMS
+        .try_acquire()
+        .map_err(|_| Error::Unavailable("The lab's live table (too many open)"))?;
     let seen = after.seen();
     let steps = futures_util::stream::unfold(Some((seen, VecDeque::new())), move |progress| {
         let (state, run_id) = (state.clone(), run.id);
+        // The stream holds its permit until it ends or its reader hangs up.
+        let _open = &permit;
         async move {
             let (mut seen, mut pending): ((i32, i32), VecDeque<Row>) = progress?;
             loop {

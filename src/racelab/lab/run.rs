@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
+use super::check::in_secs;
 use super::check::{Action, Checker};
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
@@ -37,16 +38,11 @@ pub(super) async fn run(state: AppState, run_id: i64, scenario: Scenario) {
             // One start line for both sides, once both are ready, so that neither side's
             // setup shifts its schedule against the other's.
             let started = Instant::now() + START_LINE;
-            let both = async { tokio::join!(off.race(&state, started), on.race(&state, started)) };
-            match tokio::time::timeout(RUN_LIMIT, both).await {
-                Ok((off, on)) => {
-                    for result in [off, on] {
-                        if let Err(err) = result {
-                            tracing::warn!(run_id, "lab run: {err:#}");
-                        }
-                    }
+            let (off, on) = tokio::join!(off.race(&state, started), on.race(&state, started));
+            for result in [off, on] {
+                if let Err(err) = result {
+                    tracing::warn!(run_id, "lab run: {err:#}");
                 }
-                Err(_) => tracing::warn!(run_id, "lab run cut short after {RUN_LIMIT:?}"),
             }
         }
         (off, on) => {
@@ -102,11 +98,7 @@ async fn prepare(
     side: Side,
 ) -> anyhow::Result<Prepared> {
     let protocol = Protocol::of(scenario.step, side);
-    let group = format!(
-        "{}:{side}",
-        state.settings.lease_namespace.group("lab", run_id)
-    );
-    let key = LeaseKey::new(group, SEAT)?;
+    let key = lock_key(state, run_id, side);
     let connect = || {
         lease::connect(
             state.settings.lease_store_url(),
@@ -152,8 +144,9 @@ async fn prepare(
 }
 
 impl Prepared {
-    /// Races the side's servers from `started`, with a recorder for their rows; then
-    /// deletes the lock's keys (with step 2 off, one never expires).
+    /// Races the side's servers from `started`, with a recorder for their rows, for at
+    /// most [`RUN_LIMIT`] (then the servers are stopped, and a row says so); then
+    /// deletes what the run left in the stores ([`clean_up`]).
     async fn race(self, state: &AppState, started: Instant) -> anyhow::Result<()> {
         let (run_id, side) = (self.run_id, self.side);
         let (reports, received) = mpsc::unbounded_channel();
@@ -169,20 +162,50 @@ impl Prepared {
             owners: Mutex::new(HashMap::new()),
             reports,
         });
-        let servers: Vec<_> = self
-            .servers
-            .into_iter()
-            .map(|server| tokio::spawn(server.run(arena.clone())))
-            .collect();
-        for server in servers {
-            server.await?;
+        let mut servers = tokio::task::JoinSet::new();
+        for server in self.servers {
+            servers.spawn(server.run(arena.clone()));
+        }
+        let all_done = async { while servers.join_next().await.is_some() {} };
+        if tokio::time::timeout_at(started + RUN_LIMIT, all_done)
+            .await
+            .is_err()
+        {
+            // A store so slow that the run outlived its limit: stop the servers here, so
+            // that no row comes after the run is marked finished.
+            servers.abort_all();
+            let why = format!("the run is cut short after {}", in_secs(RUN_LIMIT));
+            arena.report("lab", Action::Failed(why)).await;
         }
         // Every server is done: the recorder ends once it has stored what they sent.
+        drop(servers);
         drop(arena);
         recorder.await?;
-        unsafe_ops::lose_group(&self.redis, self.key.group()).await?;
-        Ok(())
+        clean_up(state, run_id, side).await
     }
+}
+
+/// The lock of run `run_id`'s `side`: 14C in the group `<namespace>:lab:<run>:<side>`.
+fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
+    let group = format!(
+        "{}:{side}",
+        state.settings.lease_namespace.group("lab", run_id)
+    );
+    LeaseKey::new(group, SEAT).expect("a namespace, a run id and a side make a valid key")
+}
+
+/// Deletes what run `run_id`'s `side` left in the stores: the lock's keys in Redis (with
+/// step 2 off, one never expires) and its group's ceiling in the fence ledger. After the
+/// race, and again for a run found cut off (its server stopped mid-way). Idempotent.
+pub(super) async fn clean_up(state: &AppState, run_id: i64, side: Side) -> anyhow::Result<()> {
+    let key = lock_key(state, run_id, side);
+    let redis = lease::connect(
+        state.settings.lease_store_url(),
+        state.settings.store_timeout(),
+    )?;
+    unsafe_ops::lose_group(&redis, &key).await?;
+    queries::forget_ceiling(&state.db, key.group()).await?;
+    Ok(())
 }
 
 /// Marks each report as it comes ([`Checker`]) and stores it as the side's next row,

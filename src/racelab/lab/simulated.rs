@@ -129,7 +129,7 @@ impl Arena {
     }
 
     /// Reports `action` of `server`, with the lock as it stands now.
-    async fn report(&self, server: &'static str, action: Action) {
+    pub(super) async fn report(&self, server: &'static str, action: Action) {
         // The time is the operation's (it has just returned), not the observation's.
         let at = Instant::now().saturating_duration_since(self.started);
         let (lock_key, counter) = if self.protocol.lock {
@@ -223,7 +223,7 @@ impl Server {
                     return Ok(());
                 }
                 Fault::RedisRestart => {
-                    let keys = unsafe_ops::lose_group(&arena.redis, arena.key.group()).await?;
+                    let keys = unsafe_ops::lose_group(&arena.redis, &arena.key).await?;
                     arena.report("lab", Action::StoreLost { keys }).await;
                     self.pause_here(arena).await;
                 }

@@ -54,25 +54,27 @@ pub(super) async fn persist(redis: &RedisStore, key: &LeaseKey) -> RedisResult<(
     Ok(())
 }
 
-/// The fault "Redis restarts empty", for one group: deletes every key of the group
-/// (`lease:{group}:*`: the leases, the fence counter and ceiling, the holders hash, and
-/// the lab's own in-Redis ledger), as a restart without persistence loses them. Only
-/// this run's keys: whatever else shares the Redis (other runs, the seat picker) is
-/// untouched. Returns how many keys were lost.
-pub(super) async fn lose_group(redis: &RedisStore, group: &str) -> RedisResult<usize> {
-    let mut conn = redis.connection();
-    let pattern = format!("lease:{{{group}}}:*");
-    let mut keys: Vec<String> = Vec::new();
-    {
-        let mut iter = conn.scan_match::<_, String>(&pattern).await?;
-        while let Some(key) = iter.next_item().await {
-            keys.push(key?);
-        }
-    }
-    if !keys.is_empty() {
-        let _: usize = conn.del(&keys).await?;
-    }
-    Ok(keys.len())
+/// The fault "Redis restarts empty", for one run's lock: deletes every key of its group
+/// by name (the lease, the fence counter and ceiling, the holders hash, the retired set
+/// and the lab's own in-Redis ledger), as a restart without persistence loses them. By
+/// name, not by a scan, so that it costs one round trip however many keys other apps
+/// keep in the same Redis, and touches nothing of theirs. (A block reservation's marker,
+/// `~reserving:<nonce>`, is left: it lives 30 s and is only read by its own install.)
+/// Returns how many keys were lost. Also the cleanup after a run.
+pub(super) async fn lose_group(redis: &RedisStore, key: &LeaseKey) -> RedisResult<usize> {
+    let keys = [
+        key.lease_key(),
+        key.fence_key(),
+        key.holders_key(),
+        key.retired_key(),
+        ledger_key(key.group()),
+    ];
+    redis.connection().del(&keys).await
+}
+
+/// Where [`LedgerInRedis`] keeps a group's ceiling.
+fn ledger_key(group: &str) -> String {
+    format!("lease:{{{group}}}:~lab-ledger")
 }
 
 /// Step 5 off: a [`FenceLedger`] whose ceilings live in the same Redis as the counter
@@ -86,7 +88,7 @@ impl FenceLedger for LedgerInRedis {
     async fn raise_ceiling(&self, group: &str, block: u64) -> RedisResult<u64> {
         self.0
             .connection()
-            .hincr(format!("lease:{{{group}}}:~lab-ledger"), "ceiling", block)
+            .hincr(ledger_key(group), "ceiling", block)
             .await
     }
 }
