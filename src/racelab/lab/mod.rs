@@ -9,19 +9,21 @@
 //! connection and its own [`lease::LeaseClient`]: with a step on they call the lease
 //! library exactly as the seat picker does (`acquire.lua`, `release.lua`, the fence block
 //! reserved in Postgres, the failover guard). With a step off, only that operation is
-//! replaced, by the unsafe thing a first attempt would do ([`unsafe_ops`]): `SET` without
+//! replaced, by the unsafe thing a first attempt would do (`unsafe_ops.rs`): `SET` without
 //! `NX`, a key without `PX`, a plain `DEL`, a write nobody fences, fencing tokens whose
 //! ledger lives in the Redis that loses them. The seat's row is a Postgres row
 //! (`lab_seats`, migrations/0011), the article's seat database: with fencing on it
 //! rejects a write whose token is lower than the last one it accepted, and checks nothing
-//! else. [`check`] marks each row as it is recorded: a violation of the article's
+//! else. `check.rs` marks each row as it is recorded: a violation of the article's
 //! invariant, or a refusal that kept it.
 //!
-//! **The schedule** ([`simulated`]): A starts at 0 ms, B and C 100 and 200 ms later
+//! **The schedule** (`simulated.rs`): A starts at 0 ms, B and C 100 and 200 ms later
 //! (plus a few milliseconds drawn from the seed). Each takes the lock (retrying every
 //! [`RETRY`] while someone holds it, giving up after [`GIVE_UP`]), reads the seat, charges
 //! the card ([`PAYMENT`]), writes "sold", sends the ticket ([`TICKET`]) and releases; the
-//! lease is [`LEASE_TTL`]. The fault happens to A. The numbers are chosen so that each
+//! lease is [`LEASE_TTL`]. The fault happens to A. Before the start line each side is
+//! warmed up (connections made, the group's first fence block reserved by one grant and
+//! release of 14C), so A's first token is 2 and no row waits on a ledger write. The numbers are chosen so that each
 //! step's default fault ([`Step::default_fault`]) lands where the article puts it, with
 //! about a quarter of a second to spare on either side: A, paused for [`DEFAULT_PAUSE`]
 //! after charging the card, wakes at about 2.5 s, past its lease (1.5 s), after B (which
