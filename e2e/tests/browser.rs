@@ -1062,3 +1062,19 @@ async fn the_lab_builds_each_steps_table_live_and_marks_where_it_breaks() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn without_the_race_lab_flag_the_lab_is_404_and_says_how_to_start_it() {
+    support::run("lab_off", async |w| {
+        let reader = w.buyer("A", 0).await?;
+        let response = reader.page.goto(&reader.url("/lab"), None).await?;
+        let status = response.map(|r| r.status()).unwrap_or(0);
+        ensure!(status == 404, "GET /lab answered {status}");
+        expect(reader.page.locator("main"))
+            .to_contain_text("make lab")
+            .await
+            .context("the 404 page does not say how to start the lab")?;
+        Ok(())
+    })
+    .await;
+}
