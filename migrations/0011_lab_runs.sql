@@ -11,11 +11,15 @@ CREATE TABLE lab_runs (
     -- none, pause-before-write, pause-before-release, crash-after-grant,
     -- crash-before-write or redis-restart.
     fault       text        NOT NULL,
+    -- At most src/racelab/lab's MAX_PAUSE (10 s).
     pause_ms    integer     NOT NULL CHECK (pause_ms BETWEEN 0 AND 10000),
     seed        bigint      NOT NULL,
     started_at  timestamptz NOT NULL DEFAULT now(),
     -- NULL while the run is going; the stream ends when it is set.
-    finished_at timestamptz
+    finished_at timestamptz,
+    -- Set (with finished_at) when a run was found unfinished long after its limit: the
+    -- server running it stopped mid-way, and what it left in the stores was deleted.
+    cut_off     boolean     NOT NULL DEFAULT false
 );
 
 -- lab_seats: the protected resource, seat 14C's row, one per run and side. It is the
@@ -52,10 +56,10 @@ CREATE TABLE lab_rows (
     -- What seat 14C's row accepted or refused, and why ('' when untouched).
     seat        text    NOT NULL,
     -- The checker's verdict on this row (src/racelab/lab/check.rs): NULL, or a kind
-    -- (second-sale, stale-write-accepted, …) with whether it breaks the invariant and the
-    -- sentence the page shows.
+    -- (second-sale, stale-write-accepted, …), its class (a violation of the invariant, a
+    -- refusal that saved it, or a store that failed) and the sentence the page shows.
     mark_kind   text,
-    violation   boolean,
+    mark        text CHECK (mark IN ('violation', 'saved', 'failed')),
     sentence    text,
     PRIMARY KEY (run_id, side, seq)
 );

@@ -223,7 +223,7 @@ async fn stores(
         anyhow::Ok(SessionRedis::Own(Arc::new(redis)))
     };
     let url = settings.lease_store_url();
-    let (store, redis, room): (Arc<dyn lease::LeaseStore>, _, _) = if url.starts_with("etcd://") {
+    let (store, redis, room): (Arc<dyn lease::LeaseStore>, _, _) = if settings.leases_on_etcd() {
         let etcd = lease::etcd::EtcdStore::connect(url, timeout)
             .await
             .with_context(|| format!("connecting to the lease store {url}"))?;

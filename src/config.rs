@@ -259,6 +259,11 @@ impl Settings {
         self.lease_store_url.as_deref().unwrap_or(&self.redis_url)
     }
 
+    /// Whether the leases are in etcd (`--lease-store-url etcd://…`) rather than Redis.
+    pub fn leases_on_etcd(&self) -> bool {
+        self.lease_store_url().starts_with("etcd://")
+    }
+
     /// Each lease TTL setting as (flag, `Duration`): what a lease store must be able to
     /// express ([`lease::LeaseStore::ttl_limits`]).
     pub fn lease_ttls(&self) -> [(&'static str, Duration); 3] {

@@ -269,11 +269,13 @@
     const run = document.getElementById("lab-run");
     if (!run) return;
     const replay = document.getElementById("replay");
+    let timers = [];
     replay.addEventListener("click", function () {
+      timers.forEach(clearTimeout); // a second click starts the replay over
       const rows = run.querySelectorAll("tbody tr[data-at]");
       rows.forEach(function (tr) { tr.hidden = true; });
-      rows.forEach(function (tr) {
-        setTimeout(function () { tr.hidden = false; }, Number(tr.dataset.at));
+      timers = Array.from(rows, function (tr) {
+        return setTimeout(function () { tr.hidden = false; }, Number(tr.dataset.at));
       });
     });
     if (!run.dataset.stream || !window.EventSource) return;

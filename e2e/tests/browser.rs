@@ -1052,6 +1052,9 @@ async fn the_lab_builds_each_steps_table_live_and_marks_where_it_breaks() {
             let rows = reader.page.locator("#rows-off tr[data-at]").count().await?;
             ensure!(rows > 3, "the permalink shows {rows} rows");
             reader.page.locator("#replay").click(None).await?;
+            let last = reader.page.locator("#rows-off tr[data-at]").last();
+            let hidden: bool = last.evaluate("tr => tr.hidden", None::<&()>).await?;
+            ensure!(hidden, "Replay did not hide the rows it replays");
             expect(reader.page.locator("#rows-off tr[data-at]").last())
                 .with_timeout(LAB_RUN_TIMEOUT)
                 .to_be_visible()

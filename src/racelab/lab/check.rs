@@ -4,7 +4,6 @@
 //! that kept it. The sentences are the page's, in the article's words; this is the one
 //! place they are written.
 
-use std::fmt;
 use std::time::Duration;
 
 use super::{LEASE_TTL, SEAT};
@@ -139,18 +138,35 @@ pub(super) fn in_secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
 }
 
-/// The kind of a row where a store failed and its server stopped (neither a violation nor
-/// a refusal: the run is incomplete).
-pub(super) const FAILED: &str = "failed";
+/// What a mark says of its row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum MarkClass {
+    /// The row breaks the article's invariant, or what keeps it (red).
+    Violation,
+    /// A step refused what would have broken it (green).
+    Saved,
+    /// A store failed and the server stopped: the run is incomplete (yellow).
+    Failed,
+}
+
+impl MarkClass {
+    /// `violation`, `saved` or `failed`: `lab_rows.mark`, the row's CSS class.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            MarkClass::Violation => "violation",
+            MarkClass::Saved => "saved",
+            MarkClass::Failed => "failed",
+        }
+    }
+}
 
 /// The checker's verdict on one row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Mark {
     /// `second-sale`, `stale-write-accepted`, … (the page's `data-kind`).
     pub kind: &'static str,
-    /// Whether the row breaks the invariant or what makes it hold (else: a refusal that
-    /// kept it).
-    pub violation: bool,
+    /// Red, green or yellow.
+    pub class: MarkClass,
     /// The page's sentence.
     pub sentence: String,
 }
@@ -159,7 +175,7 @@ impl Mark {
     fn violation(kind: &'static str, sentence: String) -> Option<Mark> {
         Some(Mark {
             kind,
-            violation: true,
+            class: MarkClass::Violation,
             sentence,
         })
     }
@@ -167,15 +183,23 @@ impl Mark {
     fn saved(kind: &'static str, sentence: String) -> Option<Mark> {
         Some(Mark {
             kind,
-            violation: false,
+            class: MarkClass::Saved,
             sentence,
         })
     }
 }
 
-impl fmt::Display for Mark {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind, self.sentence)
+/// Why a key without expiry blocks 14C: its holder crashed (for ever), or stalls (as
+/// long as it does).
+fn no_expiry(holder: &str, crashed: bool) -> String {
+    if crashed {
+        format!(
+            "{holder} crashed holding a key with no expiry: nobody can take {SEAT} until someone deletes the key by hand."
+        )
+    } else {
+        format!(
+            "{holder} holds a key with no expiry and stalls: nobody can take {SEAT} for as long as it does (a lease would end after its TTL)."
+        )
     }
 }
 
@@ -184,8 +208,6 @@ impl fmt::Display for Mark {
 pub(super) struct Checker {
     /// Every grant: (server, token), in order.
     grants: Vec<(String, i64)>,
-    /// Every accepted write: (server, token), in order.
-    accepted: Vec<(String, Option<i64>)>,
     /// The server that crashed, until the next grant is marked as its lapse.
     crashed: Option<String>,
     /// Redis lost the lock, and no grant has been marked since.
@@ -213,17 +235,12 @@ impl Checker {
                 no_expiry: true,
             } => Mark::violation(
                 "locked-forever",
-                format!(
-                    "{holder} crashed holding a key with no expiry: {SEAT} stays locked until someone deletes it by hand."
-                ),
+                no_expiry(holder, self.crashed.as_deref() == Some(holder.as_str())),
             ),
             Action::Crashed { key_forever } => {
                 self.crashed = Some(server.into());
-                let forever = format!(
-                    "{server} crashed holding a key with no expiry: nobody can take {SEAT} until someone deletes the key by hand."
-                );
                 key_forever
-                    .then_some(forever)
+                    .then(|| no_expiry(server, true))
                     .and_then(|sentence| Mark::violation("locked-forever", sentence))
             }
             Action::StoreLost { .. } => {
@@ -231,8 +248,8 @@ impl Checker {
                 None
             }
             Action::Failed(why) => Some(Mark {
-                kind: FAILED,
-                violation: false,
+                kind: "failed",
+                class: MarkClass::Failed,
                 sentence: format!("{server} stops: {why}. The run shows what happened until then."),
             }),
             Action::Wrote {
@@ -306,7 +323,7 @@ impl Checker {
             return Mark::saved(
                 "fresh-token",
                 format!(
-                    "Redis lost the counter, but token {token} comes from a block reserved in Postgres, above every token issued ({highest}). The lock itself was lost and granted again while {before} may still work: only the fence keeps the sale single (etcd, a consensus store, would not lose the grant)."
+                    "Redis lost the counter, but token {token} comes from a block reserved in Postgres, above every token issued ({highest}). The lock itself was lost and granted again while {before} may still work: telling their writes apart is now the fence's job (etcd, a consensus store, would not lose the grant)."
                 ),
             );
         }
@@ -323,7 +340,7 @@ impl Checker {
     }
 
     fn wrote(
-        &mut self,
+        &self,
         server: &str,
         token: Option<i64>,
         accepted: bool,
@@ -349,26 +366,21 @@ impl Checker {
                 ),
             };
         }
-        let newer = self
-            .accepted
-            .iter()
-            .find(|(_, t)| matches!((t, token), (Some(t), Some(mine)) if *t > mine))
-            .cloned();
-        let other = self.accepted.iter().rfind(|(s, _)| s != server).cloned();
-        self.accepted.push((server.into(), token));
-        if let (Some((them, Some(theirs))), Some(mine)) = (newer, token) {
+        // Judged by what the write met in its own transaction (the row read FOR UPDATE),
+        // not by the order reports reach the checker, which two close writes can swap.
+        if let (Some(mine), true) = (token, token < Some(before_token)) {
             return Mark::violation(
                 "stale-write-accepted",
                 format!(
-                    "{server}'s write with token {mine} is accepted after {them}'s {theirs}: without the fence a lease is only advisory."
+                    "{server}'s write with token {mine} is accepted, though the row had accepted token {before_token}: without the fence a lease is only advisory."
                 ),
             );
         }
-        let (them, _) = other?;
+        let earlier = before_sold_to.as_ref().filter(|them| *them != server)?;
         Mark::violation(
             "second-sale",
             format!(
-                "{SEAT} is sold a second time: {server}'s write is accepted after {them}'s, and the seat exists once."
+                "{SEAT} is sold a second time: {server}'s write is accepted after {earlier}'s, and the seat exists once."
             ),
         )
     }
@@ -378,13 +390,14 @@ impl Checker {
 mod tests {
     use super::*;
 
-    fn wrote(token: i64, accepted: bool, before: i64) -> Action {
+    /// A fenced write of `token` that met a row last written by `before` with `token`.
+    fn wrote(token: i64, accepted: bool, before: Option<(&str, i64)>) -> Action {
         Action::Wrote {
             token: Some(token),
             accepted,
             rule: WriteRule::Fenced,
-            before_sold_to: None,
-            before_token: before,
+            before_sold_to: before.map(|(who, _)| who.to_string()),
+            before_token: before.map_or(0, |(_, t)| t),
         }
     }
 
@@ -395,27 +408,19 @@ mod tests {
     #[test]
     fn a_late_lower_token_accepted_is_a_stale_write_and_refused_is_saved() {
         let mut check = Checker::default();
-        assert_eq!(kind(check.mark("B", &wrote(2, true, 0))), None);
-        assert_eq!(
-            kind(check.mark("A", &wrote(1, true, 2))),
-            Some("stale-write-accepted")
-        );
-        let mut check = Checker::default();
-        check.mark("B", &wrote(2, true, 0));
-        assert_eq!(
-            kind(check.mark("A", &wrote(1, false, 2))),
-            Some("stale-write-refused")
-        );
+        assert_eq!(kind(check.mark("B", &wrote(3, true, None))), None);
+        let late = wrote(2, true, Some(("B", 3)));
+        assert_eq!(kind(check.mark("A", &late)), Some("stale-write-accepted"));
+        let refused = wrote(2, false, Some(("B", 3)));
+        assert_eq!(kind(check.mark("A", &refused)), Some("stale-write-refused"));
     }
 
     #[test]
     fn a_second_holder_writing_in_token_order_is_a_second_sale() {
         let mut check = Checker::default();
-        check.mark("A", &wrote(1, true, 0));
-        assert_eq!(
-            kind(check.mark("B", &wrote(2, true, 1))),
-            Some("second-sale")
-        );
+        check.mark("A", &wrote(2, true, None));
+        let again = wrote(3, true, Some(("A", 2)));
+        assert_eq!(kind(check.mark("B", &again)), Some("second-sale"));
     }
 
     #[test]

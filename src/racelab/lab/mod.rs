@@ -61,6 +61,15 @@ pub const MAX_PAUSE: Duration = Duration::from_secs(10);
 /// spare): a run still unfinished then is cut short, and one whose server stopped is
 /// shown as cut off.
 pub const RUN_LIMIT: Duration = Duration::from_secs(30);
+/// How long after its start an unfinished run is taken for one whose server stopped: its
+/// limit, plus time for its preparation (connections, the warm-up) on slow stores.
+pub const CUT_OFF_AFTER: Duration = Duration::from_secs(45);
+/// How much later than A each next server starts: B one stagger after A, C two.
+pub const STAGGER: Duration = Duration::from_millis(100);
+/// The most the seed adds to B's and C's start, in milliseconds.
+pub const JITTER_MS: u64 = 20;
+/// The seed the form offers.
+pub const DEFAULT_SEED: u32 = 42;
 /// The seat the servers race for (the article's).
 pub const SEAT: &str = "14C";
 
@@ -128,7 +137,8 @@ impl Step {
         }
     }
 
-    /// The article's lesson for this step, in its words.
+    /// The article's lesson for this step, after its words (step 5 as this project has
+    /// it: durable tokens over one Redis; the article goes on to a consensus store).
     pub fn lesson(self) -> &'static str {
         match self {
             Step::CreateIfAbsent => {
@@ -221,7 +231,7 @@ impl Fault {
         }
     }
 
-    /// Whether A pauses (for [`Scenario::fault_pause`]).
+    /// Whether A pauses (for [`Scenario::fault_pause`], and the run page's terms).
     fn pauses(self) -> bool {
         matches!(
             self,
@@ -261,7 +271,7 @@ impl Scenario {
 }
 
 /// A run's two sides: the step switched off, and every step on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
     /// The scenario's step is switched off.
     Off,

@@ -5,13 +5,10 @@ use serde::Serialize;
 use sqlx::PgPool;
 
 use super::check::{Action, Mark, WriteRule};
-use super::{Fault, RUN_LIMIT, Scenario, Side, Step};
+use super::{CUT_OFF_AFTER, Fault, Scenario, Side, Step};
 
-/// The columns of a [`Run`]: a run unfinished after [`RUN_LIMIT`] counts as finished, and
-/// cut off.
-const RUN_COLUMNS: &str = "id, step, fault, pause_ms, seed,
-    finished_at IS NOT NULL OR started_at < now() - make_interval(secs => $1),
-    finished_at IS NULL AND started_at < now() - make_interval(secs => $1)";
+/// The columns of a [`Run`].
+const RUN_COLUMNS: &str = "id, step, fault, pause_ms, seed, finished_at IS NOT NULL, cut_off";
 
 type RunRecord = (i64, String, String, i32, i64, bool, bool);
 
@@ -30,7 +27,7 @@ pub(super) struct Run {
     pub(super) seed: i64,
     /// Whether the run has finished, or was cut off.
     pub(super) finished: bool,
-    /// Unfinished [`RUN_LIMIT`] after it started: the server running it stopped.
+    /// Found unfinished [`CUT_OFF_AFTER`] after it started: the server running it stopped.
     pub(super) cut_off: bool,
 }
 
@@ -67,8 +64,8 @@ pub(super) struct Row {
     pub(super) seat: String,
     /// The checker's mark kind, if any.
     pub(super) mark_kind: Option<String>,
-    /// Whether the mark is a violation.
-    pub(super) violation: Option<bool>,
+    /// The mark's class: `violation`, `saved` or `failed`.
+    pub(super) mark: Option<String>,
     /// The mark's sentence.
     pub(super) sentence: Option<String>,
 }
@@ -93,14 +90,20 @@ pub(super) async fn create_run(db: &PgPool, scenario: &Scenario) -> sqlx::Result
     Ok(id)
 }
 
-/// Deletes lease group `group`'s ceiling from the fence ledger (`fence_ceilings`): a lab
-/// group is never granted again once its run is over.
-pub(super) async fn forget_ceiling(db: &PgPool, group: &str) -> sqlx::Result<()> {
-    sqlx::query("DELETE FROM fence_ceilings WHERE lease_group = $1")
-        .bind(group)
-        .execute(db)
-        .await
-        .map(drop)
+/// Marks run `id` finished and cut off if it is still unfinished [`CUT_OFF_AFTER`] after
+/// it started (its server stopped mid-way); returns whether this call did, so that the
+/// one caller that did cleans up after it.
+pub(super) async fn cut_off_if_stale(db: &PgPool, id: i64) -> sqlx::Result<bool> {
+    sqlx::query(
+        "UPDATE lab_runs SET finished_at = now(), cut_off = true
+          WHERE id = $1 AND finished_at IS NULL
+            AND started_at < now() - make_interval(secs => $2)",
+    )
+    .bind(id)
+    .bind(CUT_OFF_AFTER.as_secs_f64())
+    .execute(db)
+    .await
+    .map(|done| done.rows_affected() == 1)
 }
 
 /// Marks run `id` finished: its stream ends.
@@ -114,8 +117,7 @@ pub(super) async fn finish_run(db: &PgPool, id: i64) -> sqlx::Result<()> {
 
 /// Run `id`, if it exists.
 pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
-    sqlx::query_as::<_, RunRecord>(&format!("SELECT {RUN_COLUMNS} FROM lab_runs WHERE id = $2"))
-        .bind(RUN_LIMIT.as_secs_f64())
+    sqlx::query_as::<_, RunRecord>(&format!("SELECT {RUN_COLUMNS} FROM lab_runs WHERE id = $1"))
         .bind(id)
         .fetch_optional(db)
         .await
@@ -125,9 +127,8 @@ pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
 /// The latest `limit` runs, newest first.
 pub(super) async fn recent_runs(db: &PgPool, limit: i64) -> sqlx::Result<Vec<Run>> {
     let rows = sqlx::query_as::<_, RunRecord>(&format!(
-        "SELECT {RUN_COLUMNS} FROM lab_runs ORDER BY id DESC LIMIT $2"
+        "SELECT {RUN_COLUMNS} FROM lab_runs ORDER BY id DESC LIMIT $1"
     ))
-    .bind(RUN_LIMIT.as_secs_f64())
     .bind(limit)
     .fetch_all(db)
     .await?;
@@ -152,7 +153,7 @@ fn run_of((id, step, fault, pause_ms, seed, finished, cut_off): RunRecord) -> Ru
 pub(super) async fn rows_after(db: &PgPool, id: i64, after: (i32, i32)) -> sqlx::Result<Vec<Row>> {
     sqlx::query_as::<_, RowRecord>(
         "SELECT side, seq, at_ms, server, did, lock_key, fence_counter, seat,
-                mark_kind, violation, sentence
+                mark_kind, mark, sentence
            FROM lab_rows
           WHERE run_id = $1 AND ((side = 'off' AND seq > $2) OR (side = 'on' AND seq > $3))
           ORDER BY side, seq",
@@ -176,7 +177,7 @@ struct RowRecord {
     fence_counter: Option<i64>,
     seat: String,
     mark_kind: Option<String>,
-    violation: Option<bool>,
+    mark: Option<String>,
     sentence: Option<String>,
 }
 
@@ -192,7 +193,7 @@ impl From<RowRecord> for Row {
             fence_counter: r.fence_counter,
             seat: r.seat,
             mark_kind: r.mark_kind,
-            violation: r.violation,
+            mark: r.mark,
             sentence: r.sentence,
         }
     }
@@ -214,7 +215,7 @@ pub(super) struct NewRow<'a> {
 pub(super) async fn insert_row(db: &PgPool, id: i64, row: NewRow<'_>) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO lab_rows (run_id, side, seq, at_ms, server, did, lock_key, fence_counter,
-                               seat, mark_kind, violation, sentence)
+                               seat, mark_kind, mark, sentence)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
     )
     .bind(id)
@@ -227,7 +228,7 @@ pub(super) async fn insert_row(db: &PgPool, id: i64, row: NewRow<'_>) -> sqlx::R
     .bind(row.fence_counter)
     .bind(row.action.seat(row.server))
     .bind(row.mark.map(|m| m.kind))
-    .bind(row.mark.map(|m| m.violation))
+    .bind(row.mark.map(|m| m.class.as_str()))
     .bind(row.mark.map(|m| m.sentence.as_str()))
     .execute(db)
     .await

@@ -2,7 +2,7 @@
 //! `GET /lab/runs/{id}` (the run's table: live while it runs, its permalink after),
 //! `GET /lab/runs/{id}/stream` (its rows as server-sent events) and
 //! `GET /lab/runs/{id}/history.json` (the run and every row). All 404 unless the server
-//! runs with `--enable-race-lab`.
+//! runs with `--enable-race-lab` and its leases in Redis.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -19,29 +19,30 @@ use futures_util::Stream;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
-use super::check::FAILED;
 use super::queries::{self, Row, Run};
-use super::{DEFAULT_PAUSE, Fault, MAX_PAUSE, Scenario, Side, Step};
+use super::{
+    DEFAULT_PAUSE, DEFAULT_SEED, Fault, LEASE_TTL, MAX_PAUSE, SEAT, STAGGER, Scenario, Side, Step,
+};
 use crate::http::csrf::{CsrfForm, FormToken};
 use crate::http::error::{Error, Result};
 use crate::racelab::require_race_lab;
 use crate::seats::parse_id;
 use crate::state::AppState;
 
-/// Runs going at once on this server, at most: each holds seven Redis connections for a
-/// few seconds.
+/// Runs going at once on this server, at most: each holds eight Redis connections (four
+/// a side) for a few seconds.
 const MAX_RUNS: usize = 4;
 static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
 
-/// Run streams open at once on this server, at most: each asks Postgres twice per
-/// [`STREAM_POLL`], and the runs' own rows must not queue behind them for a connection.
-/// Past it a stream is refused (503; the page's script tries again later, and the page
-/// without it reloads).
-const MAX_STREAMS: usize = 100;
+/// Run streams open at once on this server, at most: each asks Postgres once per
+/// [`STREAM_POLL`], and the runs' own rows must not queue behind them for one of the
+/// pool's connections. Past it a stream is refused (503; the page's script tries again
+/// later, and the page without it reloads).
+const MAX_STREAMS: usize = 32;
 static STREAMS: Semaphore = Semaphore::const_new(MAX_STREAMS);
 
 /// How often a run's stream looks for new rows.
-const STREAM_POLL: Duration = Duration::from_millis(150);
+const STREAM_POLL: Duration = Duration::from_millis(250);
 
 /// The lab's routes (merged by [`crate::racelab::router`]).
 pub fn router() -> Router<AppState> {
@@ -53,11 +54,25 @@ pub fn router() -> Router<AppState> {
         .route("/lab/runs/{run}/history.json", get(history))
 }
 
-/// `GET /lab`'s query: a step (and fault) to preselect, as the README's links do.
+/// 404 unless the race lab is on ([`require_race_lab`]) and the leases are in Redis (the
+/// lab races Redis leases; on etcd there is nothing to switch off).
+fn require_lab(state: &AppState) -> Result<()> {
+    require_race_lab(state)?;
+    if state.settings.leases_on_etcd() {
+        return Err(Error::NotFound(
+            "The lab races Redis leases, and this server keeps its leases in etcd.".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `GET /lab`'s query: a run to preselect, as the README's links and "Run it again" do.
 #[derive(Deserialize)]
 struct Preselect {
     step: Option<String>,
     fault: Option<String>,
+    pause_ms: Option<u64>,
+    seed: Option<u32>,
 }
 
 /// The form, the five steps and the latest runs.
@@ -66,7 +81,9 @@ struct Preselect {
 struct LabPage {
     step: Step,
     fault: Fault,
-    pause_ms: u128,
+    pause_ms: u64,
+    seed: u32,
+    seat: &'static str,
     steps: [Step; 6],
     faults: [Fault; 6],
     recent: Vec<(Run, String)>,
@@ -78,7 +95,7 @@ async fn form(
     csrf: FormToken,
     Query(pre): Query<Preselect>,
 ) -> Result<Response> {
-    require_race_lab(&state)?;
+    require_lab(&state)?;
     let step = pre
         .step
         .as_deref()
@@ -100,7 +117,12 @@ async fn form(
     let page = LabPage {
         step,
         fault,
-        pause_ms: DEFAULT_PAUSE.as_millis(),
+        pause_ms: pre
+            .pause_ms
+            .unwrap_or(DEFAULT_PAUSE.as_millis() as u64)
+            .min(MAX_PAUSE.as_millis() as u64),
+        seed: pre.seed.unwrap_or(DEFAULT_SEED),
+        seat: SEAT,
         steps: Step::ALL,
         faults: Fault::ALL,
         recent,
@@ -150,9 +172,10 @@ impl RunForm {
                 .parse::<u32>()
                 .map(u64::from)
                 .map_err(|_| {
-                    Error::BadRequest(
-                        "The seed must be a whole number from 0 to 4294967295.".into(),
-                    )
+                    Error::BadRequest(format!(
+                        "The seed must be a whole number from 0 to {}.",
+                        u32::MAX
+                    ))
                 })?,
         })
     }
@@ -165,16 +188,11 @@ async fn start(
     State(state): State<AppState>,
     CsrfForm(form): CsrfForm<RunForm>,
 ) -> Result<Redirect> {
-    require_race_lab(&state)?;
+    require_lab(&state)?;
     let scenario = form.scenario()?;
-    if state.settings.lease_store_url().starts_with("etcd://") {
-        return Err(Error::Unavailable(
-            "The lab (it races on the Redis lease store)",
-        ));
-    }
     let permit = RUNS
         .try_acquire()
-        .map_err(|_| Error::Unavailable("The lab (four runs are going)"))?;
+        .map_err(|_| Error::Unavailable("The lab (it runs as many races as it may at once)"))?;
     // Recorded and started on a task of its own: a reader who hangs up between the two
     // must not leave a run that was recorded and never started.
     let run_id = tokio::spawn(async move {
@@ -201,6 +219,8 @@ struct RunPage {
     /// The stream's `after`: the last row shown of each side, "<off>,<on>".
     after: String,
     ttl_ms: u128,
+    stagger_ms: u128,
+    seat: &'static str,
 }
 
 /// One side of a run's page.
@@ -208,7 +228,7 @@ struct SideView {
     name: &'static str,
     title: &'static str,
     rows: Vec<Row>,
-    /// Once the run is finished: [`verdict`].
+    /// Once the run is finished: [`verdicts`].
     verdict: String,
 }
 
@@ -225,14 +245,9 @@ impl Row {
         format!("{:.3} s", self.at_ms as f64 / 1000.0)
     }
 
-    /// The row's class: `violation`, `saved`, `failed` or ''.
-    fn class(&self) -> &'static str {
-        match (self.violation, self.mark_kind.as_deref()) {
-            (_, Some(FAILED)) => "failed",
-            (Some(true), _) => "violation",
-            (Some(false), _) => "saved",
-            (None, _) => "",
-        }
+    /// The row's class: its mark's (`violation`, `saved`, `failed`), or ''.
+    fn class(&self) -> &str {
+        self.mark.as_deref().unwrap_or("")
     }
 
     /// The fencing counter, or "—".
@@ -244,74 +259,92 @@ impl Row {
 /// The verdict of a run whose server stopped before it finished.
 const CUT_OFF: &str = "Cut off: the server running it stopped before the run finished.";
 
-/// One side's verdict, once its rows are in: the first violation's sentence, that a store
-/// failed, or what kept the invariant.
-fn verdict(rows: &[Row]) -> String {
-    if let Some(row) = rows.iter().find(|r| r.class() == "violation") {
-        return format!(
-            "Broken at {}: {}",
-            row.t(),
-            row.sentence.as_deref().unwrap_or("")
-        );
-    }
-    if let Some(row) = rows.iter().find(|r| r.class() == "failed") {
-        return format!("Incomplete at {}: {}", row.t(), row.did);
-    }
-    let saved = rows.iter().filter(|r| r.class() == "saved").count();
-    format!(
-        "Held: no violation in {} rows; {saved} refused what would have broken it.",
-        rows.len()
-    )
+/// Each side's verdict (step off, step on), once the run is finished: the first
+/// violation's sentence, that a store failed, that it was cut off, or that it held; ''
+/// while it runs.
+fn verdicts(run: &Run, rows: &[Row]) -> [String; 2] {
+    [Side::Off, Side::On].map(|side| {
+        let rows: Vec<&Row> = rows.iter().filter(|r| r.side == side.as_str()).collect();
+        if run.cut_off {
+            return CUT_OFF.into();
+        }
+        if !run.finished {
+            return String::new();
+        }
+        if let Some(row) = rows.iter().find(|r| r.class() == "violation") {
+            return format!(
+                "Broken at {}: {}",
+                row.t(),
+                row.sentence.as_deref().unwrap_or("")
+            );
+        }
+        if let Some(row) = rows.iter().find(|r| r.class() == "failed") {
+            return format!("Incomplete at {}: {}", row.t(), row.did);
+        }
+        let saved = rows.iter().filter(|r| r.class() == "saved").count();
+        format!(
+            "Held: no violation in {} rows; {saved} refused what would have broken it.",
+            rows.len()
+        )
+    })
+}
+
+/// The highest `seq` of each side among `rows`, "(off, on)".
+fn last_seq(rows: &[Row], seen: (i32, i32)) -> (i32, i32) {
+    rows.iter()
+        .fold(seen, |(off, on), r| match r.side.as_str() {
+            "off" => (off.max(r.seq), on),
+            _ => (off, on.max(r.seq)),
+        })
 }
 
 async fn show(State(state): State<AppState>, Path(run): Path<String>) -> Result<Response> {
-    require_race_lab(&state)?;
+    require_lab(&state)?;
     let (run, scenario) = find(&state, &run).await?;
     let rows = queries::rows_after(&state.db, run.id, (0, 0)).await?;
+    let (off_seen, on_seen) = last_seq(&rows, (0, 0));
+    let [verdict_off, verdict_on] = verdicts(&run, &rows);
     let (off, on): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| r.side == "off");
-    let after = format!("{},{}", off.len(), on.len());
-    let side = |name, title, rows: Vec<Row>| SideView {
+    let side = |name, title, rows, verdict| SideView {
         name,
         title,
-        verdict: match (run.cut_off, run.finished) {
-            (true, _) => CUT_OFF.into(),
-            (false, true) => verdict(&rows),
-            (false, false) => String::new(),
-        },
         rows,
+        verdict,
     };
     let sides = [
-        side("off", scenario.step.off_title(), off),
-        side("on", scenario.step.on_title(), on),
+        side("off", scenario.step.off_title(), off, verdict_off),
+        side("on", scenario.step.on_title(), on, verdict_on),
     ];
     Ok(RunPage {
         run,
         scenario,
         sides,
-        after,
-        ttl_ms: super::LEASE_TTL.as_millis(),
+        after: format!("{off_seen},{on_seen}"),
+        ttl_ms: LEASE_TTL.as_millis(),
+        stagger_ms: STAGGER.as_millis(),
+        seat: SEAT,
     }
     .into_response())
 }
 
 /// Run `id` (a path segment) and its scenario: 404 if there is none, or if this build
-/// no longer knows its step or fault.
+/// no longer knows its step or fault. A run found unfinished long after its limit is
+/// marked cut off here, once, and what it left in the stores deleted.
 async fn find(state: &AppState, id: &str) -> Result<(Run, Scenario)> {
     let id = parse_id(id, "run")?;
+    if queries::cut_off_if_stale(&state.db, id).await? {
+        for side in [Side::Off, Side::On] {
+            if let Err(err) = super::run::clean_up(state, id, side).await {
+                tracing::warn!(run_id = id, "lab clean-up: {err:#}");
+            }
+        }
+    }
     let run = queries::run(&state.db, id)
         .await?
         .ok_or_else(|| Error::NotFound("The lab has no such run.".into()))?;
     let scenario = run
         .scenario()
         .ok_or_else(|| Error::NotFound("This run's step or fault is not known here.".into()))?;
-    if run.cut_off {
-        // Its server stopped mid-run: what the run left in the stores goes now.
-        for side in [Side::Off, Side::On] {
-            if let Err(err) = super::run::clean_up(state, run.id, side).await {
-                tracing::warn!(run_id = run.id, "lab clean-up: {err:#}");
-            }
-        }
-    }
     Ok((run, scenario))
 }
 
@@ -319,17 +352,18 @@ async fn find(state: &AppState, id: &str) -> Result<(Run, Scenario)> {
 /// (`{"side": "off", "html": "<tr …>"}`), polled from Postgres every [`STREAM_POLL`]
 /// (so any server of a deployment can stream any run); once the run is finished and
 /// every row sent, one `done` event with both verdicts (`{"off": …, "on": …}`), and the
-/// stream ends. `?after=<off>,<on>` skips rows the page already shows.
+/// stream ends (also if the run is gone). `?after=<off>,<on>` skips rows the page
+/// already shows. 503 past [`MAX_STREAMS`].
 async fn stream(
     State(state): State<AppState>,
     Path(run): Path<String>,
     Query(after): Query<After>,
 ) -> Result<Sse<impl Stream<Item = std::result::Result<Event, Infallible>>>> {
-    require_race_lab(&state)?;
+    require_lab(&state)?;
     let (run, _) = find(&state, &run).await?;
     let permit = STREAMS
         .try_acquire()
-        .map_err(|_| Error::Unavailable("The lab's live table (too many open)"))?;
+        .map_err(|_| Error::Unavailable("The lab's live table (too many are open)"))?;
     let seen = after.seen();
     let steps = futures_util::stream::unfold(Some((seen, VecDeque::new())), move |progress| {
         let (state, run_id) = (state.clone(), run.id);
@@ -349,33 +383,29 @@ async fn stream(
                     }
                 }
                 // Finished first, rows second: rows read after it said finished are all.
-                let run = queries::run(&state.db, run_id).await.ok().flatten();
-                let finished = run.as_ref().is_some_and(|r| r.finished);
-                let cut_off = run.as_ref().is_some_and(|r| r.cut_off);
+                // A store error is a skipped poll; a run that is gone ends the stream.
+                let Ok(run) = queries::run(&state.db, run_id).await else {
+                    tokio::time::sleep(STREAM_POLL).await;
+                    continue;
+                };
+                let run = run?;
                 let rows = queries::rows_after(&state.db, run_id, seen)
                     .await
                     .unwrap_or_default();
-                for row in &rows {
-                    match row.side.as_str() {
-                        "off" => seen.0 = row.seq,
-                        _ => seen.1 = row.seq,
-                    }
-                }
+                seen = last_seq(&rows, seen);
                 pending.extend(rows);
                 if !pending.is_empty() {
                     continue;
                 }
-                if finished {
+                if run.finished {
                     let rows = queries::rows_after(&state.db, run_id, (0, 0))
                         .await
                         .unwrap_or_default();
-                    let (off, on): (Vec<Row>, Vec<Row>) =
-                        rows.into_iter().partition(|r| r.side == "off");
-                    let verdicts = match cut_off {
-                        true => serde_json::json!({ "off": CUT_OFF, "on": CUT_OFF }),
-                        false => serde_json::json!({ "off": verdict(&off), "on": verdict(&on) }),
-                    };
-                    let done = Event::default().event("done").json_data(verdicts).ok()?;
+                    let [off, on] = verdicts(&run, &rows);
+                    let done = Event::default()
+                        .event("done")
+                        .json_data(serde_json::json!({ "off": off, "on": on }))
+                        .ok()?;
                     return Some((Ok(done), None));
                 }
                 tokio::time::sleep(STREAM_POLL).await;
@@ -402,13 +432,13 @@ impl After {
 }
 
 /// `GET /lab/runs/{id}/history.json`: `{"run": {…}, "rows": [{"side", "seq", "at_ms",
-/// "server", "did", "lock_key", "fence_counter", "seat", "mark_kind", "violation",
+/// "server", "did", "lock_key", "fence_counter", "seat", "mark_kind", "mark",
 /// "sentence"}, …]}`, every row in the order recorded.
 async fn history(
     State(state): State<AppState>,
     Path(run): Path<String>,
 ) -> Result<Json<serde_json::Value>> {
-    require_race_lab(&state)?;
+    require_lab(&state)?;
     let (run, _) = find(&state, &run).await?;
     let rows = queries::rows_after(&state.db, run.id, (0, 0)).await?;
     Ok(Json(serde_json::json!({ "run": run, "rows": rows })))

@@ -17,7 +17,7 @@ use super::check::{Action, Checker};
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
 use super::unsafe_ops::{self, LedgerInRedis};
-use super::{Fault, LEASE_TTL, RUN_LIMIT, SEAT, Scenario, Side};
+use super::{Fault, JITTER_MS, LEASE_TTL, RUN_LIMIT, SEAT, STAGGER, Scenario, Side};
 use crate::ledger::PgFenceLedger;
 use crate::state::AppState;
 
@@ -70,6 +70,13 @@ pub(super) async fn run(state: AppState, run_id: i64, scenario: Scenario) {
             }
         }
     }
+    // Whatever happened (a side that could not start, a recorder that failed), what the
+    // run left in the stores goes, before the run says it is finished.
+    for side in [Side::Off, Side::On] {
+        if let Err(err) = clean_up(&state, run_id, side).await {
+            tracing::warn!(run_id, "lab clean-up: {err:#}");
+        }
+    }
     if let Err(err) = queries::finish_run(&state.db, run_id).await {
         tracing::warn!(run_id, "lab run not marked finished: {err}");
     }
@@ -106,11 +113,15 @@ async fn prepare(
         )
     };
     let redis = Arc::new(connect()?);
-    // B and C start 100 and 200 ms after A, each a little later as the seed draws.
+    // B and C start one and two staggers after A, each a little later as the seed draws.
     let mut rng = StdRng::seed_from_u64(scenario.seed);
     let mut servers = Vec::new();
     for (i, name) in ["A", "B", "C"].into_iter().enumerate() {
-        let jitter = if i == 0 { 0 } else { rng.random_range(0..=20) };
+        let jitter = if i == 0 {
+            0
+        } else {
+            rng.random_range(0..=JITTER_MS)
+        };
         let client: Arc<dyn LeaseStore> = if protocol.durable_tokens {
             Arc::new(LeaseClient::new(
                 connect()?,
@@ -125,7 +136,7 @@ async fn prepare(
         client.ping().await?;
         servers.push(Server {
             name,
-            start: Duration::from_millis(100 * i as u64 + jitter),
+            start: STAGGER * i as u32 + Duration::from_millis(jitter),
             client,
             fault: if i == 0 { scenario.fault } else { Fault::None },
             pause: scenario.fault_pause(),
@@ -145,8 +156,7 @@ async fn prepare(
 
 impl Prepared {
     /// Races the side's servers from `started`, with a recorder for their rows, for at
-    /// most [`RUN_LIMIT`] (then the servers are stopped, and a row says so); then
-    /// deletes what the run left in the stores ([`clean_up`]).
+    /// most [`RUN_LIMIT`] (then the servers are stopped, and a row says so).
     async fn race(self, state: &AppState, started: Instant) -> anyhow::Result<()> {
         let (run_id, side) = (self.run_id, self.side);
         let (reports, received) = mpsc::unbounded_channel();
@@ -180,8 +190,7 @@ impl Prepared {
         // Every server is done: the recorder ends once it has stored what they sent.
         drop(servers);
         drop(arena);
-        recorder.await?;
-        clean_up(state, run_id, side).await
+        Ok(recorder.await?)
     }
 }
 
@@ -196,15 +205,15 @@ fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
 
 /// Deletes what run `run_id`'s `side` left in the stores: the lock's keys in Redis (with
 /// step 2 off, one never expires) and its group's ceiling in the fence ledger. After the
-/// race, and again for a run found cut off (its server stopped mid-way). Idempotent.
+/// run, and for a run found cut off (its server stopped mid-way). Idempotent.
 pub(super) async fn clean_up(state: &AppState, run_id: i64, side: Side) -> anyhow::Result<()> {
     let key = lock_key(state, run_id, side);
     let redis = lease::connect(
         state.settings.lease_store_url(),
         state.settings.store_timeout(),
     )?;
-    unsafe_ops::lose_group(&redis, &key).await?;
-    queries::forget_ceiling(&state.db, key.group()).await?;
+    unsafe_ops::delete_lock_keys(&redis, &key).await?;
+    PgFenceLedger(state.db.clone()).forget(key.group()).await?;
     Ok(())
 }
 

@@ -223,7 +223,7 @@ impl Server {
                     return Ok(());
                 }
                 Fault::RedisRestart => {
-                    let keys = unsafe_ops::lose_group(&arena.redis, &arena.key).await?;
+                    let keys = unsafe_ops::delete_lock_keys(&arena.redis, &arena.key).await?;
                     arena.report("lab", Action::StoreLost { keys }).await;
                     self.pause_here(arena).await;
                 }
@@ -262,9 +262,12 @@ impl Server {
     /// Takes the lock, retrying every [`RETRY`] while another holds it, for
     /// [`GIVE_UP`]; `None` if it gave up.
     async fn take(&self, arena: &Arena) -> anyhow::Result<Option<Lease>> {
-        let deadline = arena.started + self.start + GIVE_UP;
+        let first_try = arena.started + self.start;
+        let deadline = first_try + GIVE_UP;
         let mut refused = false;
-        loop {
+        // Tries on a fixed grid, every RETRY from the first: a slow round trip delays one
+        // try, not every later one.
+        for attempt in 1.. {
             // Step 1 off: SET without NX, which replaces whatever key is there. The lab
             // deletes the key, then takes the lease as usual (for a real fencing token).
             let overwrote = match arena.protocol.nx {
@@ -303,7 +306,8 @@ impl Server {
                             )
                             .await;
                     }
-                    if Instant::now() + RETRY > deadline {
+                    let next_try = first_try + RETRY * attempt;
+                    if next_try > deadline {
                         let lock = unsafe_ops::observe(&arena.redis, &arena.key).await?;
                         let no_expiry = lock.pttl_ms == -1;
                         arena
@@ -311,11 +315,12 @@ impl Server {
                             .await;
                         return Ok(None);
                     }
-                    sleep(RETRY).await;
+                    sleep_until(next_try).await;
                 }
                 Err(err) => return Err(err).context("the lease store"),
             }
         }
+        unreachable!("the attempts never run out")
     }
 
     /// Gives the lock back: compare-and-delete (step 3), or a plain `DEL` with it off.

@@ -61,7 +61,7 @@ pub(super) async fn persist(redis: &RedisStore, key: &LeaseKey) -> RedisResult<(
 /// keep in the same Redis, and touches nothing of theirs. (A block reservation's marker,
 /// `~reserving:<nonce>`, is left: it lives 30 s and is only read by its own install.)
 /// Returns how many keys were lost. Also the cleanup after a run.
-pub(super) async fn lose_group(redis: &RedisStore, key: &LeaseKey) -> RedisResult<usize> {
+pub(super) async fn delete_lock_keys(redis: &RedisStore, key: &LeaseKey) -> RedisResult<usize> {
     let keys = [
         key.lease_key(),
         key.fence_key(),
