@@ -133,6 +133,18 @@ impl Action {
     }
 }
 
+/// Why `err` happened, for a row: its chain of causes, each said once (a store's error
+/// often repeats its cause in its own text: "timed out: timed out").
+pub(super) fn why(err: &anyhow::Error) -> String {
+    let mut said: Vec<String> = Vec::new();
+    for cause in err.chain().map(ToString::to_string) {
+        if !said.iter().any(|earlier| earlier.contains(&cause)) {
+            said.push(cause);
+        }
+    }
+    said.join(": ")
+}
+
 /// "1.75 s".
 pub(super) fn in_secs(d: Duration) -> String {
     format!("{:.2} s", d.as_secs_f64())
@@ -403,6 +415,17 @@ mod tests {
 
     fn kind(mark: Option<Mark>) -> Option<&'static str> {
         mark.map(|m| m.kind)
+    }
+
+    #[test]
+    fn a_cause_repeated_in_its_errors_text_is_said_once() {
+        let err = anyhow::anyhow!("timed out")
+            .context("lease store unavailable: timed out")
+            .context("the lease store");
+        assert_eq!(
+            why(&err),
+            "the lease store: lease store unavailable: timed out"
+        );
     }
 
     #[test]

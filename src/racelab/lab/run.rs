@@ -12,8 +12,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
-use super::check::in_secs;
-use super::check::{Action, Checker};
+use super::check::{Action, Checker, in_secs, why};
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
 use super::unsafe_ops::{self, LedgerInRedis};
@@ -50,7 +49,7 @@ pub(super) async fn run(state: AppState, run_id: i64, scenario: Scenario) {
             for (side, result) in [(Side::Off, off), (Side::On, on)] {
                 let why = match result {
                     Ok(_) => "the other side could not start".to_string(),
-                    Err(err) => format!("{err:#}"),
+                    Err(err) => why(&err),
                 };
                 let failed = Action::Failed(format!("could not start: {why}"));
                 let mark = Checker::default().mark("lab", &failed);

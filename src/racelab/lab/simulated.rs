@@ -11,7 +11,7 @@ use sqlx::PgPool;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{Instant, sleep, sleep_until};
 
-use super::check::{Action, WriteRule};
+use super::check::{Action, WriteRule, why};
 use super::unsafe_ops::{self, Observed};
 use super::{Fault, GIVE_UP, LEASE_TTL, PAYMENT, RETRY, Side, Step, TICKET, queries};
 
@@ -122,10 +122,14 @@ pub(super) struct Arena {
 }
 
 impl Arena {
-    /// The server owning owner token `token`.
+    /// The server owning owner token `token`; a token no server was told of is a grant
+    /// whose reply was lost (a store that stalled past the request's timeout).
     pub(super) fn owner_name(&self, token: &str) -> String {
         let owners = self.owners.lock().expect("owners");
-        owners.get(token).map_or("someone", |n| n).to_string()
+        owners
+            .get(token)
+            .map_or("a grant whose reply was lost", |n| n)
+            .to_string()
     }
 
     /// Reports `action` of `server`, with the lock as it stands now.
@@ -182,9 +186,7 @@ impl Server {
     pub(super) async fn run(self, arena: Arc<Arena>) {
         sleep_until(arena.started + self.start).await;
         if let Err(err) = self.buy(&arena).await {
-            arena
-                .report(self.name, Action::Failed(format!("{err:#}")))
-                .await;
+            arena.report(self.name, Action::Failed(why(&err))).await;
         }
     }
 
