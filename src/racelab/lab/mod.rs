@@ -17,18 +17,13 @@
 //! else. `check.rs` marks each row as it is recorded: a violation of the article's
 //! invariant, or a refusal that kept it.
 //!
-//! **The schedule** (`simulated.rs`): A starts at 0 ms, B and C 100 and 200 ms later
-//! (plus a few milliseconds drawn from the seed). Each takes the lock (retrying every
-//! [`RETRY`] while someone holds it, giving up after [`GIVE_UP`]), reads the seat, charges
-//! the card ([`PAYMENT`]), writes "sold", sends the ticket ([`TICKET`]) and releases; the
-//! lease is [`LEASE_TTL`]. The fault happens to A. Before the start line each side is
-//! warmed up (connections made, the group's first fence block reserved by one grant and
-//! release of 14C), so A's first token is 2 and no row waits on a ledger write. The numbers are chosen so that each
-//! step's default fault ([`Step::default_fault`]) lands where the article puts it, with
-//! about a quarter of a second to spare on either side: A, paused for [`DEFAULT_PAUSE`]
-//! after charging the card, wakes at about 2.5 s, past its lease (1.5 s), after B (which
-//! took the lock at about 1.6 s) has written at about 2.2 s, and before B releases at
-//! about 2.7 s. A server's own work (payment and ticket, 1.1 s) fits its lease.
+//! **The schedule** (`simulated.rs`): A starts at 0, B and C one and two [`STAGGER`]s
+//! later (plus up to [`JITTER_MS`] drawn from the seed). Each takes the lock (retrying
+//! every [`RETRY`] while someone holds it, giving up after [`GIVE_UP`]), reads the seat,
+//! charges the card ([`PAYMENT`]), writes "sold", sends the ticket ([`TICKET`]) and
+//! releases; the lease is [`LEASE_TTL`]; the fault happens to A. Why these numbers put
+//! each step's default fault ([`Step::default_fault`]) where the article puts it, and the
+//! warm-up before the start line: docs/race-lab.md, "The lab in the browser".
 
 mod check;
 mod queries;

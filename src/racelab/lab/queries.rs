@@ -8,12 +8,11 @@ use super::check::{Action, Mark, WriteRule};
 use super::{CUT_OFF_AFTER, Fault, Scenario, Side, Step};
 
 /// The columns of a [`Run`].
-const RUN_COLUMNS: &str = "id, step, fault, pause_ms, seed, finished_at IS NOT NULL, cut_off";
-
-type RunRecord = (i64, String, String, i32, i64, bool, bool);
+const RUN_COLUMNS: &str =
+    "id, step, fault, pause_ms, seed, finished_at IS NOT NULL AS finished, cut_off";
 
 /// A recorded run, as its page and its history show it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
 pub(super) struct Run {
     /// `lab_runs.id`: the permalink is `/lab/runs/{id}`.
     pub(super) id: i64,
@@ -44,7 +43,7 @@ impl Run {
 }
 
 /// One recorded row of a run's table.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, sqlx::FromRow)]
 pub(super) struct Row {
     /// `off` or `on`.
     pub(super) side: String,
@@ -117,41 +116,27 @@ pub(super) async fn finish_run(db: &PgPool, id: i64) -> sqlx::Result<()> {
 
 /// Run `id`, if it exists.
 pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
-    sqlx::query_as::<_, RunRecord>(&format!("SELECT {RUN_COLUMNS} FROM lab_runs WHERE id = $1"))
+    sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM lab_runs WHERE id = $1"))
         .bind(id)
         .fetch_optional(db)
         .await
-        .map(|row| row.map(run_of))
 }
 
 /// The latest `limit` runs, newest first.
 pub(super) async fn recent_runs(db: &PgPool, limit: i64) -> sqlx::Result<Vec<Run>> {
-    let rows = sqlx::query_as::<_, RunRecord>(&format!(
+    sqlx::query_as(&format!(
         "SELECT {RUN_COLUMNS} FROM lab_runs ORDER BY id DESC LIMIT $1"
     ))
     .bind(limit)
     .fetch_all(db)
-    .await?;
-    Ok(rows.into_iter().map(run_of).collect())
-}
-
-fn run_of((id, step, fault, pause_ms, seed, finished, cut_off): RunRecord) -> Run {
-    Run {
-        id,
-        step,
-        fault,
-        pause_ms,
-        seed,
-        finished,
-        cut_off,
-    }
+    .await
 }
 
 /// Rows of run `id` past `after` on each side (`after`: the highest `seq` already seen
 /// of `off` and of `on`): the `off` side's, then the `on` side's, each in the order
 /// recorded.
 pub(super) async fn rows_after(db: &PgPool, id: i64, after: (i32, i32)) -> sqlx::Result<Vec<Row>> {
-    sqlx::query_as::<_, RowRecord>(
+    sqlx::query_as(
         "SELECT side, seq, at_ms, server, did, lock_key, fence_counter, seat,
                 mark_kind, mark, sentence
            FROM lab_rows
@@ -163,40 +148,6 @@ pub(super) async fn rows_after(db: &PgPool, id: i64, after: (i32, i32)) -> sqlx:
     .bind(after.1)
     .fetch_all(db)
     .await
-    .map(|rows| rows.into_iter().map(Row::from).collect())
-}
-
-#[derive(sqlx::FromRow)]
-struct RowRecord {
-    side: String,
-    seq: i32,
-    at_ms: i64,
-    server: String,
-    did: String,
-    lock_key: String,
-    fence_counter: Option<i64>,
-    seat: String,
-    mark_kind: Option<String>,
-    mark: Option<String>,
-    sentence: Option<String>,
-}
-
-impl From<RowRecord> for Row {
-    fn from(r: RowRecord) -> Row {
-        Row {
-            side: r.side,
-            seq: r.seq,
-            at_ms: r.at_ms,
-            server: r.server,
-            did: r.did,
-            lock_key: r.lock_key,
-            fence_counter: r.fence_counter,
-            seat: r.seat,
-            mark_kind: r.mark_kind,
-            mark: r.mark,
-            sentence: r.sentence,
-        }
-    }
 }
 
 /// The columns of one row to record, as the recorder assembled them.

@@ -37,45 +37,20 @@ pub(super) struct Protocol {
 }
 
 impl Protocol {
-    /// The protocol of `side` for a run that switches `step` off.
+    /// The protocol of `side` for a run that switches `step` off: every step on, but
+    /// `step` on the `off` side; no lock at all for [`Step::Conditional`], whose `on`
+    /// side writes with the conditional `UPDATE`.
     pub(super) fn of(step: Step, side: Side) -> Protocol {
-        let all_on = Protocol {
-            lock: true,
-            nx: true,
-            px: true,
-            owner_check: true,
-            fence: true,
-            durable_tokens: true,
-            conditional: false,
-        };
-        match (step, side) {
-            (Step::Conditional, side) => Protocol {
-                lock: false,
-                fence: false,
-                conditional: side == Side::On,
-                ..all_on
-            },
-            (_, Side::On) => all_on,
-            (Step::CreateIfAbsent, Side::Off) => Protocol {
-                nx: false,
-                ..all_on
-            },
-            (Step::Lease, Side::Off) => Protocol {
-                px: false,
-                ..all_on
-            },
-            (Step::OwnerCheck, Side::Off) => Protocol {
-                owner_check: false,
-                ..all_on
-            },
-            (Step::Fencing, Side::Off) => Protocol {
-                fence: false,
-                ..all_on
-            },
-            (Step::Ledger, Side::Off) => Protocol {
-                durable_tokens: false,
-                ..all_on
-            },
+        let lock = step != Step::Conditional;
+        let on = |this: Step| side == Side::On || step != this;
+        Protocol {
+            lock,
+            nx: on(Step::CreateIfAbsent),
+            px: on(Step::Lease),
+            owner_check: on(Step::OwnerCheck),
+            fence: lock && on(Step::Fencing),
+            durable_tokens: on(Step::Ledger),
+            conditional: !lock && side == Side::On,
         }
     }
 
