@@ -309,3 +309,30 @@ async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
         .unwrap();
     assert!(!left, "the cut-off run's lock is deleted");
 }
+
+/// A stream opened on a run whose server stopped, before anyone saw it cut off, ends by
+/// itself once the run passes its cut-off: nobody else has to open its page.
+#[tokio::test]
+async fn a_stream_open_on_a_run_whose_server_stopped_ends_at_its_cut_off() {
+    let app = lab_app().await;
+    // Started 42 s ago: cut off 3 s from now (seatlock::racelab::lab::CUT_OFF_AFTER).
+    let run: i64 = sqlx::query_scalar(
+        "INSERT INTO lab_runs (step, fault, pause_ms, seed, started_at)
+         VALUES ('fencing', 'pause-before-write', 1900, 1, now() - interval '42 seconds')
+         RETURNING id",
+    )
+    .fetch_one(app.db())
+    .await
+    .unwrap();
+    let url = format!("{}/lab/runs/{run}/stream", app.address);
+    let stream = tokio::time::timeout(Duration::from_secs(20), async {
+        reqwest::get(&url).await?.text().await
+    })
+    .await
+    .expect("the stream ends")
+    .unwrap();
+    assert!(
+        stream.contains("event: done") && stream.contains("Cut off"),
+        "{stream}"
+    );
+}

@@ -7,9 +7,9 @@ use sqlx::PgPool;
 use super::check::{Action, Mark, WriteRule};
 use super::{CUT_OFF_AFTER, Fault, Scenario, Side, Step};
 
-/// The columns of a [`Run`].
-const RUN_COLUMNS: &str =
-    "id, step, fault, pause_ms, seed, finished_at IS NOT NULL AS finished, cut_off";
+/// The columns of a [`Run`]; `$1` is [`CUT_OFF_AFTER`] in seconds.
+const RUN_COLUMNS: &str = "id, step, fault, pause_ms, seed, finished_at IS NOT NULL AS finished,
+    cut_off, finished_at IS NULL AND started_at < now() - make_interval(secs => $1) AS stale";
 
 /// A recorded run, as its page and its history show it.
 #[derive(Clone, Debug, Serialize, sqlx::FromRow)]
@@ -28,6 +28,10 @@ pub(super) struct Run {
     pub(super) finished: bool,
     /// Found unfinished [`CUT_OFF_AFTER`] after it started: the server running it stopped.
     pub(super) cut_off: bool,
+    /// Unfinished, and started more than [`CUT_OFF_AFTER`] ago: to be cut off
+    /// ([`cut_off_if_stale`]).
+    #[serde(skip)]
+    pub(super) stale: bool,
 }
 
 impl Run {
@@ -116,7 +120,8 @@ pub(super) async fn finish_run(db: &PgPool, id: i64) -> sqlx::Result<()> {
 
 /// Run `id`, if it exists.
 pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
-    sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM lab_runs WHERE id = $1"))
+    sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM lab_runs WHERE id = $2"))
+        .bind(CUT_OFF_AFTER.as_secs_f64())
         .bind(id)
         .fetch_optional(db)
         .await
@@ -125,8 +130,9 @@ pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
 /// The latest `limit` runs, newest first.
 pub(super) async fn recent_runs(db: &PgPool, limit: i64) -> sqlx::Result<Vec<Run>> {
     sqlx::query_as(&format!(
-        "SELECT {RUN_COLUMNS} FROM lab_runs ORDER BY id DESC LIMIT $1"
+        "SELECT {RUN_COLUMNS} FROM lab_runs ORDER BY id DESC LIMIT $2"
     ))
+    .bind(CUT_OFF_AFTER.as_secs_f64())
     .bind(limit)
     .fetch_all(db)
     .await

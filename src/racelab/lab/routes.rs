@@ -327,11 +327,14 @@ async fn show(State(state): State<AppState>, Path(run): Path<String>) -> Result<
     .into_response())
 }
 
-/// Run `id` (a path segment) and its scenario: 404 if there is none, or if this build
-/// no longer knows its step or fault. A run found unfinished long after its limit is
-/// marked cut off here, once, and what it left in the stores deleted.
-async fn find(state: &AppState, id: &str) -> Result<(Run, Scenario)> {
-    let id = parse_id(id, "run")?;
+/// Run `id` as it stands, if it exists. A run found unfinished long after its limit (its
+/// server stopped mid-way) is marked cut off here, once, and what it left in the stores
+/// deleted: every reader of a run (its page, its history, an open stream) sees it end.
+async fn current_run(state: &AppState, id: i64) -> Result<Option<Run>> {
+    let run = queries::run(&state.db, id).await?;
+    if !run.as_ref().is_some_and(|r| r.stale) {
+        return Ok(run);
+    }
     if queries::cut_off_if_stale(&state.db, id).await? {
         for side in [Side::Off, Side::On] {
             if let Err(err) = super::run::clean_up(state, id, side).await {
@@ -339,7 +342,14 @@ async fn find(state: &AppState, id: &str) -> Result<(Run, Scenario)> {
             }
         }
     }
-    let run = queries::run(&state.db, id)
+    Ok(queries::run(&state.db, id).await?)
+}
+
+/// Run `id` (a path segment) and its scenario ([`current_run`]): 404 if there is none,
+/// or if this build no longer knows its step or fault.
+async fn find(state: &AppState, id: &str) -> Result<(Run, Scenario)> {
+    let id = parse_id(id, "run")?;
+    let run = current_run(state, id)
         .await?
         .ok_or_else(|| Error::NotFound("The lab has no such run.".into()))?;
     let scenario = run
@@ -384,7 +394,7 @@ async fn stream(
                 }
                 // Finished first, rows second: rows read after it said finished are all.
                 // A store error is a skipped poll; a run that is gone ends the stream.
-                let Ok(run) = queries::run(&state.db, run_id).await else {
+                let Ok(run) = current_run(&state, run_id).await else {
                     tokio::time::sleep(STREAM_POLL).await;
                     continue;
                 };
