@@ -19,7 +19,7 @@ async fn lab_app() -> TestApp {
 
 /// The form's fields for `step` and `fault`, the default pause and seed 7.
 fn form<'a>(step: &'a str, fault: &'a str) -> Vec<(&'a str, &'a str)> {
-    with_pause(step, fault, "1900")
+    with_pause(step, fault, "2300")
 }
 
 /// The form's fields for `step`, `fault` and A's pause `pause_ms`, seed 7.
@@ -140,7 +140,7 @@ async fn a_bad_lab_form_is_refused_with_a_message_and_starts_nothing() {
 /// never going back), what they say the seat's row accepted is what the row counted, and
 /// the lock's keys are gone afterwards (with step 2 off, the one that never expires too),
 /// and so are its rows in the fence ledger. The step-on side breaks nothing, but in the
-/// one case the page names: A, paused 1.3 s, wakes after B's grant and before B's write,
+/// one case the page names: A, paused 1.55 s, wakes after B's grant and before B's write,
 /// and with every step on 14C is sold twice (the fence refuses only a write older than
 /// one the row has seen).
 #[tokio::test]
@@ -151,7 +151,7 @@ async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
     let mut started = Vec::new();
     for (step, fault, pause_ms, on_side_breaks) in [
         ("lease", "redis-restart", "1900", None),
-        ("fencing", "pause-before-write", "1300", Some("second-sale")),
+        ("fencing", "pause-before-write", "1550", Some("second-sale")),
         ("conditional", "crash-before-write", "1900", None),
         ("lease", "crash-after-grant", "1900", None),
     ] {

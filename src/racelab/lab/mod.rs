@@ -37,19 +37,24 @@ use std::time::Duration;
 
 pub use routes::router;
 
-/// The lease on 14C.
-pub const LEASE_TTL: Duration = Duration::from_millis(1500);
+/// The lease on 14C: longer than a holder's payment and ticket ([`SLACK`] to spare), so
+/// a server that does not pause finishes inside it.
+pub const LEASE_TTL: Duration = Duration::from_millis(1800);
 /// How long a refused server waits before it tries `SET … NX` again.
-pub const RETRY: Duration = Duration::from_millis(250);
+pub const RETRY: Duration = Duration::from_millis(100);
 /// How long a refused server keeps trying before it gives up, from its start.
 pub const GIVE_UP: Duration = Duration::from_secs(5);
 /// Charging the card: between reading the seat and writing "sold".
 pub const PAYMENT: Duration = Duration::from_millis(600);
 /// Sending the ticket: between writing "sold" and releasing the lock.
-pub const TICKET: Duration = Duration::from_millis(500);
+pub const TICKET: Duration = Duration::from_millis(900);
 /// A's pause when the reader does not choose one: past its lease, waking after B's
-/// write and before B's release.
-pub const DEFAULT_PAUSE: Duration = Duration::from_millis(1900);
+/// write and before B's release, [`SLACK`] from each.
+pub const DEFAULT_PAUSE: Duration = Duration::from_millis(2300);
+/// The least time between any two events the default faults put in order (a test below
+/// checks it for every start delay): on a busy machine each round trip may be slow, and
+/// the story must not change with it.
+pub const SLACK: Duration = Duration::from_millis(250);
 /// The longest pause a reader may ask for.
 pub const MAX_PAUSE: Duration = Duration::from_secs(10);
 /// The longest a run may take (the longest pause, then the longest give-up, with room to
@@ -59,8 +64,9 @@ pub const RUN_LIMIT: Duration = Duration::from_secs(30);
 /// How long after its start an unfinished run is taken for one whose server stopped: its
 /// limit, plus time for its preparation (connections, the warm-up) on slow stores.
 pub const CUT_OFF_AFTER: Duration = Duration::from_secs(45);
-/// How much later than A each next server starts: B one stagger after A, C two.
-pub const STAGGER: Duration = Duration::from_millis(100);
+/// How much later than A each next server starts: B one stagger after A, C two (not a
+/// multiple of [`RETRY`], so B's and C's tries never coincide).
+pub const STAGGER: Duration = Duration::from_millis(140);
 /// The most the seed adds to B's and C's start, in milliseconds.
 pub const JITTER_MS: u64 = 20;
 /// The seed the form offers.
@@ -287,5 +293,55 @@ impl Side {
 impl fmt::Display for Side {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where the schedule puts the next holder for the default pause (steps 3 and 4),
+    /// if A's grant comes `late` after the start line and the seed draws `jitter_ms` for
+    /// B and C: its lease from the first try, B's or C's on the [`RETRY`] grid, after
+    /// A's lapses; its write after the payment, its release after the ticket; and when
+    /// A wakes.
+    fn pause_story(late: Duration, jitter_ms: [u64; 2]) -> (Duration, Duration, Duration) {
+        let lapse = late + LEASE_TTL;
+        let first_try_after = |start: Duration| {
+            let mut tries = (0..).map(|n| start + RETRY * n);
+            tries.find(|t| *t >= lapse).unwrap()
+        };
+        let b = first_try_after(STAGGER + Duration::from_millis(jitter_ms[0]));
+        let c = first_try_after(STAGGER * 2 + Duration::from_millis(jitter_ms[1]));
+        let granted = b.min(c);
+        let a_wakes = late + PAYMENT + DEFAULT_PAUSE;
+        (granted + PAYMENT, a_wakes, granted + PAYMENT + TICKET)
+    }
+
+    #[test]
+    fn the_default_pause_wakes_a_between_the_next_write_and_release_however_late_a_was() {
+        for late_ms in (0..=600).step_by(5) {
+            for b_ms in (0..=JITTER_MS).step_by(4) {
+                for c_ms in (0..=JITTER_MS).step_by(4) {
+                    let late = Duration::from_millis(late_ms);
+                    let (writes, a_wakes, releases) = pause_story(late, [b_ms, c_ms]);
+                    assert!(
+                        a_wakes >= writes + SLACK && a_wakes + SLACK <= releases,
+                        "A granted {late_ms} ms late, jitter {b_ms}/{c_ms}: the next holder \
+                         writes at {writes:?}, A wakes at {a_wakes:?}, it releases at \
+                         {releases:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn b_and_c_arrive_while_a_holds_and_a_holder_finishes_inside_its_lease() {
+        assert!(PAYMENT + TICKET + SLACK <= LEASE_TTL);
+        // B and C try while A holds the lock (steps 1 and 2, and the conditional write's
+        // reads before A's write).
+        assert!(STAGGER * 2 + Duration::from_millis(JITTER_MS) + SLACK <= PAYMENT);
+        assert_ne!(STAGGER.as_millis() % RETRY.as_millis(), 0);
     }
 }
