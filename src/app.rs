@@ -72,6 +72,7 @@ impl Application {
             live,
             catalog: Arc::default(),
             known_items: Arc::default(),
+            draining: Arc::default(),
         };
         // Not ready before the live feeds are subscribed (pages would miss changes),
         // unless a store is down: then start anyway, and /healthz says which feed.
@@ -164,9 +165,11 @@ pub fn router(state: AppState) -> Router {
         .with_same_site(SameSite::Lax)
         .with_secure(false)
         .with_expiry(Expiry::OnInactivity(time::Duration::days(1)));
-    Router::new()
+    let router = Router::new()
         .route("/", get(events::index))
-        .route("/healthz", get(health::healthz))
+        .route("/livez", get(health::livez))
+        .route("/readyz", get(health::readyz))
+        .route("/healthz", get(health::readyz))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .merge(seats::router())
@@ -195,8 +198,8 @@ pub fn router(state: AppState) -> Router {
         // sent); tower-http's default predicate leaves event streams and tiny bodies
         // alone, so live pages are not buffered.
         .layer(CompressionLayer::new())
-        .layer(TraceLayer::new_for_http())
-        .with_state(state)
+        .layer(TraceLayer::new_for_http());
+    crate::http::headers::secured(router).with_state(state)
 }
 
 /// The lease store `settings` name (`--lease-store-url`, else `--redis-url`): Redis with

@@ -164,6 +164,12 @@ pub struct Settings {
     /// open page holds one for its event stream.
     #[arg(long, env = "SEATLOCK_MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
+    /// How long a server told to stop by SIGTERM keeps serving while `/readyz` says it
+    /// is draining, before it ends its live streams and stops accepting, in
+    /// milliseconds: long enough for the proxy's checks to take it out (HAProxy here:
+    /// two failed checks 500 ms apart). Ctrl-C stops without it.
+    #[arg(long, env = "SEATLOCK_DRAIN_MS", default_value_t = 2_000)]
+    pub drain_ms: u64,
     /// Length of an auction item's bid lock (the lease TTL), in milliseconds. A bid holds
     /// it for one read and one write, a few milliseconds; the TTL bounds how long a
     /// crashed bidder blocks the item. Default: two seconds.
@@ -314,6 +320,11 @@ impl Settings {
     /// ([`Settings::request_deadline`], in [`crate::racelab::pause`]).
     pub fn store_deadline(&self) -> Duration {
         self.store_timeout() * 4
+    }
+
+    /// The drain after SIGTERM as a `Duration`.
+    pub fn drain(&self) -> Duration {
+        Duration::from_millis(self.drain_ms)
     }
 
     /// The header (and body) read timeout as a `Duration`.
@@ -517,6 +528,7 @@ mod tests {
             close_lease_ttl_ms: 999,
             header_timeout_ms: 1_500,
             max_connections: 77,
+            drain_ms: 3_210,
         };
         assert_ne!(settings, Settings::new("a", "b", "c"));
         assert_eq!(parse_env(&settings.to_env()), settings);

@@ -23,7 +23,13 @@ async fn main() -> anyhow::Result<()> {
             println!("seatlock is serving at http://{}", app.address());
             println!("metrics at http://{}/metrics", app.metrics_address());
             println!("leases in {}, sessions in Redis", app.state().leases.name());
-            app.run_until(shutdown_signal()).await?;
+            let state = app.state().clone();
+            app.run_until(async move {
+                if shutdown_signal().await == Stop::Drain {
+                    seatlock::http::health::drain(&state).await;
+                }
+            })
+            .await?;
         }
         Command::Migrate(db) => {
             let pool = PgPoolOptions::new()
@@ -47,12 +53,21 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Ctrl-C or SIGTERM (`docker stop`, `kill`): stop accepting, finish in-flight requests.
-async fn shutdown_signal() {
+/// How the server was told to stop.
+#[derive(PartialEq)]
+enum Stop {
+    /// Ctrl-C: a person at a terminal; stop accepting and finish in-flight requests now.
+    Now,
+    /// SIGTERM (`docker stop`, `kill`, a supervisor rolling the servers): drain first.
+    Drain,
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+async fn shutdown_signal() -> Stop {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("installing a SIGTERM handler");
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => Stop::Now,
+        _ = term.recv() => Stop::Drain,
     }
 }

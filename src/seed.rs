@@ -68,6 +68,31 @@ pub struct ZoneSpec {
     pub colour: String,
 }
 
+impl ZoneSpec {
+    /// Refuses a code that is not a CSS class name's letters, digits and dashes, and a
+    /// colour that is not `#rgb` or `#rrggbb`: both are written into the event's
+    /// stylesheet (`GET /events/{id}/zones.css`) as they are.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let code_ok = !self.code.is_empty()
+            && (self.code.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !code_ok {
+            bail!(
+                "zone code {:?} may have only letters, digits and '-'",
+                self.code
+            );
+        }
+        let hex = self.colour.strip_prefix('#').unwrap_or_default();
+        if !matches!(hex.len(), 3 | 6) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            bail!(
+                "zone {}'s colour {:?} is not #rgb or #rrggbb",
+                self.code,
+                self.colour
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A section and its row groups.
 #[derive(Debug, Deserialize)]
 pub struct SectionSpec {
@@ -159,6 +184,8 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i6
         return Ok(None);
     };
     for zone in &venue.zones {
+        zone.check()
+            .with_context(|| format!("venue {}", venue.slug))?;
         sqlx::query("INSERT INTO price_zones (venue_id, code, name, price_cents, colour) VALUES ($1, $2, $3, $4, $5)")
             .bind(venue_id)
             .bind(&zone.code)
@@ -318,7 +345,7 @@ pub async fn create_event_seats(tx: &mut sqlx::PgConnection, event_id: i64) -> s
 
 #[cfg(test)]
 mod tests {
-    use super::{AuctionSpec, row_labels};
+    use super::{AuctionSpec, ZoneSpec, row_labels};
 
     #[test]
     fn the_seeded_auctions_stay_open_a_day_with_small_increments() {
@@ -333,6 +360,32 @@ mod tests {
                 spec.slug
             );
             assert!(spec.terms.starting_price_cents > 0, "{}", spec.slug);
+        }
+    }
+
+    #[test]
+    fn a_zone_whose_code_or_colour_could_break_the_stylesheet_is_refused() {
+        let zone = |code: &str, colour: &str| ZoneSpec {
+            code: code.into(),
+            name: "Stalls".into(),
+            price_cents: 1_000,
+            colour: colour.into(),
+        };
+        assert!(zone("stalls-1", "#1d70b8").check().is_ok());
+        assert!(zone("A", "#fff").check().is_ok());
+        for (code, colour) in [
+            ("a b", "#fff"),
+            ("", "#fff"),
+            ("a{}", "#fff"),
+            ("a", "red"),
+            ("a", "#12345"),
+            ("a", "#fff; } body { display: none"),
+        ] {
+            let err = zone(code, colour).check().unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("{code:?}")) || err.contains(colour),
+                "{err}"
+            );
         }
     }
 

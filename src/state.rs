@@ -59,6 +59,8 @@ pub struct AppState {
     pub catalog: Arc<crate::seats::catalog::Catalog>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
     pub known_items: Arc<crate::auction::known_items::KnownItems>,
+    /// Set once the server is told to stop (SIGTERM): `/readyz` then says so.
+    pub draining: Arc<crate::http::health::Draining>,
 }
 
 /// The CSRF configuration as a slice of the state, so that the CSRF extractors

@@ -655,3 +655,77 @@ async fn a_request_in_flight_during_a_rename_does_not_bring_the_old_session_back
         "the old cookie is a stranger's"
     );
 }
+
+/// Every kind of response carries the security headers (`src/http/headers.rs`): a page,
+/// a stylesheet, a script, a 404, a 403 refusal, a health check, a live stream. The
+/// policy allows no inline script or style, so the event page has none, and its zone
+/// colours come from `GET /events/{id}/zones.css` (a stylesheet, refused for an event
+/// that does not exist).
+#[tokio::test]
+async fn every_response_carries_the_security_headers_and_no_page_needs_inline_code() {
+    let (app, event, seats, _) = app(|_| {}).await;
+    let base = &app.address;
+    let client = reqwest::Client::new();
+    let get = |path: String| {
+        let request = client.get(format!("{base}{path}"));
+        async move { request.send().await.unwrap() }
+    };
+    let foreign = client
+        .post(format!("{base}/events/{event}/seats/{}/hold", seats[0]))
+        .header(ORIGIN, "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    let mut replies = vec![("a foreign POST".to_string(), foreign)];
+    for path in [
+        "/".to_string(),
+        format!("/events/{event}"),
+        format!("/events/{event}/zones.css"),
+        "/static/app.js".into(),
+        "/static/app.css".into(),
+        "/no-such-page".into(),
+        "/events/999999/zones.css".into(),
+        "/livez".into(),
+        "/readyz".into(),
+        format!("/events/{event}/stream"),
+    ] {
+        replies.push((path.clone(), get(path).await));
+    }
+    for (what, reply) in &replies {
+        for (name, value) in seatlock::http::headers::SECURITY_HEADERS {
+            assert_eq!(
+                reply.headers().get(&name).and_then(|v| v.to_str().ok()),
+                Some(value),
+                "{what} ({}): {name}",
+                reply.status()
+            );
+        }
+    }
+    let status = |what: &str| replies.iter().find(|(w, _)| w == what).unwrap().1.status();
+    assert_eq!(status("a foreign POST"), StatusCode::FORBIDDEN);
+    assert_eq!(status("/no-such-page"), StatusCode::NOT_FOUND);
+    assert_eq!(status("/events/999999/zones.css"), StatusCode::NOT_FOUND);
+
+    let page = get(format!("/events/{event}")).await.text().await.unwrap();
+    assert!(!page.contains("style="), "an inline style attribute");
+    assert!(!page.contains("<style"), "an inline style element");
+    let scripts = page.matches("<script").count();
+    assert_eq!(
+        scripts,
+        page.matches("<script src=").count(),
+        "an inline script"
+    );
+    let css = get(format!("/events/{event}/zones.css")).await;
+    assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
+    let css = css.text().await.unwrap();
+    for (code, colour) in [("A", "#1d70b8"), ("B", "#00875a")] {
+        assert!(
+            css.contains(&format!(".swatch.zone-{code} {{ background: {colour}; }}")),
+            "{css}"
+        );
+        assert!(
+            css.contains(&format!(".seat.available.z-{code} {{")),
+            "{css}"
+        );
+    }
+}

@@ -508,6 +508,16 @@ async fn the_arena_map_loads_and_a_seat_can_be_held() {
             .await?;
         ensure!(seats == 11_056, "the arena map shows {seats} seats");
         ensure!(bytes.0 < bytes.1, "the map was sent compressed: {bytes:?}");
+        // The zones' colours come from the event's stylesheet (no inline style under
+        // the Content-Security-Policy): the key's Floor swatch is the Floor's #c0392b.
+        let floor: String = a
+            .page
+            .evaluate(
+                "() => getComputedStyle(document.querySelector('.swatch.zone-FL')).backgroundColor",
+                None::<&()>,
+            )
+            .await?;
+        ensure!(floor == "rgb(192, 57, 43)", "the Floor's swatch is {floor}");
         eprintln!(
             "e2e: arena map, 11,056 seats: {:.0} kB sent for {:.0} kB of HTML; from navigation \
              start: first byte {:.0} ms, last byte {:.0} ms, DOM interactive {:.0} ms, load \

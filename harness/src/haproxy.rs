@@ -1,9 +1,10 @@
 //! HAProxy in front of several `seatlock serve` processes, configured as `make scale`
 //! configures it: `scripts/scale.sh config` renders `scripts/haproxy.cfg` (least
-//! connections, `/healthz` checks every 500 ms, `option http-no-delay` for the live
-//! streams, a `seatlock_backend` cookie keeping a browser on one backend, an
-//! `X-Seatlock-Backend` header naming the backend that answered). Backends are named
-//! `app1`, `app2`, … in the order given. Killed when dropped.
+//! connections, `/readyz` checks every 500 ms and `/livez` ones for when no backend is
+//! ready, `option http-no-delay` for the live streams, a `seatlock_backend` cookie
+//! keeping a browser on one backend, an `X-Seatlock-Backend` header naming the backend
+//! that answered). Backends are named `app1`, `app2`, … in the order given. Killed when
+//! dropped.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -152,14 +153,17 @@ fn parse_stats(csv: &str) -> anyhow::Result<BTreeMap<String, BackendStats>> {
             .position(|c| *c == name)
             .with_context(|| format!("the stats CSV has no {name} column"))
     };
-    let (svname, status, stot) = (column("svname")?, column("status")?, column("stot")?);
+    let (pxname, svname) = (column("pxname")?, column("svname")?);
+    let (status, stot) = (column("status")?, column("stot")?);
     let mut backends = BTreeMap::new();
     for line in lines {
         let fields: Vec<&str> = line.split(',').collect();
         let (Some(name), Some(state)) = (fields.get(svname), fields.get(status)) else {
             continue;
         };
-        if matches!(*name, "FRONTEND" | "BACKEND") {
+        // The ready servers' backend (`seatlock_live` lists the same ones, checked only
+        // for being alive).
+        if fields.get(pxname) != Some(&"seatlock") || matches!(*name, "FRONTEND" | "BACKEND") {
             continue;
         }
         let sessions = fields.get(stot).and_then(|n| n.parse().ok()).unwrap_or(0);
@@ -184,7 +188,9 @@ mod tests {
                    seatlock,FRONTEND,,12,OPEN\n\
                    seatlock,app1,0,7,UP\n\
                    seatlock,app2,0,5,DOWN\n\
-                   seatlock,BACKEND,0,12,UP\n";
+                   seatlock,BACKEND,0,12,UP\n\
+                   seatlock_live,app1,0,0,UP\n\
+                   seatlock_live,app2,0,0,UP\n";
         let backends = parse_stats(csv).unwrap();
         assert_eq!(backends.len(), 2);
         assert_eq!(
@@ -194,6 +200,9 @@ mod tests {
                 sessions: 7
             }
         );
-        assert_eq!(backends["app2"].status, "DOWN");
+        assert_eq!(
+            backends["app2"].status, "DOWN",
+            "the ready servers' backend"
+        );
     }
 }

@@ -228,6 +228,18 @@ impl ServerProcess {
         send_signal(pid, signal)
     }
 
+    /// Waits at most `limit` for the server to exit by itself (after a SIGTERM's drain),
+    /// and reaps it.
+    pub async fn exited_within(
+        &mut self,
+        limit: Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        tokio::time::timeout(limit, self.child.wait())
+            .await
+            .with_context(|| format!("the server was still running after {limit:?}"))?
+            .context("waiting for the server")
+    }
+
     /// Kills the server at once (SIGKILL: no graceful shutdown, in-flight requests die)
     /// and reaps it.
     pub async fn kill(&mut self) -> anyhow::Result<()> {

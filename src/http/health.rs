@@ -1,17 +1,69 @@
-//! `GET /healthz`: 200 `ok` when the lease store, Redis and Postgres answer and both live
-//! feeds are subscribed, else 503 naming what is down (`redis`, `etcd` when etcd backs the
-//! leases, `postgres`, `live-redis` (the lease feed, whichever store), `live-postgres`; each check bounded by the store timeout). A server that works but
-//! less well than it should adds `warning:` lines after `ok` (expiry notifications off,
-//! an eviction policy that can drop holds).
+//! Health checks, split as a proxy needs them (the AWS Builders' Library, "Implementing
+//! health checks": a deep check that fails on every server at once, because a store they
+//! share is slow, must not take them all out).
+//!
+//! * `GET /livez`: 200 `ok` whenever the process serves requests. It asks no store.
+//! * `GET /readyz`: 200 `ok` when the lease store, Redis and Postgres answer and both
+//!   live feeds are subscribed, else 503 naming what is down (`redis`, `etcd` when etcd
+//!   backs the leases, `postgres`, `live-redis` (the lease feed, whichever store),
+//!   `live-postgres`), or `draining` once the server was told to stop. Each check is
+//!   bounded by the store timeout. A server that works but less well than it should adds
+//!   `warning:` lines after `ok` (expiry notifications off, an eviction policy that can
+//!   drop holds).
+//! * `GET /healthz`: `/readyz`, under the name earlier releases gave it.
+//!
+//! The proxy (`scripts/haproxy.cfg`) routes by `/readyz`, and when no server is ready
+//! by `/livez`: a server whose Redis is down still serves what it can (docs/scale-out.md).
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::extract::State;
 use axum::http::StatusCode;
 
 use crate::state::{AppState, SessionRedis};
 
+/// Whether the server is draining: told to stop (SIGTERM), still serving while the proxy
+/// notices. Set once, never cleared.
+#[derive(Debug, Default)]
+pub struct Draining(AtomicBool);
+
+impl Draining {
+    /// Whether [`drain`] has begun.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Drains the server before it stops (reddit's baseplate.py#591 is what skipping it
+/// costs): `/readyz` answers 503 `draining` from now on, while every request is still
+/// served; after `--drain-ms` the caller ends the live streams (each browser's
+/// EventSource reconnects, through the proxy, to a server that stays) and stops
+/// accepting, then finishes the requests in flight ([`crate::app::Application::run_until`]).
+pub async fn drain(state: &AppState) {
+    state.draining.0.store(true, Ordering::SeqCst);
+    let drain = state.settings.drain();
+    tracing::info!(
+        drain_ms = drain.as_millis() as u64,
+        "draining: /readyz says so"
+    );
+    tokio::time::sleep(drain).await;
+}
+
+/// `GET /livez`: the process serves.
+pub async fn livez() -> &'static str {
+    "ok"
+}
+
 /// Pings the stores concurrently: the lease store, Redis (sessions; pinged once when they
 /// share the lease client's store) and Postgres, each on a task of its own (`answers`).
-pub async fn healthz(State(state): State<AppState>) -> (StatusCode, String) {
+/// `GET /readyz` (and `/healthz`); `draining` at once when [`drain`] has begun.
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
+    if state.draining.is_set() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable: draining".into(),
+        );
+    }
     let timeout = state.settings.store_timeout();
     let leases_name = state.leases.name();
     // Through the lease store, so the check sees what the leases see (a connection

@@ -1,8 +1,8 @@
 //! The HTTP plumbing every feature shares: the buyer's session ([`buyer`], stored by
 //! [`sessions`]), CSRF defences ([`csrf`]), one error type that maps every failure to a
 //! status and a page ([`error`]), the request deadline ([`deadline`]) and work detached
-//! from a client that hangs up ([`detached`]), the connection-level server ([`serve`])
-//! and `GET /healthz` ([`health`]). No feature lives here; the one import of a feature is [`detached`] carrying the race
+//! from a client that hangs up ([`detached`]), the connection-level server ([`serve`]),
+//! the security headers ([`headers`]) and the health checks ([`health`]). No feature lives here; the one import of a feature is [`detached`] carrying the race
 //! lab's pause ([`crate::racelab::pause`]) onto the task it spawns.
 
 pub mod buyer;
@@ -10,6 +10,7 @@ pub mod csrf;
 pub mod deadline;
 pub mod detached;
 pub mod error;
+pub mod headers;
 pub mod health;
 pub mod serve;
 pub mod sessions;

@@ -25,6 +25,7 @@ use crate::state::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/events/{event}", get(show))
+        .route("/events/{event}/zones.css", get(zones_css))
         .route("/events/{event}/stream", get(super::live::stream))
         .route("/events/{event}/seats/{seat}/release", post(release))
         .route("/events/{event}/best-available", post(best_available))
@@ -111,6 +112,31 @@ async fn show(
         admitted_until,
     };
     Ok((csrf, page).into_response())
+}
+
+/// The event's price-zone colours as a stylesheet.
+#[derive(Template)]
+#[template(path = "zones.css", escape = "none")]
+struct ZonesCss {
+    zones: Vec<super::queries::Zone>,
+}
+
+/// `GET /events/{id}/zones.css`: the colours of the zones of the event's venue, for its
+/// map and key (fixed once the venue is seeded, so browsers may keep it for an hour); 404
+/// for an event that does not exist.
+async fn zones_css(State(state): State<AppState>, Path(event): Path<String>) -> Result<Response> {
+    let event_id = parse_id(&event, "event")?;
+    let zones = super::queries::zones(&state.db, event_id).await?;
+    if zones.is_empty() {
+        return Err(Error::NotFound(format!("There is no event {event_id}.")));
+    }
+    // Rendering writes only strings checked at seeding: it cannot fail.
+    let css = ZonesCss { zones }.render().unwrap_or_default();
+    let headers = [
+        (axum::http::header::CONTENT_TYPE, "text/css; charset=utf-8"),
+        (axum::http::header::CACHE_CONTROL, "public, max-age=3600"),
+    ];
+    Ok((headers, css).into_response())
 }
 
 /// The map of the event named by a URL's `{event}` segment for `buyer`: 400 malformed

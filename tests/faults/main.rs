@@ -14,6 +14,7 @@ mod crashes;
 mod deployment;
 mod failover;
 mod hangups;
+mod health;
 mod payments;
 mod scale_out;
 mod shared_redis;

@@ -64,6 +64,9 @@ pub struct World {
     proxy: Option<HaProxy>,
     browser: Browser,
     buyers: Mutex<Vec<Buyer>>,
+    /// What Chromium's console said the Content-Security-Policy refused, on any page of
+    /// any buyer: a test with one fails (every page must work under the policy).
+    refused_by_policy: Arc<Mutex<Vec<String>>>,
 }
 
 /// The responses a page received, recorded as they come.
@@ -264,6 +267,15 @@ impl World {
             .build();
         let context = self.browser.new_context_with_options(options).await?;
         let page = context.new_page().await?;
+        let refused = self.refused_by_policy.clone();
+        page.on_console(move |message| {
+            if message.text().contains("Content Security Policy") {
+                let text = format!("{label}: {}", message.text());
+                refused.lock().expect("refused").push(text);
+            }
+            async { Ok(()) }
+        })
+        .await?;
         page.set_default_timeout(ACTION_TIMEOUT.as_millis() as f64)
             .await;
         page.set_default_navigation_timeout(ACTION_TIMEOUT.as_millis() as f64)
@@ -442,9 +454,17 @@ async fn run_world(
         proxy,
         browser,
         buyers: Mutex::new(Vec::new()),
+        refused_by_policy: Arc::default(),
     };
     let browser_ready = clock.elapsed();
     let outcome = CatchUnwind(Box::pin(body(&world))).await;
+    let refused = world.refused_by_policy.lock().expect("refused").clone();
+    let outcome = match outcome {
+        Ok(Ok(())) if !refused.is_empty() => Ok(Err(anyhow::anyhow!(
+            "the Content-Security-Policy refused: {refused:#?}"
+        ))),
+        other => other,
+    };
     eprintln!(
         "e2e: {name}: database + 2 servers {:.1}s, driver + browser {:.1}s, test {:.1}s",
         servers_ready.as_secs_f64(),
