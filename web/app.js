@@ -4,6 +4,8 @@
 (function () {
   "use strict";
   const started = performance.now();
+  // How soon after a form's submit another one is taken for the same click, twice.
+  const DOUBLE_CLICK_MS = 1000;
 
   function pad(n) { return String(n).padStart(2, "0"); }
 
@@ -307,11 +309,16 @@
     localTimes();
     tick();
     setInterval(tick, 250);
-    // A double click on a button submits once.
+    // A double click on a button submits once: a second submit within DOUBLE_CLICK_MS
+    // of the first is dropped. The guard lapses by itself, so a page whose navigation
+    // never finished (Stop pressed, a connection that died) or that the back button
+    // brought back from the browser's cache takes the next click.
     document.querySelectorAll("form").forEach(function (form) {
+      let submittedAt = -Infinity;
       form.addEventListener("submit", function (e) {
-        if (form.dataset.submitting) { e.preventDefault(); return; }
-        form.dataset.submitting = "1";
+        const now = performance.now();
+        if (now - submittedAt < DOUBLE_CLICK_MS) { e.preventDefault(); return; }
+        submittedAt = now;
       });
     });
   });

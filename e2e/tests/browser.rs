@@ -538,6 +538,52 @@ async fn the_arena_map_loads_and_a_seat_can_be_held() {
     .await;
 }
 
+/// Scenario: a buyer clicks a seat and the hold's navigation is cancelled (Stop pressed,
+/// or the request aborted: Chromium then keeps the page, as it does for Stop). The page
+/// stays, and its next click is served: the double-click guard lapses after a second
+/// instead of locking the map until a reload (a page the back button restores from the
+/// browser's cache is the same case).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_hold_is_cancelled_mid_flight_the_next_click_is_served() {
+    support::run("cancelled_hold", async |w| {
+        let (_, hall) = hall(w).await?;
+        let a = w.buyer("A", 0).await?;
+        a.open(&hall).await?;
+        let sent = Arc::new(AtomicUsize::new(0));
+        a.page
+            .route("**/hold", {
+                let sent = sent.clone();
+                move |route| {
+                    let first = sent.fetch_add(1, Ordering::SeqCst) == 0;
+                    async move {
+                        match first {
+                            true => route.abort(Some("aborted")).await,
+                            false => route.continue_(None).await,
+                        }
+                    }
+                }
+            })
+            .await?;
+        let (first, second) = (available_seat(&a, 0).await?, available_seat(&a, 1).await?);
+        a.seat(first).click(None).await?;
+        seatlock_harness::eventually(Duration::from_secs(5), "the first hold sent", || async {
+            sent.load(Ordering::SeqCst) == 1
+        })
+        .await;
+        // Past the double-click guard's second, as a person would be.
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        ensure!(
+            a.seat(second).is_visible().await?,
+            "the map is no longer shown"
+        );
+        hold(&a, second).await?;
+        let sent = sent.load(Ordering::SeqCst);
+        ensure!(sent == 2, "{sent} holds sent");
+        Ok(())
+    })
+    .await;
+}
+
 /// Scenario: the seat map's stream is refused once with an error status (a store briefly
 /// down), which makes a browser give up on it for good. The page says it is not live,
 /// reopens the stream after a moment, takes a fresh snapshot, and shows changes again.
