@@ -54,9 +54,9 @@ pub async fn livez() -> &'static str {
     "ok"
 }
 
-/// Pings the stores concurrently: the lease store, Redis (sessions; pinged once when they
+/// `GET /readyz` (and `/healthz`): `draining` at once when [`drain`] has begun, else
+/// pings the stores concurrently: the lease store, Redis (sessions; pinged once when they
 /// share the lease client's store) and Postgres, each on a task of its own (`answers`).
-/// `GET /readyz` (and `/healthz`); `draining` at once when [`drain`] has begun.
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     if state.draining.is_set() {
         return (

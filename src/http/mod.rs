@@ -2,8 +2,9 @@
 //! [`sessions`]), CSRF defences ([`csrf`]), one error type that maps every failure to a
 //! status and a page ([`error`]), the request deadline ([`deadline`]) and work detached
 //! from a client that hangs up ([`detached`]), the connection-level server ([`serve`]),
-//! the security headers ([`headers`]) and the health checks ([`health`]). No feature lives here; the one import of a feature is [`detached`] carrying the race
-//! lab's pause ([`crate::racelab::pause`]) onto the task it spawns.
+//! the security headers ([`headers`]) and the health checks ([`health`]). No feature
+//! lives here; the one import of a feature is [`detached`] carrying the race lab's pause
+//! ([`crate::racelab::pause`]) onto the task it spawns.
 
 pub mod buyer;
 pub mod csrf;
