@@ -86,7 +86,7 @@ run() { # run N
   haproxy -q -c -f "$dir/haproxy.cfg" || die "haproxy refused $dir/haproxy.cfg"
   haproxy -db -f "$dir/haproxy.cfg" &
   PIDS+=($!)
-  echo "HAProxy: http://$bind -> $n backends (least connections, /healthz checks); stats http://$stats/ ; config $dir/haproxy.cfg"
+  echo "HAProxy: http://$bind -> $n backends (least connections, /readyz checks, /livez when none is ready); stats http://$stats/ ; config $dir/haproxy.cfg"
   echo "Open http://$bind in two browsers; kill a backend (kill PID) and keep buying. Ctrl-C stops everything."
   wait "${PIDS[-1]}"
 }
