@@ -12,6 +12,8 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
+# Where cargo puts the release binaries (CARGO_TARGET_DIR when set, as cargo does).
+RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 # The lease store of `make demo` and `make scale`: redis (default) or etcd.
 STORE ?= redis
 
@@ -33,8 +35,8 @@ define release_server
 	esac
 	echo "Leases in $(STORE) ($${SEATLOCK_LEASE_STORE_URL:-$$REDIS_URL}); sessions in Redis."
 	$(CARGO) build --release --bin seatlock
-	./target/release/seatlock migrate
-	./target/release/seatlock seed
+	$(RELEASE)/seatlock migrate
+	$(RELEASE)/seatlock seed
 endef
 
 demo: services
@@ -42,7 +44,7 @@ demo: services
 	trap 'scripts/services.sh down' EXIT
 	$(release_server)
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000} in two browsers and race for a seat. Ctrl-C stops everything."
-	./target/release/seatlock serve
+	$(RELEASE)/seatlock serve
 
 # The demo with --enable-race-lab: GET /lab switches one of the article's steps off and
 # races three simulated servers for seat 14C, the step off beside every step on
@@ -52,7 +54,7 @@ lab: services
 	trap 'scripts/services.sh down' EXIT
 	$(release_server)
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000}/lab, pick a step to switch off, and press Run. Ctrl-C stops everything."
-	SEATLOCK_ENABLE_RACE_LAB=true ./target/release/seatlock serve
+	SEATLOCK_ENABLE_RACE_LAB=true $(RELEASE)/seatlock serve
 
 # N server processes behind HAProxy on SEATLOCK_BIND (default 127.0.0.1:3000); the same
 # stores and settings as demo. Ctrl-C stops everything (see docs/scale-out.md).
@@ -61,14 +63,14 @@ scale: services
 	source .run/env
 	trap 'scripts/services.sh down' EXIT
 	$(release_server)
-	scripts/scale.sh run $(N)
+	SEATLOCK_BIN="$${SEATLOCK_BIN:-$(RELEASE)/seatlock}" scripts/scale.sh run $(N)
 
 # The double-purchase race, four strategies side by side, then the group race (see docs/race-lab.md).
 race: services
 	source .run/env
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
-	./target/release/load-test race --strategy all --json target/race/report.json --html target/race/report.html
-	./target/release/load-test race --strategy groups --json target/race/groups.json
+	$(RELEASE)/load-test race --strategy all --json target/race/report.json --html target/race/report.html
+	$(RELEASE)/load-test race --strategy groups --json target/race/groups.json
 
 # A Redis failover that loses grants (docs/failover.md): its own primary, replica and
 # three Sentinels on free loopback ports, two servers, seats and auction, the failover
@@ -76,7 +78,7 @@ race: services
 failover: services
 	source .run/env
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
-	./target/release/load-test failover --json target/failover/report.json --html target/failover/report.html
+	$(RELEASE)/load-test failover --json target/failover/report.json --html target/failover/report.html
 
 # Hot paths against their baselines in one run on the same Redis and Postgres, release
 # build: writes target/bench/report.json and prints the table (see docs/performance.md).
