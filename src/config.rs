@@ -167,8 +167,9 @@ pub struct Settings {
     /// How long a server told to stop by SIGTERM keeps serving while `/readyz` says it
     /// is draining, before it ends its live streams and stops accepting, in
     /// milliseconds: long enough for the proxy's checks to take it out (HAProxy here:
-    /// two failed checks 500 ms apart). Ctrl-C stops without it.
-    #[arg(long, env = "SEATLOCK_DRAIN_MS", default_value_t = 2_000)]
+    /// two failed checks 500 ms apart). At most a minute; Ctrl-C, or a second signal
+    /// during the drain, stops without it.
+    #[arg(long, env = "SEATLOCK_DRAIN_MS", default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(..=60_000))]
     pub drain_ms: u64,
     /// Length of an auction item's bid lock (the lease TTL), in milliseconds. A bid holds
     /// it for one read and one write, a few milliseconds; the TTL bounds how long a

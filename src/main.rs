@@ -26,7 +26,11 @@ async fn main() -> anyhow::Result<()> {
             let state = app.state().clone();
             app.run_until(async move {
                 if shutdown_signal().await == Stop::Drain {
-                    seatlock::http::health::drain(&state).await;
+                    // A second signal (Ctrl-C, another SIGTERM) cuts the drain short.
+                    tokio::select! {
+                        () = seatlock::http::health::drain(&state) => {}
+                        _ = shutdown_signal() => {}
+                    }
                 }
             })
             .await?;

@@ -170,6 +170,11 @@ pub async fn seed(db: &PgPool, dir: &Path) -> anyhow::Result<(usize, usize)> {
 /// Inserts one venue, its seats and its demo event in one transaction; returns the
 /// venue's id and its seat count, or `None` if the venue was already there.
 async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i64, usize)>> {
+    // Checked before anything is written, so a bad zone leaves no half-seeded venue.
+    for zone in &venue.zones {
+        zone.check()
+            .with_context(|| format!("venue {}", venue.slug))?;
+    }
     let mut tx = db.begin().await?;
     let venue_id: Option<i64> = sqlx::query_scalar(
         "INSERT INTO venues (slug, name, city) VALUES ($1, $2, $3)
@@ -184,8 +189,6 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i6
         return Ok(None);
     };
     for zone in &venue.zones {
-        zone.check()
-            .with_context(|| format!("venue {}", venue.slug))?;
         sqlx::query("INSERT INTO price_zones (venue_id, code, name, price_cents, colour) VALUES ($1, $2, $3, $4, $5)")
             .bind(venue_id)
             .bind(&zone.code)

@@ -4,8 +4,11 @@
 (function () {
   "use strict";
   const started = performance.now();
-  // How soon after a form's submit another one is taken for the same click, twice.
-  const DOUBLE_CLICK_MS = 1000;
+  // How long after a form's submit another one is dropped: longer than any request may
+  // take (the server's deadline is four store timeouts, 8 s by default), so a slow hold
+  // or best available is never sent twice, yet a page whose navigation was cancelled
+  // takes clicks again after it.
+  const RESUBMIT_AFTER_MS = 10000;
 
   function pad(n) { return String(n).padStart(2, "0"); }
 
@@ -309,17 +312,21 @@
     localTimes();
     tick();
     setInterval(tick, 250);
-    // A double click on a button submits once: a second submit within DOUBLE_CLICK_MS
+    // A double click on a button submits once: a second submit within RESUBMIT_AFTER_MS
     // of the first is dropped. The guard lapses by itself, so a page whose navigation
-    // never finished (Stop pressed, a connection that died) or that the back button
-    // brought back from the browser's cache takes the next click.
-    document.querySelectorAll("form").forEach(function (form) {
-      let submittedAt = -Infinity;
+    // never finished (Stop pressed, a connection that died) takes clicks again, and a
+    // page the back button brings back from the browser's cache takes them at once.
+    const forms = document.querySelectorAll("form");
+    forms.forEach(function (form) {
       form.addEventListener("submit", function (e) {
         const now = performance.now();
-        if (now - submittedAt < DOUBLE_CLICK_MS) { e.preventDefault(); return; }
-        submittedAt = now;
+        const last = Number(form.dataset.submittedAt || -Infinity);
+        if (now - last < RESUBMIT_AFTER_MS) { e.preventDefault(); return; }
+        form.dataset.submittedAt = String(now);
       });
+    });
+    window.addEventListener("pageshow", function (e) {
+      if (e.persisted) forms.forEach(function (form) { delete form.dataset.submittedAt; });
     });
   });
 })();

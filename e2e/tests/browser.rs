@@ -540,9 +540,9 @@ async fn the_arena_map_loads_and_a_seat_can_be_held() {
 
 /// Scenario: a buyer clicks a seat and the hold's navigation is cancelled (Stop pressed,
 /// or the request aborted: Chromium then keeps the page, as it does for Stop). The page
-/// stays, and its next click is served: the double-click guard lapses after a second
-/// instead of locking the map until a reload (a page the back button restores from the
-/// browser's cache is the same case).
+/// stays, and its next click is served: the double-click guard lapses once no request
+/// could still be in flight (10 s) instead of locking the map until a reload (a page the
+/// back button restores from the browser's cache is let go at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_hold_is_cancelled_mid_flight_the_next_click_is_served() {
     support::run("cancelled_hold", async |w| {
@@ -570,8 +570,9 @@ async fn after_a_hold_is_cancelled_mid_flight_the_next_click_is_served() {
             sent.load(Ordering::SeqCst) == 1
         })
         .await;
-        // Past the double-click guard's second, as a person would be.
-        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        // Past the double-click guard (longer than any request may take), as a person
+        // who pressed Stop and waited would be.
+        tokio::time::sleep(Duration::from_millis(10_500)).await;
         ensure!(
             a.seat(second).is_visible().await?,
             "the map is no longer shown"
