@@ -257,20 +257,35 @@ async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
     }
 }
 
+/// A run recorded as started `started_secs_ago` seconds ago whose server never finished
+/// it (as if it stopped mid-way); returns its id.
+async fn run_left_unfinished(app: &TestApp, started_secs_ago: i32) -> i64 {
+    sqlx::query_scalar(
+        "INSERT INTO lab_runs (step, fault, pause_ms, seed, started_at)
+         VALUES ('fencing', 'pause-before-write', 1900, 1, now() - make_interval(secs => $1))
+         RETURNING id",
+    )
+    .bind(started_secs_ago)
+    .fetch_one(app.db())
+    .await
+    .unwrap()
+}
+
+/// The whole of the stream at `url`, which must end within `limit`.
+async fn stream_to_its_end(url: &str, limit: Duration) -> String {
+    tokio::time::timeout(limit, async { reqwest::get(url).await?.text().await })
+        .await
+        .expect("the stream ends")
+        .unwrap()
+}
+
 /// A run whose server stopped mid-way never gets its `finished_at`: past the run limit
 /// its page and its stream say it was cut off, the stream ends instead of waiting, and
 /// what it left in Redis (with step 2 off, a lock that never expires) is deleted.
 #[tokio::test]
 async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
     let app = lab_app().await;
-    let run: i64 = sqlx::query_scalar(
-        "INSERT INTO lab_runs (step, fault, pause_ms, seed, started_at)
-         VALUES ('fencing', 'pause-before-write', 1900, 1, now() - interval '1 minute')
-         RETURNING id",
-    )
-    .fetch_one(app.db())
-    .await
-    .unwrap();
+    let run = run_left_unfinished(&app, 60).await;
     let group = app.state.settings.lease_namespace.group("lab", run);
     let forever = format!("lease:{{{group}:off}}:14C");
     let mut redis = app.state.redis.connection();
@@ -292,12 +307,7 @@ async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
         "a cut-off run is not followed"
     );
     let url = format!("{}/lab/runs/{run}/stream", app.address);
-    let stream = tokio::time::timeout(Duration::from_secs(10), async {
-        reqwest::get(&url).await?.text().await
-    })
-    .await
-    .expect("the stream ends")
-    .unwrap();
+    let stream = stream_to_its_end(&url, Duration::from_secs(10)).await;
     assert!(
         stream.contains("event: done") && stream.contains("Cut off"),
         "{stream}"
@@ -316,21 +326,9 @@ async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
 async fn a_stream_open_on_a_run_whose_server_stopped_ends_at_its_cut_off() {
     let app = lab_app().await;
     // Started 42 s ago: cut off 3 s from now (seatlock::racelab::lab::CUT_OFF_AFTER).
-    let run: i64 = sqlx::query_scalar(
-        "INSERT INTO lab_runs (step, fault, pause_ms, seed, started_at)
-         VALUES ('fencing', 'pause-before-write', 1900, 1, now() - interval '42 seconds')
-         RETURNING id",
-    )
-    .fetch_one(app.db())
-    .await
-    .unwrap();
+    let run = run_left_unfinished(&app, 42).await;
     let url = format!("{}/lab/runs/{run}/stream", app.address);
-    let stream = tokio::time::timeout(Duration::from_secs(20), async {
-        reqwest::get(&url).await?.text().await
-    })
-    .await
-    .expect("the stream ends")
-    .unwrap();
+    let stream = stream_to_its_end(&url, Duration::from_secs(20)).await;
     assert!(
         stream.contains("event: done") && stream.contains("Cut off"),
         "{stream}"

@@ -302,11 +302,17 @@ pub(crate) fn assert_conflict(reply: &Reply, refusal: Refusal) {
     );
 }
 
-/// `GET /healthz` through `server`: status and body, or `None` if it did not answer.
-pub(crate) async fn health(server: &str) -> Option<(StatusCode, String)> {
+/// `GET {server}{path}` from a fresh buyer: status and body, or `None` if nothing
+/// answered.
+pub(crate) async fn probe(server: &str, path: &str) -> Option<(StatusCode, String)> {
     let reply = HttpBuyer::new()
-        .get(&format!("{server}/healthz"))
+        .get(&format!("{server}{path}"))
         .await
         .ok()?;
     Some((reply.status, reply.body))
+}
+
+/// `GET /healthz` through `server` ([`probe`]).
+pub(crate) async fn health(server: &str) -> Option<(StatusCode, String)> {
+    probe(server, "/healthz").await
 }

@@ -14,13 +14,12 @@ use seatlock_harness::{HaProxy, HttpBuyer, PostgresServer, TINY_VENUES, eventual
 
 use crate::deployment::*;
 
-/// `GET {server}{path}`: status and body, or `None` if nothing answered.
-async fn probe(server: &str, path: &str) -> Option<(StatusCode, String)> {
-    let reply = HttpBuyer::new()
-        .get(&format!("{server}{path}"))
-        .await
-        .ok()?;
-    Some((reply.status, reply.body))
+/// Waits until each of the proxy's first `backends` servers has `status` (`UP`, `DOWN`).
+async fn all_backends(proxy: &HaProxy, backends: usize, status: &str, limit: Duration) {
+    for i in 0..backends {
+        let name = HaProxy::backend_name(i);
+        proxy.wait_for(&name, status, limit).await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -62,13 +61,7 @@ async fn with_postgres_down_no_backend_is_ready_yet_the_proxy_still_serves_a_hol
             "/healthz is /readyz: {healthz:?}"
         );
     }
-    for i in 0..2 {
-        let name = HaProxy::backend_name(i);
-        proxy
-            .wait_for(&name, "DOWN", Duration::from_secs(10))
-            .await
-            .unwrap();
-    }
+    all_backends(&proxy, 2, "DOWN", Duration::from_secs(10)).await;
 
     // No backend is ready, and the proxy still sends the buyer to its own: the hold is
     // granted (Redis is up), and a page that needs Postgres is the server's own 503
@@ -85,13 +78,7 @@ async fn with_postgres_down_no_backend_is_ready_yet_the_proxy_still_serves_a_hol
     );
 
     postgres.start_again().await.unwrap();
-    for i in 0..2 {
-        let name = HaProxy::backend_name(i);
-        proxy
-            .wait_for(&name, "UP", Duration::from_secs(20))
-            .await
-            .unwrap();
-    }
+    all_backends(&proxy, 2, "UP", Duration::from_secs(20)).await;
     let page = buyer.get(&d.page(&proxy.address)).await.unwrap();
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
 }
