@@ -104,6 +104,12 @@ up_postgres() {
     pg pg_ctl -D "$dir/data" -l "$dir/log" -w -o \
       "-c listen_addresses=127.0.0.1 -p $PG_PORT -c unix_socket_directories=$dir/sock -c max_connections=300 -c fsync=off" \
       start >/dev/null
+    # Each test makes its own database (harness/src/stores.rs: t_ and ten hex digits),
+    # some 8 MB, and none drops it: a run leaves about 2.5 GB. A Postgres that was
+    # stopped serves no test, so what earlier runs left goes now.
+    echo "SELECT format('DROP DATABASE %I', datname) FROM pg_database
+           WHERE datname ~ '^t_[0-9a-f]{10}\$' \\gexec" |
+      pg psql -h "$dir/sock" -p "$PG_PORT" -U postgres -q -v ON_ERROR_STOP=1 >/dev/null
   fi
   pg psql -h "$dir/sock" -p "$PG_PORT" -U postgres -tAc \
     "SELECT 1 FROM pg_database WHERE datname = 'seatlock'" | grep -q 1 ||
