@@ -148,8 +148,9 @@ impl Application {
 
 /// The routes and middleware. Sessions live in Redis ([`crate::http::sessions::Sessions`]:
 /// under the lease namespace, expired by Redis, never resurrecting a rotated session);
-/// cookies are HttpOnly and SameSite=Lax; every POST is CSRF-checked by
-/// [`csrf::CsrfForm`] and refused if its Origin is foreign.
+/// cookies are HttpOnly and SameSite=Lax, and Secure on an https origin
+/// ([`crate::http::proxy`]); every POST is CSRF-checked by [`csrf::CsrfForm`] and
+/// refused if its Origin is foreign.
 /// `GET /metrics` is not here: `telemetry`'s page has a listener of its own
 /// (`--metrics-bind`, [`Application::run_until`]). Hold and confirm are the
 /// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
@@ -185,6 +186,11 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
         .layer(sessions)
+        // Outside the sessions: it sees (and marks `Secure`, on https) their cookies.
+        .layer(axum::middleware::from_fn_with_state(
+            crate::http::proxy::Proxying::of(&state.settings),
+            crate::http::proxy::buyer_origin,
+        ))
         .layer(axum::middleware::from_fn(buyer::session_save_failures))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -10,6 +10,9 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, Subcommand};
 use serde::{Deserialize, Serialize};
 
+mod origin;
+pub use origin::{PublicOrigin, TrustedProxies, without_default_port};
+
 /// `seatlock serve | migrate | seed`.
 #[derive(Debug, Parser)]
 #[command(
@@ -116,6 +119,18 @@ pub struct Settings {
     /// process when unset, which only suits a single process.
     #[arg(long, env = "SEATLOCK_SECRET")]
     pub secret: Option<String>,
+    /// The origin buyers' browsers use, when a proxy in front of this server terminates
+    /// TLS or rewrites `Host` (`https://tickets.example.com`): forms are accepted from
+    /// it alone, and on https cookies are `Secure` and HSTS is sent
+    /// (docs/scale-out.md, "Behind a TLS proxy"). Unset: the request's `Host` (and a trusted proxy's
+    /// forwarded headers) say.
+    #[arg(long, env = "SEATLOCK_PUBLIC_ORIGIN")]
+    pub public_origin: Option<PublicOrigin>,
+    /// Peers whose `X-Forwarded-Proto` and `X-Forwarded-Host` are believed: addresses or
+    /// networks, comma-separated (`127.0.0.1,10.0.0.0/8`). Unset: no peer's; a forwarded
+    /// header any client can send is ignored.
+    #[arg(long, env = "SEATLOCK_TRUSTED_PROXIES")]
+    pub trusted_proxies: Option<TrustedProxies>,
     /// How long a call to Redis or Postgres may take before the request fails with 503,
     /// in milliseconds.
     #[arg(long, env = "SEATLOCK_STORE_TIMEOUT_MS", default_value_t = 2_000)]
@@ -518,6 +533,8 @@ mod tests {
             payment_delay_ms: 56,
             lease_namespace: "ns-7".parse().unwrap(),
             secret: Some("s".repeat(40)),
+            public_origin: Some("https://tickets.example.com".parse().unwrap()),
+            trusted_proxies: Some("127.0.0.1,10.0.0.0/8".parse().unwrap()),
             store_timeout_ms: 789,
             db_pool_size: 3,
             purchase_strategy: PurchaseStrategy::RaceLabUnfencedLease,

@@ -13,6 +13,8 @@ pub struct HttpBuyer {
     client: reqwest::Client,
     jar: std::sync::Arc<reqwest::cookie::Jar>,
     token: String,
+    /// A certificate trusted beyond the system's (a test proxy's own, for https).
+    root: Option<reqwest::Certificate>,
 }
 
 /// A response reduced to what tests look at.
@@ -26,6 +28,8 @@ pub struct Reply {
     pub body: String,
     /// The refusal code of a 409 ([`seatlock::http::error::REFUSAL_HEADER`]), e.g. `stale`.
     pub refusal: Option<String>,
+    /// Every response header (`Set-Cookie`, `Strict-Transport-Security`, …).
+    pub headers: reqwest::header::HeaderMap,
 }
 
 impl Reply {
@@ -44,28 +48,53 @@ impl HttpBuyer {
 
     /// A new buyer that sends `headers` with every request (the race lab's pause header).
     pub fn with_headers(headers: reqwest::header::HeaderMap) -> Self {
-        Self::build(headers, Default::default(), String::new())
+        Self::build(headers, Default::default(), String::new(), None)
+    }
+
+    /// A new buyer that trusts `root` (a PEM certificate) for https, as a browser trusts
+    /// a site's, and sends `headers` with every request.
+    pub fn trusting(root: &[u8], headers: reqwest::header::HeaderMap) -> anyhow::Result<Self> {
+        let root = reqwest::Certificate::from_pem(root)?;
+        Ok(Self::build(
+            headers,
+            Default::default(),
+            String::new(),
+            Some(root),
+        ))
     }
 
     /// Another client of the same browser (the same cookie jar and CSRF token, like a
     /// second tab) that sends `headers` with every request.
     pub fn another_tab(&self, headers: reqwest::header::HeaderMap) -> Self {
-        Self::build(headers, self.jar.clone(), self.token.clone())
+        Self::build(
+            headers,
+            self.jar.clone(),
+            self.token.clone(),
+            self.root.clone(),
+        )
     }
 
     fn build(
         headers: reqwest::header::HeaderMap,
         jar: std::sync::Arc<reqwest::cookie::Jar>,
         token: String,
+        root: Option<reqwest::Certificate>,
     ) -> Self {
-        let client = reqwest::Client::builder()
+        let mut client = reqwest::Client::builder()
             .default_headers(headers)
             .cookie_provider(jar.clone())
             .redirect(Policy::none())
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("a plain HTTP client builds");
-        HttpBuyer { client, jar, token }
+            .timeout(Duration::from_secs(30));
+        if let Some(root) = &root {
+            client = client.add_root_certificate(root.clone());
+        }
+        let client = client.build().expect("an HTTP client builds");
+        HttpBuyer {
+            client,
+            jar,
+            token,
+            root,
+        }
     }
 
     /// The value of cookie `name` this buyer would send to `base` (`http://host:port`).
@@ -128,6 +157,7 @@ impl HttpBuyer {
             status,
             location,
             refusal,
+            headers: response.headers().clone(),
             body: response.text().await?,
         })
     }

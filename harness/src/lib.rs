@@ -36,6 +36,7 @@ pub mod procs;
 pub mod proxy;
 pub mod sentinel;
 pub mod stores;
+pub mod tls_proxy;
 
 pub use app::{
     TEST_SECRET, TestApp, TestAppBuilder, auction_item, end_auction_now, eventually, test_settings,
@@ -49,3 +50,4 @@ pub use stores::{
     DEMO_VENUES, TINY_VENUES, etcd_url, event_seats, first_event_seats, fresh_database,
     lapse_lease, orders_for, seed, store_urls, unique_name,
 };
+pub use tls_proxy::TlsProxy;

@@ -9,7 +9,8 @@
 //!    cannot plant a working pair. Pages get their token from [`FormToken`]; handlers get
 //!    their form through [`CsrfForm`], which refuses the request before the handler runs.
 //! 2. [`refuse_foreign_origin`] refuses any POST whose `Origin` header names another
-//!    site, for browsers that send it (all current ones do).
+//!    site, for browsers that send it (all current ones do). Which origin is this site's,
+//!    behind a proxy, is [`crate::http::proxy`]'s to say.
 
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
@@ -25,6 +26,7 @@ use serde::de::DeserializeOwned;
 use tower_sessions::Session;
 
 use crate::http::error::Error;
+use crate::http::proxy::BuyerOrigin;
 
 /// Session key of the random value that binds CSRF tokens to the session.
 const SESSION_BINDING: &str = "csrf";
@@ -205,22 +207,20 @@ fn forbidden() -> Error {
 #[derive(Deserialize)]
 pub struct Empty {}
 
-/// Middleware: a POST whose `Origin` header is present and does not match the `Host`
-/// header is refused with 403 before any handler runs.
+/// Middleware: a POST whose `Origin` header is present and is not the buyer's origin
+/// ([`BuyerOrigin`], which [`crate::http::proxy::buyer_origin`] put in the request: the
+/// public origin when configured, else what the request and a trusted proxy say) is
+/// refused with 403 before any handler runs.
 pub async fn refuse_foreign_origin(req: Request, next: Next) -> Response {
     if req.method() == Method::POST
         && let Some(origin) = req.headers().get(header::ORIGIN)
     {
-        let host = req
-            .headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok());
-        let origin_host = origin
-            .to_str()
-            .ok()
-            .and_then(|o| o.split_once("://"))
-            .map(|(_, rest)| rest);
-        if host.is_none() || origin_host != host {
+        let admitted = req
+            .extensions()
+            .get::<BuyerOrigin>()
+            .zip(origin.to_str().ok())
+            .is_some_and(|(own, sent)| own.admits(sent));
+        if !admitted {
             return Error::Forbidden("Cross-site form posts are not accepted.".into())
                 .into_response();
         }

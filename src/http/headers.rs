@@ -11,8 +11,8 @@
 //! * `Referrer-Policy: same-origin`: a link out does not tell another site which order
 //!   or run page it came from.
 //!
-//! HSTS is not sent: this server speaks plain HTTP and cannot tell whether a proxy in
-//! front of it terminates TLS (docs/guarantees.md, "Not promised").
+//! HSTS is not here: it is sent only on an https origin, which the server knows from its
+//! configuration or a trusted proxy ([`crate::http::proxy`]).
 
 use axum::Router;
 use axum::http::{HeaderName, HeaderValue, header};

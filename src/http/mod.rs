@@ -2,7 +2,8 @@
 //! [`sessions`]), CSRF defences ([`csrf`]), one error type that maps every failure to a
 //! status and a page ([`error`]), the request deadline ([`deadline`]) and work detached
 //! from a client that hangs up ([`detached`]), the connection-level server ([`serve`]),
-//! the security headers ([`headers`]) and the health checks ([`health`]). No feature
+//! the security headers ([`headers`]), the buyer's origin behind a TLS proxy
+//! ([`proxy`]) and the health checks ([`health`]). No feature
 //! lives here; the one import of a feature is [`detached`] carrying the race lab's pause
 //! ([`crate::racelab::pause`]) onto the task it spawns.
 
@@ -13,5 +14,6 @@ pub mod detached;
 pub mod error;
 pub mod headers;
 pub mod health;
+pub mod proxy;
 pub mod serve;
 pub mod sessions;

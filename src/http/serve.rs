@@ -13,11 +13,13 @@
 //! (the live hub ends its streams first, see [`crate::app::Application::run_until`]).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -51,10 +53,16 @@ pub async fn serve(
             accepted = accept(&listener, &permits) => accepted,
             () = &mut shutdown => break,
         };
-        let (stream, permit) = accepted;
+        let (stream, peer, permit) = accepted;
+        // The peer's address goes with each request, for axum's `ConnectInfo`: whether
+        // it is a trusted proxy decides if its forwarded headers count (`http::proxy`).
         let service = router
             .clone()
-            .map_request(|request: hyper::Request<Incoming>| request.map(Body::new));
+            .map_request(move |request: hyper::Request<Incoming>| {
+                let mut request = request.map(Body::new);
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout)
@@ -71,12 +79,16 @@ pub async fn serve(
     graceful.shutdown().await;
 }
 
-/// The next connection, once a permit is free; accept errors (too many open files, a
+/// The next connection and its peer's address, once a permit is free; accept errors (too many open files, a
 /// connection reset before it was accepted) are retried after a moment.
 async fn accept(
     listener: &TcpListener,
     permits: &Arc<Semaphore>,
-) -> (tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit) {
+) -> (
+    tokio::net::TcpStream,
+    SocketAddr,
+    tokio::sync::OwnedSemaphorePermit,
+) {
     let permit = permits
         .clone()
         .acquire_owned()
@@ -84,7 +96,7 @@ async fn accept(
         .expect("the semaphore is never closed");
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => return (stream, permit),
+            Ok((stream, peer)) => return (stream, peer, permit),
             Err(err) => {
                 tracing::debug!(error = %err, "accept failed; retrying");
                 tokio::time::sleep(Duration::from_millis(50)).await;

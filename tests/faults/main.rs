@@ -22,5 +22,6 @@ mod soak;
 mod stalls;
 mod store_loss;
 mod tabs;
+mod tls_proxy;
 mod traffic;
 mod waiting_room;

@@ -1,0 +1,269 @@
+//! Behind a reverse proxy that terminates TLS: which origin the buyer's browser is on.
+//!
+//! This server speaks plain HTTP. A proxy in front of it (nginx, HAProxy, a cloud load
+//! balancer) may terminate TLS, and may rewrite `Host` on the way in (nginx's default is
+//! `proxy_set_header Host $proxy_host`, the upstream's name). Three things depend on the
+//! origin the buyer's browser is on:
+//!
+//! * the CSRF origin check ([`crate::http::csrf::refuse_foreign_origin`]): a POST's
+//!   `Origin` must be this origin;
+//! * cookies are `Secure` when the origin is https, so the browser never sends the
+//!   session over plain HTTP;
+//! * `Strict-Transport-Security` ([`HSTS`]) is sent when the origin is https.
+//!
+//! The origin of a request ([`BuyerOrigin`]) is, in order:
+//!
+//! 1. `--public-origin` (`https://tickets.example.com`) when it is configured. Nothing
+//!    the request says is needed, so a proxy that rewrites `Host` breaks nothing.
+//! 2. From a peer in `--trusted-proxies`: `X-Forwarded-Proto` and `X-Forwarded-Host`
+//!    (the first value of each, the one the proxy nearest the buyer wrote), else `Host`.
+//! 3. From anyone else: `Host`, scheme unknown. The Origin check then compares hosts
+//!    only, as before this module: a browser on plain HTTP, or behind a TLS proxy that
+//!    keeps `Host`, passes.
+//!
+//! A forwarded header from a peer not in `--trusted-proxies` is ignored: any client can
+//! send one (RFC 7239 §8, "Security Considerations").
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::config::{PublicOrigin, Settings, TrustedProxies, without_default_port};
+
+/// The `Strict-Transport-Security` value sent on https: one year, this host only (the
+/// server cannot know whether every subdomain serves https). RFC 6797 §7.2: never sent
+/// on plain HTTP, where a browser ignores it anyway.
+pub const HSTS: &str = "max-age=31536000";
+
+/// How this server is reached: the settings [`buyer_origin`] works from.
+#[derive(Clone, Debug, Default)]
+pub struct Proxying {
+    /// `--public-origin`.
+    pub public_origin: Option<PublicOrigin>,
+    /// `--trusted-proxies`.
+    pub trusted_proxies: TrustedProxies,
+}
+
+impl Proxying {
+    /// `--public-origin` and `--trusted-proxies` of `settings`.
+    pub fn of(settings: &Settings) -> Proxying {
+        Proxying {
+            public_origin: settings.public_origin.clone(),
+            trusted_proxies: settings.trusted_proxies.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// The origin the buyer's browser is on, as far as this request tells (see the module
+/// docs for the order of the sources). Put in each request's extensions by
+/// [`buyer_origin`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuyerOrigin {
+    /// `Some(true)` for https, `Some(false)` for http, `None` when only `Host` is known.
+    pub https: Option<bool>,
+    /// Host and port, without the scheme's default port; `None` without a `Host`.
+    pub authority: Option<String>,
+}
+
+impl BuyerOrigin {
+    /// The origin of a request from `peer` with `headers`, under `proxying`.
+    pub fn of(proxying: &Proxying, peer: Option<IpAddr>, headers: &HeaderMap) -> BuyerOrigin {
+        if let Some(public) = &proxying.public_origin {
+            return BuyerOrigin {
+                https: Some(public.https()),
+                authority: Some(public.authority().to_owned()),
+            };
+        }
+        let first = |name: &str| {
+            let value = headers.get(name)?.to_str().ok()?;
+            let first = value.split(',').next()?.trim();
+            (!first.is_empty()).then(|| first.to_ascii_lowercase())
+        };
+        let host = first(header::HOST.as_str());
+        if peer.is_some_and(|peer| proxying.trusted_proxies.contains(peer)) {
+            let https = match first("x-forwarded-proto").as_deref() {
+                Some("https") => Some(true),
+                Some("http") => Some(false),
+                _ => None,
+            };
+            let authority = first("x-forwarded-host").or(host);
+            return BuyerOrigin {
+                authority: authority.map(|a| without_default_port(https == Some(true), &a)),
+                https,
+            };
+        }
+        BuyerOrigin {
+            https: None,
+            authority: host,
+        }
+    }
+
+    /// Whether a request whose `Origin` header is `origin` comes from this origin: the
+    /// same host and port, and the same scheme when the scheme is known. `null` (an
+    /// opaque origin) and anything unparsable never match.
+    pub fn admits(&self, origin: &str) -> bool {
+        let Ok(uri) = origin.parse::<Uri>() else {
+            return false;
+        };
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return false,
+        };
+        let Some(authority) = uri.authority() else {
+            return false;
+        };
+        let sent = without_default_port(https, &authority.as_str().to_ascii_lowercase());
+        let expected = self
+            .authority
+            .as_deref()
+            .map(|own| without_default_port(https, own));
+        self.https.is_none_or(|own| own == https) && expected.as_deref() == Some(sent.as_str())
+    }
+}
+
+/// Middleware: finds the request's [`BuyerOrigin`] and puts it in its extensions; on an
+/// https origin, marks every cookie the response sets `Secure` and adds [`HSTS`]. The
+/// peer's address comes from the server loop ([`crate::http::serve`]).
+pub async fn buyer_origin(
+    State(proxying): State<Proxying>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip());
+    let origin = BuyerOrigin::of(&proxying, peer, request.headers());
+    let https = origin.https == Some(true);
+    request.extensions_mut().insert(origin);
+    let mut response = next.run(request).await;
+    if https {
+        secure_cookies(response.headers_mut());
+        response
+            .headers_mut()
+            .entry(header::STRICT_TRANSPORT_SECURITY)
+            .or_insert(HeaderValue::from_static(HSTS));
+    }
+    response
+}
+
+/// Adds `Secure` to each `Set-Cookie` of `headers` (the session's, the CSRF cookie,
+/// whatever sets one), parsed and written back by the `cookie` crate.
+fn secure_cookies(headers: &mut HeaderMap) {
+    let cookies: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|value| {
+            let Some(mut cookie) = value
+                .to_str()
+                .ok()
+                .and_then(|text| cookie::Cookie::parse(text).ok())
+            else {
+                return value.clone();
+            };
+            cookie.set_secure(true);
+            HeaderValue::from_str(&cookie.to_string()).unwrap_or_else(|_| value.clone())
+        })
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for cookie in cookies {
+        headers.append(header::SET_COOKIE, cookie);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        pairs
+            .iter()
+            .map(|(name, value)| {
+                (
+                    axum::http::HeaderName::from_static(name),
+                    HeaderValue::from_str(value).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    fn proxying(public: Option<&str>, trusted: &str) -> Proxying {
+        Proxying {
+            public_origin: public.map(|p| p.parse().unwrap()),
+            trusted_proxies: trusted.parse().unwrap(),
+        }
+    }
+
+    const PROXY: Option<IpAddr> = Some(IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 7)));
+    const STRANGER: Option<IpAddr> = Some(IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 9)));
+
+    #[test]
+    fn the_public_origin_wins_over_a_rewritten_host() {
+        let p = proxying(Some("https://tickets.example.com"), "");
+        let origin = BuyerOrigin::of(&p, STRANGER, &headers(&[("host", "app-upstream")]));
+        assert_eq!(origin.https, Some(true));
+        assert!(origin.admits("https://tickets.example.com"));
+        assert!(!origin.admits("http://tickets.example.com"), "a downgrade");
+        assert!(!origin.admits("https://app-upstream"));
+    }
+
+    #[test]
+    fn forwarded_headers_count_only_from_a_trusted_proxy() {
+        let p = proxying(None, "10.0.0.0/8");
+        let sent = headers(&[
+            ("host", "app-upstream:3000"),
+            ("x-forwarded-proto", "https, http"),
+            ("x-forwarded-host", "tickets.example.com, inner"),
+        ]);
+        let through_proxy = BuyerOrigin::of(&p, PROXY, &sent);
+        assert_eq!(
+            through_proxy,
+            BuyerOrigin {
+                https: Some(true),
+                authority: Some("tickets.example.com".into())
+            }
+        );
+        assert!(through_proxy.admits("https://tickets.example.com"));
+
+        let from_anyone = BuyerOrigin::of(&p, STRANGER, &sent);
+        assert_eq!(from_anyone.https, None);
+        assert!(!from_anyone.admits("https://tickets.example.com"));
+        assert!(from_anyone.admits("http://app-upstream:3000"));
+    }
+
+    #[test]
+    fn without_configuration_the_host_is_compared_as_before() {
+        let origin = BuyerOrigin::of(
+            &Proxying::default(),
+            None,
+            &headers(&[("host", "shop:3000")]),
+        );
+        assert!(origin.admits("http://shop:3000"));
+        assert!(origin.admits("https://shop:3000"));
+        assert!(!origin.admits("http://evil:3000"));
+        assert!(!origin.admits("null"));
+        let no_host = BuyerOrigin::of(&Proxying::default(), None, &HeaderMap::new());
+        assert!(!no_host.admits("http://shop:3000"));
+    }
+
+    #[test]
+    fn on_https_every_cookie_set_is_secure() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::SET_COOKIE,
+            HeaderValue::from_static("a=1; Path=/; HttpOnly"),
+        );
+        h.append(header::SET_COOKIE, HeaderValue::from_static("b=2; Secure"));
+        secure_cookies(&mut h);
+        let set: Vec<&str> = h
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect();
+        assert_eq!(set, ["a=1; HttpOnly; Secure; Path=/", "b=2; Secure"]);
+    }
+}

@@ -1,0 +1,117 @@
+//! Behind a TLS-terminating proxy that rewrites `Host` (`src/http/proxy.rs`): with the
+//! public origin configured, a buyer on https holds and buys, and the session and CSRF
+//! cookies are `Secure` with HSTS sent; with the proxy trusted instead, its forwarded
+//! headers say the same, while the same headers sent by anyone else change nothing.
+
+use reqwest::StatusCode;
+use reqwest::header::{HeaderMap, HeaderValue, ORIGIN, SET_COOKIE, STRICT_TRANSPORT_SECURITY};
+use seatlock::http::proxy::HSTS;
+use seatlock_harness::{HttpBuyer, Reply, TlsProxy};
+
+use crate::deployment::*;
+
+/// Headers sending `Origin: origin`, as a browser does with each form post.
+fn from_origin(origin: &str) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(ORIGIN, HeaderValue::from_str(origin).unwrap());
+    headers
+}
+
+/// Whether `reply` set cookies (the first page of a session sets two) and marked every
+/// one `Secure`, and whether it sent HSTS.
+fn secured(reply: &Reply) -> (bool, bool) {
+    let cookies: Vec<&str> = reply
+        .headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|c| c.to_str().unwrap())
+        .collect();
+    let secure = !cookies.is_empty() && cookies.iter().all(|c| c.contains("; Secure"));
+    let hsts = reply
+        .headers
+        .get(STRICT_TRANSPORT_SECURITY)
+        .map(|v| v.to_str().unwrap());
+    assert!(hsts.is_none() || hsts == Some(HSTS), "{hsts:?}");
+    (secure, hsts.is_some())
+}
+
+#[tokio::test]
+async fn behind_a_tls_proxy_that_rewrites_host_the_public_origin_makes_forms_work_and_cookies_secure()
+ {
+    let d = Deployment::tiny().await;
+    let mut proxy = TlsProxy::new().unwrap();
+    let public = proxy.address();
+    let server = d
+        .server(|s| s.public_origin = Some(public.parse().unwrap()))
+        .await;
+    proxy.start(&server.address).await.unwrap();
+
+    // The buyer's browser is on https://127.0.0.1:PORT; the server sees Host:
+    // seatlock-upstream and plain HTTP.
+    let mut buyer = HttpBuyer::trusting(&proxy.certificate, from_origin(&public)).unwrap();
+    let page = buyer.get(&d.page(&public)).await.unwrap();
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert_eq!(secured(&page), (true, true), "{:?}", page.headers);
+    let hold = act(&buyer, &public, &d, d.seats[0], "hold").await;
+    assert_eq!(hold.status, SEE_OTHER, "{}", hold.body);
+    let bought = act(&buyer, &public, &d, d.seats[0], "confirm").await;
+    assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
+    d.assert_sold_once_to(d.seats[0], &buyer_id(&page.body))
+        .await;
+
+    // A form posted from the upstream's name, or from the http twin of the public
+    // origin, is another site's.
+    for foreign in [
+        format!("http://{}", TlsProxy::UPSTREAM_HOST),
+        public.replacen("https", "http", 1),
+    ] {
+        let tab = buyer.another_tab(from_origin(&foreign));
+        let reply = act(&tab, &public, &d, d.seats[1], "hold").await;
+        assert_eq!(
+            reply.status,
+            StatusCode::FORBIDDEN,
+            "{foreign}: {}",
+            reply.body
+        );
+    }
+    assert!(!d.held(d.seats[1]).await);
+}
+
+#[tokio::test]
+async fn forwarded_headers_are_believed_from_the_trusted_proxy_alone() {
+    let d = Deployment::tiny().await;
+    let mut proxy = TlsProxy::new().unwrap();
+    let public = proxy.address();
+    let server = d
+        .server(|s| s.trusted_proxies = Some(TlsProxy::SOURCE.parse().unwrap()))
+        .await;
+    proxy.start(&server.address).await.unwrap();
+
+    // Through the proxy: X-Forwarded-Proto and X-Forwarded-Host give the buyer's origin.
+    let mut buyer = HttpBuyer::trusting(&proxy.certificate, from_origin(&public)).unwrap();
+    let page = buyer.get(&d.page(&public)).await.unwrap();
+    assert_eq!(secured(&page), (true, true), "{:?}", page.headers);
+    let hold = act(&buyer, &public, &d, d.seats[0], "hold").await;
+    assert_eq!(hold.status, SEE_OTHER, "{}", hold.body);
+
+    // Straight to the server from 127.0.0.1, the same headers are anyone's: the session
+    // is not marked https, and a form "from" the forwarded host is refused.
+    let mut forged = from_origin("https://tickets.example.com");
+    forged.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+    forged.insert(
+        "x-forwarded-host",
+        HeaderValue::from_static("tickets.example.com"),
+    );
+    let mut stranger = HttpBuyer::with_headers(forged);
+    let page = stranger.get(&d.page(&server.address)).await.unwrap();
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    assert_eq!(secured(&page), (false, false), "{:?}", page.headers);
+    let reply = act(&stranger, &server.address, &d, d.seats[1], "hold").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+
+    // A plain-HTTP buyer of the server itself is served as before.
+    let mut direct = HttpBuyer::with_headers(from_origin(&server.address));
+    direct.get(&d.page(&server.address)).await.unwrap();
+    let reply = act(&direct, &server.address, &d, d.seats[1], "hold").await;
+    assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
+}
