@@ -5,6 +5,7 @@ use askama_web::WebTemplate;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use sqlx::PgPool;
 
 use crate::http::buyer::Buyer;
@@ -23,21 +24,34 @@ pub struct EventSummary {
     pub venue: String,
     /// The venue's city.
     pub city: String,
-    /// When the event starts (sales close then).
+    /// When the event starts (sales close then): an instant.
     pub starts_at: DateTime<Utc>,
+    /// The venue's IANA zone (`venues.time_zone`, migration 0012), `Europe/London`.
+    pub time_zone: String,
 }
 
 impl EventSummary {
-    /// "Sat 12 Dec 2026, 19:30 UTC".
+    /// The start on the venue's wall clock, with the zone's abbreviation: "Sat 12 Dec
+    /// 2026, 19:30 GMT", "Sat 10 Jul 2027, 19:30 BST" (open-event-server#2805: a
+    /// Manchester concert shown as "18:30 UTC" in summer is an hour off for everyone
+    /// reading it as the hall's time).
     pub fn when(&self) -> String {
-        self.starts_at.format("%a %-d %b %Y, %H:%M UTC").to_string()
+        self.local(self.starts_at, "%a %-d %b %Y, %H:%M %Z")
+    }
+
+    /// `at` on the venue's wall clock, formatted by chrono's `format` (`%Z`: the zone's
+    /// abbreviation). A zone the tz database does not know (a venue row edited by hand;
+    /// `seatlock seed` refuses one) is read as UTC, and says so.
+    pub fn local(&self, at: DateTime<Utc>, format: &str) -> String {
+        let zone: Tz = self.time_zone.parse().unwrap_or(Tz::UTC);
+        at.with_timezone(&zone).format(format).to_string()
     }
 }
 
 /// One event, or `None`.
 pub(crate) async fn find(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventSummary>> {
     sqlx::query_as(
-        "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at
+        "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at, v.time_zone
            FROM events e JOIN venues v ON v.id = e.venue_id WHERE e.id = $1",
     )
     .bind(event_id)
@@ -62,7 +76,7 @@ pub(crate) struct EventListing {
 }
 
 impl EventListing {
-    /// "a waiting room: 1 at a time, on sale Tue 1 Dec, 14:30 UTC" for an event with a
+    /// "a waiting room: 1 at a time, on sale Tue 1 Dec, 14:30 GMT" (the venue's clock) for an event with a
     /// room (`default_shoppers`: `--waiting-room-shoppers`), else `None`.
     pub(crate) fn waiting_room(&self, default_shoppers: &u64) -> Option<String> {
         let shoppers = self
@@ -71,7 +85,7 @@ impl EventListing {
         (shoppers > 0).then(|| {
             let on_sale = self
                 .on_sale_at
-                .map(|at| format!(", on sale {}", at.format("%a %-d %b, %H:%M UTC")))
+                .map(|at| format!(", on sale {}", self.event.local(at, "%a %-d %b, %H:%M %Z")))
                 .unwrap_or_default();
             format!("a waiting room: {shoppers} at a time{on_sale}")
         })
@@ -99,7 +113,7 @@ pub(crate) async fn index(
     csrf: FormToken,
 ) -> Result<impl IntoResponse> {
     let events = sqlx::query_as(
-        "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at,
+        "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at, v.time_zone,
                 count(*) AS seats, count(*) FILTER (WHERE NOT es.sold) AS unsold,
                 e.waiting_room_shoppers, e.on_sale_at
            FROM events e JOIN venues v ON v.id = e.venue_id
@@ -115,4 +129,31 @@ pub(crate) async fn index(
         waiting_room_shoppers: state.settings.waiting_room_shoppers,
     };
     Ok((csrf, page))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(venue_zone: &str, starts_at: &str) -> EventSummary {
+        EventSummary {
+            id: 1,
+            name: "n".into(),
+            venue: "The Grand Hall".into(),
+            city: "Manchester".into(),
+            starts_at: starts_at.parse().unwrap(),
+            time_zone: venue_zone.into(),
+        }
+    }
+
+    #[test]
+    fn the_start_is_shown_on_the_venues_clock_with_its_zone() {
+        let summer = at("Europe/London", "2027-07-10T18:30:00Z");
+        assert_eq!(summer.when(), "Sat 10 Jul 2027, 19:30 BST");
+        let winter = at("Europe/London", "2026-12-12T19:30:00Z");
+        assert_eq!(winter.when(), "Sat 12 Dec 2026, 19:30 GMT");
+        // A zone nobody knows is read as UTC, and the text says UTC.
+        let unknown = at("Europe/Manchester", "2026-12-12T19:30:00Z");
+        assert_eq!(unknown.when(), "Sat 12 Dec 2026, 19:30 UTC");
+    }
 }

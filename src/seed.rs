@@ -10,7 +10,8 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use chrono::{Days, NaiveTime, TimeDelta, Utc};
+use chrono::{DateTime, Days, NaiveDate, NaiveTime, TimeDelta, TimeZone, Utc};
+use chrono_tz::Tz;
 use serde::Deserialize;
 use sqlx::PgPool;
 
@@ -25,6 +26,8 @@ pub struct VenueFile {
     pub name: String,
     /// The venue's city.
     pub city: String,
+    /// The venue's IANA time zone (`Europe/London`): its events' times are on its clock.
+    pub time_zone: Tz,
     /// The demo event seeded on the venue.
     pub event: EventSpec,
     /// More events on the venue, seeded after every venue's first event (so the first
@@ -44,7 +47,7 @@ pub struct EventSpec {
     pub name: String,
     /// Days from the day of seeding.
     pub starts_in_days: u64,
-    /// "HH:MM", UTC.
+    /// "HH:MM" on the venue's clock ([`VenueFile::time_zone`]).
     pub time: String,
     /// Minutes from seeding to the on-sale (`events.on_sale_at`); none: on sale now.
     #[serde(default)]
@@ -160,7 +163,7 @@ pub async fn seed(db: &PgPool, dir: &Path) -> anyhow::Result<(usize, usize)> {
     for (venue_id, venue) in &added {
         for event in &venue.more_events {
             let mut tx = db.begin().await?;
-            create_event(&mut tx, *venue_id, event).await?;
+            create_event(&mut tx, *venue_id, venue.time_zone, event).await?;
             tx.commit().await?;
         }
     }
@@ -177,12 +180,13 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i6
     }
     let mut tx = db.begin().await?;
     let venue_id: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO venues (slug, name, city) VALUES ($1, $2, $3)
+        "INSERT INTO venues (slug, name, city, time_zone) VALUES ($1, $2, $3, $4)
          ON CONFLICT (slug) DO NOTHING RETURNING id",
     )
     .bind(&venue.slug)
     .bind(&venue.name)
     .bind(&venue.city)
+    .bind(venue.time_zone.name())
     .fetch_optional(&mut *tx)
     .await?;
     let Some(venue_id) = venue_id else {
@@ -253,24 +257,40 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i6
             );
         }
     }
-    create_event(&mut tx, venue_id, &venue.event).await?;
+    create_event(&mut tx, venue_id, venue.time_zone, &venue.event).await?;
     tx.commit().await?;
     Ok(Some((venue_id, total)))
 }
 
-/// Inserts one event of venue `venue_id` and its seats' `event_seats` rows.
+/// The instant `time` ("HH:MM") is on `date` by the wall clocks of `zone`. Errors: a
+/// time that is not HH:MM, and one the clocks skip that day (01:30 when they go forward
+/// from 01:00 to 02:00). Of a time they pass twice (when they go back), the first.
+pub fn venue_instant(zone: Tz, date: NaiveDate, time: &str) -> anyhow::Result<DateTime<Utc>> {
+    let time = NaiveTime::parse_from_str(time, "%H:%M").context("event time is HH:MM")?;
+    let local = date.and_time(time);
+    let instant = zone
+        .from_local_datetime(&local)
+        .earliest()
+        .with_context(|| {
+            format!("{local} does not exist in {zone}: the clocks go forward over it")
+        })?;
+    Ok(instant.with_timezone(&Utc))
+}
+
+/// Inserts one event of venue `venue_id` (in `zone`) and its seats' `event_seats` rows.
 async fn create_event(
     tx: &mut sqlx::PgConnection,
     venue_id: i64,
+    zone: Tz,
     event: &EventSpec,
 ) -> anyhow::Result<i64> {
-    let time = NaiveTime::parse_from_str(&event.time, "%H:%M").context("event time is HH:MM")?;
-    let starts_at = Utc::now()
+    // The day is counted on the venue's calendar: "in 14 days at 19:30" in Manchester.
+    let date = Utc::now()
+        .with_timezone(&zone)
         .date_naive()
         .checked_add_days(Days::new(event.starts_in_days))
-        .context("event date")?
-        .and_time(time)
-        .and_utc();
+        .context("event date")?;
+    let starts_at = venue_instant(zone, date, &event.time)?;
     let on_sale_at = event
         .on_sale_in_minutes
         .map(|m| Utc::now() + chrono::Duration::minutes(m));
@@ -348,7 +368,9 @@ pub async fn create_event_seats(tx: &mut sqlx::PgConnection, event_id: i64) -> s
 
 #[cfg(test)]
 mod tests {
-    use super::{AuctionSpec, ZoneSpec, row_labels};
+    use super::{
+        AuctionSpec, DateTime, NaiveDate, Utc, VenueFile, ZoneSpec, row_labels, venue_instant,
+    };
 
     #[test]
     fn the_seeded_auctions_stay_open_a_day_with_small_increments() {
@@ -390,6 +412,51 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn an_event_time_is_the_instant_it_is_on_the_venues_clock() {
+        let london = chrono_tz::Europe::London;
+        let on = |y, m, d| NaiveDate::from_ymd_opt(y, m, d).unwrap();
+        let utc = |text: &str| text.parse::<DateTime<Utc>>().unwrap();
+        // Summer time (BST, UTC+1) and winter time (GMT).
+        assert_eq!(
+            venue_instant(london, on(2027, 7, 10), "19:30").unwrap(),
+            utc("2027-07-10T18:30:00Z")
+        );
+        assert_eq!(
+            venue_instant(london, on(2026, 12, 12), "19:30").unwrap(),
+            utc("2026-12-12T19:30:00Z")
+        );
+        // 01:30 happens twice when the clocks go back: the first (still BST).
+        assert_eq!(
+            venue_instant(london, on(2027, 10, 31), "01:30").unwrap(),
+            utc("2027-10-31T00:30:00Z")
+        );
+        // ... and not at all when they go forward.
+        let skipped = venue_instant(london, on(2027, 3, 28), "01:30").unwrap_err();
+        assert!(
+            skipped.to_string().contains("clocks go forward"),
+            "{skipped}"
+        );
+        assert!(venue_instant(london, on(2027, 3, 28), "7pm").is_err());
+    }
+
+    #[test]
+    fn a_venue_file_names_a_zone_the_tz_database_knows() {
+        let venue = |zone: &str| {
+            serde_json::from_value::<VenueFile>(serde_json::json!({
+                "slug": "s", "name": "n", "city": "c", "time_zone": zone,
+                "event": {"name": "e", "starts_in_days": 1, "time": "19:30"},
+                "zones": [], "sections": []
+            }))
+        };
+        assert_eq!(
+            venue("Europe/London").unwrap().time_zone,
+            chrono_tz::Europe::London
+        );
+        let err = venue("Europe/Manchester").unwrap_err().to_string();
+        assert!(err.contains("Europe/Manchester"), "{err}");
     }
 
     #[test]

@@ -809,3 +809,45 @@ async fn with_the_leases_in_a_redis_of_their_own_holds_are_pushed_live() {
     assert_eq!(reply.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(reply.text().await.unwrap(), "unavailable: redis");
 }
+
+#[tokio::test]
+async fn an_event_is_stored_as_an_instant_and_shown_on_the_venues_clock() {
+    // The tiny venue is in New York; its event is at 20:00 there, whatever the season.
+    let app = tiny().await;
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let wall_clock: String = sqlx::query_scalar(
+        "SELECT to_char(e.starts_at AT TIME ZONE v.time_zone, 'HH24:MI')
+           FROM events e JOIN venues v ON v.id = e.venue_id WHERE e.id = $1",
+    )
+    .bind(event)
+    .fetch_one(app.db())
+    .await
+    .unwrap();
+    assert_eq!(
+        wall_clock, "20:00",
+        "seeding read the venue file's time as New York's"
+    );
+
+    let mut buyer = HttpBuyer::new();
+    let event_page = format!("{}/events/{event}", app.address);
+    // Instants either side of a clock change, each 19:30 in New York: in July on
+    // daylight time (23:30 UTC), in January on standard time (00:30 UTC the next day).
+    for (instant, shown) in [
+        ("2027-07-10 23:30Z", "Sat 10 Jul 2027, 19:30 EDT"),
+        ("2027-01-09 00:30Z", "Fri 8 Jan 2027, 19:30 EST"),
+    ] {
+        sqlx::query("UPDATE events SET starts_at = $2::timestamptz WHERE id = $1")
+            .bind(event)
+            .bind(instant)
+            .execute(app.db())
+            .await
+            .unwrap();
+        let body = buyer.get(&event_page).await.unwrap().body;
+        assert!(
+            body.contains(shown),
+            "{instant} is not shown as {shown}: {body}"
+        );
+        let home = buyer.get(&app.address).await.unwrap().body;
+        assert!(home.contains(shown), "the home page: {home}");
+    }
+}

@@ -31,7 +31,7 @@ fn write_venue(dir: &Path, seats: usize) -> anyhow::Result<()> {
     let venue = serde_json::json!({
         "slug": slug(seats),
         "name": format!("Bench hall ({seats} seats)"),
-        "city": "Benchville",
+        "city": "Benchville", "time_zone": "UTC",
         "event": {"name": format!("Bench night ({seats} seats)"), "starts_in_days": 7, "time": "20:00"},
         "zones": [{"code": "S", "name": "Stalls", "price_cents": 4000, "colour": "#1d70b8"}],
         "sections": [{"code": "MAIN", "name": "Main", "rows": [

@@ -1,0 +1,14 @@
+-- The venue's clock (issue 27). An event starts at an instant: events.starts_at is a
+-- timestamptz, and stays one (sales close at that instant, on Postgres's clock). A buyer
+-- reads it on the venue's wall clock, in the venue's zone: "19:30 BST" in Manchester in
+-- July, "19:30 GMT" in December, never "18:30 UTC".
+--
+--   * time_zone: the venue's IANA zone name ('Europe/London'). `seatlock seed` refuses a
+--     name the tz database does not know, and turns a venue file's "19:30" into the
+--     instant it is on that day in that zone. Pages format instants with it
+--     (src/events.rs). Postgres knows the same names: in SQL,
+--     `starts_at AT TIME ZONE v.time_zone` is the venue's wall-clock time.
+--
+-- Venues seeded before this migration had their event times written as UTC, so 'UTC'
+-- is their zone until they are seeded again.
+ALTER TABLE venues ADD COLUMN time_zone text NOT NULL DEFAULT 'UTC';
