@@ -83,6 +83,9 @@ impl Application {
         {
             tracing::warn!(down = ?state.live.feeds_down(), "starting with a live feed down");
         }
+        // A pooler in transaction mode would let the server start and its live pages
+        // go silent: refuse it now, in words (crate::db).
+        crate::db::refuse_transaction_pooling(&state.db, state.settings.store_timeout()).await?;
         let router = router(state.clone());
         let listener = TcpListener::bind(&state.settings.bind)
             .await

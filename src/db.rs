@@ -17,13 +17,22 @@
 //!
 //! The request deadline itself ([`crate::http::deadline`]) bounds the statement caught on the
 //! connection as it went silent.
+//!
+//! **Connection poolers.** Through PgBouncer (or a pooler like it) in *session* mode
+//! everything works: the session settings are `SET` once the connection is open, not
+//! sent as startup parameters (PgBouncer refuses `options` and `extra_float_digits`, or,
+//! told to ignore them, drops them and with them the timeouts; pgbouncer#525). In
+//! *transaction* or *statement* mode a client's consecutive statements may run on
+//! different Postgres sessions: LISTEN hears nothing (live pages would never update),
+//! `SET` and prepared statements land on a session another client gets next (sqlx#67).
+//! [`refuse_transaction_pooling`] stops the server at start, saying what to change.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::Context;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgPool};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::{Connection, Executor, PgPool};
 
 use crate::config::Settings;
 
@@ -36,21 +45,34 @@ pub(crate) const IDLE_CHECK: Duration = Duration::from_secs(1);
 /// `statement_timeout` = the store timeout and `lock_timeout` = [`Settings::lock_wait`].
 /// Errors: an unparsable `DATABASE_URL`.
 pub(crate) fn pool(settings: &Settings) -> anyhow::Result<PgPool> {
-    let timeout_ms = settings.store_timeout_ms.to_string();
-    let lock_wait_ms = settings.lock_wait().as_millis().to_string();
+    // No startup parameters beyond the ones every pooler passes on: nothing here reads a
+    // float as text, so sqlx's `extra_float_digits` is not needed.
     let options = PgConnectOptions::from_str(&settings.database_url)
         .context("parsing DATABASE_URL")?
-        .options([
-            ("statement_timeout", timeout_ms.as_str()),
-            ("lock_timeout", lock_wait_ms.as_str()),
-            // The tables are small and cached: with the default 4 the planner reads
-            // every venue's seats to draw a 1,000-seat map (30 ms, not 3.6 ms).
-            ("random_page_cost", "1.1"),
-        ]);
+        .extra_float_digits(None);
+    // The session settings, in one simple-query round trip as each connection opens
+    // (a pooler in session mode passes a `SET` through, where it would refuse or drop
+    // the same settings sent at startup).
+    let session_settings: std::sync::Arc<str> = format!(
+        "SET statement_timeout = {}; SET lock_timeout = {}; SET random_page_cost = 1.1",
+        settings.store_timeout_ms,
+        settings.lock_wait().as_millis(),
+    )
+    .into();
+    // (random_page_cost: the tables are small and cached; with the default 4 the planner
+    // reads every venue's seats to draw a 1,000-seat map, 30 ms rather than 3.6 ms.)
     let (ping_deadline, drain_deadline) = (settings.store_timeout() / 4, settings.store_timeout());
     Ok(PgPoolOptions::new()
         .max_connections(settings.db_pool_size)
         .acquire_timeout(settings.store_timeout())
+        .after_connect(move |conn, _| {
+            let session_settings = session_settings.clone();
+            Box::pin(async move {
+                // Without arguments sqlx sends this as one simple query.
+                conn.execute(&*session_settings).await?;
+                Ok(())
+            })
+        })
         // sqlx pings every connection as it goes back to the pool; pinging it again when
         // it is handed out would cost every statement a second round trip. Only a
         // connection idle for a while (the server may have gone meanwhile) is checked.
@@ -86,4 +108,41 @@ async fn within<T>(
         );
         sqlx::Error::Io(std::io::ErrorKind::TimedOut.into())
     })?
+}
+
+/// What [`refuse_transaction_pooling`] says, for the operator.
+pub(crate) const TRANSACTION_POOLING: &str = "DATABASE_URL reaches Postgres through a pooler in \
+     transaction or statement mode (such as PgBouncer with pool_mode = transaction): a \
+     notification sent on one connection never reached this server's LISTEN, so live \
+     pages would never update, and per-session settings (the statement and lock timeouts) \
+     and prepared statements would not stay with a connection. Point DATABASE_URL at \
+     Postgres itself, or at a pool in session mode (pool_mode = session)";
+
+/// Refuses a Postgres reached through a pooler in transaction or statement mode: LISTEN
+/// on a connection of the pool, NOTIFY from another, and wait at most `wait` for the
+/// notification, which such a pooler never delivers (in session mode, or straight to
+/// Postgres, it comes within a millisecond). Costs 3 round trips, once at start.
+/// A Postgres that does not answer is not refused: the server starts while Postgres is
+/// down, and `/readyz` names it. Errors: [`TRANSACTION_POOLING`].
+pub(crate) async fn refuse_transaction_pooling(db: &PgPool, wait: Duration) -> anyhow::Result<()> {
+    let channel = format!("seatlock_pooling_check_{:016x}", rand::random::<u64>());
+    let heard = tokio::time::timeout(wait, async {
+        let mut listener = PgListener::connect_with(db).await?;
+        listener.listen(&channel).await?;
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(&channel)
+            .execute(db)
+            .await?;
+        listener.recv().await
+    })
+    .await;
+    match heard {
+        Ok(Ok(_)) => Ok(()),
+        // Postgres (or the pooler) did not answer: nothing can be judged.
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "could not check DATABASE_URL for a pooler");
+            Ok(())
+        }
+        Err(_) => anyhow::bail!(TRANSACTION_POOLING),
+    }
 }

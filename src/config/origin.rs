@@ -33,8 +33,21 @@ impl FromStr for PublicOrigin {
             Some("http") => false,
             _ => return Err(refuse()),
         };
-        let authority = uri.authority().ok_or_else(refuse)?.as_str();
-        if authority.contains('@') || !matches!(uri.path(), "" | "/") || uri.query().is_some() {
+        let authority = uri.authority().ok_or_else(refuse)?;
+        // A port, if any, is one a browser can send: 1 to 65535, digits only.
+        let authority = authority.as_str();
+        let port_ok = match authority.rsplit_once(':') {
+            Some((_, port)) if !port.ends_with(']') => {
+                port.parse::<u16>().is_ok_and(|port| port > 0)
+            }
+            _ => true,
+        };
+        if !port_ok
+            || authority.contains('@')
+            || text.contains('#')
+            || !matches!(uri.path(), "" | "/")
+            || uri.query().is_some()
+        {
             return Err(refuse());
         }
         Ok(PublicOrigin {
@@ -71,8 +84,10 @@ impl TryFrom<String> for PublicOrigin {
 pub struct TrustedProxies(Vec<IpNet>);
 
 impl TrustedProxies {
-    /// Whether `peer` is one of them.
+    /// Whether `peer` is one of them. An IPv4 peer seen by a dual-stack listener
+    /// (`::ffff:10.0.0.7`) is its IPv4 address.
     pub fn contains(&self, peer: IpAddr) -> bool {
+        let peer = peer.to_canonical();
         self.0.iter().any(|net| net.contains(&peer))
     }
 }
@@ -154,6 +169,11 @@ mod tests {
             "https://tickets.example.com/shop",
             "https://user@tickets.example.com",
             "https://tickets.example.com/?a=1",
+            "https://tickets.example.com#top",
+            "https://tickets.example.com:",
+            "https://tickets.example.com:abc",
+            "https://tickets.example.com:0",
+            "https://tickets.example.com:99999",
         ] {
             assert!(bad.parse::<PublicOrigin>().is_err(), "{bad} was accepted");
         }
@@ -164,6 +184,7 @@ mod tests {
         let proxies: TrustedProxies = "127.0.0.1, 10.0.0.0/8,::1".parse().unwrap();
         assert!(proxies.contains("10.0.0.7".parse().unwrap()));
         assert!(!proxies.contains("203.0.113.9".parse().unwrap()));
+        assert!(proxies.contains("::ffff:10.0.0.7".parse().unwrap()), "dual-stack");
         assert_eq!(proxies.to_string(), "127.0.0.1/32,10.0.0.0/8,::1/128");
         assert_eq!(
             "".parse::<TrustedProxies>().unwrap(),

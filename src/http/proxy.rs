@@ -15,8 +15,13 @@
 //!
 //! 1. `--public-origin` (`https://tickets.example.com`) when it is configured. Nothing
 //!    the request says is needed, so a proxy that rewrites `Host` breaks nothing.
-//! 2. From a peer in `--trusted-proxies`: `X-Forwarded-Proto` and `X-Forwarded-Host`
-//!    (the first value of each, the one the proxy nearest the buyer wrote), else `Host`.
+//! 2. From a peer in `--trusted-proxies`: `X-Forwarded-Proto`, `X-Forwarded-Host` (else
+//!    `Host`) and `X-Forwarded-Port` (for a host written without its port, as nginx's
+//!    `$host` is). Of several values, the last: the one the trusted peer itself wrote,
+//!    after whatever the client sent (a proxy that appends, as Apache does, keeps the
+//!    client's value in front; ASP.NET's forwarded-headers default, one hop). Behind a
+//!    chain of proxies, the last one must set the headers, not append to them, or the
+//!    public origin be configured.
 //! 3. From anyone else: `Host`, scheme unknown. The Origin check then compares hosts
 //!    only, as before this module: a browser on plain HTTP, or behind a TLS proxy that
 //!    keeps `Host`, passes.
@@ -77,23 +82,30 @@ impl BuyerOrigin {
                 authority: Some(public.authority().to_owned()),
             };
         }
-        let first = |name: &str| {
-            let value = headers.get(name)?.to_str().ok()?;
-            let first = value.split(',').next()?.trim();
-            (!first.is_empty()).then(|| first.to_ascii_lowercase())
+        // The last value of the last line: what the nearest hop wrote.
+        let last = |name: &str| {
+            let value = headers.get_all(name).iter().next_back()?.to_str().ok()?;
+            let last = value.rsplit(',').next()?.trim();
+            (!last.is_empty()).then(|| last.to_ascii_lowercase())
         };
-        let host = first(header::HOST.as_str());
+        let host = last(header::HOST.as_str());
         if peer.is_some_and(|peer| proxying.trusted_proxies.contains(peer)) {
-            let https = match first("x-forwarded-proto").as_deref() {
+            let https = match last("x-forwarded-proto").as_deref() {
                 Some("https") => Some(true),
                 Some("http") => Some(false),
                 _ => None,
             };
-            let authority = first("x-forwarded-host").or(host);
-            return BuyerOrigin {
-                authority: authority.map(|a| without_default_port(https == Some(true), &a)),
-                https,
-            };
+            let port = last("x-forwarded-port").filter(|p| p.parse::<u16>().is_ok());
+            let authority = last("x-forwarded-host").or(host).map(|host| {
+                // "[::1]" has colons and no port; "[::1]:8443" and "host:8443" have one.
+                let has_port = host.rsplit_once(':').is_some_and(|(_, p)| !p.ends_with(']'));
+                let host = match port {
+                    Some(port) if !has_port => format!("{host}:{port}"),
+                    _ => host,
+                };
+                without_default_port(https == Some(true), &host)
+            });
+            return BuyerOrigin { authority, https };
         }
         BuyerOrigin {
             https: None,
@@ -214,10 +226,11 @@ mod tests {
     #[test]
     fn forwarded_headers_count_only_from_a_trusted_proxy() {
         let p = proxying(None, "10.0.0.0/8");
+        // A client's own values in front, the proxy's appended after them.
         let sent = headers(&[
             ("host", "app-upstream:3000"),
-            ("x-forwarded-proto", "https, http"),
-            ("x-forwarded-host", "tickets.example.com, inner"),
+            ("x-forwarded-proto", "http, https"),
+            ("x-forwarded-host", "evil.example, tickets.example.com"),
         ]);
         let through_proxy = BuyerOrigin::of(&p, PROXY, &sent);
         assert_eq!(
@@ -233,6 +246,25 @@ mod tests {
         assert_eq!(from_anyone.https, None);
         assert!(!from_anyone.admits("https://tickets.example.com"));
         assert!(from_anyone.admits("http://app-upstream:3000"));
+    }
+
+    #[test]
+    fn a_forwarded_port_completes_a_host_written_without_one() {
+        let p = proxying(None, "10.0.0.0/8");
+        let nginx = |host: &str, port: &str| {
+            let sent = headers(&[
+                ("host", "app-upstream"),
+                ("x-forwarded-proto", "https"),
+                ("x-forwarded-host", host),
+                ("x-forwarded-port", port),
+            ]);
+            BuyerOrigin::of(&p, PROXY, &sent).authority.unwrap()
+        };
+        assert_eq!(nginx("tickets.example.com", "8443"), "tickets.example.com:8443");
+        assert_eq!(nginx("tickets.example.com", "443"), "tickets.example.com");
+        assert_eq!(nginx("tickets.example.com:9000", "8443"), "tickets.example.com:9000");
+        assert_eq!(nginx("[::1]", "8443"), "[::1]:8443");
+        assert_eq!(nginx("tickets.example.com", "x"), "tickets.example.com");
     }
 
     #[test]
