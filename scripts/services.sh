@@ -121,6 +121,7 @@ case "${1:-}" in
     # The tools the tests run beside the stores, whichever stores they use.
     need faketime faketime # libfaketime: the fault tests run a server with an offset clock
     need haproxy haproxy   # the reverse proxy of `make scale` and the scale-out tests
+    need pgbouncer pgbouncer # the connection pooler of the pooler tests
     need protoc protobuf-compiler # the etcd-client crate's build script compiles etcd's protos
     if [ -n "${DATABASE_URL:-}" ] && [ -n "${REDIS_URL:-}" ]; then
       write_env "$DATABASE_URL" "$REDIS_URL" "${ETCD_URL:-}"; exit 0

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
-use sqlx::{Connection, Executor, PgPool};
+use sqlx::{Connection, Executor, PgConnection, PgPool};
 
 use crate::config::Settings;
 
@@ -119,30 +119,46 @@ pub(crate) const TRANSACTION_POOLING: &str = "DATABASE_URL reaches Postgres thro
      Postgres itself, or at a pool in session mode (pool_mode = session)";
 
 /// Refuses a Postgres reached through a pooler in transaction or statement mode: LISTEN
-/// on a connection of the pool, NOTIFY from another, and wait at most `wait` for the
-/// notification, which such a pooler never delivers (in session mode, or straight to
-/// Postgres, it comes within a millisecond). Costs 3 round trips, once at start.
+/// on a connection of the pool, NOTIFY from a connection of its own, and wait at most
+/// `wait` for the notification, which such a pooler never delivers to the listener (in
+/// session mode, or straight to Postgres, it comes within milliseconds). Costs one
+/// connection and two statements, once at start.
 /// A Postgres that does not answer is not refused: the server starts while Postgres is
 /// down, and `/readyz` names it. Errors: [`TRANSACTION_POOLING`].
 pub(crate) async fn refuse_transaction_pooling(db: &PgPool, wait: Duration) -> anyhow::Result<()> {
+    let cannot_judge = |err: &dyn std::fmt::Display| {
+        tracing::warn!(error = %err, "could not check DATABASE_URL for a pooler");
+        Ok(())
+    };
     let channel = format!("seatlock_pooling_check_{:016x}", rand::random::<u64>());
-    let heard = tokio::time::timeout(wait, async {
+    let listening = tokio::time::timeout(wait, async {
         let mut listener = PgListener::connect_with(db).await?;
         listener.listen(&channel).await?;
-        sqlx::query("SELECT pg_notify($1, '')")
-            .bind(&channel)
-            .execute(db)
-            .await?;
-        listener.recv().await
-    })
-    .await;
-    match heard {
+        Ok::<_, sqlx::Error>(listener)
+    });
+    let mut listener = match listening.await {
+        Ok(Ok(listener)) => listener,
+        Ok(Err(err)) => return cannot_judge(&err),
+        Err(elapsed) => return cannot_judge(&elapsed),
+    };
+    // Sent from a connection of its own, as one simple query: no prepared statement (a
+    // pooler's Postgres sessions may hold another client's) and no pool slot.
+    let notify = async {
+        let mut sender = PgConnection::connect_with(&db.connect_options()).await?;
+        sender.execute(format!("NOTIFY {channel}").as_str()).await
+    };
+    match tokio::time::timeout(wait, notify).await {
+        // The notification left. (Through a pooler in transaction mode it may come back
+        // to the sender, which holds the Postgres session that LISTENed at that moment:
+        // sqlx then reports "unexpected message: NotificationResponse". That is an
+        // answer too.)
+        Ok(Ok(_) | Err(sqlx::Error::Protocol(_))) => {}
+        Ok(Err(err)) => return cannot_judge(&err),
+        Err(elapsed) => return cannot_judge(&elapsed),
+    }
+    match tokio::time::timeout(wait, listener.recv()).await {
         Ok(Ok(_)) => Ok(()),
-        // Postgres (or the pooler) did not answer: nothing can be judged.
-        Ok(Err(err)) => {
-            tracing::warn!(error = %err, "could not check DATABASE_URL for a pooler");
-            Ok(())
-        }
+        Ok(Err(err)) => cannot_judge(&err),
         Err(_) => anyhow::bail!(TRANSACTION_POOLING),
     }
 }

@@ -31,6 +31,7 @@ pub mod etcd;
 pub mod haproxy;
 pub mod http;
 pub mod load;
+pub mod pgbouncer;
 pub mod pgwire;
 pub mod procs;
 pub mod proxy;
@@ -44,6 +45,7 @@ pub use app::{
 pub use etcd::EtcdCluster;
 pub use haproxy::HaProxy;
 pub use http::{HttpBuyer, Reply, authenticity_token};
+pub use pgbouncer::PgBouncer;
 pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
 pub use proxy::TcpProxy;
 pub use stores::{

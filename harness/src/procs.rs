@@ -195,8 +195,9 @@ impl ServerProcess {
             .context("server did not announce its address within 30 s")??
             .with_context(|| {
                 format!(
-                    "server exited before announcing its address: see {}",
-                    log.display()
+                    "server exited before announcing its address; its log ({}):\n{}",
+                    log.display(),
+                    std::fs::read_to_string(&log).unwrap_or_default()
                 )
             })?;
         let url_in = |line: &str| {
@@ -378,7 +379,7 @@ impl Drop for PostgresServer {
 }
 
 /// Whether this process runs as root (Postgres refuses to, hence `runuser`).
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }

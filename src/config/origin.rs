@@ -184,7 +184,10 @@ mod tests {
         let proxies: TrustedProxies = "127.0.0.1, 10.0.0.0/8,::1".parse().unwrap();
         assert!(proxies.contains("10.0.0.7".parse().unwrap()));
         assert!(!proxies.contains("203.0.113.9".parse().unwrap()));
-        assert!(proxies.contains("::ffff:10.0.0.7".parse().unwrap()), "dual-stack");
+        assert!(
+            proxies.contains("::ffff:10.0.0.7".parse().unwrap()),
+            "dual-stack"
+        );
         assert_eq!(proxies.to_string(), "127.0.0.1/32,10.0.0.0/8,::1/128");
         assert_eq!(
             "".parse::<TrustedProxies>().unwrap(),

@@ -98,7 +98,9 @@ impl BuyerOrigin {
             let port = last("x-forwarded-port").filter(|p| p.parse::<u16>().is_ok());
             let authority = last("x-forwarded-host").or(host).map(|host| {
                 // "[::1]" has colons and no port; "[::1]:8443" and "host:8443" have one.
-                let has_port = host.rsplit_once(':').is_some_and(|(_, p)| !p.ends_with(']'));
+                let has_port = host
+                    .rsplit_once(':')
+                    .is_some_and(|(_, p)| !p.ends_with(']'));
                 let host = match port {
                     Some(port) if !has_port => format!("{host}:{port}"),
                     _ => host,
@@ -260,9 +262,15 @@ mod tests {
             ]);
             BuyerOrigin::of(&p, PROXY, &sent).authority.unwrap()
         };
-        assert_eq!(nginx("tickets.example.com", "8443"), "tickets.example.com:8443");
+        assert_eq!(
+            nginx("tickets.example.com", "8443"),
+            "tickets.example.com:8443"
+        );
         assert_eq!(nginx("tickets.example.com", "443"), "tickets.example.com");
-        assert_eq!(nginx("tickets.example.com:9000", "8443"), "tickets.example.com:9000");
+        assert_eq!(
+            nginx("tickets.example.com:9000", "8443"),
+            "tickets.example.com:9000"
+        );
         assert_eq!(nginx("[::1]", "8443"), "[::1]:8443");
         assert_eq!(nginx("tickets.example.com", "x"), "tickets.example.com");
     }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use seatlock_harness::{HttpBuyer, RedisServer, TcpProxy, TestApp, eventually};
 
+use crate::deployment::{follow, shows_sold};
+
 /// A server on a private Redis (optionally behind `proxy`'s address) and a buyer who has
 /// read the event page.
 pub(crate) async fn scene(
@@ -197,17 +199,7 @@ async fn half_open_postgres_connections_are_cut_off_and_replaced() {
     let mut buyer = HttpBuyer::new();
     let page_url = format!("{}/events/{event}", app.address);
     buyer.get(&page_url).await.unwrap();
-    let page = Arc::new(Mutex::new(String::new()));
-    let reader = tokio::spawn({
-        let (page, url) = (page.clone(), format!("{page_url}/stream"));
-        async move {
-            let mut stream = reqwest::get(url).await.unwrap();
-            while let Ok(Some(chunk)) = stream.chunk().await {
-                let chunk = String::from_utf8_lossy(&chunk).into_owned();
-                page.lock().unwrap().push_str(&chunk);
-            }
-        }
-    });
+    let (page, reader) = follow(format!("{page_url}/stream"));
     let buy = async |buyer: &mut HttpBuyer, seat: i64| {
         let hold = buyer.seat_action(&app.address, event, seat, "hold").await;
         match hold.unwrap().status {
@@ -264,19 +256,4 @@ fn authority(url: &str) -> String {
         .next()
         .unwrap_or_default()
         .to_owned()
-}
-
-/// Whether an event stream's text shows `seat` sold: as a `seat` change, or in a fresh
-/// snapshot's `sold` list.
-fn shows_sold(stream: &str, seat: i64) -> bool {
-    stream
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
-        .any(|data| {
-            (data["seat"] == seat && data["state"] == "sold")
-                || data["sold"]
-                    .as_array()
-                    .is_some_and(|sold| sold.contains(&seat.into()))
-        })
 }

@@ -1,6 +1,7 @@
 //! One deployment under test (a fresh seeded database, the settings its server processes
 //! share, the test's own view of both stores) and the helpers every fault test uses.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lease::{LeaseClient, LeaseKey, LeaseStore};
@@ -315,4 +316,36 @@ pub(crate) async fn probe(server: &str, path: &str) -> Option<(StatusCode, Strin
 /// `GET /healthz` through `server` ([`probe`]).
 pub(crate) async fn health(server: &str) -> Option<(StatusCode, String)> {
     probe(server, "/healthz").await
+}
+
+/// Whether an event stream's text shows `seat` sold: as a `seat` change, or in a fresh
+/// snapshot's `sold` list.
+pub(crate) fn shows_sold(stream: &str, seat: i64) -> bool {
+    stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
+        .any(|data| {
+            (data["seat"] == seat && data["state"] == "sold")
+                || data["sold"]
+                    .as_array()
+                    .is_some_and(|sold| sold.contains(&seat.into()))
+        })
+}
+
+/// Reads the event stream at `url` into a shared text until the task is aborted (or the
+/// stream ends): what an open page has been sent so far.
+pub(crate) fn follow(url: String) -> (Arc<Mutex<String>>, tokio::task::JoinHandle<()>) {
+    let text = Arc::new(Mutex::new(String::new()));
+    let reader = tokio::spawn({
+        let text = text.clone();
+        async move {
+            let mut stream = reqwest::get(url).await.unwrap();
+            while let Ok(Some(chunk)) = stream.chunk().await {
+                let chunk = String::from_utf8_lossy(&chunk).into_owned();
+                text.lock().unwrap().push_str(&chunk);
+            }
+        }
+    });
+    (text, reader)
 }

@@ -16,6 +16,7 @@ mod failover;
 mod hangups;
 mod health;
 mod payments;
+mod poolers;
 mod scale_out;
 mod shared_redis;
 mod soak;
