@@ -60,7 +60,29 @@ impl SentinelTopology {
     /// is in sync and every Sentinel knows the replica and reaches its quorum (`SENTINEL
     /// CKQUORUM`): about 2 s. Errors: `redis-server` missing, or not ready in 20 s.
     pub async fn start() -> anyhow::Result<SentinelTopology> {
-        let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]).await?;
+        Self::start_with_primary(&[]).await
+    }
+
+    /// [`SentinelTopology::start`] with a primary the Sentinels cannot turn into a
+    /// replica (`REPLICAOF` and `SLAVEOF` renamed away): after a failover it keeps
+    /// answering and accepting writes, as a primary on the minority side of a partition
+    /// does until the partition heals.
+    pub async fn start_undemotable() -> anyhow::Result<SentinelTopology> {
+        Self::start_with_primary(&[
+            "--rename-command",
+            "REPLICAOF",
+            "",
+            "--rename-command",
+            "SLAVEOF",
+            "",
+        ])
+        .await
+    }
+
+    async fn start_with_primary(extra: &[&str]) -> anyhow::Result<SentinelTopology> {
+        let mut args = vec!["--repl-diskless-sync-delay", "0"];
+        args.extend_from_slice(extra);
+        let primary = RedisServer::start_with(&args).await?;
         let primary_port = primary.port.to_string();
         let replica = RedisServer::start_with(&[
             "--repl-diskless-sync-delay",
@@ -165,6 +187,26 @@ impl SentinelTopology {
                 .arg("PAUSE")
                 .arg(REPLICA_PAUSE_MS)
                 .arg("WRITE"),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Makes Sentinel `index` forget the topology and monitor the old primary as the
+    /// master again, alone: a Sentinel left with a stale view, as one on the minority
+    /// side of a partition has. Errors: no such Sentinel, or it refused.
+    pub async fn make_stale(&self, index: usize) -> anyhow::Result<()> {
+        let sentinel = self.sentinels.get(index).context("no such Sentinel")?;
+        let url = format!("redis://127.0.0.1:{}/", sentinel.port);
+        let () = query(&url, redis::cmd("SENTINEL").arg("REMOVE").arg(MASTER_NAME)).await?;
+        let () = query(
+            &url,
+            redis::cmd("SENTINEL")
+                .arg("MONITOR")
+                .arg(MASTER_NAME)
+                .arg("127.0.0.1")
+                .arg(self.primary.port)
+                .arg(2),
         )
         .await?;
         Ok(())

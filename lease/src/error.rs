@@ -23,7 +23,13 @@ pub enum LeaseError {
     Lost,
     /// Redis did not answer or answered with an error: guarded work must stop.
     #[error("lease store unavailable: {0}")]
-    Unavailable(#[from] redis::RedisError),
+    Unavailable(#[source] redis::RedisError),
+    /// Redis refused a write with `NOREPLICAS`: fewer replicas than its
+    /// `min-replicas-to-write` are in sync with it (a primary cut off from its replicas,
+    /// which a failover may be replacing). Nothing was written; the caller may try again
+    /// once the replicas, or the Sentinels' new primary, are back (redis/redis#1083).
+    #[error("Redis refused the write: too few replicas in sync (min-replicas-to-write): {0}")]
+    TooFewReplicas(#[source] redis::RedisError),
     /// The durable fence ledger could not reserve a block of tokens. Carries the
     /// ledger's own error ([`FenceLedger::Error`](crate::FenceLedger::Error)) as the source.
     #[error("fence ledger unavailable: {0}")]
@@ -79,4 +85,16 @@ pub enum LeaseError {
         /// What the store can express.
         limits: TtlLimits,
     },
+}
+
+impl From<redis::RedisError> for LeaseError {
+    /// [`LeaseError::TooFewReplicas`] for a `NOREPLICAS` refusal, else
+    /// [`LeaseError::Unavailable`].
+    fn from(err: redis::RedisError) -> Self {
+        if err.code() == Some("NOREPLICAS") {
+            LeaseError::TooFewReplicas(err)
+        } else {
+            LeaseError::Unavailable(err)
+        }
+    }
 }

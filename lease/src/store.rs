@@ -14,16 +14,30 @@
 //!   again).
 //!
 //! **Sentinel** (`redis+sentinel://host:port,host:port/<master name>`): the primary is
-//! asked of the Sentinels when the store opens, and again after an error that a failover
-//! causes (an I/O error, a refused or dropped connection, a timeout, `READONLY` from a
-//! demoted primary): redis-rs does not move an existing connection to a new primary
-//! (redis-rs issue 1438), so the store does. If the Sentinels name another server, the
-//! connection is replaced by one to it and the request is sent once more (safe, as
-//! above); until they do (a failover takes some seconds), requests fail. A plain
-//! `redis://` URL never asks anything of a Sentinel: its path is unchanged.
+//! asked of the Sentinels when the store opens, every [`SENTINEL_POLL`] after that, and
+//! at once after an error that a failover causes (an I/O error, a refused or dropped
+//! connection, a timeout, `READONLY` from a demoted primary). redis-rs does not move an
+//! existing connection to a new primary (redis-rs issue 1438), so the store does.
+//!
+//! * **Every Sentinel is asked, and a majority decides.** A Sentinel on the minority side
+//!   of a partition still names the old primary; the first to answer is not trusted.
+//!   Only an address named by more than half of the Sentinels in the URL is followed.
+//! * **Asked before an error, not only after one.** During a partition the old primary
+//!   keeps answering its clients, so no request fails, while the Sentinels on the
+//!   majority side promote a replica: without the poll, the store would keep writing to
+//!   a primary whose writes the failover discards. The poll bounds that to about one
+//!   [`SENTINEL_POLL`] plus the Sentinels' own detection time. (`min-replicas-to-write`
+//!   on the primary bounds it from the other side: an old primary that cannot reach
+//!   enough replicas refuses writes with `NOREPLICAS`,
+//!   [`crate::LeaseError::TooFewReplicas`].)
+//!
+//! When the Sentinels name another server, the connection is replaced by one to it, and a
+//! request that failed is sent once more (safe, as above); until they do (a failover takes
+//! some seconds), requests fail. A plain `redis://` URL never asks anything of a Sentinel:
+//! its path is unchanged.
 
 use std::future::Future;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -35,16 +49,33 @@ use crate::telemetry;
 /// The URL scheme that names Sentinels instead of a Redis server.
 pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
 
+/// How often a store on Sentinels asks them for the primary when nothing has failed.
+pub const SENTINEL_POLL: Duration = Duration::from_secs(1);
+
 /// One logical Redis connection that heals: see the module docs.
 pub struct RedisStore {
-    /// The server the connection goes to: changes only after a Sentinel failover.
+    /// The server and the connection to it, shared with the Sentinel poll.
+    current: Arc<Current>,
+    /// The Sentinels, for a `redis+sentinel://` URL.
+    sentinels: Option<Arc<Sentinels>>,
+}
+
+/// The server a store talks to, and its connection: both change only when the
+/// Sentinels name another primary.
+struct Current {
     client: RwLock<Client>,
+    connection: RwLock<ConnectionManager>,
     config: ConnectionManagerConfig,
-    current: RwLock<ConnectionManager>,
-    /// The Sentinels, for a `redis+sentinel://` URL; one question to them at a time.
-    sentinel: Option<tokio::sync::Mutex<SentinelClient>>,
     /// Bounds connecting, each response and each question to the Sentinels.
     timeout: Duration,
+}
+
+/// The Sentinels of a `redis+sentinel://` URL; one round of questions at a time.
+struct Sentinels {
+    /// `redis://host:port/`, in the URL's order.
+    urls: Vec<String>,
+    master: String,
+    asking: tokio::sync::Mutex<()>,
 }
 
 impl RedisStore {
@@ -63,9 +94,8 @@ impl RedisStore {
         match url.strip_prefix(SENTINEL_SCHEME) {
             None => Self::with_client(Client::open(url)?, None, timeout),
             Some(rest) => {
-                let mut sentinel = sentinel_client(rest)?;
-                let primary = sentinel.get_client()?;
-                Self::with_client(primary, Some(sentinel), timeout)
+                let primary = sentinel_client(rest)?.get_client()?;
+                Self::with_client(primary, Some(sentinels(rest)?), timeout)
             }
         }
     }
@@ -82,18 +112,20 @@ impl RedisStore {
         let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) else {
             return Self::open(url, timeout);
         };
-        let mut sentinel = sentinel_client(rest)?;
-        let primary = match tokio::time::timeout(timeout, sentinel.async_get_client()).await {
-            Ok(Ok(primary)) => primary,
-            _ => named_primary(rest, timeout).await?,
+        let sentinels = sentinels(rest)?;
+        let primary = match sentinels.majority(timeout).await {
+            Some(primary) => primary,
+            None => named_primary(rest, timeout).await?,
         };
-        Self::with_client(primary, Some(sentinel), timeout)
+        Self::with_client(primary, Some(sentinels), timeout)
     }
 
-    /// The store over `client` (the primary, for a Sentinel URL), connected lazily.
+    /// The store over `client` (the primary, for a Sentinel URL), connected lazily; on
+    /// Sentinels, with the poll running (in the Tokio runtime of the caller, if any)
+    /// for as long as the store lives.
     fn with_client(
         client: Client,
-        sentinel: Option<SentinelClient>,
+        sentinels: Option<Sentinels>,
         timeout: Duration,
     ) -> RedisResult<Self> {
         let config = ConnectionManagerConfig::new()
@@ -101,31 +133,30 @@ impl RedisStore {
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
-        let current = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
-        Ok(RedisStore {
+        let connection = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
+        let current = Arc::new(Current {
             client: RwLock::new(client),
+            connection: RwLock::new(connection),
             config,
-            current: RwLock::new(current),
-            sentinel: sentinel.map(tokio::sync::Mutex::new),
             timeout,
-        })
+        });
+        let sentinels = sentinels.map(Arc::new);
+        if let (Some(sentinels), Ok(runtime)) = (&sentinels, tokio::runtime::Handle::try_current())
+        {
+            runtime.spawn(poll(Arc::downgrade(&current), sentinels.clone()));
+        }
+        Ok(RedisStore { current, sentinels })
     }
 
     /// A client for the server the store talks to now (the primary last named by the
     /// Sentinels), for connections the store does not make itself (pub/sub).
     pub fn client(&self) -> Client {
-        self.client
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current.client()
     }
 
     /// The current connection (a cheap handle), for commands of the caller's own.
     pub fn connection(&self) -> ConnectionManager {
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.current.connection()
     }
 
     /// Runs one request (`request` is given a connection and may be called twice),
@@ -141,9 +172,9 @@ impl RedisStore {
             // Boxed: the Sentinel client's future is deep, and every future that awaits a
             // round trip would otherwise carry its layout (only this path allocates).
             Err(err)
-                if self.sentinel.is_some()
-                    && after_failover(&err)
-                    && Box::pin(self.follow()).await =>
+                if after_failover(&err)
+                    && let Some(sentinels) = &self.sentinels
+                    && Box::pin(self.current.follow(sentinels)).await =>
             {
                 metrics::counter!(telemetry::REDIS_REPAIRS_TOTAL, "repair" => "new_primary")
                     .increment(1);
@@ -158,7 +189,7 @@ impl RedisStore {
                 telemetry::redis_round_trip(op, request(self.connection())).await
             }
             Err(err) if err.is_timeout() => {
-                self.replace();
+                self.current.replace();
                 Err(err)
             }
             other => other,
@@ -191,23 +222,35 @@ impl RedisStore {
         })
         .await
     }
+}
 
-    /// Asks the Sentinels for the primary; if they name another server than the current
-    /// one, connects to it from now on. Returns whether the server changed (here or by a
-    /// request that asked while this one waited). A Sentinel
-    /// that does not answer within the timeout, or names no reachable primary, changes
-    /// nothing (the caller's request fails; a later one asks again).
-    async fn follow(&self) -> bool {
-        let Some(sentinel) = &self.sentinel else {
-            return false;
-        };
+impl Current {
+    fn client(&self) -> Client {
+        self.client
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn connection(&self) -> ConnectionManager {
+        self.connection
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Asks every Sentinel for the primary; if a majority name another server than the
+    /// current one, connects to it from now on. Returns whether the server changed (here
+    /// or by a round that asked while this one waited). No majority (Sentinels down,
+    /// hung, or disagreeing mid-failover) changes nothing: a request fails, and a later
+    /// round asks again.
+    async fn follow(&self, sentinels: &Sentinels) -> bool {
         let before = self.client().get_connection_info().addr().clone();
-        let mut sentinel = sentinel.lock().await;
+        let _asking = sentinels.asking.lock().await;
         if *self.client().get_connection_info().addr() != before {
-            return true; // another request followed the failover while this one waited
+            return true; // another round followed the failover while this one waited
         }
-        let asked = tokio::time::timeout(self.timeout, sentinel.async_get_client()).await;
-        let Ok(Ok(primary)) = asked else {
+        let Some(primary) = sentinels.majority(self.timeout).await else {
             return false;
         };
         if *primary.get_connection_info().addr() == before {
@@ -219,7 +262,7 @@ impl RedisStore {
             return false;
         };
         *self.client.write().unwrap_or_else(|e| e.into_inner()) = primary;
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        *self.connection.write().unwrap_or_else(|e| e.into_inner()) = fresh;
         true
     }
 
@@ -231,9 +274,69 @@ impl RedisStore {
             ConnectionManager::new_lazy_with_config(self.client(), self.config.clone())
         {
             metrics::counter!(telemetry::REDIS_REPAIRS_TOTAL, "repair" => "replaced").increment(1);
-            *self.current.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+            *self.connection.write().unwrap_or_else(|e| e.into_inner()) = fresh;
         }
     }
+}
+
+/// Asks the Sentinels every [`SENTINEL_POLL`] and follows a new primary, until the store
+/// whose `current` this is has been dropped.
+async fn poll(current: Weak<Current>, sentinels: Arc<Sentinels>) {
+    loop {
+        tokio::time::sleep(SENTINEL_POLL).await;
+        let Some(current) = current.upgrade() else {
+            return;
+        };
+        if current.follow(&sentinels).await {
+            metrics::counter!(telemetry::REDIS_REPAIRS_TOTAL, "repair" => "new_primary_polled")
+                .increment(1);
+        }
+    }
+}
+
+impl Sentinels {
+    /// The primary named by more than half of the Sentinels (`SENTINEL
+    /// GET-MASTER-ADDR-BY-NAME`, all asked at once, each for at most `timeout`), or
+    /// `None`.
+    async fn majority(&self, timeout: Duration) -> Option<Client> {
+        let asked = self
+            .urls
+            .iter()
+            .map(|url| tokio::time::timeout(timeout, ask(url, &self.master)));
+        let answers = futures_util::future::join_all(asked).await;
+        let mut named: Vec<(String, u16)> = answers
+            .into_iter()
+            .filter_map(|answer| answer.ok()?.ok())
+            .collect();
+        named.sort();
+        let most = named
+            .chunk_by(|a, b| a == b)
+            .max_by_key(|same| same.len())?;
+        if most.len() * 2 <= self.urls.len() {
+            return None;
+        }
+        let (host, port) = &most[0];
+        Client::open(format!("redis://{host}:{port}/")).ok()
+    }
+}
+
+/// What the Sentinel at `url` names as `master`'s address. Errors: it does not answer,
+/// or does not know the name.
+async fn ask(url: &str, master: &str) -> RedisResult<(String, u16)> {
+    let mut conn = Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let named: Option<(String, u16)> = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(master)
+        .query_async(&mut conn)
+        .await?;
+    named.ok_or_else(|| {
+        RedisError::from((
+            ErrorKind::MasterNameNotFoundBySentinel,
+            "the Sentinel does not know the master name",
+        ))
+    })
 }
 
 /// Whether `err` may mean the primary changed: the connection failed, dropped or timed
@@ -267,7 +370,18 @@ fn sentinel_parts(rest: &str) -> RedisResult<(Vec<String>, String)> {
     Ok((sentinels, master))
 }
 
-/// The Sentinel client of `rest` ([`sentinel_parts`]).
+/// The Sentinels of `rest` ([`sentinel_parts`]).
+fn sentinels(rest: &str) -> RedisResult<Sentinels> {
+    let (urls, master) = sentinel_parts(rest)?;
+    Ok(Sentinels {
+        urls,
+        master,
+        asking: tokio::sync::Mutex::new(()),
+    })
+}
+
+/// redis-rs's Sentinel client of `rest` ([`sentinel_parts`]), for the blocking
+/// [`RedisStore::open`].
 fn sentinel_client(rest: &str) -> RedisResult<SentinelClient> {
     let (sentinels, master) = sentinel_parts(rest)?;
     // Owned: `SentinelClient::build` takes a String, or `impl AsRef<str>` when another
@@ -283,20 +397,7 @@ async fn named_primary(rest: &str, timeout: Duration) -> RedisResult<Client> {
     let mut last = RedisError::from((ErrorKind::InvalidClientConfig, "no Sentinel"));
     for sentinel in sentinels {
         let asked = async {
-            let mut conn = Client::open(sentinel)?
-                .get_multiplexed_async_connection()
-                .await?;
-            let named: Option<(String, u16)> = redis::cmd("SENTINEL")
-                .arg("GET-MASTER-ADDR-BY-NAME")
-                .arg(&master)
-                .query_async(&mut conn)
-                .await?;
-            let (host, port) = named.ok_or_else(|| {
-                RedisError::from((
-                    ErrorKind::MasterNameNotFoundBySentinel,
-                    "the Sentinel does not know the master name",
-                ))
-            })?;
+            let (host, port) = ask(&sentinel, &master).await?;
             Client::open(format!("redis://{host}:{port}/"))
         };
         match tokio::time::timeout(timeout, asked).await {

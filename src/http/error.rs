@@ -227,6 +227,9 @@ impl From<LeaseError> for Error {
                 Error::BadRequest("Those seats cannot be held together.".into())
             }
             LeaseError::Unavailable(_) => Error::Unavailable("Redis"),
+            LeaseError::TooFewReplicas(_) => {
+                Error::Unavailable("Redis, with too few replicas in sync to accept a write,")
+            }
             LeaseError::Etcd(_) => Error::Unavailable("etcd"),
             // Application::build refuses to start with a TTL the store cannot express.
             LeaseError::TtlNotExpressible { .. } => {

@@ -107,6 +107,14 @@ async fn redis_session(
                 continue;
             }
             _ = heartbeat.tick() => {
+                // The store's Sentinel poll has followed a new primary (one the old,
+                // still answering, does not know of): subscribe there.
+                if store.client().get_connection_info().addr()
+                    != client.get_connection_info().addr()
+                {
+                    tracing::warn!("the Sentinels name another primary; subscribing there");
+                    return Ok(());
+                }
                 let ping = tokio::time::timeout(HEARTBEAT_DEADLINE, sink.ping::<redis::Value>());
                 if !matches!(ping.await, Ok(Ok(_))) {
                     tracing::warn!("redis pub/sub connection stopped answering; replacing it");

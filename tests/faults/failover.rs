@@ -115,6 +115,20 @@ async fn after_a_switchover_the_live_feed_moves_to_the_new_primary_and_shows_lap
             .await
     );
     topology.switch_over().await.unwrap();
+    // Until the server's Sentinel poll follows (a second or so), a hold still goes to the
+    // old primary, which accepts it until Sentinel turns it into a replica and its data
+    // is replaced: the split-brain window a failover has. Hold after it.
+    let new_primary = format!("127.0.0.1:{}", topology.replica.port);
+    eventually(Duration::from_secs(10), "the server to follow", || async {
+        app.state
+            .redis
+            .client()
+            .get_connection_info()
+            .addr()
+            .to_string()
+            == new_primary
+    })
+    .await;
 
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut pushed = app.state.live.subscribe(&format!("event:{event}"));
@@ -258,4 +272,151 @@ async fn a_hung_primary_is_failed_over_and_followed() {
     )
     .await;
     d.assert_invariant().await;
+}
+
+/// Whether the lease of `seat` is on the Redis at `url`.
+async fn lease_on(url: &str, app: &TestApp, event: i64, seat: i64) -> bool {
+    let key = seatlock::seats::lease_key(
+        &app.state.settings.lease_namespace,
+        seatlock::seats::SeatRef {
+            event_id: event,
+            seat_id: seat,
+        },
+    );
+    let mut redis = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    redis::cmd("EXISTS")
+        .arg(key.lease_key())
+        .query_async::<bool>(&mut redis)
+        .await
+        .unwrap()
+}
+
+/// The Sentinels promote the replica while the old primary keeps answering (it cannot
+/// be demoted: as on the minority side of a partition). No request fails, so nothing
+/// tells the server to ask again: it must ask by itself. Within seconds its holds land
+/// on the new primary, and not one buyer sees a failure meanwhile.
+#[tokio::test]
+async fn the_server_follows_a_failover_before_any_request_fails() {
+    let mut topology = SentinelTopology::start_undemotable().await.unwrap();
+    let app = TestApp::builder()
+        .redis(topology.url())
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut buyer = HttpBuyer::new();
+    let first = buyer
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
+    assert_eq!(first.status, SEE_OTHER, "{}", first.body);
+    assert!(lease_on(&topology.primary.url(), &app, event, seats[0]).await);
+
+    topology.switch_over().await.unwrap();
+    // Seats held (and released) one after another, every reply a success, until one
+    // lands on the new primary; the per-buyer limit is never reached.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    for &seat in seats[1..].iter().cycle() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no hold reached the new primary within 10 s"
+        );
+        let reply = buyer
+            .seat_action(&app.address, event, seat, "hold")
+            .await
+            .unwrap();
+        assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
+        let on_new = lease_on(&topology.replica.url(), &app, event, seat).await;
+        if on_new && !lease_on(&topology.primary.url(), &app, event, seat).await {
+            break;
+        }
+        let reply = buyer
+            .seat_action(&app.address, event, seat, "release")
+            .await
+            .unwrap();
+        assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A Sentinel with a stale view (it names the old primary, still answering) comes first
+/// in the URL. The server asks every Sentinel and follows the primary most of them name,
+/// at its start and after.
+#[tokio::test]
+async fn the_primary_is_the_one_most_sentinels_name_not_the_first_to_answer() {
+    let mut topology = SentinelTopology::start_undemotable().await.unwrap();
+    topology.switch_over().await.unwrap();
+    topology.make_stale(0).await.unwrap();
+    let app = TestApp::builder()
+        .redis(topology.url())
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let reply = HttpBuyer::new()
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
+    assert!(lease_on(&topology.replica.url(), &app, event, seats[0]).await);
+    assert!(!lease_on(&topology.primary.url(), &app, event, seats[0]).await);
+}
+
+/// A primary with `min-replicas-to-write 1` whose only replica is gone refuses writes
+/// with `NOREPLICAS` (what bounds the writes an old primary, cut off from its replicas,
+/// accepts during a partition). A hold is then a 503 page that says so, not a plain
+/// "Redis is unavailable".
+#[tokio::test]
+async fn a_primary_without_enough_replicas_refuses_a_hold_in_words() {
+    let primary = seatlock_harness::RedisServer::start_with(&[
+        "--repl-diskless-sync-delay",
+        "0",
+        "--min-replicas-to-write",
+        "1",
+        "--min-replicas-max-lag",
+        "1",
+    ])
+    .await
+    .unwrap();
+    let port = primary.port.to_string();
+    let mut replica =
+        seatlock_harness::RedisServer::start_with(&["--replicaof", "127.0.0.1", &port])
+            .await
+            .unwrap();
+    let app = TestApp::builder()
+        .redis(primary.url())
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut buyer = HttpBuyer::new();
+    let page = format!("{}/events/{event}", app.address);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    // The page (and the session) while the replica is in sync.
+    while buyer.get(&page).await.unwrap().status != StatusCode::OK {
+        assert!(tokio::time::Instant::now() < deadline, "no page in 10 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    replica.kill();
+    let refused = loop {
+        let reply = buyer
+            .seat_action(&app.address, event, seats[0], "hold")
+            .await
+            .unwrap();
+        if reply.status == StatusCode::SERVICE_UNAVAILABLE {
+            break reply;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never refused");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        refused.body.contains("too few replicas in sync"),
+        "{}",
+        refused.body
+    );
 }
