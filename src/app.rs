@@ -216,8 +216,9 @@ pub fn router(state: AppState) -> Router {
 /// it is down, and `/healthz` names it); and
 /// the sessions' Redis, the lease client's own connection when the leases are in the same
 /// Redis (one healing connection, as before the store could be chosen). Refuses a lease
-/// TTL setting the store cannot express (etcd: whole seconds, at least 2 s), naming the
-/// flag.
+/// TTL setting the store cannot express (etcd: whole seconds, at least 2 s, and no
+/// shorter than the etcd in use grants), naming the flag, and more seats per buyer than
+/// one hold on the store takes.
 ///
 /// Also the waiting rooms' store ([`crate::seats::waiting_room`]): the Redis lease client, whose
 /// hold script checks admissions; `None` on etcd, where the server refuses to start with
@@ -262,11 +263,24 @@ async fn stores(
             (client, own_redis().await?, room)
         }
     };
+    // A lease must last what it is asked for: the store's limits, and (etcd) what it
+    // grants when asked (it lengthens a lease below a minimum that depends on its
+    // election timeout).
     for (flag, ttl) in settings.lease_ttls() {
         store
-            .ttl_limits()
-            .check(store.name(), ttl)
+            .check_ttl(ttl)
+            .await
             .with_context(|| format!("refusing to start: {flag} {}", ttl.as_millis()))?;
+    }
+    if let Some(most) = store.max_keys_per_hold()
+        && settings.max_seats_per_buyer > most as u64
+    {
+        anyhow::bail!(
+            "refusing to start: --max-seats-per-buyer {} is more seats than one hold on {} \
+             takes ({most}: its operations per transaction)",
+            settings.max_seats_per_buyer,
+            store.name()
+        );
     }
     Ok((store, redis, room))
 }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use lease::LeaseStore;
 use reqwest::StatusCode;
 use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries;
@@ -425,5 +426,125 @@ async fn a_server_starts_while_etcd_is_down_and_says_so() {
         StatusCode::SERVICE_UNAVAILABLE,
         "{}",
         page.body
+    );
+}
+
+/// etcd lengthens a lease shorter than its minimum (1.5 election timeouts) and says so
+/// only in the grant's reply (etcd#6025): with a 5 s election timeout, a 2 s bid lock
+/// would last 8 s. The server asks etcd at start and refuses, naming the flag and what
+/// etcd grants.
+#[tokio::test]
+async fn a_ttl_the_running_etcd_would_lengthen_stops_the_start() {
+    let etcd = EtcdCluster::start_with(
+        1,
+        &["--heartbeat-interval", "500", "--election-timeout", "5000"],
+    )
+    .await
+    .unwrap();
+    let refused = on_etcd(etcd.url())
+        .with(|s| s.bid_lock_ttl_ms = 2_000)
+        .spawn()
+        .await
+        .err()
+        .expect("the server started with a 2 s bid lock on an etcd whose minimum is 8 s");
+    let refused = format!("{refused:#}");
+    assert!(
+        refused.contains("--bid-lock-ttl-ms 2000") && refused.contains("at least 8s"),
+        "{refused}"
+    );
+    // Asked for directly, the lease is refused rather than lengthened, and nothing is held.
+    let store = etcd.store().await.unwrap();
+    let key = lease::LeaseKey::new("test:ttl", "seat-1").unwrap();
+    let err = store
+        .acquire_all(
+            std::slice::from_ref(&key),
+            "a",
+            Duration::from_secs(2),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, lease::LeaseError::TtlNotExpressible { .. }),
+        "{err}"
+    );
+    assert!(store.remaining(&key).await.unwrap().is_none());
+}
+
+/// Past its backend quota etcd takes only reads and deletes (its NOSPACE alarm), and a
+/// read-only check still passes (etcd-io/etcd#8207, #7986). `/readyz` asks for the
+/// alarms and names etcd; a hold is a 503 that says etcd is out of space, not that it is
+/// unavailable.
+#[tokio::test]
+async fn an_etcd_past_its_quota_is_named_by_readyz_and_a_hold_says_why() {
+    let etcd = EtcdCluster::start_with(1, &["--quota-backend-bytes", "4194304"])
+        .await
+        .unwrap();
+    let app = app_on_etcd(etcd.url()).await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut client = etcd_client::Client::connect([etcd.url().trim_start_matches("etcd://")], None)
+        .await
+        .unwrap();
+    let filler = vec![b'x'; 1_000_000];
+    for i in 0.. {
+        if client
+            .put(format!("filler-{i}"), filler.clone(), None)
+            .await
+            .is_err()
+        {
+            break;
+        }
+        assert!(i < 50, "etcd took 50 MB past a 4 MB quota");
+    }
+    eventually(Duration::from_secs(10), "/readyz to name etcd", || async {
+        let ready = reqwest::get(format!("{}/readyz", app.address))
+            .await
+            .unwrap();
+        ready.status() == StatusCode::SERVICE_UNAVAILABLE
+            && ready.text().await.unwrap().contains("etcd")
+    })
+    .await;
+    let reply = HttpBuyer::new()
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(reply.body.contains("etcd, out of space"), "{}", reply.body);
+}
+
+/// A group hold on etcd is one txn of two compares per seat: past 63 seats it would pass
+/// etcd's 128 operations per txn. The server refuses a per-buyer limit above that at
+/// start, and the store refuses such a hold before sending it.
+#[tokio::test]
+async fn more_seats_than_one_etcd_txn_takes_are_refused_in_words() {
+    let refused = on_etcd(etcd_url().unwrap())
+        .with(|s| s.max_seats_per_buyer = 64)
+        .spawn()
+        .await
+        .err()
+        .expect("the server started with 64 seats per buyer on etcd");
+    assert!(
+        format!("{refused:#}").contains("--max-seats-per-buyer 64"),
+        "{refused:#}"
+    );
+    let store = lease::etcd::EtcdStore::connect(&etcd_url().unwrap(), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let keys: Vec<lease::LeaseKey> = (0..64)
+        .map(|i| lease::LeaseKey::new("test:many", format!("seat-{i}")).unwrap())
+        .collect();
+    let err = store
+        .acquire_all(&keys, "a", Duration::from_secs(2), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            lease::LeaseError::TooManyKeys {
+                keys: 64,
+                limit: 63
+            }
+        ),
+        "{err}"
     );
 }

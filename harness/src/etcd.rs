@@ -27,6 +27,12 @@ impl EtcdCluster {
     /// (a quorum read answers through [`EtcdStore::ping`]), at most 20 s. Errors: etcd
     /// not installed (`apt-get install etcd-server`) or not healthy in time.
     pub async fn start(size: usize) -> anyhow::Result<EtcdCluster> {
+        Self::start_with(size, &[]).await
+    }
+
+    /// [`EtcdCluster::start`] with extra `etcd` flags on every member (a small
+    /// `--quota-backend-bytes`, a longer `--election-timeout`).
+    pub async fn start_with(size: usize, extra: &[&str]) -> anyhow::Result<EtcdCluster> {
         let (_, dir) = port_and_folder("seatlock-etcd")?;
         let ports: Vec<(u16, u16)> = (0..size)
             .map(|_| {
@@ -66,6 +72,7 @@ impl EtcdCluster {
                 ])
                 .args(["--initial-cluster", &peers.join(",")])
                 .args(["--initial-cluster-state", "new", "--log-level", "error"])
+                .args(extra)
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()

@@ -77,6 +77,21 @@ pub trait LeaseStore: Send + Sync {
     /// refused with [`LeaseError::TtlNotExpressible`] before anything is sent.
     fn ttl_limits(&self) -> TtlLimits;
 
+    /// Checks, before any lease is asked for, that a lease of `ttl` lasts `ttl`: within
+    /// [`LeaseStore::ttl_limits`], and, where the store may lengthen a lease silently
+    /// (etcd raises one below its own minimum, etcd#6025), as the store grants it. A
+    /// store that does not answer is not judged (`Ok`): each grant checks again.
+    /// Errors: [`LeaseError::TtlNotExpressible`] with the limits the store has.
+    async fn check_ttl(&self, ttl: std::time::Duration) -> Result<(), LeaseError> {
+        self.ttl_limits().check(self.name(), ttl)
+    }
+
+    /// The most resources one group hold may name ([`LeaseError::TooManyKeys`] beyond
+    /// it), or `None` for no limit of the store's own.
+    fn max_keys_per_hold(&self) -> Option<usize> {
+        None
+    }
+
     /// Tries once to take leases on every one of `keys` (one group, no name twice) for
     /// `ttl`, all or none, labelled `holder`, with one owner token and one fencing token
     /// shared by the returned leases (in the order of `keys`). With `limit = Some(n)`,

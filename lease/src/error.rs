@@ -69,7 +69,27 @@ pub enum LeaseError {
     /// work must stop.
     #[cfg(feature = "etcd")]
     #[error("lease store unavailable (etcd): {0}")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(#[source] etcd_client::Error),
+    /// etcd is past its backend quota (`--quota-backend-bytes`; its NOSPACE alarm is
+    /// raised): it accepts only reads and deletes until it is compacted, defragmented and
+    /// the alarm disarmed (etcd-io/etcd#8207). Carries etcd's words. Nothing was written.
+    #[error("etcd is out of space (past its backend quota): {0}")]
+    EtcdNoSpace(String),
+    /// etcd answered and refused the request for another reason than being unreachable
+    /// or out of space (an invalid argument, a failed precondition, too many operations
+    /// in a txn): "code: message", etcd's words. Nothing was written.
+    #[error("etcd refused the request: {0}")]
+    EtcdRefused(String),
+    /// A group hold of more resources than the store takes in one step
+    /// ([`LeaseStore::max_keys_per_hold`](crate::LeaseStore::max_keys_per_hold); etcd: its
+    /// operations per transaction). Nothing was sent.
+    #[error("a hold of {keys} resources is more than the store takes at once ({limit})")]
+    TooManyKeys {
+        /// The resources asked for.
+        keys: usize,
+        /// The most the store takes.
+        limit: usize,
+    },
     /// The store cannot express `ttl` ([`LeaseStore::ttl_limits`](crate::LeaseStore::ttl_limits); etcd: whole seconds,
     /// at least 2 s). Nothing was sent.
     #[error(
@@ -95,6 +115,33 @@ impl From<redis::RedisError> for LeaseError {
             LeaseError::TooFewReplicas(err)
         } else {
             LeaseError::Unavailable(err)
+        }
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl From<etcd_client::Error> for LeaseError {
+    /// [`LeaseError::EtcdNoSpace`] for etcd's "database space exceeded" (gRPC
+    /// RESOURCE_EXHAUSTED), [`LeaseError::EtcdRefused`] for any other answer that is an
+    /// error, [`LeaseError::Etcd`] for no answer (unreachable, no leader, timed out).
+    fn from(err: etcd_client::Error) -> Self {
+        use tonic::Code;
+        match &err {
+            etcd_client::Error::GRpcStatus(status)
+                if status.code() == Code::ResourceExhausted
+                    && status.message().contains("space exceeded") =>
+            {
+                LeaseError::EtcdNoSpace(status.message().to_owned())
+            }
+            etcd_client::Error::GRpcStatus(status)
+                if !matches!(
+                    status.code(),
+                    Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+                ) =>
+            {
+                LeaseError::EtcdRefused(format!("{:?}: {}", status.code(), status.message()))
+            }
+            _ => LeaseError::Etcd(err),
         }
     }
 }

@@ -231,6 +231,18 @@ impl From<LeaseError> for Error {
                 Error::Unavailable("Redis, with too few replicas in sync to accept a write,")
             }
             LeaseError::Etcd(_) => Error::Unavailable("etcd"),
+            // etcd answered, and refused: a request it finds invalid is this server's
+            // bug, named in the log, not an etcd that is down.
+            LeaseError::EtcdRefused(_) => {
+                tracing::error!(error = %err, "etcd refused a request");
+                Error::Unavailable("The lock service")
+            }
+            LeaseError::EtcdNoSpace(_) => {
+                Error::Unavailable("etcd, out of space (past its backend quota),")
+            }
+            LeaseError::TooManyKeys { limit, .. } => {
+                Error::BadRequest(format!("One hold takes at most {limit} seats."))
+            }
             // Application::build refuses to start with a TTL the store cannot express.
             LeaseError::TtlNotExpressible { .. } => {
                 tracing::error!(error = %err, "a lease TTL the store cannot express");

@@ -11,8 +11,8 @@ use etcd_client::{
 use futures_util::future::try_join_all;
 
 use super::{
-    ETCD_TTL_LIMITS, EtcdStore, held_by_prefix, hold_value, lease_id, now_ms, parse_hold,
-    retired_key,
+    ETCD_MAX_KEYS_PER_HOLD, ETCD_TTL_LIMITS, EtcdStore, held_by_prefix, hold_value, lease_id,
+    now_ms, parse_hold, retired_key,
 };
 use crate::boundary::check_one_group;
 use crate::{FencingToken, Lease, LeaseError, LeaseKey, OwnerToken};
@@ -28,6 +28,12 @@ pub(super) async fn acquire_all(
 ) -> Result<Vec<Lease>, LeaseError> {
     check_one_group(keys)?;
     ETCD_TTL_LIMITS.check("etcd", ttl)?;
+    if keys.len() > ETCD_MAX_KEYS_PER_HOLD {
+        return Err(LeaseError::TooManyKeys {
+            keys: keys.len(),
+            limit: ETCD_MAX_KEYS_PER_HOLD,
+        });
+    }
     let owner = OwnerToken::random();
     let ids: Vec<i64> = keys
         .iter()
@@ -48,12 +54,23 @@ pub(super) async fn acquire_all(
             Err(etcd_client::Error::GRpcStatus(status))
                 if status.message().contains("lease already exists") =>
             {
-                Ok(())
+                Ok(None)
             }
-            other => other.map(drop),
+            other => other.map(|granted| Some(granted.ttl())),
         }
     });
-    try_join_all(grants).await?;
+    let granted = try_join_all(grants).await?;
+    // etcd lengthens a lease below its minimum and says so only in the reply's TTL.
+    if let Some(refused) = granted
+        .into_iter()
+        .flatten()
+        .find_map(|secs| granted_as_asked(ttl, secs).err())
+    {
+        for id in ids {
+            store.revoke(id).await?;
+        }
+        return Err(refused);
+    }
     let expires_at_ms = now_ms() + ttl.as_millis() as u64;
     let answer = create_all(store, keys, &ids, &owner, holder, expires_at_ms, limit).await;
     let Ok(fencing_token) = answer else {
@@ -73,6 +90,23 @@ pub(super) async fn acquire_all(
             sent_at: Some(sent_at),
         })
         .collect())
+}
+
+/// `Ok` when etcd granted `granted_secs` for a lease asked for `ttl`; else
+/// [`LeaseError::TtlNotExpressible`], the granted TTL as etcd's minimum (etcd#6025: it
+/// follows the election timeout).
+pub(super) fn granted_as_asked(ttl: Duration, granted_secs: i64) -> Result<(), LeaseError> {
+    if granted_secs <= ttl.as_secs() as i64 {
+        return Ok(());
+    }
+    Err(LeaseError::TtlNotExpressible {
+        store: "etcd",
+        ttl,
+        limits: crate::TtlLimits {
+            min: Duration::from_secs(granted_secs as u64),
+            step: ETCD_TTL_LIMITS.step,
+        },
+    })
 }
 
 /// The create-if-absent txn, retried while only the holder's limited holds changed under

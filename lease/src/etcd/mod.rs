@@ -32,7 +32,10 @@ mod watch;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn, TxnOp};
+use etcd_client::{
+    AlarmAction, AlarmType, Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn,
+    TxnOp,
+};
 
 use crate::{
     FencingToken, GroupSnapshot, Holding, Lease, LeaseChanges, LeaseError, LeaseKey, LeaseStore,
@@ -53,6 +56,11 @@ pub const ETCD_TTL_LIMITS: TtlLimits = TtlLimits {
     min: Duration::from_secs(2),
     step: Duration::from_secs(1),
 };
+
+/// The most seats (resources) one group hold takes on etcd: its txn compares two keys
+/// per resource plus one for the holder limit, and etcd refuses a txn of more than 128
+/// operations in any of its lists (its default `--max-txn-ops`).
+pub const ETCD_MAX_KEYS_PER_HOLD: usize = 63;
 
 /// How many request attempts fit in the store timeout: each attempt may take this share
 /// of it ([`EtcdStore::call`]). The client spreads requests over the members and keeps
@@ -299,6 +307,23 @@ impl LeaseStore for EtcdStore {
         ETCD_TTL_LIMITS
     }
 
+    async fn check_ttl(&self, ttl: Duration) -> Result<(), LeaseError> {
+        ETCD_TTL_LIMITS.check("etcd", ttl)?;
+        // One lease asked for and revoked at once: what etcd makes of the TTL.
+        let granted = self
+            .call(|mut client| async move { client.lease_grant(ttl.as_secs() as i64, None).await })
+            .await;
+        let Ok(granted) = granted else {
+            return Ok(()); // not answering: each grant checks again
+        };
+        self.revoke(granted.id()).await?;
+        grant::granted_as_asked(ttl, granted.ttl())
+    }
+
+    fn max_keys_per_hold(&self) -> Option<usize> {
+        Some(ETCD_MAX_KEYS_PER_HOLD)
+    }
+
     async fn acquire_all(
         &self,
         keys: &[LeaseKey],
@@ -409,10 +434,28 @@ impl LeaseStore for EtcdStore {
     /// A linearizable read of nothing (count only): it needs a leader and a quorum, as a
     /// grant does; sent again as every request is (`EtcdStore::call`), so a hung member
     /// the client happened to pick does not make the cluster look down.
+    /// A count-only read, then the cluster's alarms: a read answers while etcd is past
+    /// its quota and refuses every write (etcd-io/etcd#8207), so a raised NOSPACE alarm
+    /// is [`LeaseError::EtcdNoSpace`].
     async fn ping(&self) -> Result<(), LeaseError> {
         let options = GetOptions::new().with_count_only();
         self.get("lease:~ping".to_owned(), Some(options)).await?;
-        Ok(())
+        let alarms = self
+            .call(|mut client| async move {
+                client.alarm(AlarmAction::Get, AlarmType::None, None).await
+            })
+            .await?;
+        match alarms
+            .alarms()
+            .iter()
+            .find(|alarm| alarm.alarm() == AlarmType::Nospace)
+        {
+            Some(alarm) => Err(LeaseError::EtcdNoSpace(format!(
+                "member {:x} raised the NOSPACE alarm",
+                alarm.member_id()
+            ))),
+            None => Ok(()),
+        }
     }
 
     async fn changes(&self, group_prefix: &str) -> Result<LeaseChanges, LeaseError> {
