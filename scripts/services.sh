@@ -74,6 +74,8 @@ up_etcd() {
   local dir="$RUN/etcd" peer="$((ETCD_PORT + 1))"
   mkdir -p "$dir"
   if ETCDCTL_API=3 etcdctl --endpoints "127.0.0.1:$ETCD_PORT" endpoint health >/dev/null 2>&1; then return; fi
+  # Its limits (auto-compaction): scripts/etcd.env, read by etcd from the environment.
+  set -a; . scripts/etcd.env; set +a
   # A session of its own: a Ctrl-C to the make that started it (make race, make failover
   # leave the services up) must not reach it.
   setsid nohup etcd --name seatlock --data-dir "$dir/data" \

@@ -72,6 +72,7 @@ impl EtcdCluster {
                 ])
                 .args(["--initial-cluster", &peers.join(",")])
                 .args(["--initial-cluster-state", "new", "--log-level", "error"])
+                .envs(limits(extra))
                 .args(extra)
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
@@ -82,7 +83,8 @@ impl EtcdCluster {
                 child: Some(child),
             });
         }
-        for _ in 0..100 {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while tokio::time::Instant::now() < deadline {
             if let Ok(store) = cluster.store().await
                 && store.ping().await.is_ok()
             {
@@ -158,5 +160,43 @@ impl Drop for EtcdCluster {
             self.kill(index);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The environment of `scripts/etcd.env` (etcd's auto-compaction), as every etcd the
+/// project starts gets it (`NAME=value` lines, `#` comments), but for the settings
+/// `flags` give: etcd refuses to start when a flag and its `ETCD_` variable are both set.
+fn limits(flags: &[&str]) -> Vec<(&'static str, &'static str)> {
+    include_str!("../../scripts/etcd.env")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.split_once('='))
+        .filter(|(name, _)| {
+            let flag = format!("--{}", name.trim_start_matches("ETCD_").to_lowercase());
+            !flags.contains(&flag.replace('_', "-").as_str())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_etcd_the_project_starts_compacts_its_history() {
+        let limits = limits(&[]);
+        assert!(limits.contains(&("ETCD_AUTO_COMPACTION_MODE", "periodic")));
+        let retention = limits
+            .iter()
+            .find(|(name, _)| *name == "ETCD_AUTO_COMPACTION_RETENTION")
+            .map(|(_, value)| *value);
+        assert!(retention.is_some_and(|r| r != "0"), "{retention:?}");
+        // A flag given on the command line replaces its variable (etcd refuses both).
+        let overridden = super::limits(&["--auto-compaction-retention", "1s"]);
+        assert!(
+            !overridden
+                .iter()
+                .any(|(name, _)| name.ends_with("RETENTION"))
+        );
     }
 }

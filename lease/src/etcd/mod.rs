@@ -433,10 +433,10 @@ impl LeaseStore for EtcdStore {
 
     /// A linearizable read of nothing (count only): it needs a leader and a quorum, as a
     /// grant does; sent again as every request is (`EtcdStore::call`), so a hung member
-    /// the client happened to pick does not make the cluster look down.
-    /// A count-only read, then the cluster's alarms: a read answers while etcd is past
-    /// its quota and refuses every write (etcd-io/etcd#8207), so a raised NOSPACE alarm
-    /// is [`LeaseError::EtcdNoSpace`].
+    /// the client happened to pick does not make the cluster look down. Then the
+    /// cluster's alarms: a read answers while etcd is past its quota and refuses every
+    /// write (etcd-io/etcd#8207), so a raised NOSPACE alarm is
+    /// [`LeaseError::EtcdNoSpace`].
     async fn ping(&self) -> Result<(), LeaseError> {
         let options = GetOptions::new().with_count_only();
         self.get("lease:~ping".to_owned(), Some(options)).await?;
