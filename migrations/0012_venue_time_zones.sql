@@ -10,5 +10,7 @@
 --     `starts_at AT TIME ZONE v.time_zone` is the venue's wall-clock time.
 --
 -- Venues seeded before this migration had their event times written as UTC, so 'UTC'
--- is their zone until they are seeded again.
+-- is their zone. Seeding leaves an existing venue as it is: set a zone by hand
+-- (`UPDATE venues SET time_zone = 'Europe/London' WHERE slug = '...'`), knowing that
+-- the events' instants stay what they were.
 ALTER TABLE venues ADD COLUMN time_zone text NOT NULL DEFAULT 'UTC';

@@ -86,6 +86,15 @@ pub trait LeaseStore: Send + Sync {
         self.ttl_limits().check(self.name(), ttl)
     }
 
+    /// Whether a [`GroupSnapshot`]'s `now_ms` and its holdings' expiries are read on one
+    /// clock, the store's (Redis: `TIME` and the expiries it keeps), so that their
+    /// difference is a lease's remaining time. `false` (etcd, which has no clock to ask:
+    /// each expiry is its granting server's reckoning): ask [`LeaseStore::remaining`]
+    /// for a countdown instead.
+    fn one_clock(&self) -> bool {
+        true
+    }
+
     /// The most resources one group hold may name ([`LeaseError::TooManyKeys`] beyond
     /// it), or `None` for no limit of the store's own.
     fn max_keys_per_hold(&self) -> Option<usize> {

@@ -187,7 +187,35 @@ pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Opt
         }
         push_seat(&mut map.sections, seat, state);
     }
+    if !state.leases.one_clock() {
+        own_countdowns(state, event_id, &mut map.my_holds).await?;
+    }
     Ok(Some(map))
+}
+
+/// The buyer's own countdowns from the store itself, where a snapshot's expiries are not
+/// on the store's clock ([`lease::LeaseStore::one_clock`]: etcd). Each expiry there is its
+/// granting server's reckoning, and subtracting this server's clock from it would show
+/// the two servers' skew as time left. etcd counts each lease down itself: one read of
+/// the hold and one of its lease per seat the buyer holds (whole seconds).
+async fn own_countdowns(state: &AppState, event_id: i64, holds: &mut [MyHold]) -> Result<()> {
+    let namespace = &state.settings.lease_namespace;
+    let asked = holds.iter().map(|hold| {
+        let seat = super::SeatRef {
+            event_id,
+            seat_id: hold.seat_id,
+        };
+        let key = super::lease_key(namespace, seat);
+        async move { state.leases.remaining(&key).await }
+    });
+    let remaining = futures_util::future::try_join_all(asked).await?;
+    let now_ms = Utc::now().timestamp_millis().max(0) as u64;
+    for (hold, left) in holds.iter_mut().zip(remaining) {
+        let left_ms = left.unwrap_or_default().as_millis() as u64;
+        hold.remaining_ms = left_ms;
+        hold.until = clock_time(now_ms + left_ms);
+    }
+    Ok(())
 }
 
 fn seat_state(seat: &MapSeat, holding: Option<&Holding>, buyer_id: &str) -> SeatState {

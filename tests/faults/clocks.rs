@@ -137,3 +137,29 @@ async fn app_clocks_an_hour_off_neither_open_a_waiting_room_early_nor_keep_it_sh
         "{seen:?}"
     );
 }
+
+/// On etcd there is no store clock to ask: a hold's expiry is its granting server's
+/// reckoning. A buyer who held through a server an hour ahead and reads the map through
+/// another sees etcd's own countdown on both, never the servers' skew as time left.
+#[tokio::test]
+async fn on_etcd_the_countdown_is_etcds_whatever_the_servers_clocks_say() {
+    let builder = seatlock_harness::TestApp::builder().with(|s| {
+        s.lease_store_url = Some(seatlock_harness::etcd_url().unwrap());
+    });
+    let d = Deployment::from(builder).await;
+    let ahead = server_with_clock(&d, "+1h").await;
+    let on_time = d.server(|_| {}).await;
+    let (mut buyer, _, _) = holder(&d, &ahead.address, d.seats[0]).await;
+    for server in [&on_time.address, &ahead.address] {
+        let page = buyer.get(&d.page(server)).await.unwrap().body;
+        let remaining: u64 = between(&page, "data-remaining-ms=\"", "\"")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            remaining <= d.settings.hold_ttl_ms,
+            "{server} shows {remaining} ms left of a {} ms hold",
+            d.settings.hold_ttl_ms
+        );
+    }
+}

@@ -324,6 +324,10 @@ impl LeaseStore for EtcdStore {
         Some(ETCD_MAX_KEYS_PER_HOLD)
     }
 
+    fn one_clock(&self) -> bool {
+        false
+    }
+
     async fn acquire_all(
         &self,
         keys: &[LeaseKey],
