@@ -148,12 +148,22 @@ pub async fn seed(db: &PgPool, dir: &Path) -> anyhow::Result<(usize, usize)> {
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     files.sort();
-    let (mut venues, mut seats) = (0, 0);
-    let mut added = vec![];
+    // Every file is read and every event's start worked out before anything is
+    // written: a bad one stops the seeding with nothing of any file half-loaded.
+    let mut parsed = vec![];
     for path in files {
         let text = std::fs::read_to_string(&path)?;
         let venue: VenueFile =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        for event in std::iter::once(&venue.event).chain(&venue.more_events) {
+            starts_at(venue.time_zone, event)
+                .with_context(|| format!("{}: event {:?}", path.display(), event.name))?;
+        }
+        parsed.push(venue);
+    }
+    let (mut venues, mut seats) = (0, 0);
+    let mut added = vec![];
+    for venue in parsed {
         if let Some((venue_id, n)) = load_venue(db, &venue).await? {
             venues += 1;
             seats += n;
@@ -277,6 +287,18 @@ pub fn venue_instant(zone: Tz, date: NaiveDate, time: &str) -> anyhow::Result<Da
     Ok(instant.with_timezone(&Utc))
 }
 
+/// When `event` starts: its `time` on the day `starts_in_days` from today, both on the
+/// calendar and clocks of `zone` ("in 14 days at 19:30" in Manchester). Errors: as
+/// [`venue_instant`].
+fn starts_at(zone: Tz, event: &EventSpec) -> anyhow::Result<DateTime<Utc>> {
+    let date = Utc::now()
+        .with_timezone(&zone)
+        .date_naive()
+        .checked_add_days(Days::new(event.starts_in_days))
+        .context("event date")?;
+    venue_instant(zone, date, &event.time)
+}
+
 /// Inserts one event of venue `venue_id` (in `zone`) and its seats' `event_seats` rows.
 async fn create_event(
     tx: &mut sqlx::PgConnection,
@@ -284,13 +306,7 @@ async fn create_event(
     zone: Tz,
     event: &EventSpec,
 ) -> anyhow::Result<i64> {
-    // The day is counted on the venue's calendar: "in 14 days at 19:30" in Manchester.
-    let date = Utc::now()
-        .with_timezone(&zone)
-        .date_naive()
-        .checked_add_days(Days::new(event.starts_in_days))
-        .context("event date")?;
-    let starts_at = venue_instant(zone, date, &event.time)?;
+    let starts_at = starts_at(zone, event)?;
     let on_sale_at = event
         .on_sale_in_minutes
         .map(|m| Utc::now() + chrono::Duration::minutes(m));

@@ -851,3 +851,34 @@ async fn an_event_is_stored_as_an_instant_and_shown_on_the_venues_clock() {
         assert!(home.contains(shown), "the home page: {home}");
     }
 }
+
+#[tokio::test]
+async fn a_bad_event_in_any_venue_file_seeds_nothing_and_names_the_file() {
+    let (admin, _) = seatlock_harness::store_urls().unwrap();
+    let url = seatlock_harness::fresh_database(&admin).await.unwrap();
+    let db = sqlx::PgPool::connect(&url).await.unwrap();
+    let dir = std::env::temp_dir().join(seatlock_harness::stores::unique_name("venues"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tiny =
+        std::fs::read_to_string(format!("{}/tiny.json", seatlock_harness::TINY_VENUES)).unwrap();
+    std::fs::write(dir.join("a.json"), &tiny).unwrap();
+    // The second venue's extra event is at a time no clock shows.
+    let bad = tiny
+        .replace("tiny-theatre", "second-stage")
+        .replace(
+            "\"zones\"",
+            "\"more_events\": [{\"name\": \"Late\", \"starts_in_days\": 8, \"time\": \"25:00\"}],\n \"zones\"",
+        );
+    std::fs::write(dir.join("b.json"), bad).unwrap();
+    let err = seatlock::seed::seed(&db, &dir).await.unwrap_err();
+    assert!(
+        format!("{err:#}").contains("b.json: event \"Late\""),
+        "{err:#}"
+    );
+    let venues: i64 = sqlx::query_scalar("SELECT count(*) FROM venues")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(venues, 0, "nothing of a.json was written either");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -363,10 +363,14 @@ fn sentinel_parts(rest: &str) -> RedisResult<(Vec<String>, String)> {
             "redis+sentinel:// URL needs host:port[,host:port…]/<master name>",
         ));
     }
-    let sentinels = hosts
-        .split(',')
-        .map(|host| format!("redis://{host}/"))
-        .collect();
+    // Each Sentinel once: a majority of the URL's list must be a majority of Sentinels.
+    let mut sentinels: Vec<String> = Vec::new();
+    for host in hosts.split(',') {
+        let url = format!("redis://{host}/");
+        if !sentinels.contains(&url) {
+            sentinels.push(url);
+        }
+    }
     Ok((sentinels, master))
 }
 
@@ -412,6 +416,12 @@ async fn named_primary(rest: &str, timeout: Duration) -> RedisResult<Client> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sentinel_named_twice_is_asked_once() {
+        let (sentinels, _) = sentinel_parts("h:1,h:1,h:2/seatlock").unwrap();
+        assert_eq!(sentinels, ["redis://h:1/", "redis://h:2/"]);
+    }
 
     #[test]
     fn sentinel_urls_need_hosts_and_a_master_name() {

@@ -176,10 +176,18 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What a page names as unavailable when the browser sessions' store fails.
 pub const SESSION_STORE: &str = "Redis";
 
-/// A session store failure, logged, as a 503 naming [`SESSION_STORE`].
+/// What a page names as unavailable when Redis refuses a write with `NOREPLICAS`
+/// (`min-replicas-to-write`: too few replicas in sync with it).
+pub const TOO_FEW_REPLICAS: &str = "Redis, with too few replicas in sync to accept a write,";
+
+/// A session store failure, logged, as a 503 naming [`SESSION_STORE`] (or
+/// [`TOO_FEW_REPLICAS`], for Redis's `NOREPLICAS` refusal).
 impl From<tower_sessions::session::Error> for Error {
     fn from(err: tower_sessions::session::Error) -> Self {
         tracing::warn!(error = %err, "session store failed");
+        if err.to_string().contains("NOREPLICAS") {
+            return Error::Unavailable(TOO_FEW_REPLICAS);
+        }
         Error::Unavailable(SESSION_STORE)
     }
 }
@@ -227,9 +235,7 @@ impl From<LeaseError> for Error {
                 Error::BadRequest("Those seats cannot be held together.".into())
             }
             LeaseError::Unavailable(_) => Error::Unavailable("Redis"),
-            LeaseError::TooFewReplicas(_) => {
-                Error::Unavailable("Redis, with too few replicas in sync to accept a write,")
-            }
+            LeaseError::TooFewReplicas(_) => Error::Unavailable(TOO_FEW_REPLICAS),
             LeaseError::Etcd(_) => Error::Unavailable("etcd"),
             // etcd answered, and refused: a request it finds invalid is this server's
             // bug, named in the log, not an etcd that is down.
