@@ -39,13 +39,18 @@ impl EventSummary {
         self.local(self.starts_at, "%a %-d %b %Y, %H:%M %Z")
     }
 
-    /// `at` on the venue's wall clock, formatted by chrono's `format` (`%Z`: the zone's
-    /// abbreviation). A zone the tz database does not know (a venue row edited by hand;
-    /// `seatlock seed` refuses one) is read as UTC, and says so.
+    /// `at` on the venue's wall clock ([`venue_time`]).
     pub fn local(&self, at: DateTime<Utc>, format: &str) -> String {
-        let zone: Tz = self.time_zone.parse().unwrap_or(Tz::UTC);
-        at.with_timezone(&zone).format(format).to_string()
+        venue_time(&self.time_zone, at, format)
     }
+}
+
+/// `at` on the wall clock of the IANA zone `time_zone`, formatted by chrono's `format`
+/// (`%Z`: the zone's abbreviation, "BST"). A zone the tz database does not know (a venue
+/// row edited by hand; `seatlock seed` refuses one) is read as UTC, and says so.
+pub(crate) fn venue_time(time_zone: &str, at: DateTime<Utc>, format: &str) -> String {
+    let zone: Tz = time_zone.parse().unwrap_or(Tz::UTC);
+    at.with_timezone(&zone).format(format).to_string()
 }
 
 /// One event, or `None`.

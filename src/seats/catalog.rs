@@ -31,6 +31,8 @@ pub struct EventSeats {
     pub on_sale_at: Option<DateTime<Utc>>,
     /// `events.waiting_room_shoppers`: `None` leaves it to `--waiting-room-shoppers`.
     pub waiting_room_shoppers: Option<i32>,
+    /// The venue's IANA zone, for times shown to buyers.
+    pub time_zone: String,
     seat_ids: HashSet<i64>,
 }
 
@@ -84,6 +86,7 @@ impl Catalog {
             starts_at: row.starts_at,
             on_sale_at: row.on_sale_at,
             waiting_room_shoppers: row.waiting_room_shoppers,
+            time_zone: row.time_zone,
             seat_ids: row.seat_ids.into_iter().collect(),
         });
         self.events

@@ -276,3 +276,36 @@ async fn buying_one_of_several_held_seats_keeps_the_turn_until_the_last() {
     );
     assert_eq!(visit(&mut b, &d, at).await, Visit::Map);
 }
+
+/// Before the on-sale the queue page says when it opens on the venue's clock (the tiny
+/// venue is in New York), as the home page does, not in UTC.
+#[tokio::test]
+async fn the_queue_page_gives_the_on_sale_on_the_venues_clock() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 1, Some(Duration::from_secs(3_600))).await;
+    let server = d.server(|_| {}).await;
+    let mut buyer = HttpBuyer::new();
+    assert_eq!(
+        visit(&mut buyer, &d, &server.address).await,
+        Visit::Queued(0)
+    );
+    let on_sale: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT on_sale_at FROM events WHERE id = $1")
+            .bind(d.event)
+            .fetch_one(&d.db)
+            .await
+            .unwrap();
+    let shown = on_sale
+        .with_timezone(&chrono_tz::America::New_York)
+        .format("%H:%M:%S %Z")
+        .to_string();
+    let page = buyer
+        .get(&format!("{}/queue", d.page(&server.address)))
+        .await
+        .unwrap()
+        .body;
+    assert!(
+        page.contains(&format!("at <time>{shown}</time>")),
+        "{shown}: {page}"
+    );
+}

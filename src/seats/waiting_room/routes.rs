@@ -115,7 +115,9 @@ async fn show(
         event_name: event.name.clone(),
         shoppers: super::terms(&state.settings, &event).map_or(0, |t| t.shoppers),
         turn: crate::seats::routes::in_words(state.settings.admission_ttl()),
-        opens_at: event.on_sale_at_ms().map(crate::seats::map::clock_time),
+        opens_at: event
+            .on_sale_at
+            .map(|at| crate::events::venue_time(&event.time_zone, at, "%H:%M:%S %Z")),
         standing,
         held: buyer.held_seats(event_id).await?.len(),
         authenticity_token: csrf.authenticity.clone(),
