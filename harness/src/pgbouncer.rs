@@ -3,8 +3,6 @@
 //! URL's own password to Postgres (the auth file), one pool per database. Killed when
 //! dropped.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use sqlx::postgres::PgConnectOptions;
 
@@ -73,18 +71,7 @@ impl PgBouncer {
             bouncer.url != database_url,
             "DATABASE_URL does not name {authority} as its host and port"
         );
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "pgbouncer did not listen: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        crate::procs::wait_until_listening(port, "pgbouncer", &log).await?;
         Ok(bouncer)
     }
 }

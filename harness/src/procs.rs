@@ -17,6 +17,28 @@ pub(crate) fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
+/// Waits (at most 10 s) until something accepts connections on loopback `port`; fails
+/// with `what` and the text of `log` (the process's stderr) otherwise.
+pub(crate) async fn wait_until_listening(
+    port: u16,
+    what: &str,
+    log: &std::path::Path,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "{what} did not listen: {}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 /// A free loopback port ([`free_port`]) and a new, empty temporary folder named after
 /// `prefix`, for a private server.
 pub(crate) fn port_and_folder(prefix: &str) -> anyhow::Result<(u16, std::path::PathBuf)> {

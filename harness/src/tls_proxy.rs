@@ -6,8 +6,6 @@
 //! [`TlsProxy::SOURCE`], so a server can trust that address alone and tests can still
 //! reach the server directly from `127.0.0.1`, as a stranger. Killed when dropped.
 
-use std::time::Duration;
-
 use anyhow::Context;
 
 use crate::procs::port_and_folder;
@@ -102,19 +100,7 @@ impl TlsProxy {
                 .spawn()
                 .context("starting haproxy (scripts/services.sh up installs it)")?,
         );
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-            .await
-            .is_err()
-        {
-            anyhow::ensure!(
-                tokio::time::Instant::now() < deadline,
-                "haproxy did not listen: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(())
+        crate::procs::wait_until_listening(self.port, "haproxy", &log).await
     }
 }
 
