@@ -122,12 +122,12 @@ pub struct Settings {
     /// The origin buyers' browsers use, when a proxy in front of this server terminates
     /// TLS or rewrites `Host` (`https://tickets.example.com`): forms are accepted from
     /// it alone, and on https cookies are `Secure` and HSTS is sent
-    /// (docs/scale-out.md, "Behind a TLS proxy"). Unset: the request's `Host` (and a trusted proxy's
-    /// forwarded headers) say.
+    /// (docs/scale-out.md, "Behind a TLS proxy"). Wins over `--trusted-proxies`. Unset:
+    /// taken from `Host`, or from a trusted proxy's forwarded headers.
     #[arg(long, env = "SEATLOCK_PUBLIC_ORIGIN")]
     pub public_origin: Option<PublicOrigin>,
-    /// Peers whose `X-Forwarded-Proto` and `X-Forwarded-Host` are believed: addresses or
-    /// networks, comma-separated (`127.0.0.1,10.0.0.0/8`). Unset: no peer's; a forwarded
+    /// Peers whose `X-Forwarded-Proto`, `X-Forwarded-Host` and `X-Forwarded-Port` are
+    /// believed: addresses or networks, comma-separated (`127.0.0.1,10.0.0.0/8`). Unset: no peer's; a forwarded
     /// header any client can send is ignored.
     #[arg(long, env = "SEATLOCK_TRUSTED_PROXIES")]
     pub trusted_proxies: Option<TrustedProxies>,

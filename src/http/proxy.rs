@@ -21,10 +21,9 @@
 //!    after whatever the client sent (a proxy that appends, as Apache does, keeps the
 //!    client's value in front; ASP.NET's forwarded-headers default, one hop). Behind a
 //!    chain of proxies, the last one must set the headers, not append to them, or the
-//!    public origin be configured.
+//!    public origin be configured (or the last pass on the first one's values).
 //! 3. From anyone else: `Host`, scheme unknown. The Origin check then compares hosts
-//!    only, as before this module: a browser on plain HTTP, or behind a TLS proxy that
-//!    keeps `Host`, passes.
+//!    only: a browser on plain HTTP, or behind a TLS proxy that keeps `Host`, passes.
 //!
 //! A forwarded header from a peer not in `--trusted-proxies` is ignored: any client can
 //! send one (RFC 7239 §8, "Security Considerations").
