@@ -100,14 +100,13 @@ impl RedisStore {
         }
     }
 
-    /// [`RedisStore::open`] for async code: the Sentinels are asked with redis-rs's async
-    /// client (each question bounded by its response timeout, 500 ms, so a hung
-    /// Sentinel is passed over for the next one), the whole bounded by `timeout`.
-    /// When they name no primary that answers as one (it is down and its failover is
-    /// not over), the store starts on the address they name, unverified, as a store on
-    /// a plain URL starts while Redis is down: its requests fail until the failover,
-    /// and the first failure asks the Sentinels again. Errors: a malformed URL, or no
-    /// Sentinel answering (each asked for at most `timeout`).
+    /// [`RedisStore::open`] for async code: every Sentinel is asked at once (each for at
+    /// most `timeout`, so a hung one is outvoted) and the address a majority names is
+    /// taken; with no majority, the first Sentinel to answer in the URL's order names it
+    /// (so that the store starts at all; its poll follows a majority once there is one).
+    /// The address is unverified: a primary that is down (its failover not over) is
+    /// started on as a store on a plain URL starts while Redis is down, its requests
+    /// failing until the failover. Errors: a malformed URL, or no Sentinel answering.
     pub async fn open_async(url: &str, timeout: Duration) -> RedisResult<Self> {
         let Some(rest) = url.strip_prefix(SENTINEL_SCHEME) else {
             return Self::open(url, timeout);
@@ -169,7 +168,7 @@ impl RedisStore {
     {
         let first = telemetry::redis_round_trip(op, request(self.connection())).await;
         let first = match first {
-            // Boxed: the Sentinel client's future is deep, and every future that awaits a
+            // Boxed: asking the Sentinels is a deep future, and every future that awaits a
             // round trip would otherwise carry its layout (only this path allocates).
             Err(err)
                 if after_failover(&err)
