@@ -31,7 +31,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -115,19 +115,26 @@ impl BuyerOrigin {
     }
 
     /// Whether a request whose `Origin` header is `origin` comes from this origin: the
-    /// same host and port, and the same scheme when the scheme is known. The header is
-    /// read as a [`PublicOrigin`] is; `null` (an opaque origin) and anything that is not
-    /// an origin never match.
+    /// same host and port, and the same scheme when the scheme is known. `null` (an
+    /// opaque origin) and anything unparsable never match.
     pub fn admits(&self, origin: &str) -> bool {
-        let Ok(sent) = origin.parse::<PublicOrigin>() else {
+        let Ok(uri) = origin.parse::<Uri>() else {
             return false;
         };
+        let https = match uri.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
+            _ => return false,
+        };
+        let Some(authority) = uri.authority() else {
+            return false;
+        };
+        let sent = without_default_port(https, &authority.as_str().to_ascii_lowercase());
         let expected = self
             .authority
             .as_deref()
-            .map(|own| without_default_port(sent.https(), own));
-        self.https.is_none_or(|own| own == sent.https())
-            && expected.as_deref() == Some(sent.authority())
+            .map(|own| without_default_port(https, own));
+        self.https.is_none_or(|own| own == https) && expected.as_deref() == Some(sent.as_str())
     }
 }
 
