@@ -28,6 +28,7 @@
 pub mod app;
 pub mod check;
 pub mod etcd;
+pub mod history;
 pub mod haproxy;
 pub mod http;
 pub mod load;

@@ -1,0 +1,531 @@
+//! The history checker: judges a [`History`](super::History) of one workload against a
+//! fenced lock and the resource behind it, Jepsen's way (it reads what happened,
+//! operation by operation, not only the final state).
+//!
+//! Two questions, per resource (a seat, an auction item):
+//!
+//! * **The lock** (Hazelcast's `FencedMutex` model, with a lease): every granted token is
+//!   higher than every token granted before it in real time (`token_went_back`), no token
+//!   is granted to two holders (`repeated_token`), and no lease is granted while another
+//!   holder's lease may still run and was not released (`double_grant`). A lease is not a
+//!   mutex under faults that lose the store's memory (a failover, a restart): double
+//!   grants are *expected* there, and reported, not judged; what is judged is whether the
+//!   fence caught them.
+//! * **The resource** (the article's invariant: writes accepted by the resource come from
+//!   at most one holder at a time, in token order), read from the final `read` of each
+//!   resource: `double_sale` (an exclusive resource, a seat, accepted two writes),
+//!   `token_order` (a fenced resource accepted a lower token after a higher one, or one
+//!   token from two holders), `lost_write` (the client was told `ok`, the resource has no
+//!   such write), `phantom_write` (the resource has a write its client was told `fail`
+//!   for, or never sent). An `unknown` write may be either: both are fine.
+//!
+//! A workload is valid when its resources break none of those (the lock's anomalies are
+//! counted beside). The first violation is reported with the operations around it.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{Op, OpKind, Outcome};
+
+/// What the checker assumes of a workload.
+#[derive(Debug, Clone, Copy)]
+pub struct Model {
+    /// The lease's TTL, in ms: a lease granted at `t` may lapse from `t + ttl_ms` on.
+    pub ttl_ms: f64,
+    /// Whether the resource is written with fencing tokens (judge `token_order`).
+    pub fenced: bool,
+    /// Whether the resource takes one write only (a seat is sold once; an auction item
+    /// takes many bids).
+    pub exclusive: bool,
+}
+
+/// One broken promise, with the operations around it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Anomaly {
+    /// `double_sale`, `token_order`, `lost_write`, `phantom_write` (the resource's), or
+    /// `double_grant`, `repeated_token`, `token_went_back` (the lock's).
+    pub kind: &'static str,
+    pub resource: String,
+    /// What happened, in words.
+    pub message: String,
+    /// The resource's operations involved and around them (at most [`AROUND`]).
+    pub ops: Vec<Op>,
+}
+
+/// How many of a resource's operations an anomaly carries.
+pub const AROUND: usize = 12;
+
+/// The checker's verdict on one workload's history.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Verdict {
+    /// No anomaly of the resource's.
+    pub valid: bool,
+    /// Operations judged.
+    pub operations: usize,
+    /// The resource's anomalies, first one first.
+    pub violations: Vec<Anomaly>,
+    /// The lock's anomalies (a lease is not a mutex under store faults).
+    pub lock_anomalies: Vec<Anomaly>,
+    /// Leases granted while another holder's may still have run (the lock's anomalies of
+    /// kind `double_grant`).
+    pub double_grants: usize,
+    /// Double grants where the resource accepted a write from at most one of the two
+    /// holders: what the fence (or the resource's condition) is for.
+    pub double_grants_caught: usize,
+}
+
+/// Encodes the writes a resource accepted, in the order it accepted them, as a final
+/// read's `value`: `holder#token` items (`-` without a token), comma-separated.
+pub fn accepted_value(writes: &[(String, Option<i64>)]) -> String {
+    writes
+        .iter()
+        .map(|(holder, token)| match token {
+            Some(t) => format!("{holder}#{t}"),
+            None => format!("{holder}#-"),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The inverse of [`accepted_value`].
+fn parse_accepted(value: &str) -> Vec<(String, Option<i64>)> {
+    value
+        .split(',')
+        .filter(|item| !item.is_empty())
+        .map(|item| match item.rsplit_once('#') {
+            Some((holder, token)) => (holder.to_owned(), token.parse().ok()),
+            None => (item.to_owned(), None),
+        })
+        .collect()
+}
+
+/// Checks `ops` (any order) under `model`.
+pub fn check(ops: &[Op], model: Model) -> Verdict {
+    let mut by_resource: BTreeMap<&str, Vec<&Op>> = BTreeMap::new();
+    for op in ops {
+        by_resource.entry(&op.resource).or_default().push(op);
+    }
+    let mut verdict = Verdict {
+        operations: ops.len(),
+        ..Verdict::default()
+    };
+    for (resource, mut ops) in by_resource {
+        ops.sort_by(|a, b| a.invoke_ms.total_cmp(&b.invoke_ms));
+        let accepted = check_resource(resource, &ops, model, &mut verdict.violations);
+        check_lock(resource, &ops, model, &accepted, &mut verdict);
+    }
+    verdict.valid = verdict.violations.is_empty();
+    verdict
+}
+
+/// The operations of a resource an anomaly shows: those of `holders`, and the others
+/// next to them, at most [`AROUND`].
+fn around(ops: &[&Op], holders: &[&str]) -> Vec<Op> {
+    let involved: Vec<usize> = (0..ops.len())
+        .filter(|&i| holders.contains(&ops[i].holder.as_str()))
+        .collect();
+    let (first, last) = match (involved.first(), involved.last()) {
+        (Some(&f), Some(&l)) => (f, l),
+        _ => (0, ops.len().saturating_sub(1)),
+    };
+    let from = first.saturating_sub(2);
+    let to = (last + 3).min(ops.len());
+    ops[from..to]
+        .iter()
+        .filter(|op| to - from <= AROUND || holders.contains(&op.holder.as_str()))
+        .take(AROUND)
+        .map(|op| (*op).clone())
+        .collect()
+}
+
+/// The resource's half; returns what it accepted (the last final read's, else the `ok`
+/// writes), in order.
+fn check_resource(
+    resource: &str,
+    ops: &[&Op],
+    model: Model,
+    violations: &mut Vec<Anomaly>,
+) -> Vec<(String, Option<i64>)> {
+    let writes: Vec<&Op> = ops.iter().copied().filter(|o| o.op == OpKind::Write).collect();
+    let final_read = ops
+        .iter()
+        .filter(|o| o.op == OpKind::Read && o.outcome == Outcome::Ok)
+        .max_by(|a, b| a.complete_ms.total_cmp(&b.complete_ms));
+    let accepted: Vec<(String, Option<i64>)> = match final_read {
+        Some(read) => parse_accepted(read.value.as_deref().unwrap_or_default()),
+        None => writes
+            .iter()
+            .filter(|w| w.outcome == Outcome::Ok)
+            .map(|w| (w.holder.clone(), w.fencing_token))
+            .collect(),
+    };
+    let mut flag = |kind, message: String, holders: Vec<&str>| {
+        violations.push(Anomaly {
+            kind,
+            resource: resource.into(),
+            message,
+            ops: around(ops, &holders),
+        })
+    };
+    if final_read.is_some() {
+        for w in writes.iter().filter(|w| w.outcome == Outcome::Ok) {
+            if !accepted.iter().any(|(holder, _)| *holder == w.holder) {
+                flag(
+                    "lost_write",
+                    format!(
+                        "{} was told its write was accepted; {resource} has no write of it",
+                        w.process
+                    ),
+                    vec![&w.holder],
+                );
+            }
+        }
+        for (holder, _) in &accepted {
+            let sent = writes
+                .iter()
+                .any(|w| w.holder == *holder && w.outcome != Outcome::Fail);
+            if !sent {
+                flag(
+                    "phantom_write",
+                    format!(
+                        "{resource} accepted a write of {holder}, whose every write was refused"
+                    ),
+                    vec![holder],
+                );
+            }
+        }
+    }
+    if model.exclusive && accepted.len() > 1 {
+        let holders: Vec<&str> = accepted.iter().map(|(h, _)| h.as_str()).collect();
+        flag(
+            "double_sale",
+            format!("{resource} accepted {} writes: {}", accepted.len(), holders.join(", ")),
+            holders.clone(),
+        );
+    }
+    if model.fenced {
+        for pair in accepted.windows(2) {
+            let [(a, Some(ta)), (b, Some(tb))] = pair else {
+                continue;
+            };
+            if tb < ta || (tb == ta && a != b) {
+                flag(
+                    "token_order",
+                    format!(
+                        "{resource} accepted {b}'s token {tb} after {a}'s token {ta}"
+                    ),
+                    vec![a, b],
+                );
+            }
+        }
+    }
+    accepted
+}
+
+/// The lock's half (see the module docs).
+fn check_lock(
+    resource: &str,
+    ops: &[&Op],
+    model: Model,
+    accepted: &[(String, Option<i64>)],
+    verdict: &mut Verdict,
+) {
+    let grants: Vec<&Op> = ops
+        .iter()
+        .copied()
+        .filter(|o| o.op == OpKind::Acquire && o.outcome == Outcome::Ok)
+        .collect();
+    let mut flag = |kind, message: String, holders: [&str; 2]| {
+        verdict.lock_anomalies.push(Anomaly {
+            kind,
+            resource: resource.into(),
+            message,
+            ops: around(ops, &holders),
+        })
+    };
+    // Real time: a grant that completed before another was sent has the lower token;
+    // a token belongs to one holder.
+    for (i, a) in grants.iter().enumerate() {
+        for b in &grants[i + 1..] {
+            let (Some(ta), Some(tb)) = (a.fencing_token, b.fencing_token) else {
+                continue;
+            };
+            if ta == tb && a.holder != b.holder {
+                flag(
+                    "repeated_token",
+                    format!("token {ta} was granted to {} and to {}", a.holder, b.holder),
+                    [&a.holder, &b.holder],
+                );
+            } else if a.complete_ms < b.invoke_ms && tb < ta {
+                flag(
+                    "token_went_back",
+                    format!(
+                        "{} was granted token {tb} after {} had been granted {ta}",
+                        b.holder, a.holder
+                    ),
+                    [&a.holder, &b.holder],
+                );
+            }
+        }
+    }
+    // Mutual exclusion with a lease: in the order they were sent (`ops` is), a grant to
+    // another holder came before the previous holder's lease could lapse, and that
+    // holder had not released.
+    for pair in grants.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if a.holder == b.holder {
+            continue;
+        }
+        let extended_ms = ops
+            .iter()
+            .filter(|o| {
+                o.holder == a.holder
+                    && o.outcome == Outcome::Ok
+                    && matches!(o.op, OpKind::Acquire | OpKind::Renew)
+                    && o.fencing_token == a.fencing_token
+            })
+            .map(|o| o.invoke_ms)
+            .fold(a.invoke_ms, f64::max);
+        let released = ops.iter().any(|o| {
+            o.holder == a.holder
+                && o.op == OpKind::Release
+                && o.outcome != Outcome::Fail
+                && o.invoke_ms >= a.invoke_ms
+                && o.invoke_ms < b.complete_ms
+        });
+        if released || b.complete_ms >= extended_ms + model.ttl_ms {
+            continue;
+        }
+        verdict.double_grants += 1;
+        let both_written = [&a.holder, &b.holder]
+            .iter()
+            .all(|h| accepted.iter().any(|(w, _)| w == *h));
+        if !both_written {
+            verdict.double_grants_caught += 1;
+        }
+        flag(
+            "double_grant",
+            format!(
+                "{} was granted token {:?} {:.0} ms after {} was granted {:?} (TTL {:.0} ms), \
+                 which had not released",
+                b.holder,
+                b.fencing_token.unwrap_or_default(),
+                b.complete_ms - extended_ms,
+                a.holder,
+                a.fencing_token.unwrap_or_default(),
+                model.ttl_ms
+            ),
+            [&a.holder, &b.holder],
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEAT: Model = Model {
+        ttl_ms: 1_000.0,
+        fenced: true,
+        exclusive: true,
+    };
+
+    fn op(holder: &str, kind: OpKind, token: Option<i64>, at: f64, outcome: Outcome) -> Op {
+        Op {
+            process: format!("{holder}/tab1"),
+            holder: holder.into(),
+            op: kind,
+            resource: "seat 1".into(),
+            fencing_token: token,
+            value: None,
+            invoke_ms: at,
+            complete_ms: at + 5.0,
+            outcome,
+            reason: None,
+        }
+    }
+
+    fn final_read(at: f64, accepted: &[(&str, Option<i64>)]) -> Op {
+        let accepted: Vec<(String, Option<i64>)> =
+            accepted.iter().map(|(h, t)| ((*h).into(), *t)).collect();
+        Op {
+            value: Some(accepted_value(&accepted)),
+            ..op("checker", OpKind::Read, None, at, Outcome::Ok)
+        }
+    }
+
+    fn kinds(anomalies: &[Anomaly]) -> Vec<&'static str> {
+        anomalies.iter().map(|a| a.kind).collect()
+    }
+
+    use OpKind::*;
+    use Outcome::*;
+
+    #[test]
+    fn one_holder_after_another_is_valid() {
+        let history = [
+            op("a", Acquire, Some(1), 0.0, Ok),
+            op("a", Release, Some(1), 100.0, Ok),
+            op("b", Acquire, Some(2), 200.0, Ok),
+            op("b", Write, Some(2), 300.0, Ok),
+            final_read(400.0, &[("b", Some(2))]),
+        ];
+        let verdict = check(&history, SEAT);
+        assert!(verdict.valid, "{:?}", verdict.violations);
+        assert!(verdict.lock_anomalies.is_empty());
+        assert_eq!(verdict.operations, 5);
+    }
+
+    #[test]
+    fn a_lease_that_lapsed_may_be_granted_again() {
+        let history = [
+            op("a", Acquire, Some(1), 0.0, Ok),
+            op("b", Acquire, Some(2), 1_200.0, Ok),
+            op("a", Write, Some(1), 1_300.0, Fail),
+            op("b", Write, Some(2), 1_400.0, Ok),
+            final_read(1_500.0, &[("b", Some(2))]),
+        ];
+        let verdict = check(&history, SEAT);
+        assert!(verdict.valid);
+        assert_eq!(verdict.double_grants, 0);
+    }
+
+    #[test]
+    fn an_unfenced_pause_sells_twice() {
+        // a holds, stalls past its TTL, writes; b held after the lapse and wrote first.
+        let history = [
+            op("a", Acquire, Some(1), 0.0, Ok),
+            op("b", Acquire, Some(2), 1_100.0, Ok),
+            op("b", Write, None, 1_150.0, Ok),
+            op("a", Write, None, 1_900.0, Ok),
+            final_read(2_000.0, &[("b", None), ("a", None)]),
+        ];
+        let verdict = check(
+            &history,
+            Model {
+                fenced: false,
+                ..SEAT
+            },
+        );
+        assert!(!verdict.valid);
+        assert_eq!(kinds(&verdict.violations), ["double_sale"]);
+        assert!(verdict.violations[0].message.contains("2 writes"));
+    }
+
+    #[test]
+    fn a_lower_token_accepted_after_a_higher_one_breaks_token_order() {
+        let mut history = [
+            op("b", Write, Some(2), 100.0, Ok),
+            op("a", Write, Some(1), 200.0, Ok),
+            final_read(300.0, &[("b", Some(2)), ("a", Some(1))]),
+        ];
+        let not_exclusive = Model {
+            exclusive: false,
+            ..SEAT
+        };
+        assert_eq!(
+            kinds(&check(&history, not_exclusive).violations),
+            ["token_order"]
+        );
+        // One token from two holders is as bad.
+        history[1].fencing_token = Some(2);
+        history[2] = final_read(300.0, &[("b", Some(2)), ("a", Some(2))]);
+        let verdict = check(&history, not_exclusive);
+        assert_eq!(kinds(&verdict.violations), ["token_order"]);
+        assert!(verdict.violations[0].message.contains("token 2 after"));
+    }
+
+    #[test]
+    fn an_acknowledged_write_the_resource_lacks_is_lost() {
+        let history = [
+            op("a", Acquire, Some(1), 0.0, Ok),
+            op("a", Write, Some(1), 10.0, Ok),
+            final_read(100.0, &[]),
+        ];
+        assert_eq!(kinds(&check(&history, SEAT).violations), ["lost_write"]);
+    }
+
+    #[test]
+    fn a_refused_write_the_resource_took_is_a_phantom_and_an_unknown_one_is_either() {
+        let refused = [
+            op("a", Write, Some(1), 10.0, Fail),
+            final_read(100.0, &[("a", Some(1))]),
+        ];
+        assert_eq!(kinds(&check(&refused, SEAT).violations), ["phantom_write"]);
+        for accepted in [vec![("a", Some(1))], vec![]] {
+            let unknown = [
+                op("a", Write, Some(1), 10.0, Unknown),
+                final_read(100.0, &accepted),
+            ];
+            assert!(check(&unknown, SEAT).valid);
+        }
+    }
+
+    #[test]
+    fn a_grant_inside_anothers_lease_is_a_double_grant_caught_when_one_write_lands() {
+        // Redis lost a's lease (a restart, a failover): b is granted 300 ms later.
+        let history = [
+            op("a", Acquire, Some(1), 0.0, Ok),
+            op("b", Acquire, Some(2), 300.0, Ok),
+            op("b", Write, Some(2), 400.0, Ok),
+            op("a", Write, Some(1), 500.0, Fail),
+            final_read(600.0, &[("b", Some(2))]),
+        ];
+        let verdict = check(&history, SEAT);
+        assert!(verdict.valid, "the fence caught it: {:?}", verdict.violations);
+        assert_eq!(kinds(&verdict.lock_anomalies), ["double_grant"]);
+        assert_eq!((verdict.double_grants, verdict.double_grants_caught), (1, 1));
+        // A release in between makes it no anomaly at all.
+        let mut released = history.to_vec();
+        released.insert(1, op("a", Release, Some(1), 200.0, Ok));
+        assert_eq!(check(&released, SEAT).double_grants, 0);
+    }
+
+    #[test]
+    fn repeated_and_backward_tokens_are_the_locks_anomalies() {
+        let repeated = [
+            op("a", Acquire, Some(7), 0.0, Ok),
+            op("b", Acquire, Some(7), 2_000.0, Ok),
+        ];
+        assert_eq!(
+            kinds(&check(&repeated, SEAT).lock_anomalies),
+            ["repeated_token"]
+        );
+        let backward = [
+            op("a", Acquire, Some(7), 0.0, Ok),
+            op("b", Acquire, Some(3), 2_000.0, Ok),
+        ];
+        assert_eq!(
+            kinds(&check(&backward, SEAT).lock_anomalies),
+            ["token_went_back"]
+        );
+        // Overlapping grants may be ordered either way; one holder may be granted its
+        // own token again (a second tab).
+        let concurrent = [
+            op("a", Acquire, Some(7), 0.0, Ok),
+            Op {
+                complete_ms: 20.0,
+                ..op("b", Acquire, Some(3), 1.0, Ok)
+            },
+            op("a", Acquire, Some(7), 1.0, Ok),
+        ];
+        let verdict = check(&concurrent, SEAT);
+        assert!(!kinds(&verdict.lock_anomalies).contains(&"token_went_back"));
+        assert!(!kinds(&verdict.lock_anomalies).contains(&"repeated_token"));
+    }
+
+    #[test]
+    fn an_anomaly_shows_the_operations_around_it() {
+        let mut history: Vec<Op> = (0..30)
+            .map(|i| op(&format!("x{i}"), Write, None, i as f64 * 10.0, Fail))
+            .collect();
+        history.push(op("a", Write, Some(1), 500.0, Ok));
+        history.push(final_read(900.0, &[]));
+        let verdict = check(&history, SEAT);
+        let lost = &verdict.violations[0];
+        assert_eq!(lost.kind, "lost_write");
+        assert!(lost.ops.len() <= AROUND);
+        assert!(lost.ops.iter().any(|o| o.holder == "a"));
+    }
+}

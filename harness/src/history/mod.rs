@@ -1,0 +1,173 @@
+//! Histories, as Jepsen records them: one line per client operation (who, what, on which
+//! resource, with which fencing token, when it was invoked and when it completed on one
+//! monotonic clock, and how it ended), written by the race lab, the failover lab and the
+//! nemesis run ([`crate::load::nemesis`]), then judged by [`check`].
+//!
+//! The outcome is what the client *knows*: `ok` (the server said yes), `fail` (the
+//! server said no, with a reason), `unknown` (no answer came back: a timeout, a closed
+//! connection, a 5xx). An unknown write may or may not have been applied; the checker
+//! never assumes either way, it asks the resource (a final `read`).
+
+pub mod check;
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// What an operation did, in the fenced-lock vocabulary (Hazelcast's `FencedMutex`,
+/// the article's steps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// Take the lease (a seat hold, a bid lock); `ok` carries the fencing token granted.
+    Acquire,
+    /// Extend a lease the holder has.
+    Renew,
+    /// Give the lease back (compare-and-delete on the owner token).
+    Release,
+    /// Write to the resource behind the lease (a purchase, a bid), with the holder's token.
+    Write,
+    /// Read the resource: who it accepted (`value`), e.g. the final state after a run.
+    Read,
+}
+
+/// How an operation ended, as the client saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The server said it was done.
+    Ok,
+    /// The server said it was not done, and why (`Op::reason`).
+    Fail,
+    /// No answer the client can trust: it may or may not have been done.
+    Unknown,
+}
+
+/// One operation of a history: a line of `history.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Op {
+    /// Who sent it: one single-threaded client (a buyer's tab, a bidder), as Jepsen's
+    /// processes are: its operations never overlap.
+    pub process: String,
+    /// Whose lease it is: the buyer (several tabs share one session, so one holder).
+    pub holder: String,
+    pub op: OpKind,
+    /// The lock's resource: `seat 12`, `item 3`.
+    pub resource: String,
+    /// The fencing token granted (acquire) or carried (write, release), when known.
+    pub fencing_token: Option<i64>,
+    /// A write's or a read's value: what was written (`sold`, a bid's cents), or the
+    /// holders a final read found, comma-separated.
+    pub value: Option<String>,
+    /// When the client sent it, ms on the history's monotonic clock.
+    pub invoke_ms: f64,
+    /// When the client had its answer (or gave up), same clock.
+    pub complete_ms: f64,
+    pub outcome: Outcome,
+    /// Why it failed (the refusal code: `stale_token`, `hold_expired`, …) or why it is
+    /// unknown (`timeout`, `503`, `hung up`).
+    pub reason: Option<String>,
+}
+
+/// A history being recorded by many tasks at once; cheap to clone (one shared log).
+#[derive(Clone)]
+pub struct History {
+    started: Instant,
+    ops: Arc<Mutex<Vec<Op>>>,
+}
+
+/// An operation sent and not yet answered: [`Pending::complete`] records it.
+#[must_use = "an invoked operation is recorded only when completed"]
+pub struct Pending {
+    history: History,
+    op: Op,
+}
+
+impl History {
+    /// A new, empty history whose clock starts now.
+    pub fn new() -> History {
+        History {
+            started: Instant::now(),
+            ops: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Milliseconds since the history began (its one monotonic clock).
+    pub fn now_ms(&self) -> f64 {
+        self.started.elapsed().as_secs_f64() * 1e3
+    }
+
+    /// Marks the invocation of `op` by `process` on behalf of `holder`, on `resource`.
+    pub fn invoke(&self, process: &str, holder: &str, op: OpKind, resource: &str) -> Pending {
+        let invoke_ms = self.now_ms();
+        Pending {
+            history: self.clone(),
+            op: Op {
+                process: process.into(),
+                holder: holder.into(),
+                op,
+                resource: resource.into(),
+                fencing_token: None,
+                value: None,
+                invoke_ms,
+                complete_ms: invoke_ms,
+                outcome: Outcome::Unknown,
+                reason: None,
+            },
+        }
+    }
+
+    /// Every operation recorded so far, in the order they completed.
+    pub fn ops(&self) -> Vec<Op> {
+        self.ops.lock().expect("history lock").clone()
+    }
+
+    /// Writes the history as JSON lines (one [`Op`] per line) to `path`, creating its folder.
+    pub fn write_jsonl(&self, path: &std::path::Path) -> anyhow::Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut text = String::new();
+        for op in self.ops() {
+            text.push_str(&serde_json::to_string(&op)?);
+            text.push('\n');
+        }
+        std::fs::write(path, text)?;
+        Ok(())
+    }
+}
+
+impl Default for History {
+    fn default() -> Self {
+        History::new()
+    }
+}
+
+impl Pending {
+    /// Sets the fencing token the operation carries (a write's, a release's).
+    pub fn token(mut self, fencing_token: Option<i64>) -> Pending {
+        self.op.fencing_token = fencing_token;
+        self
+    }
+
+    /// Sets the value written or read.
+    pub fn value(mut self, value: impl Into<String>) -> Pending {
+        self.op.value = Some(value.into());
+        self
+    }
+
+    /// Records the operation as completed now with `outcome` (and `reason`, for a `fail`
+    /// or an `unknown`).
+    pub fn complete(mut self, outcome: Outcome, reason: Option<String>) {
+        self.op.complete_ms = self.history.now_ms();
+        self.op.outcome = outcome;
+        self.op.reason = reason;
+        self.history.ops.lock().expect("history lock").push(self.op);
+    }
+
+    /// Records an acquire as granted now, with the fencing token it was given.
+    pub fn granted(self, fencing_token: Option<i64>) {
+        self.token(fencing_token).complete(Outcome::Ok, None);
+    }
+}
