@@ -171,3 +171,52 @@ impl Pending {
         self.token(fencing_token).complete(Outcome::Ok, None);
     }
 }
+
+/// How a client reads an HTTP answer: a 2xx or 3xx is `ok`; a 4xx is `fail`, its reason
+/// the refusal code (`stale_token`, …) or the status; a 5xx, a timeout or a broken
+/// connection is `unknown` (the server may have done it before it failed to say so).
+pub fn outcome_of(reply: &anyhow::Result<crate::Reply>) -> (Outcome, Option<String>) {
+    match reply {
+        Ok(r) if r.status.is_success() || r.status.is_redirection() => (Outcome::Ok, None),
+        Ok(r) if r.status.is_client_error() => (
+            Outcome::Fail,
+            Some(r.refusal.clone().unwrap_or_else(|| r.status.as_u16().to_string())),
+        ),
+        Ok(r) => (Outcome::Unknown, Some(r.status.as_u16().to_string())),
+        Err(e) => (Outcome::Unknown, Some(unknown_reason(e))),
+    }
+}
+
+/// A short reason for an answer that never came: `timeout`, `connection`, or the error.
+fn unknown_reason(error: &anyhow::Error) -> String {
+    match error.downcast_ref::<reqwest::Error>() {
+        Some(e) if e.is_timeout() => "timeout".into(),
+        Some(e) if e.is_connect() || e.is_request() => "connection".into(),
+        _ => error.to_string(),
+    }
+}
+
+impl History {
+    /// Records, as process `checker`, one final `read` per seat of `report` (what the
+    /// resource accepted, in the order it landed: [`check::accepted_value`]), resource
+    /// `seat <id>`; `seats` lists every seat the run wrote to, so a seat with no
+    /// accepted write reads as empty.
+    pub fn read_seats(&self, report: &crate::check::CheckReport, seats: &[i64]) {
+        for &seat in seats {
+            let accepted: Vec<(String, Option<i64>)> = report
+                .writes
+                .iter()
+                .filter(|w| w.seat_id == seat)
+                .map(|w| (w.buyer_id.clone(), w.fence_token))
+                .collect();
+            self.invoke("checker", "checker", OpKind::Read, &seat_resource(seat))
+                .value(check::accepted_value(&accepted))
+                .complete(Outcome::Ok, None);
+        }
+    }
+}
+
+/// The resource name of a seat in histories: `seat <id>`.
+pub fn seat_resource(seat: i64) -> String {
+    format!("seat {seat}")
+}
