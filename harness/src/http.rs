@@ -219,6 +219,13 @@ pub fn hold_token(page: &str) -> Option<i64> {
     between(page, "fencing token ", "<")?.trim().parse().ok()
 }
 
+/// The fencing token of the hold on seat `seat` an event page shows (its
+/// `<li class="hold" id="hold-{seat}">`), if the page has that hold.
+pub fn hold_token_of(page: &str, seat: i64) -> Option<i64> {
+    let (_, hold) = page.split_once(&format!("id=\"hold-{seat}\""))?;
+    hold_token(hold)
+}
+
 /// The text of `text` between the first `start` and the next `end` after it.
 pub fn between(text: &str, start: &str, end: &str) -> Option<String> {
     let from = text.find(start)? + start.len();

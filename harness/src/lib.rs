@@ -28,8 +28,8 @@
 pub mod app;
 pub mod check;
 pub mod etcd;
-pub mod history;
 pub mod haproxy;
+pub mod history;
 pub mod http;
 pub mod load;
 pub mod pgbouncer;
@@ -50,7 +50,7 @@ pub use pgbouncer::PgBouncer;
 pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
 pub use proxy::TcpProxy;
 pub use stores::{
-    DEMO_VENUES, TINY_VENUES, etcd_url, event_seats, first_event_seats, fresh_database,
+    DEMO_VENUES, TINY_VENUES, authority, etcd_url, event_seats, first_event_seats, fresh_database,
     lapse_lease, orders_for, seed, store_urls, unique_name,
 };
 pub use tls_proxy::TlsProxy;

@@ -128,6 +128,19 @@ impl RedisServer {
         }
     }
 
+    /// [`RedisServer::restart_empty`] as a replica of the Redis on loopback port
+    /// `primary` (`--replicaof`), or as a primary (`None`); kept across later restarts.
+    pub async fn restart_empty_replicating(&mut self, primary: Option<u16>) -> anyhow::Result<()> {
+        if let Some(at) = self.extra.iter().position(|a| a == "--replicaof") {
+            self.extra.drain(at..at + 3);
+        }
+        if let Some(port) = primary {
+            self.extra
+                .extend(["--replicaof".into(), "127.0.0.1".into(), port.to_string()]);
+        }
+        self.restart_empty().await
+    }
+
     /// Kills the server if running and starts a new, empty one on the same port.
     pub async fn restart_empty(&mut self) -> anyhow::Result<()> {
         self.kill();
@@ -158,6 +171,18 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The libfaketime preload library (Debian package `faketime`, which `make test`
+/// installs), for a server whose wall clock is offset (`FAKETIME`) or moved while it runs
+/// (`FAKETIME_TIMESTAMP_FILE`). Errors: not installed.
+pub fn libfaketime() -> anyhow::Result<String> {
+    std::fs::read_dir("/usr/lib")?
+        .flatten()
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .find(|lib| lib.exists())
+        .map(|lib| lib.display().to_string())
+        .context("libfaketime.so.1 not found: apt-get install faketime")
 }
 
 /// A `seatlock serve` child process on a free loopback port: for tests and the load test

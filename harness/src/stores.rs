@@ -112,3 +112,30 @@ pub async fn lapse_lease(redis_url: &str, key: &lease::LeaseKey) -> anyhow::Resu
         .await?;
     Ok(())
 }
+
+/// `host:port` of a URL such as `postgres://user:password@127.0.0.1:15432/db`.
+/// Errors: no authority in it.
+pub fn authority(url: &str) -> anyhow::Result<String> {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let host_and_path = after_scheme
+        .rsplit_once('@')
+        .map_or(after_scheme, |(_, h)| h);
+    host_and_path
+        .split('/')
+        .next()
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
+        .with_context(|| format!("no host:port in {url}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_postgres_url_has_one_authority() {
+        assert_eq!(
+            super::authority("postgres://u:p@127.0.0.1:15432/db").unwrap(),
+            "127.0.0.1:15432"
+        );
+        assert!(super::authority("postgres:///db").is_err());
+    }
+}

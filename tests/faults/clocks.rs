@@ -8,23 +8,10 @@ use seatlock_harness::{HttpBuyer, ServerProcess, eventually};
 
 use crate::deployment::*;
 
-/// The libfaketime preload library (Debian package `faketime`, which `make test`
-/// installs).
-fn libfaketime() -> String {
-    std::fs::read_dir("/usr/lib")
-        .unwrap()
-        .flatten()
-        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
-        .find(|lib| lib.exists())
-        .expect("libfaketime.so.1 not found: apt-get install faketime")
-        .display()
-        .to_string()
-}
-
 /// A server of `d` whose wall clock (not its monotonic clock, which only times sleeps)
 /// is offset by libfaketime's `FAKETIME`, e.g. `+1h`.
 async fn server_with_clock(d: &Deployment, faketime: &str) -> ServerProcess {
-    let lib = libfaketime();
+    let lib = seatlock_harness::procs::libfaketime().unwrap();
     let env = [
         ("LD_PRELOAD", lib.as_str()),
         ("FAKETIME", faketime),

@@ -184,7 +184,7 @@ async fn healthz_names_a_live_feed_that_is_down() {
 #[tokio::test]
 async fn half_open_postgres_connections_are_cut_off_and_replaced() {
     let (admin, _) = seatlock_harness::store_urls().unwrap();
-    let upstream = authority(&admin);
+    let upstream = seatlock_harness::authority(&admin).unwrap();
     let proxy = TcpProxy::start(upstream.parse().unwrap()).await.unwrap();
     let proxied = proxy.address.to_string();
     let app = TestApp::builder()
@@ -243,17 +243,4 @@ async fn half_open_postgres_connections_are_cut_off_and_replaced() {
     )
     .await;
     reader.abort();
-}
-
-/// `host:port` of a URL such as `postgres://user:password@127.0.0.1:15432/db`.
-fn authority(url: &str) -> String {
-    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let host_and_path = after_scheme
-        .rsplit_once('@')
-        .map_or(after_scheme, |(_, h)| h);
-    host_and_path
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_owned()
 }

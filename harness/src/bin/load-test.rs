@@ -15,6 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use seatlock::config::PurchaseStrategy;
 use seatlock_harness::load::failover as failover_lab;
 use seatlock_harness::load::groups::{self as lab_groups, GroupConfig, GroupStrategy};
+use seatlock_harness::load::nemesis as nemesis_run;
 use seatlock_harness::load::queue::{self as queue_lab, QueueConfig};
 use seatlock_harness::load::race::{self as lab, RaceConfig};
 use seatlock_harness::load::report::{self, Report, StrategyRow};
@@ -44,6 +45,46 @@ enum Command {
     /// A crowd through an on-sale's waiting room across several servers: never more
     /// than N shopping, admission in arrival order; exits non-zero if a promise broke.
     Queue(QueueArgs),
+    /// Buyers, tabs and bidders under a seeded schedule of faults, every operation in a
+    /// history checked against a fenced lock (`make nemesis`); exits non-zero if a
+    /// product workload is invalid, the unfenced one valid, or nothing interesting
+    /// happened.
+    Nemesis(NemesisArgs),
+}
+
+#[derive(clap::Args)]
+struct NemesisArgs {
+    /// Draws the fault schedule and the clients' choices (default: drawn, and printed).
+    #[arg(long, env = "SEED")]
+    seed: Option<u64>,
+    /// How long the clients work under the faults, in seconds.
+    #[arg(long, env = "NEMESIS_SECONDS", default_value_t = 180, value_parser = clap::value_parser!(u64).range(10..=3_600))]
+    seconds: u64,
+    /// Buyers per seat workload.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    buyers: u64,
+    /// Tabs per buyer (concurrent clients of one session).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=8))]
+    tabs: u64,
+    /// Bidders on the auction workload.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=64))]
+    bidders: u64,
+    /// Server processes per seat workload.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(2..=8))]
+    servers: u64,
+    /// The servers' hold and bid-lock TTL, in ms.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(200..))]
+    hold_ttl_ms: u64,
+    /// Write the report as JSON here; the histories go beside it.
+    #[arg(long, default_value = "target/nemesis/report.json")]
+    json: PathBuf,
+    /// Write the HTML report (tables, first violations, timelines) here.
+    #[arg(long, default_value = "target/nemesis/report.html")]
+    html: PathBuf,
+    /// The stores and the server binary, as for `race` (the run starts its own Redis
+    /// primary, replica and Sentinels; only the Postgres admin URL is used).
+    #[command(flatten)]
+    stores: Stores,
 }
 
 #[derive(clap::Args)]
@@ -230,6 +271,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Holds(args) => holds(args).await,
         Command::Failover(args) => failover(args).await,
         Command::Queue(args) => queue(args).await,
+        Command::Nemesis(args) => nemesis(args).await,
     }
 }
 
@@ -271,6 +313,51 @@ async fn failover(args: FailoverArgs) -> anyhow::Result<()> {
         &args.html,
         &failover_lab::html(&report).map_err(anyhow::Error::msg)?,
     )
+}
+
+async fn nemesis(args: NemesisArgs) -> anyhow::Result<()> {
+    let config = nemesis_run::NemesisConfig {
+        seed: args.seed.unwrap_or_else(rand::random),
+        duration: Duration::from_secs(args.seconds),
+        buyers: args.buyers as usize,
+        tabs: args.tabs as usize,
+        bidders: args.bidders as usize,
+        servers: args.servers as usize,
+        hold_ttl_ms: args.hold_ttl_ms,
+    };
+    println!(
+        "Nemesis seed {} ({} s): run it again with SEED={} make nemesis",
+        config.seed, args.seconds, config.seed
+    );
+    let out = args.json.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(out)?;
+    let progress = ProgressBar::new(args.seconds).with_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} s {msg}")?
+            .progress_chars("=> "),
+    );
+    let report = nemesis_run::run(
+        &config,
+        &args.stores.server_bin()?,
+        &args.stores.database_url,
+        out,
+        &progress,
+    )
+    .await?;
+    progress.finish_and_clear();
+    println!("{}", nemesis_run::table(&report));
+    write_output(&args.json, &serde_json::to_string_pretty(&report)?)?;
+    write_output(
+        &args.html,
+        &nemesis_run::html(&report).map_err(anyhow::Error::msg)?,
+    )?;
+    if !report.passed() {
+        bail!(
+            "the nemesis run failed (seed {}): {}",
+            config.seed,
+            report.failures.join("; ")
+        );
+    }
+    Ok(())
 }
 
 async fn holds(args: HoldsArgs) -> anyhow::Result<()> {

@@ -93,6 +93,14 @@ impl History {
         }
     }
 
+    /// A new, empty history on this one's clock (several workloads, one timeline).
+    pub fn sharing_clock(&self) -> History {
+        History {
+            started: self.started,
+            ops: Arc::default(),
+        }
+    }
+
     /// Milliseconds since the history began (its one monotonic clock).
     pub fn now_ms(&self) -> f64 {
         self.started.elapsed().as_secs_f64() * 1e3
@@ -180,7 +188,11 @@ pub fn outcome_of(reply: &anyhow::Result<crate::Reply>) -> (Outcome, Option<Stri
         Ok(r) if r.status.is_success() || r.status.is_redirection() => (Outcome::Ok, None),
         Ok(r) if r.status.is_client_error() => (
             Outcome::Fail,
-            Some(r.refusal.clone().unwrap_or_else(|| r.status.as_u16().to_string())),
+            Some(
+                r.refusal
+                    .clone()
+                    .unwrap_or_else(|| r.status.as_u16().to_string()),
+            ),
         ),
         Ok(r) => (Outcome::Unknown, Some(r.status.as_u16().to_string())),
         Err(e) => (Outcome::Unknown, Some(unknown_reason(e))),

@@ -12,10 +12,13 @@
 //!   bench's `hold_open_loop_p99_ms`).
 //! * [`queue`]: a crowd through an on-sale's waiting room across several servers
 //!   (`load-test queue`): never more than N shopping, admission in arrival order.
+//! * [`nemesis`]: buyers, tabs and bidders under a seeded schedule of faults, every
+//!   operation in a history judged by [`crate::history::check`] (`load-test nemesis`).
 //! * [`report`]: the JSON report, the Markdown table and the HTML page with its charts.
 
 pub mod failover;
 pub mod groups;
+pub mod nemesis;
 pub mod open_loop;
 pub mod queue;
 pub mod race;

@@ -1,0 +1,1241 @@
+//! The nemesis (`load-test nemesis`, `make nemesis`): buyers with several tabs each and
+//! bidders work against several `seatlock serve` processes while a fault schedule drawn
+//! from a seed hits the real processes, alone and together; every client operation goes
+//! into a [history](crate::history), judged afterwards by [the checker](crate::history::check).
+//! Jepsen's lock analyses (etcd, Hazelcast) do it this way, with three lock workloads
+//! side by side:
+//!
+//! | workload | servers' strategy | the write | expected |
+//! |---|---|---|---|
+//! | `unfenced-lease` | `race-lab-unfenced-lease` | checks the lease, pauses, writes | **invalid** (a paused holder sells a seat twice) |
+//! | `fenced` | `fenced` (the product) | `NOT sold AND fence_token <= $token` | valid |
+//! | `conditional` | `race-lab-conditional` | `UPDATE … WHERE sold = false` | valid |
+//! | `auction` | `fenced` (the product) | a bid under the item's bid lock, fenced | valid |
+//!
+//! The faults ([`FaultKind`]): a server killed (SIGKILL) and started again, a server
+//! paused (SIGSTOP), the Redis primary paused, a Sentinel failover that loses the last
+//! writes, Redis restarted empty, a server's wall clock moved (libfaketime), every open
+//! Postgres connection frozen (half-open). The same seed gives the same schedule
+//! ([`schedule`]); what the processes do under it is up to them.
+//!
+//! A run fails when a product workload's history is invalid, when the unfenced one is
+//! *valid* (a checker that never flags the broken workload is broken itself), or when
+//! none of the interesting things ([`Sometimes`]) happened.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use reqwest::header::{HeaderMap, HeaderValue};
+use serde::Serialize;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::Mutex;
+
+use seatlock::config::{PurchaseStrategy, Settings};
+use seatlock::http::error::Refusal;
+use seatlock::racelab::pause::PAUSE_HEADER;
+
+use super::timeline::{self, Lane, Moment};
+use crate::history::check::{self as checker, Model, Verdict};
+use crate::history::{History, Op, OpKind, Outcome, outcome_of, seat_resource};
+use crate::http::page_buyer_id;
+use crate::procs::{ServerProcess, libfaketime};
+use crate::sentinel::SentinelTopology;
+use crate::{
+    DEMO_VENUES, HttpBuyer, TcpProxy, auction_item, authority, check, fresh_database, seed,
+};
+
+/// The shape of one run.
+#[derive(Debug, Clone)]
+pub struct NemesisConfig {
+    /// Draws the fault schedule and every client's choices.
+    pub seed: u64,
+    /// How long clients work and faults are injected.
+    pub duration: Duration,
+    /// Buyers per seat workload, each with [`NemesisConfig::tabs`] tabs.
+    pub buyers: usize,
+    /// Tabs per buyer: concurrent clients sharing one session (one holder).
+    pub tabs: usize,
+    /// Bidders on the auction workload.
+    pub bidders: usize,
+    /// Server processes per workload (the auction shares the fenced workload's).
+    pub servers: usize,
+    /// The servers' hold TTL, in ms (short, so leases lapse under pauses).
+    pub hold_ttl_ms: u64,
+}
+
+impl Default for NemesisConfig {
+    fn default() -> Self {
+        NemesisConfig {
+            seed: 1,
+            duration: Duration::from_secs(180),
+            buyers: 4,
+            tabs: 2,
+            bidders: 3,
+            servers: 2,
+            hold_ttl_ms: 2_000,
+        }
+    }
+}
+
+/// What the nemesis does to the processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// SIGKILL a server, start it again after a while (on a new port).
+    KillServer,
+    /// SIGSTOP a server for a while, then SIGCONT: a holder that stalls.
+    PauseServer,
+    /// SIGSTOP the Redis primary for less than Sentinel's `down-after`.
+    PauseRedis,
+    /// Kill the primary after pausing its replica's apply: Sentinel promotes a replica
+    /// that misses the last grants. The old primary rejoins, empty, as the replica.
+    Failover,
+    /// Restart the Redis primary with no data, before Sentinel notices.
+    RedisRestartEmpty,
+    /// Move one server's wall clock (libfaketime) for a while.
+    ClockJump,
+    /// Make every open Postgres connection half-open (the harness's proxy).
+    FreezePostgres,
+}
+
+impl FaultKind {
+    /// Every kind, in the order the schedule draws from.
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::KillServer,
+        FaultKind::PauseServer,
+        FaultKind::PauseRedis,
+        FaultKind::Failover,
+        FaultKind::RedisRestartEmpty,
+        FaultKind::ClockJump,
+        FaultKind::FreezePostgres,
+    ];
+
+    /// Whether it hits one server (then [`PlannedFault::server`] names it).
+    fn hits_a_server(self) -> bool {
+        matches!(
+            self,
+            FaultKind::KillServer | FaultKind::PauseServer | FaultKind::ClockJump
+        )
+    }
+}
+
+/// One fault of the schedule, as drawn from the seed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PlannedFault {
+    pub kind: FaultKind,
+    /// When it starts, ms after the clients start.
+    pub at_ms: u64,
+    /// How long it lasts (a pause, a server's downtime, a moved clock), ms; 0 for one
+    /// that is over once done (a failover, a restart, a freeze).
+    pub for_ms: u64,
+    /// The server it hits (an index over every server of the run), if it hits one.
+    pub server: Option<usize>,
+    /// A clock jump's libfaketime offset (`+1h`, `-10m`, …).
+    pub offset: Option<String>,
+}
+
+/// The clock offsets a [`FaultKind::ClockJump`] draws from.
+const CLOCK_OFFSETS: [&str; 4] = ["+1h", "-1h", "+10m", "-30s"];
+
+/// The fault schedule of `seed` over `duration`, for `servers` server processes: a slot
+/// every 4 to 9 s from 2 s on (none in the last 3 s), holding one fault, or two together
+/// (three slots in ten). Deterministic: the same arguments give the same schedule.
+pub fn schedule(seed: u64, duration: Duration, servers: usize) -> Vec<PlannedFault> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let end_ms = duration.as_millis() as u64;
+    let mut at_ms = 2_000;
+    let mut plan = Vec::new();
+    while at_ms + 3_000 <= end_ms {
+        let together = if rng.random_bool(0.3) { 2 } else { 1 };
+        let mut kinds: Vec<FaultKind> = Vec::new();
+        while kinds.len() < together {
+            let kind = FaultKind::ALL[rng.random_range(0..FaultKind::ALL.len())];
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
+        }
+        for kind in kinds {
+            let for_ms = match kind {
+                FaultKind::KillServer => rng.random_range(300..1_500),
+                FaultKind::PauseServer => rng.random_range(500..4_000),
+                FaultKind::PauseRedis => rng.random_range(100..600),
+                FaultKind::ClockJump => rng.random_range(2_000..6_000),
+                FaultKind::Failover | FaultKind::RedisRestartEmpty | FaultKind::FreezePostgres => 0,
+            };
+            plan.push(PlannedFault {
+                kind,
+                at_ms,
+                for_ms,
+                server: kind.hits_a_server().then(|| rng.random_range(0..servers)),
+                offset: (kind == FaultKind::ClockJump)
+                    .then(|| CLOCK_OFFSETS[rng.random_range(0..CLOCK_OFFSETS.len())].into()),
+            });
+        }
+        at_ms += rng.random_range(4_000..9_000);
+    }
+    plan
+}
+
+/// A fault as it happened: ms on the histories' clock.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fault {
+    pub kind: FaultKind,
+    /// What it hit: `server 3`, `redis primary :PORT`, `postgres`.
+    pub target: String,
+    pub start_ms: f64,
+    pub end_ms: f64,
+    /// What the nemesis saw: `failover took 2100 ms`, or the error if the fault failed.
+    pub note: Option<String>,
+}
+
+/// One interesting thing and how often it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sometimes {
+    pub name: &'static str,
+    pub count: usize,
+}
+
+/// One workload's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkloadReport {
+    pub name: &'static str,
+    /// The servers' `--purchase-strategy`.
+    pub strategy: String,
+    /// Whether the run needs it valid (false only for `unfenced-lease`).
+    pub must_be_valid: bool,
+    pub operations: usize,
+    /// The checker's verdict and, for seats, the database's (one order, one captured
+    /// payment each way).
+    pub valid: bool,
+    /// Writes the resource accepted.
+    pub accepted_writes: usize,
+    pub double_grants: usize,
+    pub double_grants_caught: usize,
+    /// The lock's anomalies (see [`checker`]), counted.
+    pub lock_anomalies: usize,
+    /// The first few violations, each with the operations around it.
+    pub violations: Vec<checker::Anomaly>,
+    /// Violations found by the database check (money, a double sale), as `kind seat N`.
+    pub database_violations: Vec<String>,
+    /// The history, one operation per line.
+    pub history: String,
+}
+
+/// `target/nemesis/report.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct NemesisReport {
+    pub seed: u64,
+    pub seconds: u64,
+    pub schedule: Vec<PlannedFault>,
+    pub faults: Vec<Fault>,
+    pub workloads: Vec<WorkloadReport>,
+    pub sometimes: Vec<Sometimes>,
+    /// Why the run failed; empty when it passed.
+    pub failures: Vec<String>,
+    /// The timeline's lanes and the faults' moments. Not in the JSON.
+    #[serde(skip)]
+    pub timeline: Vec<(String, Vec<Lane>)>,
+    #[serde(skip)]
+    pub moments: Vec<Moment>,
+}
+
+impl NemesisReport {
+    /// Whether every promise held (see the module docs).
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// A seat workload's pool: buyers pick among the first few unsold seats, so several
+/// always want the same one.
+struct SeatPool {
+    seats: Vec<i64>,
+    /// Indices of seats known sold; the window starts at the first one not in it.
+    sold: std::sync::Mutex<BTreeSet<usize>>,
+}
+
+/// How many unsold seats buyers choose among at once.
+const CONTENDED: usize = 3;
+
+impl SeatPool {
+    fn pick(&self, rng: &mut StdRng) -> Option<i64> {
+        let sold = self.sold.lock().expect("pool lock");
+        let open: Vec<i64> = (0..self.seats.len())
+            .filter(|i| !sold.contains(i))
+            .take(CONTENDED)
+            .map(|i| self.seats[i])
+            .collect();
+        (!open.is_empty()).then(|| open[rng.random_range(0..open.len())])
+    }
+
+    fn mark_sold(&self, seat: i64) {
+        if let Some(i) = self.seats.iter().position(|&s| s == seat) {
+            self.sold.lock().expect("pool lock").insert(i);
+        }
+    }
+
+    /// The seats buyers have reached (every one up to the window's end).
+    fn touched(&self) -> Vec<i64> {
+        let sold = self.sold.lock().expect("pool lock");
+        let reached = sold.iter().next_back().map_or(0, |&last| last + 1) + CONTENDED;
+        self.seats[..reached.min(self.seats.len())].to_vec()
+    }
+}
+
+/// One server process the nemesis can kill, pause and restart; its clock is libfaketime's
+/// offset file.
+struct Slot {
+    process: ServerProcess,
+    settings: Settings,
+    clock_file: PathBuf,
+}
+
+impl Slot {
+    async fn start(binary: &Path, settings: Settings, clock_file: PathBuf) -> anyhow::Result<Slot> {
+        std::fs::write(&clock_file, "+0")?;
+        let process = start_server(binary, &settings, &clock_file).await?;
+        Ok(Slot {
+            process,
+            settings,
+            clock_file,
+        })
+    }
+}
+
+async fn start_server(
+    binary: &Path,
+    settings: &Settings,
+    clock_file: &Path,
+) -> anyhow::Result<ServerProcess> {
+    let lib = libfaketime()?;
+    let file = clock_file.display().to_string();
+    let env = [
+        ("LD_PRELOAD", lib.as_str()),
+        ("FAKETIME_TIMESTAMP_FILE", file.as_str()),
+        // Read the offset file every second, so a jump takes effect while it runs.
+        ("FAKETIME_CACHE_DURATION", "1"),
+        // Sleeps and timeouts keep the real monotonic clock: only the wall clock moves.
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    ServerProcess::start_with_env(binary, settings, &env).await
+}
+
+/// Everything a run shares: the processes the nemesis hits and the clients' addresses.
+struct Stage {
+    binary: PathBuf,
+    topology: Mutex<SentinelTopology>,
+    slots: Vec<Mutex<Slot>>,
+    /// Each slot's current address (a restarted server listens on a new port).
+    addresses: std::sync::RwLock<Vec<String>>,
+    postgres: TcpProxy,
+    /// The clock every history and fault is timed on.
+    clock: History,
+}
+
+impl Stage {
+    fn address(&self, slot: usize) -> String {
+        self.addresses.read().expect("addresses lock")[slot].clone()
+    }
+
+    /// Runs one fault; returns its target and a note.
+    async fn inflict(&self, fault: &PlannedFault) -> anyhow::Result<(String, Option<String>)> {
+        let hold = Duration::from_millis(fault.for_ms);
+        match fault.kind {
+            FaultKind::KillServer | FaultKind::PauseServer | FaultKind::ClockJump => {
+                let index = fault.server.context("a server fault names its server")?;
+                let mut slot = self.slots[index].lock().await;
+                let target = format!("server {index}");
+                match fault.kind {
+                    FaultKind::KillServer => {
+                        slot.process.kill().await?;
+                        tokio::time::sleep(hold).await;
+                        slot.process =
+                            start_server(&self.binary, &slot.settings, &slot.clock_file).await?;
+                        self.addresses.write().expect("addresses lock")[index] =
+                            slot.process.address.clone();
+                    }
+                    FaultKind::PauseServer => {
+                        slot.process.signal("STOP")?;
+                        tokio::time::sleep(hold).await;
+                        slot.process.signal("CONT")?;
+                    }
+                    _ => {
+                        let offset = fault.offset.as_deref().unwrap_or("+1h");
+                        std::fs::write(&slot.clock_file, offset)?;
+                        tokio::time::sleep(hold).await;
+                        std::fs::write(&slot.clock_file, "+0")?;
+                        return Ok((target, Some(format!("clock {offset}"))));
+                    }
+                }
+                Ok((target, None))
+            }
+            FaultKind::PauseRedis => {
+                let topology = self.topology.lock().await;
+                topology.primary.signal("STOP")?;
+                tokio::time::sleep(hold).await;
+                topology.primary.signal("CONT")?;
+                Ok((format!("redis primary :{}", topology.primary.port), None))
+            }
+            FaultKind::Failover => {
+                let mut topology = self.topology.lock().await;
+                let target = format!("redis primary :{}", topology.primary.port);
+                topology.lose_next_write().await?;
+                // The writes of the next moment reach the primary and not the replica.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let took = topology.fail_over().await?;
+                topology.rejoin().await?;
+                Ok((
+                    target,
+                    Some(format!("failover took {} ms", took.as_millis())),
+                ))
+            }
+            FaultKind::RedisRestartEmpty => {
+                let mut topology = self.topology.lock().await;
+                topology.restart_primary_empty().await?;
+                Ok((format!("redis primary :{}", topology.primary.port), None))
+            }
+            FaultKind::FreezePostgres => {
+                self.postgres.freeze_open_connections();
+                Ok(("postgres".into(), None))
+            }
+        }
+    }
+
+    /// Runs `plan` slot by slot (a slot's faults together); returns what happened.
+    async fn nemesis(self: Arc<Self>, plan: Vec<PlannedFault>) -> Vec<Fault> {
+        let mut faults = Vec::new();
+        for slot in plan.chunk_by(|a, b| a.at_ms == b.at_ms) {
+            let wait = slot[0].at_ms as f64 - self.clock.now_ms();
+            if wait > 0.0 {
+                tokio::time::sleep(Duration::from_secs_f64(wait / 1e3)).await;
+            }
+            let runs = slot.iter().cloned().map(|fault| {
+                let stage = self.clone();
+                tokio::spawn(async move {
+                    let start_ms = stage.clock.now_ms();
+                    let done = stage.inflict(&fault).await;
+                    let (target, note) = match done {
+                        Ok(done) => done,
+                        Err(e) => ("?".into(), Some(format!("the fault failed: {e:#}"))),
+                    };
+                    Fault {
+                        kind: fault.kind,
+                        target,
+                        start_ms,
+                        end_ms: stage.clock.now_ms(),
+                        note,
+                    }
+                })
+            });
+            for run in runs.collect::<Vec<_>>() {
+                if let Ok(fault) = run.await {
+                    faults.push(fault);
+                }
+            }
+        }
+        faults
+    }
+}
+
+/// A seat workload: its servers (slot indices), event, pool and history.
+struct SeatWorkload {
+    name: &'static str,
+    strategy: PurchaseStrategy,
+    slots: Vec<usize>,
+    event: i64,
+    pool: SeatPool,
+    history: History,
+}
+
+/// What a tab needs to know about its buyer and workload.
+struct Tab {
+    process: String,
+    holder: String,
+    http: HttpBuyer,
+    /// The same browser, asking the server to stall its confirm past the hold's TTL.
+    stalling: HttpBuyer,
+    rng: StdRng,
+}
+
+impl SeatWorkload {
+    /// One tab's loop until `until_ms`: pick a seat, hold it (lease workloads), read the
+    /// hold's token from the page, then release it or buy it, now and then stalled past
+    /// the lease or hung up on.
+    async fn tab(&self, stage: &Stage, mut tab: Tab, until_ms: f64) {
+        let lease = self.strategy.uses_lease();
+        while stage.clock.now_ms() < until_ms {
+            tokio::time::sleep(Duration::from_millis(tab.rng.random_range(20..150))).await;
+            let Some(seat) = self.pool.pick(&mut tab.rng) else {
+                continue;
+            };
+            let base = stage.address(self.slots[tab.rng.random_range(0..self.slots.len())]);
+            let url = |action: &str| format!("{base}/events/{}/seats/{seat}/{action}", self.event);
+            let resource = seat_resource(seat);
+            let mut token = None;
+            if lease {
+                let acquire =
+                    self.history
+                        .invoke(&tab.process, &tab.holder, OpKind::Acquire, &resource);
+                let reply = tab.http.post(&url("hold"), &[]).await;
+                let (outcome, reason) = outcome_of(&reply);
+                if outcome != Outcome::Ok {
+                    acquire.complete(outcome, reason.clone());
+                    if reason.as_deref() == Some(Refusal::AlreadySold.code()) {
+                        self.pool.mark_sold(seat);
+                    }
+                    continue;
+                }
+                // The 303 leads back to the map, which shows the hold's token.
+                let page = tab.http.get(&format!("{base}/events/{}", self.event)).await;
+                token = page
+                    .ok()
+                    .and_then(|p| crate::http::hold_token_of(&p.body, seat));
+                acquire.granted(token);
+                if tab.rng.random_bool(0.1) {
+                    let release = self
+                        .history
+                        .invoke(&tab.process, &tab.holder, OpKind::Release, &resource)
+                        .token(token);
+                    let (outcome, reason) = outcome_of(&tab.http.post(&url("release"), &[]).await);
+                    release.complete(outcome, reason);
+                    continue;
+                }
+            }
+            let write = self
+                .history
+                .invoke(&tab.process, &tab.holder, OpKind::Write, &resource)
+                .token(token.filter(|_| self.strategy == PurchaseStrategy::Fenced))
+                .value("sold");
+            let roll = tab.rng.random_range(0..100);
+            let client = if roll < 20 { &tab.stalling } else { &tab.http };
+            let confirm_url = url("confirm");
+            let confirm = client.post(&confirm_url, &[]);
+            let (outcome, reason) = if roll >= 95 {
+                // Hang up: the tab closes before the answer.
+                let patience = Duration::from_millis(tab.rng.random_range(5..60));
+                match tokio::time::timeout(patience, confirm).await {
+                    Ok(reply) => outcome_of(&reply),
+                    Err(_) => (Outcome::Unknown, Some(HUNG_UP.into())),
+                }
+            } else {
+                outcome_of(&confirm.await)
+            };
+            let sold =
+                outcome == Outcome::Ok || reason.as_deref() == Some(Refusal::AlreadySold.code());
+            write.complete(outcome, reason);
+            if sold {
+                self.pool.mark_sold(seat);
+            }
+        }
+    }
+}
+
+/// The reason of a write whose client closed before the answer.
+pub const HUNG_UP: &str = "hung up";
+
+/// The auction workload: bidders raising one item's price on the fenced servers.
+struct AuctionWorkload {
+    slots: Vec<usize>,
+    item: i64,
+    history: History,
+    /// The next bid, in cents: every bidder bids above the last one sent.
+    next_cents: AtomicU64,
+}
+
+impl AuctionWorkload {
+    async fn bidder(&self, stage: &Stage, mut tab: Tab, until_ms: f64) {
+        let resource = format!("item {}", self.item);
+        while stage.clock.now_ms() < until_ms {
+            tokio::time::sleep(Duration::from_millis(tab.rng.random_range(50..250))).await;
+            let base = stage.address(self.slots[tab.rng.random_range(0..self.slots.len())]);
+            let cents = self
+                .next_cents
+                .fetch_add(tab.rng.random_range(100..300), Ordering::SeqCst);
+            let amount = format!("{}.{:02}", cents / 100, cents % 100);
+            let client = if tab.rng.random_bool(0.2) {
+                &tab.stalling
+            } else {
+                &tab.http
+            };
+            let write = self
+                .history
+                .invoke(&tab.process, &tab.holder, OpKind::Write, &resource)
+                .value(cents.to_string());
+            let reply = client
+                .post(
+                    &format!("{base}/auctions/{}/bids", self.item),
+                    &[("amount", &amount)],
+                )
+                .await;
+            let (outcome, reason) = outcome_of(&reply);
+            write.complete(outcome, reason);
+        }
+    }
+}
+
+/// A buyer's tabs: opens the event page (the session and its buyer id) on `base`, retrying
+/// while the server is down, and returns `tabs` clients sharing that session.
+async fn open_tabs(
+    page: &str,
+    name: &str,
+    tabs: usize,
+    stall_ms: u64,
+    rng: &mut StdRng,
+) -> anyhow::Result<Vec<Tab>> {
+    let mut http = HttpBuyer::new();
+    let reply = http.get(page).await?;
+    let holder = page_buyer_id(&reply.body).context("the page names its buyer")?;
+    let mut stall = HeaderMap::new();
+    stall.insert(PAUSE_HEADER, HeaderValue::from(stall_ms));
+    Ok((0..tabs)
+        .map(|t| Tab {
+            process: format!("{name}/tab{t}"),
+            holder: holder.clone(),
+            stalling: http.another_tab(stall.clone()),
+            http: http.another_tab(HeaderMap::new()),
+            rng: StdRng::seed_from_u64(rng.random()),
+        })
+        .collect())
+}
+
+/// The names of the seat workloads, their strategies, and whether they must be valid.
+const SEAT_WORKLOADS: [(&str, PurchaseStrategy, bool); 3] = [
+    (
+        "unfenced-lease",
+        PurchaseStrategy::RaceLabUnfencedLease,
+        false,
+    ),
+    ("fenced", PurchaseStrategy::Fenced, true),
+    ("conditional", PurchaseStrategy::RaceLabConditional, true),
+];
+
+/// Runs the nemesis: a Sentinel topology, a fresh database under `admin_url` (behind a
+/// proxy the nemesis can freeze), `config.servers` servers per seat workload, clients for
+/// `config.duration` under [`schedule`], then the checks. `out` receives the histories.
+/// Errors: a process that would not start, a database error; a broken promise is not an
+/// error but a failed report ([`NemesisReport::passed`]).
+pub async fn run(
+    config: &NemesisConfig,
+    binary: &Path,
+    admin_url: &str,
+    out: &Path,
+    progress: &indicatif::ProgressBar,
+) -> anyhow::Result<NemesisReport> {
+    progress.set_message("starting Redis, Sentinels, Postgres and servers");
+    let topology = SentinelTopology::start().await?;
+    let url = fresh_database(admin_url).await?;
+    seed(&url, DEMO_VENUES).await?;
+    let db = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&url)
+        .await?;
+    let postgres = TcpProxy::start(
+        tokio::net::lookup_host(authority(&url)?)
+            .await?
+            .next()
+            .context("the database host resolves")?,
+    )
+    .await?;
+    let proxied_url = url.replacen(&authority(&url)?, &postgres.address.to_string(), 1);
+    let mut rng = StdRng::seed_from_u64(config.seed);
+    let clock_dir = std::env::temp_dir().join(crate::unique_name("seatlock-nemesis"));
+    std::fs::create_dir_all(&clock_dir)?;
+
+    let mut slots = Vec::new();
+    let mut seat_workloads = Vec::new();
+    let clock = History::new();
+    for (name, strategy, _) in SEAT_WORKLOADS {
+        let (event, seats) =
+            super::race::create_race_event(&db, &format!("Nemesis: {name}")).await?;
+        let mut settings: Settings = crate::test_settings(&proxied_url, &topology.url());
+        settings.enable_race_lab = true;
+        settings.purchase_strategy = strategy;
+        settings.hold_ttl_ms = config.hold_ttl_ms;
+        settings.bid_lock_ttl_ms = config.hold_ttl_ms;
+        let mut indices = Vec::new();
+        for _ in 0..config.servers {
+            let file = clock_dir.join(format!("clock-{}", slots.len()));
+            indices.push(slots.len());
+            slots.push(Slot::start(binary, settings.clone(), file).await?);
+        }
+        seat_workloads.push(SeatWorkload {
+            name,
+            strategy,
+            slots: indices,
+            event,
+            pool: SeatPool {
+                seats,
+                sold: Default::default(),
+            },
+            history: clock.sharing_clock(),
+        });
+    }
+    let item = seatlock::auction::queries::insert_item(&db, &auction_item("Nemesis poster"))
+        .await?
+        .context("the nemesis's auction item was not inserted")?;
+    let auction = AuctionWorkload {
+        slots: seat_workloads[1].slots.clone(),
+        item,
+        history: clock.sharing_clock(),
+        next_cents: AtomicU64::new(1_100),
+    };
+    let addresses = slots.iter().map(|s| s.process.address.clone()).collect();
+    let stage = Arc::new(Stage {
+        binary: binary.to_owned(),
+        topology: Mutex::new(topology),
+        slots: slots.into_iter().map(Mutex::new).collect(),
+        addresses: std::sync::RwLock::new(addresses),
+        postgres,
+        clock,
+    });
+
+    // Clients open their pages before the clock starts counting the run.
+    let stall_ms = config.hold_ttl_ms + 1_000;
+    let mut tabs: Vec<Vec<Vec<Tab>>> = Vec::new();
+    for w in &seat_workloads {
+        let page = format!("{}/events/{}", stage.address(w.slots[0]), w.event);
+        let mut buyers = Vec::new();
+        for b in 0..config.buyers {
+            let name = format!("{} buyer {b}", w.name);
+            buyers.push(open_tabs(&page, &name, config.tabs, stall_ms, &mut rng).await?);
+        }
+        tabs.push(buyers);
+    }
+    // A bidder is a buyer too: the event page names it (the item page does not).
+    let page = format!(
+        "{}/events/{}",
+        stage.address(auction.slots[0]),
+        seat_workloads[1].event
+    );
+    let mut bidders = Vec::new();
+    for b in 0..config.bidders {
+        let name = format!("auction bidder {b}");
+        bidders.extend(open_tabs(&page, &name, 1, stall_ms, &mut rng).await?);
+    }
+
+    let plan = schedule(config.seed, config.duration, stage.slots.len());
+    progress.set_message(format!(
+        "seed {}: {} faults over {} s",
+        config.seed,
+        plan.len(),
+        config.duration.as_secs()
+    ));
+    let start_ms = stage.clock.now_ms();
+    let plan: Vec<PlannedFault> = plan
+        .into_iter()
+        .map(|f| PlannedFault {
+            at_ms: f.at_ms + start_ms as u64,
+            ..f
+        })
+        .collect();
+    let until_ms = start_ms + config.duration.as_secs_f64() * 1e3;
+    let nemesis = tokio::spawn(stage.clone().nemesis(plan.clone()));
+    let ticker = {
+        let progress = progress.clone();
+        let clock = stage.clock.clone();
+        tokio::spawn(async move {
+            loop {
+                progress.set_position(((clock.now_ms() - start_ms) / 1e3) as u64);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let seat_workloads = Arc::new(seat_workloads);
+    let auction = Arc::new(auction);
+    let mut clients = Vec::new();
+    for (w, buyers) in tabs.into_iter().enumerate() {
+        for tab in buyers.into_iter().flatten() {
+            let (stage, workloads) = (stage.clone(), seat_workloads.clone());
+            clients.push(tokio::spawn(async move {
+                workloads[w].tab(&stage, tab, until_ms).await
+            }));
+        }
+    }
+    for tab in bidders {
+        let (stage, auction) = (stage.clone(), auction.clone());
+        clients.push(tokio::spawn(async move {
+            auction.bidder(&stage, tab, until_ms).await
+        }));
+    }
+    for client in clients {
+        client.await?;
+    }
+    let faults = nemesis.await?;
+    ticker.abort();
+    progress.set_message("checking the histories");
+    // Purchases run to completion on the servers even when their buyer hung up: give the
+    // last ones their deadline before reading what the resource accepted.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let mut workloads = Vec::new();
+    let ttl_ms = config.hold_ttl_ms as f64;
+    for (w, (_, _, must_be_valid)) in seat_workloads.iter().zip(SEAT_WORKLOADS) {
+        let report = check::check(&db, w.event).await?;
+        w.history.read_seats(&report, &w.pool.touched());
+        let model = Model {
+            ttl_ms,
+            fenced: w.strategy == PurchaseStrategy::Fenced,
+            exclusive: true,
+        };
+        let database = report
+            .violations
+            .iter()
+            .map(|v| format!("{} seat {}", v.kind, v.seat_id))
+            .collect();
+        workloads.push(judge(
+            w.name,
+            w.strategy,
+            must_be_valid,
+            &w.history,
+            model,
+            database,
+            out,
+        )?);
+    }
+    read_bids(&db, &auction).await?;
+    let model = Model {
+        ttl_ms: config.hold_ttl_ms as f64,
+        fenced: true,
+        exclusive: false,
+    };
+    workloads.push(judge(
+        "auction",
+        PurchaseStrategy::Fenced,
+        true,
+        &auction.history,
+        model,
+        Vec::new(),
+        out,
+    )?);
+
+    let histories: Vec<(&str, Vec<Op>)> = seat_workloads
+        .iter()
+        .map(|w| (w.name, w.history.ops()))
+        .chain(std::iter::once(("auction", auction.history.ops())))
+        .collect();
+    let sometimes = sometimes(&histories, &faults, &workloads, ttl_ms);
+    let failures = failures(&workloads, &sometimes, &faults);
+    let moments = faults
+        .iter()
+        .map(|f| (f.start_ms, format!("{:?} {}", f.kind, f.target)))
+        .collect();
+    let timeline = histories
+        .iter()
+        .map(|(name, ops)| (name.to_string(), lanes(ops, &workloads, name, ttl_ms)))
+        .collect();
+    std::fs::remove_dir_all(&clock_dir).ok();
+    Ok(NemesisReport {
+        seed: config.seed,
+        seconds: config.duration.as_secs(),
+        schedule: plan,
+        faults,
+        workloads,
+        sometimes,
+        failures,
+        timeline,
+        moments,
+    })
+}
+
+/// The checker's verdict on one workload's history, written to `out`.
+fn judge(
+    name: &'static str,
+    strategy: PurchaseStrategy,
+    must_be_valid: bool,
+    history: &History,
+    model: Model,
+    database_violations: Vec<String>,
+    out: &Path,
+) -> anyhow::Result<WorkloadReport> {
+    let ops = history.ops();
+    let file = out.join(format!("history-{name}.jsonl"));
+    history.write_jsonl(&file)?;
+    let verdict: Verdict = checker::check(&ops, model);
+    let accepted_writes = ops
+        .iter()
+        .filter(|o| o.op == OpKind::Read)
+        .filter_map(|o| o.value.as_deref())
+        .map(|v| v.split(',').filter(|i| !i.is_empty()).count())
+        .sum();
+    Ok(WorkloadReport {
+        name,
+        strategy: strategy.flag_value(),
+        must_be_valid,
+        operations: verdict.operations,
+        valid: verdict.valid && database_violations.is_empty(),
+        accepted_writes,
+        double_grants: verdict.double_grants,
+        double_grants_caught: verdict.double_grants_caught,
+        lock_anomalies: verdict.lock_anomalies.len(),
+        violations: verdict.violations.into_iter().take(3).collect(),
+        database_violations,
+        history: file.display().to_string(),
+    })
+}
+
+/// The auction item's final read: every accepted bid, in the order the item took them.
+async fn read_bids(db: &PgPool, auction: &AuctionWorkload) -> anyhow::Result<()> {
+    let bids: Vec<(String, Option<i64>)> = sqlx::query_as(
+        "SELECT bidder_id, fence_token FROM bids WHERE item_id = $1 ORDER BY created_at, id",
+    )
+    .bind(auction.item)
+    .fetch_all(db)
+    .await?;
+    auction
+        .history
+        .invoke(
+            "checker",
+            "checker",
+            OpKind::Read,
+            &format!("item {}", auction.item),
+        )
+        .value(checker::accepted_value(&bids))
+        .complete(Outcome::Ok, None);
+    Ok(())
+}
+
+/// How often each interesting thing happened.
+fn sometimes(
+    histories: &[(&str, Vec<Op>)],
+    faults: &[Fault],
+    workloads: &[WorkloadReport],
+    ttl_ms: f64,
+) -> Vec<Sometimes> {
+    let writes = || {
+        histories
+            .iter()
+            .filter(|(name, _)| *name != "unfenced-lease")
+            .flat_map(|(_, ops)| ops.iter())
+            .filter(|o| o.op == OpKind::Write)
+    };
+    let refused = |codes: &[&str]| {
+        writes()
+            .filter(|o| o.outcome == Outcome::Fail)
+            .filter(|o| o.reason.as_deref().is_some_and(|r| codes.contains(&r)))
+            .count()
+    };
+    let happened = |kind| {
+        faults
+            .iter()
+            .filter(|f| {
+                f.kind == kind
+                    && !f
+                        .note
+                        .as_deref()
+                        .unwrap_or("")
+                        .starts_with("the fault failed")
+            })
+            .count()
+    };
+    let fenced = histories
+        .iter()
+        .find(|(name, _)| *name == "fenced")
+        .map(|(_, ops)| ops.as_slice())
+        .unwrap_or_default();
+    vec![
+        Sometimes {
+            name: "stale_write_refused_by_the_fence",
+            count: refused(&[Refusal::StaleToken.code(), Refusal::StaleBidLock.code()]),
+        },
+        Sometimes {
+            name: "lease_lost_with_redis",
+            count: leases_lost_early(fenced, ttl_ms),
+        },
+        Sometimes {
+            name: "hold_granted_twice_and_caught",
+            count: workloads
+                .iter()
+                .filter(|w| w.must_be_valid)
+                .map(|w| w.double_grants_caught)
+                .sum(),
+        },
+        Sometimes {
+            name: "failover",
+            count: happened(FaultKind::Failover),
+        },
+        Sometimes {
+            name: "redis_restarted_empty",
+            count: happened(FaultKind::RedisRestartEmpty),
+        },
+        Sometimes {
+            name: "buyer_hung_up",
+            count: writes()
+                .filter(|o| o.reason.as_deref() == Some(HUNG_UP))
+                .count(),
+        },
+        Sometimes {
+            name: "answer_lost",
+            count: writes()
+                .filter(|o| o.outcome == Outcome::Unknown && o.reason.as_deref() != Some(HUNG_UP))
+                .count(),
+        },
+    ]
+}
+
+/// Writes refused as `hold_expired` sooner than the TTL after their hold was granted: the
+/// store forgot the lease (a restart, a failover) while the holder still had time.
+fn leases_lost_early(ops: &[Op], ttl_ms: f64) -> usize {
+    ops.iter()
+        .filter(|w| {
+            w.op == OpKind::Write
+                && w.outcome == Outcome::Fail
+                && w.reason.as_deref() == Some(Refusal::HoldExpired.code())
+        })
+        .filter(|w| {
+            ops.iter()
+                .filter(|a| {
+                    a.op == OpKind::Acquire
+                        && a.outcome == Outcome::Ok
+                        && a.process == w.process
+                        && a.resource == w.resource
+                        && a.complete_ms <= w.invoke_ms
+                })
+                .map(|a| a.complete_ms)
+                .fold(None, |last: Option<f64>, t| {
+                    Some(last.map_or(t, |l| l.max(t)))
+                })
+                .is_some_and(|granted| w.invoke_ms - granted < ttl_ms - 200.0)
+        })
+        .count()
+}
+
+/// Why the run failed, if it did (see the module docs).
+fn failures(
+    workloads: &[WorkloadReport],
+    sometimes: &[Sometimes],
+    faults: &[Fault],
+) -> Vec<String> {
+    let mut failures = Vec::new();
+    for w in workloads {
+        match (w.must_be_valid, w.valid) {
+            (true, false) => failures.push(format!("workload {} is invalid", w.name)),
+            (false, true) => failures.push(format!(
+                "workload {} is valid: the checker never flagged the broken workload",
+                w.name
+            )),
+            _ => {}
+        }
+        if w.operations == 0 {
+            failures.push(format!("workload {} ran no operation", w.name));
+        }
+    }
+    if sometimes.iter().all(|s| s.count == 0) {
+        failures.push("none of the interesting things happened".into());
+    }
+    for f in faults {
+        if let Some(note) = f
+            .note
+            .as_deref()
+            .filter(|n| n.starts_with("the fault failed"))
+        {
+            failures.push(format!("{:?} at {:.0} ms: {note}", f.kind, f.start_ms));
+        }
+    }
+    failures
+}
+
+/// The timeline's lanes of one workload: the resources with a violation or a double
+/// grant first, then others, at most 16 lanes; a lane per (resource, holder) grant.
+fn lanes(ops: &[Op], workloads: &[WorkloadReport], name: &str, ttl_ms: f64) -> Vec<Lane> {
+    let flagged: Vec<&str> = workloads
+        .iter()
+        .filter(|w| w.name == name)
+        .flat_map(|w| w.violations.iter().map(|v| v.resource.as_str()))
+        .collect();
+    let mut resources: Vec<&str> = ops.iter().map(|o| o.resource.as_str()).collect();
+    resources.sort_by_key(|r| (!flagged.contains(r), *r));
+    resources.dedup();
+    let mut lanes = Vec::new();
+    for resource in resources {
+        let of = |o: &&Op| o.resource == resource && o.process != "checker";
+        let mut holders: Vec<&str> = ops.iter().filter(of).map(|o| o.holder.as_str()).collect();
+        holders.dedup();
+        for holder in holders {
+            let mine: Vec<&Op> = ops
+                .iter()
+                .filter(of)
+                .filter(|o| o.holder == holder)
+                .collect();
+            let writes: Vec<(f64, bool)> = mine
+                .iter()
+                .filter(|o| o.op == OpKind::Write && o.outcome != Outcome::Unknown)
+                .map(|o| (o.complete_ms, o.outcome == Outcome::Ok))
+                .collect();
+            let grant = mine
+                .iter()
+                .find(|o| o.op == OpKind::Acquire && o.outcome == Outcome::Ok);
+            if grant.is_none() && writes.is_empty() {
+                continue;
+            }
+            let start = grant.map_or_else(|| mine[0].invoke_ms, |g| g.complete_ms);
+            lanes.push(Lane {
+                resource: resource.into(),
+                holder: holder.chars().take(8).collect(),
+                lease_ms: (start, start + if grant.is_some() { ttl_ms } else { 0.0 }),
+                fencing_token: grant.and_then(|g| g.fencing_token),
+                writes,
+            });
+        }
+        if lanes.len() >= 16 {
+            break;
+        }
+    }
+    lanes
+}
+
+const HEADER: [&str; 8] = [
+    "workload",
+    "strategy",
+    "operations",
+    "accepted writes",
+    "double grants",
+    "caught",
+    "valid",
+    "expected",
+];
+
+fn cells(w: &WorkloadReport) -> [String; 8] {
+    [
+        w.name.into(),
+        w.strategy.clone(),
+        w.operations.to_string(),
+        w.accepted_writes.to_string(),
+        w.double_grants.to_string(),
+        w.double_grants_caught.to_string(),
+        w.valid.to_string(),
+        if w.must_be_valid { "valid" } else { "invalid" }.into(),
+    ]
+}
+
+/// The workloads, the sometimes list and the faults as Markdown.
+pub fn table(report: &NemesisReport) -> String {
+    let mut out = format!(
+        "seed {}, {} s, {} faults\n\n| {} |\n|{}\n",
+        report.seed,
+        report.seconds,
+        report.faults.len(),
+        HEADER.join(" | "),
+        "---|".repeat(HEADER.len())
+    );
+    for w in &report.workloads {
+        out.push_str(&format!("| {} |\n", cells(w).join(" | ")));
+    }
+    out.push_str("\n| sometimes | count |\n|---|---|\n");
+    for s in &report.sometimes {
+        out.push_str(&format!("| {} | {} |\n", s.name, s.count));
+    }
+    out
+}
+
+/// A self-contained HTML page: the table, the faults, the first violations and a
+/// timeline per workload with the faults marked.
+pub fn html(report: &NemesisReport) -> Result<String, String> {
+    let escape = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;");
+    let head: String = HEADER.iter().map(|h| format!("<th>{h}</th>")).collect();
+    let rows: String = report
+        .workloads
+        .iter()
+        .map(|w| {
+            let tds: String = cells(w).iter().map(|c| format!("<td>{c}</td>")).collect();
+            format!("<tr>{tds}</tr>\n")
+        })
+        .collect();
+    let sometimes: String = report
+        .sometimes
+        .iter()
+        .map(|s| format!("<tr><td>{}</td><td>{}</td></tr>", s.name, s.count))
+        .collect();
+    let faults: String = report
+        .faults
+        .iter()
+        .map(|f| {
+            format!(
+                "<tr><td>{:.0}</td><td>{:.0}</td><td>{:?}</td><td>{}</td><td>{}</td></tr>",
+                f.start_ms,
+                f.end_ms,
+                f.kind,
+                escape(&f.target),
+                escape(f.note.as_deref().unwrap_or(""))
+            )
+        })
+        .collect();
+    let mut violations = String::new();
+    for w in &report.workloads {
+        for v in &w.violations {
+            violations.push_str(&format!(
+                "<h3>{}: {} on {}</h3><p>{}</p><pre>{}</pre>",
+                w.name,
+                v.kind,
+                escape(&v.resource),
+                escape(&v.message),
+                escape(
+                    &v.ops
+                        .iter()
+                        .map(|o| serde_json::to_string(o).unwrap_or_default())
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )
+            ));
+        }
+    }
+    let mut timelines = String::new();
+    for (name, lanes) in &report.timeline {
+        let title = format!("{name}: holders, leases, tokens, writes; faults as lines");
+        timelines.push_str(&format!(
+            "<figure>{}</figure>\n",
+            timeline::svg(&title, lanes, &report.moments)?
+        ));
+    }
+    let verdict = if report.passed() {
+        "passed".to_owned()
+    } else {
+        format!("FAILED: {}", escape(&report.failures.join("; ")))
+    };
+    Ok(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>seatlock nemesis</title>\
+         <style>body{{font:15px system-ui,sans-serif;margin:2rem}}table{{border-collapse:collapse;margin:1rem 0}}\
+         td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}td:first-child{{text-align:left}}\
+         pre{{font-size:12px;overflow-x:auto}}</style></head><body>\
+         <h1>Nemesis, seed {seed}: {verdict}</h1>\
+         <table><tr>{head}</tr>\n{rows}</table>\
+         <h2>Sometimes</h2><table><tr><th>what</th><th>count</th></tr>{sometimes}</table>\
+         <h2>Faults</h2><table><tr><th>start ms</th><th>end ms</th><th>kind</th><th>target</th><th>note</th></tr>{faults}</table>\
+         <h2>First violations</h2>{violations}\
+         <h2>Timelines</h2>{legend}{timelines}</body></html>",
+        seed = report.seed,
+        legend = timeline::LEGEND_HTML
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_gives_one_schedule_and_every_kind_comes_up() {
+        let minutes = Duration::from_secs(600);
+        assert_eq!(schedule(7, minutes, 6), schedule(7, minutes, 6));
+        assert_ne!(schedule(7, minutes, 6), schedule(8, minutes, 6));
+        let plan = schedule(7, minutes, 6);
+        for kind in FaultKind::ALL {
+            assert!(plan.iter().any(|f| f.kind == kind), "{kind:?}");
+        }
+        assert!(
+            plan.chunk_by(|a, b| a.at_ms == b.at_ms)
+                .any(|slot| slot.len() == 2),
+            "some faults come together"
+        );
+        assert!(plan.iter().all(|f| f.at_ms + 3_000 <= 600_000));
+        assert!(
+            plan.iter()
+                .all(|f| f.kind.hits_a_server() == f.server.is_some_and(|s| s < 6))
+        );
+    }
+}
