@@ -6,6 +6,7 @@
 #   make lab    make demo with the race lab: the article's table built live at http://127.0.0.1:3000/lab
 #   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
+#   make nemesis  load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=)
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
 SHELL := /bin/bash
 .ONESHELL:
@@ -17,7 +18,7 @@ RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 # The lease store of `make demo` and `make scale`: redis (default) or etcd.
 STORE ?= redis
 
-.PHONY: demo lab scale test race failover bench services stop e2e-driver lint
+.PHONY: demo lab scale test race failover nemesis bench services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -79,6 +80,15 @@ failover: services
 	source .run/env
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
 	$(RELEASE)/load-test failover --json target/failover/report.json --html target/failover/report.html
+
+# Buyers (two tabs each) and bidders on three lock workloads under a fault schedule drawn
+# from SEED (default: drawn and printed), NEMESIS_SECONDS long (default 180); every
+# operation recorded and checked (docs/nemesis.md); writes target/nemesis/report.json,
+# report.html and the histories; fails if a product workload's history is invalid.
+nemesis: services
+	source .run/env
+	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
+	$(RELEASE)/load-test nemesis --json target/nemesis/report.json --html target/nemesis/report.html
 
 # Hot paths against their baselines in one run on the same Redis and Postgres, release
 # build: writes target/bench/report.json and prints the table (see docs/performance.md).

@@ -461,7 +461,24 @@ struct Tab {
     http: HttpBuyer,
     /// The same browser, asking the server to stall its confirm past the hold's TTL.
     stalling: HttpBuyer,
+    stall: HeaderMap,
     rng: StdRng,
+}
+
+impl Tab {
+    /// What a buyer does on "this form has expired" (a 403: the session was lost with
+    /// Redis): reloads the page, which may name a new buyer.
+    async fn reload_if_refused(&mut self, reason: Option<&str>, page: &str) {
+        if reason != Some("403") {
+            return;
+        }
+        if let Ok(reply) = self.http.get(page).await
+            && let Some(holder) = page_buyer_id(&reply.body)
+        {
+            self.holder = holder;
+            self.stalling = self.http.another_tab(self.stall.clone());
+        }
+    }
 }
 
 impl SeatWorkload {
@@ -477,6 +494,7 @@ impl SeatWorkload {
             };
             let base = stage.address(self.slots[tab.rng.random_range(0..self.slots.len())]);
             let url = |action: &str| format!("{base}/events/{}/seats/{seat}/{action}", self.event);
+            let page_url = format!("{base}/events/{}", self.event);
             let resource = seat_resource(seat);
             let mut token = None;
             if lease {
@@ -490,10 +508,11 @@ impl SeatWorkload {
                     if reason.as_deref() == Some(Refusal::AlreadySold.code()) {
                         self.pool.mark_sold(seat);
                     }
+                    tab.reload_if_refused(reason.as_deref(), &page_url).await;
                     continue;
                 }
                 // The 303 leads back to the map, which shows the hold's token.
-                let page = tab.http.get(&format!("{base}/events/{}", self.event)).await;
+                let page = tab.http.get(&page_url).await;
                 token = page
                     .ok()
                     .and_then(|p| crate::http::hold_token_of(&p.body, seat));
@@ -529,10 +548,11 @@ impl SeatWorkload {
             };
             let sold =
                 outcome == Outcome::Ok || reason.as_deref() == Some(Refusal::AlreadySold.code());
-            write.complete(outcome, reason);
+            write.complete(outcome, reason.clone());
             if sold {
                 self.pool.mark_sold(seat);
             }
+            tab.reload_if_refused(reason.as_deref(), &page_url).await;
         }
     }
 }
@@ -547,6 +567,9 @@ struct AuctionWorkload {
     history: History,
     /// The next bid, in cents: every bidder bids above the last one sent.
     next_cents: AtomicU64,
+    /// A page that names its buyer (the event page: the item page does not), for a
+    /// bidder to open and to reload when its session is lost.
+    page: String,
 }
 
 impl AuctionWorkload {
@@ -575,7 +598,8 @@ impl AuctionWorkload {
                 )
                 .await;
             let (outcome, reason) = outcome_of(&reply);
-            write.complete(outcome, reason);
+            write.complete(outcome, reason.clone());
+            tab.reload_if_refused(reason.as_deref(), &self.page).await;
         }
     }
 }
@@ -600,6 +624,7 @@ async fn open_tabs(
             holder: holder.clone(),
             stalling: http.another_tab(stall.clone()),
             http: http.another_tab(HeaderMap::new()),
+            stall: stall.clone(),
             rng: StdRng::seed_from_u64(rng.random()),
         })
         .collect())
@@ -685,6 +710,10 @@ pub async fn run(
         item,
         history: clock.sharing_clock(),
         next_cents: AtomicU64::new(1_100),
+        page: format!(
+            "{}/events/{}",
+            slots[seat_workloads[1].slots[0]].process.address, seat_workloads[1].event
+        ),
     };
     let addresses = slots.iter().map(|s| s.process.address.clone()).collect();
     let stage = Arc::new(Stage {
@@ -708,16 +737,10 @@ pub async fn run(
         }
         tabs.push(buyers);
     }
-    // A bidder is a buyer too: the event page names it (the item page does not).
-    let page = format!(
-        "{}/events/{}",
-        stage.address(auction.slots[0]),
-        seat_workloads[1].event
-    );
     let mut bidders = Vec::new();
     for b in 0..config.bidders {
         let name = format!("auction bidder {b}");
-        bidders.extend(open_tabs(&page, &name, 1, stall_ms, &mut rng).await?);
+        bidders.extend(open_tabs(&auction.page, &name, 1, stall_ms, &mut rng).await?);
     }
 
     let plan = schedule(config.seed, config.duration, stage.slots.len());
