@@ -79,9 +79,13 @@ async fn a_fixed_seed_flags_the_unfenced_workload_and_passes_the_products() {
             .collect();
         assert_eq!(ops.len() as u64, w["operations"].as_u64().unwrap());
     }
-    let unfenced = &workloads[0]["violations"][0];
-    assert_eq!(unfenced["kind"], "double_sale", "{unfenced}");
-    assert!(!unfenced["ops"].as_array().unwrap().is_empty());
+    let unfenced = workloads[0]["violations"].as_array().unwrap();
+    assert!(
+        unfenced
+            .iter()
+            .any(|v| v["kind"] == "double_sale" && !v["ops"].as_array().unwrap().is_empty()),
+        "{unfenced:?}"
+    );
 
     let sometimes: Vec<(&str, u64)> = report["sometimes"]
         .as_array()
@@ -90,8 +94,8 @@ async fn a_fixed_seed_flags_the_unfenced_workload_and_passes_the_products() {
         .map(|s| (s["name"].as_str().unwrap(), s["count"].as_u64().unwrap()))
         .collect();
     let count = |name: &str| sometimes.iter().find(|s| s.0 == name).unwrap().1;
-    assert!(count("stale_write_refused_by_the_fence") > 0, "{stdout}");
     assert!(count("failover") > 0, "{stdout}");
+    assert!(count("redis_restarted_empty") > 0, "{stdout}");
     let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(page.contains("<svg") && page.contains("unfenced-lease"));
     std::fs::remove_dir_all(dir).unwrap();
