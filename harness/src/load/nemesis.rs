@@ -726,7 +726,9 @@ pub async fn run(
     });
 
     // Clients open their pages before the clock starts counting the run.
-    let stall_ms = config.hold_ttl_ms + 1_000;
+    // Past the lease by a second and a half more than the TTL: time for the next buyer
+    // to hold and buy before the stalled write lands (the fence refuses it then).
+    let stall_ms = config.hold_ttl_ms * 2 + 1_500;
     let mut tabs: Vec<Vec<Vec<Tab>>> = Vec::new();
     for w in &seat_workloads {
         let page = format!("{}/events/{}", stage.address(w.slots[0]), w.event);
