@@ -82,13 +82,14 @@ failover: services
 	$(RELEASE)/load-test failover --json target/failover/report.json --html target/failover/report.html
 
 # Buyers (two tabs each) and bidders on three lock workloads under a fault schedule drawn
-# from SEED (default: drawn and printed), NEMESIS_SECONDS long (default 180); every
+# from SEED (default: drawn and printed), NEMESIS_SECONDS long (default 180), the leases
+# in STORE (redis under Sentinel, or etcd with three members); every
 # operation recorded and checked (docs/nemesis.md); writes target/nemesis/report.json,
 # report.html and the histories; fails if a product workload's history is invalid.
 nemesis: services
 	source .run/env
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
-	$(RELEASE)/load-test nemesis --json target/nemesis/report.json --html target/nemesis/report.html
+	$(RELEASE)/load-test nemesis --store $(STORE) --json target/nemesis/report.json --html target/nemesis/report.html
 
 # Hot paths against their baselines in one run on the same Redis and Postgres, release
 # build: writes target/bench/report.json and prints the table (see docs/performance.md).

@@ -13,6 +13,7 @@ use crate::procs::port_and_folder;
 /// One member: its ports and process.
 struct Member {
     client_port: u16,
+    peer_port: u16,
     child: Option<std::process::Child>,
 }
 
@@ -20,6 +21,10 @@ struct Member {
 pub struct EtcdCluster {
     members: Vec<Member>,
     dir: std::path::PathBuf,
+    /// `--initial-cluster`: every member's name and peer URL.
+    peers: String,
+    /// The extra flags every member runs with.
+    extra: Vec<String>,
 }
 
 impl EtcdCluster {
@@ -48,47 +53,80 @@ impl EtcdCluster {
             .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
             .collect();
         let mut cluster = EtcdCluster {
-            members: Vec::new(),
+            members: ports
+                .iter()
+                .map(|&(client_port, peer_port)| Member {
+                    client_port,
+                    peer_port,
+                    child: None,
+                })
+                .collect(),
             dir,
+            peers: peers.join(","),
+            extra: extra.iter().map(|f| f.to_string()).collect(),
         };
-        for (i, (client, peer)) in ports.iter().enumerate() {
-            let client_url = format!("http://127.0.0.1:{client}");
-            let peer_url = format!("http://127.0.0.1:{peer}");
-            let child = std::process::Command::new("etcd")
-                .args(["--name", &format!("m{i}")])
-                .arg("--data-dir")
-                .arg(cluster.dir.join(format!("m{i}")))
-                .args([
-                    "--listen-client-urls",
-                    &client_url,
-                    "--advertise-client-urls",
-                    &client_url,
-                ])
-                .args([
-                    "--listen-peer-urls",
-                    &peer_url,
-                    "--initial-advertise-peer-urls",
-                    &peer_url,
-                ])
-                .args(["--initial-cluster", &peers.join(",")])
-                .args(["--initial-cluster-state", "new", "--log-level", "error"])
-                .envs(limits(extra))
-                .args(extra)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .context("starting etcd (apt-get install etcd-server)")?;
-            cluster.members.push(Member {
-                client_port: *client,
-                child: Some(child),
-            });
+        for index in 0..size {
+            cluster.spawn(index, "new")?;
         }
+        cluster.wait_until_healthy().await?;
+        Ok(cluster)
+    }
+
+    /// Starts member `index`'s process on its ports and data folder; `state` is
+    /// `--initial-cluster-state` (`new` at first, `existing` for a restart).
+    fn spawn(&mut self, index: usize, state: &str) -> anyhow::Result<()> {
+        let member = &self.members[index];
+        let client_url = format!("http://127.0.0.1:{}", member.client_port);
+        let peer_url = format!("http://127.0.0.1:{}", member.peer_port);
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        let child = std::process::Command::new("etcd")
+            .args(["--name", &format!("m{index}")])
+            .arg("--data-dir")
+            .arg(self.dir.join(format!("m{index}")))
+            .args([
+                "--listen-client-urls",
+                &client_url,
+                "--advertise-client-urls",
+                &client_url,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer_url,
+                "--initial-advertise-peer-urls",
+                &peer_url,
+            ])
+            .args(["--initial-cluster", &self.peers])
+            .args(["--initial-cluster-state", state, "--log-level", "error"])
+            .envs(limits(&extra))
+            .args(&extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting etcd (apt-get install etcd-server)")?;
+        self.members[index].child = Some(child);
+        Ok(())
+    }
+
+    /// Starts member `index` again after [`EtcdCluster::kill`], on its data (it rejoins
+    /// and catches up from the leader), and waits until the cluster grants. Errors: it
+    /// was not killed, etcd would not start, or not healthy in 20 s.
+    pub async fn restart(&mut self, index: usize) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.members[index].child.is_none(),
+            "member {index} is running"
+        );
+        self.spawn(index, "existing")?;
+        self.wait_until_healthy().await
+    }
+
+    /// Waits (at most 20 s) until a quorum read answers ([`EtcdStore::ping`]).
+    async fn wait_until_healthy(&self) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while tokio::time::Instant::now() < deadline {
-            if let Ok(store) = cluster.store().await
+            if let Ok(store) = self.store().await
                 && store.ping().await.is_ok()
             {
-                return Ok(cluster);
+                return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

@@ -75,6 +75,10 @@ struct NemesisArgs {
     /// The servers' hold and bid-lock TTL, in ms.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(200..))]
     hold_ttl_ms: u64,
+    /// Where the leases are: `redis` (under Sentinel, with the sessions) or `etcd`
+    /// (three members; sessions on a Redis of their own).
+    #[arg(long, value_enum, default_value = "redis")]
+    store: nemesis_run::LeaseBackend,
     /// Write the report as JSON here; the histories go beside it.
     #[arg(long, default_value = "target/nemesis/report.json")]
     json: PathBuf,
@@ -324,6 +328,7 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<()> {
         bidders: args.bidders as usize,
         servers: args.servers as usize,
         hold_ttl_ms: args.hold_ttl_ms,
+        store: args.store,
     };
     println!(
         "Nemesis seed {} ({} s): run it again with SEED={} make nemesis",

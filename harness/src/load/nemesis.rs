@@ -68,6 +68,8 @@ pub struct NemesisConfig {
     pub servers: usize,
     /// The servers' hold TTL, in ms (short, so leases lapse under pauses).
     pub hold_ttl_ms: u64,
+    /// Where the leases are.
+    pub store: LeaseBackend,
 }
 
 impl Default for NemesisConfig {
@@ -80,6 +82,7 @@ impl Default for NemesisConfig {
             bidders: 3,
             servers: 2,
             hold_ttl_ms: 2_000,
+            store: LeaseBackend::Redis,
         }
     }
 }
@@ -103,10 +106,40 @@ pub enum FaultKind {
     ClockJump,
     /// Make every open Postgres connection half-open (the harness's proxy).
     FreezePostgres,
+    /// On etcd: SIGKILL the leader of the three members, start it again after a while.
+    KillEtcdLeader,
+}
+
+/// Where the run keeps its leases (`load-test nemesis --store`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseBackend {
+    /// Leases and sessions on Redis: a primary, a replica, three Sentinels.
+    Redis,
+    /// Leases on a three-member etcd; sessions on a Redis of their own.
+    Etcd,
+}
+
+impl LeaseBackend {
+    /// The faults a run on this store draws from, in the order the schedule draws.
+    pub fn faults(self) -> &'static [FaultKind] {
+        match self {
+            LeaseBackend::Redis => &FaultKind::ALL,
+            LeaseBackend::Etcd => &[
+                FaultKind::KillServer,
+                FaultKind::PauseServer,
+                FaultKind::PauseRedis,
+                FaultKind::RedisRestartEmpty,
+                FaultKind::ClockJump,
+                FaultKind::FreezePostgres,
+                FaultKind::KillEtcdLeader,
+            ],
+        }
+    }
 }
 
 impl FaultKind {
-    /// Every kind, in the order the schedule draws from.
+    /// The kinds of a run on Redis, in the order the schedule draws from.
     pub const ALL: [FaultKind; 7] = [
         FaultKind::KillServer,
         FaultKind::PauseServer,
@@ -144,29 +177,36 @@ pub struct PlannedFault {
 /// The clock offsets a [`FaultKind::ClockJump`] draws from.
 const CLOCK_OFFSETS: [&str; 4] = ["+1h", "-1h", "+10m", "-30s"];
 
-/// The fault schedule of `seed` over `duration`, for `servers` server processes: a slot
-/// every 4 to 9 s from 2 s on (none in the last 3 s), holding one fault, or two together
-/// (three slots in ten). Deterministic: the same arguments give the same schedule.
-pub fn schedule(seed: u64, duration: Duration, servers: usize) -> Vec<PlannedFault> {
+/// The fault schedule of `seed` over `duration`, for `servers` server processes, drawn
+/// from `kinds`: a slot every 4 to 9 s from 2 s on (none in the last 3 s), holding one
+/// fault, or two together (three slots in ten). Deterministic: the same arguments give
+/// the same schedule.
+pub fn schedule(
+    seed: u64,
+    duration: Duration,
+    servers: usize,
+    kinds: &[FaultKind],
+) -> Vec<PlannedFault> {
     let mut rng = StdRng::seed_from_u64(seed);
     let end_ms = duration.as_millis() as u64;
     let mut at_ms = 2_000;
     let mut plan = Vec::new();
     while at_ms + 3_000 <= end_ms {
         let together = if rng.random_bool(0.3) { 2 } else { 1 };
-        let mut kinds: Vec<FaultKind> = Vec::new();
-        while kinds.len() < together {
-            let kind = FaultKind::ALL[rng.random_range(0..FaultKind::ALL.len())];
-            if !kinds.contains(&kind) {
-                kinds.push(kind);
+        let mut chosen: Vec<FaultKind> = Vec::new();
+        while chosen.len() < together {
+            let kind = kinds[rng.random_range(0..kinds.len())];
+            if !chosen.contains(&kind) {
+                chosen.push(kind);
             }
         }
-        for kind in kinds {
+        for kind in chosen {
             let for_ms = match kind {
                 FaultKind::KillServer => rng.random_range(300..1_500),
                 FaultKind::PauseServer => rng.random_range(500..4_000),
                 FaultKind::PauseRedis => rng.random_range(100..600),
                 FaultKind::ClockJump => rng.random_range(2_000..6_000),
+                FaultKind::KillEtcdLeader => rng.random_range(500..3_000),
                 FaultKind::Failover | FaultKind::RedisRestartEmpty | FaultKind::FreezePostgres => 0,
             };
             plan.push(PlannedFault {
@@ -232,6 +272,7 @@ pub struct WorkloadReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct NemesisReport {
     pub seed: u64,
+    pub store: LeaseBackend,
     pub seconds: u64,
     pub schedule: Vec<PlannedFault>,
     pub faults: Vec<Fault>,
@@ -327,10 +368,53 @@ async fn start_server(
     ServerProcess::start_with_env(binary, settings, &env).await
 }
 
+/// The lock store and the Redis of the sessions.
+enum LockStore {
+    /// Leases and sessions on the topology's primary.
+    Sentinel(SentinelTopology),
+    /// Leases on etcd, sessions on a Redis of their own.
+    Etcd {
+        cluster: crate::EtcdCluster,
+        sessions: crate::RedisServer,
+    },
+}
+
+impl LockStore {
+    async fn start(backend: LeaseBackend) -> anyhow::Result<LockStore> {
+        Ok(match backend {
+            LeaseBackend::Redis => LockStore::Sentinel(SentinelTopology::start().await?),
+            LeaseBackend::Etcd => LockStore::Etcd {
+                cluster: crate::EtcdCluster::start(3).await?,
+                sessions: crate::RedisServer::start().await?,
+            },
+        })
+    }
+
+    /// The Redis the nemesis stops and restarts: the one holding the sessions.
+    fn redis(&self) -> &crate::RedisServer {
+        match self {
+            LockStore::Sentinel(topology) => &topology.primary,
+            LockStore::Etcd { sessions, .. } => sessions,
+        }
+    }
+
+    /// Settings over `database_url` whose sessions and leases are in this store.
+    fn settings(&self, database_url: &str) -> Settings {
+        match self {
+            LockStore::Sentinel(topology) => crate::test_settings(database_url, &topology.url()),
+            LockStore::Etcd { cluster, sessions } => {
+                let mut settings = crate::test_settings(database_url, &sessions.url());
+                settings.lease_store_url = Some(cluster.url());
+                settings
+            }
+        }
+    }
+}
+
 /// Everything a run shares: the processes the nemesis hits and the clients' addresses.
 struct Stage {
     binary: PathBuf,
-    topology: Mutex<SentinelTopology>,
+    store: Mutex<LockStore>,
     slots: Vec<Mutex<Slot>>,
     /// Each slot's current address (a restarted server listens on a new port).
     addresses: std::sync::RwLock<Vec<String>>,
@@ -377,14 +461,47 @@ impl Stage {
                 Ok((target, None))
             }
             FaultKind::PauseRedis => {
-                let topology = self.topology.lock().await;
-                topology.primary.signal("STOP")?;
+                let store = self.store.lock().await;
+                let redis = store.redis();
+                redis.signal("STOP")?;
                 tokio::time::sleep(hold).await;
-                topology.primary.signal("CONT")?;
-                Ok((format!("redis primary :{}", topology.primary.port), None))
+                redis.signal("CONT")?;
+                Ok((format!("redis :{}", redis.port), None))
+            }
+            FaultKind::RedisRestartEmpty => {
+                let mut store = self.store.lock().await;
+                let port = store.redis().port;
+                match &mut *store {
+                    LockStore::Sentinel(topology) => topology.restart_primary_empty().await?,
+                    LockStore::Etcd { sessions, .. } => sessions.restart_empty().await?,
+                }
+                Ok((format!("redis :{port}"), None))
+            }
+            FaultKind::KillEtcdLeader => {
+                let mut store = self.store.lock().await;
+                let LockStore::Etcd { cluster, .. } = &mut *store else {
+                    anyhow::bail!("no etcd in a run on Redis");
+                };
+                // Just after an election no member may yet say it leads: ask again.
+                let mut leader = cluster.leader().await;
+                for _ in 0..50 {
+                    if leader.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    leader = cluster.leader().await;
+                }
+                let leader = leader?;
+                cluster.kill(leader);
+                tokio::time::sleep(hold).await;
+                cluster.restart(leader).await?;
+                Ok((format!("etcd member {leader}"), None))
             }
             FaultKind::Failover => {
-                let mut topology = self.topology.lock().await;
+                let mut store = self.store.lock().await;
+                let LockStore::Sentinel(topology) = &mut *store else {
+                    anyhow::bail!("no Sentinel in a run on etcd");
+                };
                 let target = format!("redis primary :{}", topology.primary.port);
                 topology.lose_next_write().await?;
                 // The writes of the next moment reach the primary and not the replica.
@@ -395,11 +512,6 @@ impl Stage {
                     target,
                     Some(format!("failover took {} ms", took.as_millis())),
                 ))
-            }
-            FaultKind::RedisRestartEmpty => {
-                let mut topology = self.topology.lock().await;
-                topology.restart_primary_empty().await?;
-                Ok((format!("redis primary :{}", topology.primary.port), None))
             }
             FaultKind::FreezePostgres => {
                 self.postgres.freeze_open_connections();
@@ -654,7 +766,7 @@ pub async fn run(
     progress: &indicatif::ProgressBar,
 ) -> anyhow::Result<NemesisReport> {
     progress.set_message("starting Redis, Sentinels, Postgres and servers");
-    let topology = SentinelTopology::start().await?;
+    let store = LockStore::start(config.store).await?;
     let url = fresh_database(admin_url).await?;
     seed(&url, DEMO_VENUES).await?;
     let db = PgPoolOptions::new()
@@ -679,7 +791,7 @@ pub async fn run(
     for (name, strategy, _) in SEAT_WORKLOADS {
         let (event, seats) =
             super::race::create_race_event(&db, &format!("Nemesis: {name}")).await?;
-        let mut settings: Settings = crate::test_settings(&proxied_url, &topology.url());
+        let mut settings = store.settings(&proxied_url);
         settings.enable_race_lab = true;
         settings.purchase_strategy = strategy;
         settings.hold_ttl_ms = config.hold_ttl_ms;
@@ -718,7 +830,7 @@ pub async fn run(
     let addresses = slots.iter().map(|s| s.process.address.clone()).collect();
     let stage = Arc::new(Stage {
         binary: binary.to_owned(),
-        topology: Mutex::new(topology),
+        store: Mutex::new(store),
         slots: slots.into_iter().map(Mutex::new).collect(),
         addresses: std::sync::RwLock::new(addresses),
         postgres,
@@ -745,7 +857,12 @@ pub async fn run(
         bidders.extend(open_tabs(&auction.page, &name, 1, stall_ms, &mut rng).await?);
     }
 
-    let plan = schedule(config.seed, config.duration, stage.slots.len());
+    let plan = schedule(
+        config.seed,
+        config.duration,
+        stage.slots.len(),
+        config.store.faults(),
+    );
     progress.set_message(format!(
         "seed {}: {} faults over {} s",
         config.seed,
@@ -858,6 +975,7 @@ pub async fn run(
     std::fs::remove_dir_all(&clock_dir).ok();
     Ok(NemesisReport {
         seed: config.seed,
+        store: config.store,
         seconds: config.duration.as_secs(),
         schedule: plan,
         faults,
@@ -1246,12 +1364,23 @@ mod tests {
     #[test]
     fn a_seed_gives_one_schedule_and_every_kind_comes_up() {
         let minutes = Duration::from_secs(600);
-        assert_eq!(schedule(7, minutes, 6), schedule(7, minutes, 6));
-        assert_ne!(schedule(7, minutes, 6), schedule(8, minutes, 6));
-        let plan = schedule(7, minutes, 6);
-        for kind in FaultKind::ALL {
-            assert!(plan.iter().any(|f| f.kind == kind), "{kind:?}");
+        let redis = LeaseBackend::Redis.faults();
+        assert_eq!(
+            schedule(7, minutes, 6, redis),
+            schedule(7, minutes, 6, redis)
+        );
+        assert_ne!(
+            schedule(7, minutes, 6, redis),
+            schedule(8, minutes, 6, redis)
+        );
+        for backend in [LeaseBackend::Redis, LeaseBackend::Etcd] {
+            let plan = schedule(7, minutes, 6, backend.faults());
+            for kind in backend.faults() {
+                assert!(plan.iter().any(|f| f.kind == *kind), "{kind:?}");
+            }
+            assert!(plan.iter().all(|f| backend.faults().contains(&f.kind)));
         }
+        let plan = schedule(7, minutes, 6, redis);
         assert!(
             plan.chunk_by(|a, b| a.at_ms == b.at_ms)
                 .any(|slot| slot.len() == 2),
