@@ -28,8 +28,8 @@
 pub mod app;
 pub mod check;
 pub mod etcd;
-pub mod history;
 pub mod haproxy;
+pub mod history;
 pub mod http;
 pub mod load;
 pub mod pgbouncer;

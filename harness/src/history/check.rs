@@ -147,7 +147,11 @@ fn check_resource(
     model: Model,
     violations: &mut Vec<Anomaly>,
 ) -> Vec<(String, Option<i64>)> {
-    let writes: Vec<&Op> = ops.iter().copied().filter(|o| o.op == OpKind::Write).collect();
+    let writes: Vec<&Op> = ops
+        .iter()
+        .copied()
+        .filter(|o| o.op == OpKind::Write)
+        .collect();
     let final_read = ops
         .iter()
         .filter(|o| o.op == OpKind::Read && o.outcome == Outcome::Ok)
@@ -200,7 +204,11 @@ fn check_resource(
         let holders: Vec<&str> = accepted.iter().map(|(h, _)| h.as_str()).collect();
         flag(
             "double_sale",
-            format!("{resource} accepted {} writes: {}", accepted.len(), holders.join(", ")),
+            format!(
+                "{resource} accepted {} writes: {}",
+                accepted.len(),
+                holders.join(", ")
+            ),
             holders.clone(),
         );
     }
@@ -212,9 +220,7 @@ fn check_resource(
             if tb < ta || (tb == ta && a != b) {
                 flag(
                     "token_order",
-                    format!(
-                        "{resource} accepted {b}'s token {tb} after {a}'s token {ta}"
-                    ),
+                    format!("{resource} accepted {b}'s token {tb} after {a}'s token {ta}"),
                     vec![a, b],
                 );
             }
@@ -473,9 +479,16 @@ mod tests {
             final_read(600.0, &[("b", Some(2))]),
         ];
         let verdict = check(&history, SEAT);
-        assert!(verdict.valid, "the fence caught it: {:?}", verdict.violations);
+        assert!(
+            verdict.valid,
+            "the fence caught it: {:?}",
+            verdict.violations
+        );
         assert_eq!(kinds(&verdict.lock_anomalies), ["double_grant"]);
-        assert_eq!((verdict.double_grants, verdict.double_grants_caught), (1, 1));
+        assert_eq!(
+            (verdict.double_grants, verdict.double_grants_caught),
+            (1, 1)
+        );
         // A release in between makes it no anomaly at all.
         let mut released = history.to_vec();
         released.insert(1, op("a", Release, Some(1), 200.0, Ok));
