@@ -179,6 +179,16 @@ impl HttpBuyer {
             .await
     }
 
+    /// GETs the event page `page_url` (as a browser follows a hold's redirect) and reads
+    /// the fencing token of this buyer's hold of `seat` ([`hold_token_of`]).
+    pub async fn read_hold_token(
+        &mut self,
+        page_url: &str,
+        seat: i64,
+    ) -> anyhow::Result<Option<i64>> {
+        Ok(hold_token_of(&self.get(page_url).await?.body, seat))
+    }
+
     /// POSTs `action` (`hold`, `release` or `confirm`) for one seat, first opening the
     /// event page (session + CSRF token) if this buyer has read no page yet.
     pub async fn seat_action(
@@ -219,11 +229,13 @@ pub fn hold_token(page: &str) -> Option<i64> {
     between(page, "fencing token ", "<")?.trim().parse().ok()
 }
 
-/// The fencing token of the hold on seat `seat` an event page shows (its
-/// `<li class="hold" id="hold-{seat}">`), if the page has that hold.
+/// The fencing token of the viewer's hold of `seat`, as the event page shows it (its
+/// `<li class="hold" id="hold-{seat}">`); `None` if the page shows no hold of that seat.
 pub fn hold_token_of(page: &str, seat: i64) -> Option<i64> {
-    let (_, hold) = page.split_once(&format!("id=\"hold-{seat}\""))?;
-    hold_token(hold)
+    let from = page.find(&format!("id=\"hold-{seat}\""))?;
+    // Only this hold's item: a seat not showing a token must not read the next one's.
+    let item = &page[from..];
+    hold_token(&item[..item.find("</li>")?])
 }
 
 /// The text of `text` between the first `start` and the next `end` after it.
@@ -231,4 +243,20 @@ pub fn between(text: &str, start: &str, end: &str) -> Option<String> {
     let from = text.find(start)? + start.len();
     let to = text[from..].find(end)?;
     Some(text[from..from + to].to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seats_hold_token_is_read_from_that_seats_hold_only() {
+        let page = r#"<li class="hold" id="hold-7"><div class="muted">fencing token 41</div></li>
+            <li class="hold" id="hold-9"><div class="muted">fencing token 42</div></li>
+            <li class="hold" id="hold-11"><div>no token shown</div></li>"#;
+        assert_eq!(hold_token_of(page, 9), Some(42));
+        assert_eq!(hold_token_of(page, 7), Some(41));
+        assert_eq!(hold_token_of(page, 11), None);
+        assert_eq!(hold_token_of(page, 12), None);
+    }
 }

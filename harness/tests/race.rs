@@ -1,6 +1,7 @@
 //! `load-test race` with small numbers: the unsafe strategies sell seats twice, the
 //! fenced product path and the conditional UPDATE never do, and fencing really rejected
-//! the paused holders' late writes; and the fenced path behind HAProxy (`--target` the
+//! the paused holders' late writes, and the history checker agrees (naive and lease
+//! histories invalid, fenced and conditional valid); and the fenced path behind HAProxy (`--target` the
 //! proxy, three backends) sells no seat twice either.
 
 use std::collections::HashMap;
@@ -8,11 +9,30 @@ use std::collections::HashMap;
 use seatlock::config::PurchaseStrategy;
 use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp, procs::seatlock_binary};
 
+/// The hold TTL of the strategies' races, in ms, and the pauser's pause (longer, so its
+/// lease lapses). Longer than `load-test race`'s 300 ms: a holder reads its fencing token
+/// from the event page before it confirms, as a browser does, and a debug build on a busy
+/// machine can take a few hundred ms to render that page, which would let most leases
+/// lapse before their confirm.
+const HOLD_TTL_MS: &str = "1000";
+const PAUSE_MS: &str = "1500";
+
 #[tokio::test]
 async fn only_fenced_and_conditional_never_sell_a_seat_twice() {
     let (dir, stdout, report) = run_race(
         "race",
-        &["--strategy", "all", "--servers", "2", "--seats", "4"],
+        &[
+            "--strategy",
+            "all",
+            "--servers",
+            "2",
+            "--seats",
+            "4",
+            "--hold-ttl-ms",
+            HOLD_TTL_MS,
+            "--pause-ms",
+            PAUSE_MS,
+        ],
     )
     .await;
     let rows = rows_by_strategy(&report["strategies"]);
@@ -30,6 +50,29 @@ async fn only_fenced_and_conditional_never_sell_a_seat_twice() {
         n("fenced", "stale_rejected") > 0,
         "the pause must really bite: {stdout}"
     );
+    // The history checker judges what happened, operation by operation: it must flag
+    // the strategies Postgres shows selling twice, and only those.
+    for (strategy, valid) in [
+        ("naive", false),
+        ("lease", false),
+        ("fenced", true),
+        ("conditional", true),
+    ] {
+        assert_eq!(
+            rows[strategy]["history_valid"].as_bool(),
+            Some(valid),
+            "{strategy}: {stdout}"
+        );
+        // At least a hold and a confirm per attempt that bought, and a read per seat.
+        assert!(n(strategy, "history_operations") > n(strategy, "attempts"));
+        let history = dir.join(format!("history-{strategy}.jsonl"));
+        let lines = std::fs::read_to_string(&history).unwrap().lines().count() as u64;
+        assert_eq!(lines, n(strategy, "history_operations"), "{strategy}");
+    }
+    // The leases lapse before the next holder is granted (the pauser outstays its TTL);
+    // the lock-free strategies grant every hold.
+    assert_eq!(n("fenced", "double_grants"), 0, "{stdout}");
+    assert!(n("naive", "double_grants") > 0, "{stdout}");
     let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(page.contains("<svg") && page.contains("fenced"));
     std::fs::remove_dir_all(dir).unwrap();
@@ -42,7 +85,7 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
         .with(|s| {
             s.enable_race_lab = true;
             s.purchase_strategy = PurchaseStrategy::Fenced;
-            s.hold_ttl_ms = 300;
+            s.hold_ttl_ms = HOLD_TTL_MS.parse().unwrap();
             s.payment_delay_ms = 20;
         })
         .settings()
@@ -68,6 +111,8 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
         &settings.database_url,
         "--hold-ttl-ms",
         &hold_ttl_ms,
+        "--pause-ms",
+        PAUSE_MS,
     ];
     let (dir, stdout, report) = run_race("race-proxy", &args).await;
     println!("{stdout}");

@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use seatlock::config::PurchaseStrategy;
+use seatlock_harness::history::History;
 use seatlock_harness::load::failover as failover_lab;
 use seatlock_harness::load::groups::{self as lab_groups, GroupConfig, GroupStrategy};
 use seatlock_harness::load::nemesis as nemesis_run;
@@ -312,6 +313,10 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
 async fn failover(args: FailoverArgs) -> anyhow::Result<()> {
     let report = failover_lab::run(&args.stores.server_bin()?, &args.stores.database_url).await?;
     println!("{}", failover_lab::table(&report));
+    let history_dir = output_dir(Some(&args.json), "target/failover");
+    for run in &report.runs {
+        write_history(&history_dir, &run.name, &run.history)?;
+    }
     write_output(&args.json, &serde_json::to_string_pretty(&report)?)?;
     write_output(
         &args.html,
@@ -462,6 +467,8 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         .progress_chars("=> "),
     );
     let mut report = Report::default();
+    let history_dir = output_dir(args.json.as_deref(), "target/race");
+    let mut disagreements = Vec::new();
     for strategy in strategies {
         if let Some(groups) = &groups {
             let servers = Servers::start(&server_bin, &args, &database_url, strategy).await?;
@@ -501,9 +508,28 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         )
         .await?;
         let checked = check::check(&db, event_id).await?;
-        report
-            .strategies
-            .push(StrategyRow::new(strategy.short_name(), &numbers, checked));
+        let verdict = numbers.judge_history(strategy, &checked);
+        write_history(&history_dir, strategy.short_name(), &numbers.history)?;
+        // Two checkers of one race: Postgres's rows and the history. Where they disagree
+        // on whether a seat was sold twice, one of them is broken.
+        if verdict.valid == (checked.double_sold_seats > 0) {
+            disagreements.push(format!(
+                "{}: {} seat(s) sold twice in Postgres, but the history checker found it {} ({})",
+                strategy.short_name(),
+                checked.double_sold_seats,
+                if verdict.valid { "valid" } else { "invalid" },
+                verdict
+                    .violations
+                    .first()
+                    .map_or("no violation".into(), |v| format!("first: {}", v.message)),
+            ));
+        }
+        report.strategies.push(StrategyRow::new(
+            strategy.short_name(),
+            &numbers,
+            checked,
+            &verdict,
+        ));
     }
     progress.finish_and_clear();
     if report.groups.is_empty() {
@@ -518,6 +544,15 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
     }
     print!("{}", report::violations(&report, 3));
     write_outputs(&args, &report)?;
+    if !disagreements.is_empty() {
+        for line in &disagreements {
+            eprintln!("CHECKERS DISAGREE: {line}");
+        }
+        bail!(
+            "the history checker and the Postgres check disagree on {} strategy(ies): one of them is broken",
+            disagreements.len()
+        );
+    }
     Ok(())
 }
 
@@ -596,6 +631,31 @@ fn write_outputs(args: &RaceArgs, report: &Report) -> anyhow::Result<()> {
             write_output(path, &text)?;
         }
     }
+    Ok(())
+}
+
+/// The folder of `json` (where a lab's other outputs go beside its report), or `default`
+/// without one.
+fn output_dir(json: Option<&std::path::Path>, default: &str) -> PathBuf {
+    json.and_then(std::path::Path::parent)
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from(default), std::path::Path::to_path_buf)
+}
+
+/// Writes `history` to `dir/history-<name, lowercase, dashes for the rest>.jsonl` and
+/// says so.
+fn write_history(dir: &std::path::Path, name: &str, history: &History) -> anyhow::Result<()> {
+    let slug: String = name
+        .to_lowercase()
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    let path = dir.join(format!("history-{slug}.jsonl"));
+    history
+        .write_jsonl(&path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
     Ok(())
 }
 

@@ -71,7 +71,7 @@ pub struct Op {
 }
 
 /// A history being recorded by many tasks at once; cheap to clone (one shared log).
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct History {
     started: Instant,
     ops: Arc<Mutex<Vec<Op>>>,
@@ -167,16 +167,76 @@ impl Pending {
 
     /// Records the operation as completed now with `outcome` (and `reason`, for a `fail`
     /// or an `unknown`).
-    pub fn complete(mut self, outcome: Outcome, reason: Option<String>) {
-        self.op.complete_ms = self.history.now_ms();
-        self.op.outcome = outcome;
-        self.op.reason = reason;
-        self.history.ops.lock().expect("history lock").push(self.op);
+    pub fn complete(self, outcome: Outcome, reason: Option<String>) {
+        self.completed(outcome, reason).record();
     }
 
     /// Records an acquire as granted now, with the fencing token it was given.
     pub fn granted(self, fencing_token: Option<i64>) {
         self.token(fencing_token).complete(Outcome::Ok, None);
+    }
+
+    /// Records the operation as completed now, as `reply` answered it ([`outcome_of`]).
+    pub fn answered(self, reply: &anyhow::Result<crate::Reply>) {
+        self.answered_later(reply).record();
+    }
+
+    /// Marks the operation completed now, as `reply` answered it, without recording it
+    /// yet: for a write whose fencing token is learned only afterwards (a bid's, read from
+    /// what the resource accepted). Set it with [`Answered::token`], then
+    /// [`Answered::record`].
+    pub fn answered_later(self, reply: &anyhow::Result<crate::Reply>) -> Answered {
+        let (outcome, reason) = outcome_of(reply);
+        self.completed(outcome, reason)
+    }
+
+    /// Records an acquire as `reply` answered it. A grant (`ok`) completes once the client
+    /// has read its fencing token with `token` (a browser follows the hold's redirect to
+    /// the page that shows it), so the operation ends when the client knows its token; a
+    /// refusal or no answer completes now. Returns the token granted, if any. Errors:
+    /// `token`'s (the acquire is not recorded then).
+    pub async fn acquired(
+        self,
+        reply: &anyhow::Result<crate::Reply>,
+        token: impl Future<Output = anyhow::Result<Option<i64>>>,
+    ) -> anyhow::Result<Option<i64>> {
+        match outcome_of(reply) {
+            (Outcome::Ok, _) => {
+                let token = token.await?;
+                self.granted(token);
+                Ok(token)
+            }
+            (outcome, reason) => {
+                self.complete(outcome, reason);
+                Ok(None)
+            }
+        }
+    }
+
+    fn completed(mut self, outcome: Outcome, reason: Option<String>) -> Answered {
+        self.op.complete_ms = self.history.now_ms();
+        self.op.outcome = outcome;
+        self.op.reason = reason;
+        Answered(self)
+    }
+}
+
+/// An operation answered and not yet recorded ([`Pending::answered_later`]): its
+/// completion time and outcome are fixed, its fencing token may still be set.
+#[must_use = "an answered operation is recorded only by `record`"]
+pub struct Answered(Pending);
+
+impl Answered {
+    /// Sets the fencing token the operation carried, learned after its answer.
+    pub fn token(mut self, fencing_token: Option<i64>) -> Answered {
+        self.0.op.fencing_token = fencing_token;
+        self
+    }
+
+    /// Records the operation, with the completion time it was answered at.
+    pub fn record(self) {
+        let Pending { history, op } = self.0;
+        history.ops.lock().expect("history lock").push(op);
     }
 }
 
@@ -221,10 +281,17 @@ impl History {
                 .filter(|w| w.seat_id == seat)
                 .map(|w| (w.buyer_id.clone(), w.fence_token))
                 .collect();
-            self.invoke("checker", "checker", OpKind::Read, &seat_resource(seat))
-                .value(check::accepted_value(&accepted))
-                .complete(Outcome::Ok, None);
+            self.read_accepted(&seat_resource(seat), &accepted);
         }
+    }
+
+    /// Records, as process `checker`, a final `read` of `resource` that found `accepted`:
+    /// the `(holder, fencing token)` of every write it accepted, in the order they landed
+    /// ([`check::accepted_value`]).
+    pub fn read_accepted(&self, resource: &str, accepted: &[(String, Option<i64>)]) {
+        self.invoke("checker", "checker", OpKind::Read, resource)
+            .value(check::accepted_value(accepted))
+            .complete(Outcome::Ok, None);
     }
 }
 

@@ -14,6 +14,13 @@
 //! the guard its token is B's, and the bids table takes one bid per token
 //! (`bid_lock_used`: the resource caught the repeated token); with the guard its token is
 //! below B's (`stale_bid_lock`: the fence).
+//!
+//! Each run records a [`History`]: the seats' holds (`acquire`, with the token the page
+//! shows) and confirms (`write`), the bids (`write`, with the token the bids table shows),
+//! then final reads of what Postgres accepted; the history checker judges it
+//! ([`crate::history::check`]), fenced, a seat sold once, an item taking many bids. The
+//! bid lock is taken inside the bid's request, so the auction's history has no
+//! `acquire`: its double grant is counted from the lanes only.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,7 +37,9 @@ use seatlock::http::error::Refusal;
 use seatlock::racelab::pause::PAUSE_HEADER;
 
 use super::timeline::{self, Lane, Moment};
-use crate::http::hold_token;
+use crate::history::check::{Model, Verdict, check as check_history};
+use crate::history::{Answered, History, OpKind, seat_resource};
+use crate::http::page_buyer_id;
 use crate::procs::ServerProcess;
 use crate::sentinel::SentinelTopology;
 use crate::{HttpBuyer, Reply, TINY_VENUES, auction_item, check, fresh_database, seed};
@@ -69,6 +78,18 @@ pub struct FailoverRun {
     pub invariant_violations: usize,
     /// From the primary's kill to the Sentinels naming the replica, in ms.
     pub failover_ms: u64,
+    /// Whether the history checker ([`crate::history::check`]) found the run's history
+    /// valid: what the resource accepted is one holder at a time, in token order, no write
+    /// lost or phantom.
+    pub history_valid: bool,
+    /// Double grants in the history where the resource accepted the writes of at most one
+    /// of the two holders (the fence, or `NOT sold`, caught it). Seats only: the auction's
+    /// history has no `acquire` (the bid lock is taken inside the bid).
+    pub double_grants_caught: usize,
+    /// The run's operations and final reads. Not in the JSON (`load-test failover` writes
+    /// it as `history-<name>.jsonl`).
+    #[serde(skip)]
+    pub history: History,
     /// The timeline's lanes. Not in the JSON.
     #[serde(skip)]
     pub lanes: Vec<Lane>,
@@ -89,7 +110,8 @@ struct Lab {
     topology: SentinelTopology,
     db: PgPool,
     servers: [ServerProcess; 2],
-    started: Instant,
+    /// The run's history; its clock is the timeline's.
+    history: History,
     moments: Vec<Moment>,
 }
 
@@ -119,13 +141,24 @@ impl Lab {
             topology,
             db,
             servers,
-            started: Instant::now(),
+            history: History::new(),
             moments: Vec::new(),
         })
     }
 
     fn ms(&self) -> f64 {
-        self.started.elapsed().as_secs_f64() * 1e3
+        self.history.now_ms()
+    }
+
+    /// Judges the run's history (its final reads recorded) under the lab's lease, fenced;
+    /// `exclusive` for a seat, not for an auction item.
+    fn judge(&self, exclusive: bool) -> Verdict {
+        let model = Model {
+            ttl_ms: LAB_LEASE_TTL_MS as f64,
+            fenced: true,
+            exclusive,
+        };
+        check_history(&self.history.ops(), model)
     }
 
     fn address(&self, server: usize) -> &str {
@@ -177,6 +210,103 @@ async fn post_served(
     }
 }
 
+/// One browser of a run, with its names in the run's history.
+struct Client {
+    http: HttpBuyer,
+    /// The history's process (`buyer A, seat 3`, `bidder B`).
+    process: String,
+    /// The buyer id its pages show (`data-buyer`), as orders and bids record it.
+    holder: String,
+}
+
+impl Client {
+    /// `http`, named `process`, opens the event page `page` ([`get_served`]) for its buyer
+    /// id. Errors: the page's, or a page without a buyer id.
+    async fn open(mut http: HttpBuyer, process: &str, page: &str) -> anyhow::Result<Client> {
+        let body = get_served(&mut http, page).await?.body;
+        let holder =
+            page_buyer_id(&body).ok_or_else(|| anyhow::anyhow!("{page} shows no buyer id"))?;
+        Ok(Client {
+            http,
+            process: process.into(),
+            holder,
+        })
+    }
+
+    /// Holds `seat` with a POST to `url` ([`post_served`]) and reads its fencing token from
+    /// the event page `page`, recorded as an `acquire`. Returns the token and when the hold
+    /// was answered (ms on the history's clock).
+    async fn hold(
+        &mut self,
+        history: &History,
+        url: &str,
+        page: &str,
+        seat: i64,
+    ) -> anyhow::Result<(Option<i64>, f64)> {
+        let acquire = history.invoke(
+            &self.process,
+            &self.holder,
+            OpKind::Acquire,
+            &seat_resource(seat),
+        );
+        let reply = post_served(&self.http, url, &[]).await;
+        let answered_ms = history.now_ms();
+        let token = acquire
+            .acquired(&reply, self.http.read_hold_token(page, seat))
+            .await?;
+        reply?;
+        Ok((token, answered_ms))
+    }
+
+    /// Confirms `seat` with a POST to `url`, recorded as a `write` with the hold's
+    /// `token`. Returns whether it was accepted (a 303).
+    async fn confirm(
+        &self,
+        history: &History,
+        url: &str,
+        seat: i64,
+        token: Option<i64>,
+    ) -> anyhow::Result<bool> {
+        let write = history
+            .invoke(
+                &self.process,
+                &self.holder,
+                OpKind::Write,
+                &seat_resource(seat),
+            )
+            .token(token)
+            .value("sold");
+        let reply = self.http.post(url, &[]).await;
+        write.answered(&reply);
+        Ok(reply?.status == StatusCode::SEE_OTHER)
+    }
+
+    /// Bids `cents` on `item` (`item <id>`) with a POST to `url` (once, or [`post_served`]
+    /// when `served`), a `write` answered and not yet recorded: its token is the one the
+    /// bids table shows, read after the run.
+    async fn bid(
+        &self,
+        history: &History,
+        item: &str,
+        url: &str,
+        cents: u64,
+        served: bool,
+    ) -> (anyhow::Result<Reply>, Answered) {
+        let write = history
+            .invoke(&self.process, &self.holder, OpKind::Write, item)
+            .value(cents.to_string());
+        let amount = format!("{}.{:02}", cents / 100, cents % 100);
+        let fields = [("amount", amount.as_str())];
+        let reply = if served {
+            post_served(&self.http, url, &fields).await
+        } else {
+            self.http.post(url, &fields).await
+        };
+        let answered = write.answered_later(&reply);
+        (reply, answered)
+    }
+}
+
 /// Counts the tokens granted to more than one holder.
 fn duplicate_tokens(lanes: &[Lane]) -> usize {
     let mut holders: HashMap<i64, Vec<&str>> = HashMap::new();
@@ -213,44 +343,49 @@ pub async fn seats_run(
     let action = |server: usize, seat: i64, action: &str| {
         format!("{}/events/{event}/seats/{seat}/{action}", base[server])
     };
+    let history = lab.history.clone();
+    let contended = &seats[1..=CONTENDED_SEATS];
     // A grant the replica applies (the block installed), then the buyers A, ready.
-    let mut warm = HttpBuyer::new();
-    warm.get(&page(0)).await?;
-    warm.post(&action(0, seats[0], "hold"), &[]).await?;
+    let mut warm = Client::open(HttpBuyer::new(), "warm-up buyer", &page(0)).await?;
+    warm.hold(&history, &action(0, seats[0], "hold"), &page(0), seats[0])
+        .await?;
     let mut first = Vec::new();
-    for _ in 0..CONTENDED_SEATS {
-        let mut a = HttpBuyer::new();
-        a.get(&page(0)).await?;
-        first.push(a);
+    for &seat in contended {
+        let process = format!("buyer A, seat {seat}");
+        first.push(Client::open(HttpBuyer::new(), &process, &page(0)).await?);
     }
     lab.topology.lose_next_write().await?;
-    let contended = &seats[1..=CONTENDED_SEATS];
     let mut lanes = Vec::new();
+    let mut tokens = Vec::new();
     for (a, &seat) in first.iter_mut().zip(contended) {
-        a.post(&action(0, seat, "hold"), &[]).await?;
-        let granted = lab.ms();
-        let token = hold_token(&a.get(&page(0)).await?.body);
+        let (token, granted) = a
+            .hold(&history, &action(0, seat, "hold"), &page(0), seat)
+            .await?;
         lanes.push(lane(seat, "buyer A (server 1)", granted, token));
+        tokens.push(token);
     }
     let failover_ms = lab.fail_over().await?;
     let mut second = Vec::new();
     for &seat in contended {
-        let mut b = HttpBuyer::new();
-        get_served(&mut b, &page(1)).await?;
-        post_served(&b, &action(1, seat, "hold"), &[]).await?;
-        let granted = lab.ms();
-        let token = hold_token(&b.get(&page(1)).await?.body);
+        let process = format!("buyer B, seat {seat}");
+        let mut b = Client::open(HttpBuyer::new(), &process, &page(1)).await?;
+        let (token, granted) = b
+            .hold(&history, &action(1, seat, "hold"), &page(1), seat)
+            .await?;
         lanes.push(lane(seat, "buyer B (server 2)", granted, token));
+        tokens.push(token);
         second.push(b);
     }
     let mut stale_rejected = 0;
     for (i, &seat) in contended.iter().enumerate() {
-        let b = second[i].post(&action(1, seat, "confirm"), &[]).await?;
-        lanes[CONTENDED_SEATS + i]
-            .writes
-            .push((lab.ms(), b.status == StatusCode::SEE_OTHER));
-        let a = first[i].post(&action(0, seat, "confirm"), &[]).await?;
-        let accepted = a.status == StatusCode::SEE_OTHER;
+        let b_token = tokens[CONTENDED_SEATS + i];
+        let b = second[i]
+            .confirm(&history, &action(1, seat, "confirm"), seat, b_token)
+            .await?;
+        lanes[CONTENDED_SEATS + i].writes.push((lab.ms(), b));
+        let accepted = first[i]
+            .confirm(&history, &action(0, seat, "confirm"), seat, tokens[i])
+            .await?;
         stale_rejected += usize::from(!accepted);
         lanes[i].writes.push((lab.ms(), accepted));
     }
@@ -259,6 +394,8 @@ pub async fn seats_run(
         .flat_map(|i| [lanes[i].clone(), lanes[CONTENDED_SEATS + i].clone()])
         .collect();
     let checked = check::check(&lab.db, event).await?;
+    history.read_seats(&checked, contended);
+    let verdict = lab.judge(true);
     Ok(FailoverRun {
         name: format!("seats, guard {}", if guard { "on" } else { "off" }),
         guard,
@@ -269,6 +406,9 @@ pub async fn seats_run(
         duplicate_token_refused: 0, // a seat is written once: `NOT sold` refuses the rest
         invariant_violations: checked.violations.len(),
         failover_ms,
+        history_valid: verdict.valid,
+        double_grants_caught: verdict.double_grants_caught,
+        history,
         lanes,
         moments: lab.moments,
     })
@@ -276,7 +416,7 @@ pub async fn seats_run(
 
 fn lane(seat: i64, holder: &str, granted_ms: f64, fencing_token: Option<i64>) -> Lane {
     Lane {
-        resource: format!("seat {seat}"),
+        resource: seat_resource(seat),
         holder: holder.into(),
         lease_ms: (granted_ms, granted_ms + LAB_LEASE_TTL_MS as f64),
         fencing_token,
@@ -309,33 +449,44 @@ pub async fn auction_run(
     guard: bool,
 ) -> anyhow::Result<FailoverRun> {
     let mut lab = Lab::start(server_bin, admin_url, guard).await?;
+    let history = lab.history.clone();
     let item = queries::insert_item(&lab.db, &auction_item("Failover lab poster"))
         .await?
         .ok_or_else(|| anyhow::anyhow!("the lab's auction item was not inserted"))?;
+    // The bidders' ids are read from an event page: the auction's shows only their names.
+    let (event, _) = crate::first_event_seats(&lab.db).await?;
     let base = [lab.address(0).to_owned(), lab.address(1).to_owned()];
+    let event_page = |server: usize| format!("{}/events/{event}", base[server]);
     let item_page = |server: usize| format!("{}/auctions/{item}", base[server]);
     let bids = |server: usize| format!("{}/auctions/{item}/bids", base[server]);
+    let resource = format!("item {item}");
     // A bid the replica applies (the block installed), then bidder A, ready to stall.
-    let mut warm = HttpBuyer::new();
-    warm.get(&item_page(0)).await?;
-    warm.post(&bids(0), &[("amount", "11.00")]).await?;
+    let mut warm = Client::open(HttpBuyer::new(), "warm-up bidder", &event_page(0)).await?;
+    warm.http.get(&item_page(0)).await?;
+    let (warm_reply, warm_bid) = warm.bid(&history, &resource, &bids(0), 1_100, false).await;
+    warm_reply?;
     let mut stall = HeaderMap::new();
     stall.insert(PAUSE_HEADER, HeaderValue::from(BIDDER_STALL_MS));
-    let mut a = HttpBuyer::with_headers(stall);
-    a.get(&item_page(0)).await?;
+    let mut a = Client::open(HttpBuyer::with_headers(stall), "bidder A", &event_page(0)).await?;
+    a.http.get(&item_page(0)).await?;
+    let a_holder = a.holder.clone();
     lab.topology.lose_next_write().await?;
     let a_sent = lab.ms();
-    let a_url = bids(0);
-    let a_bid = tokio::spawn(async move { a.post(&a_url, &[("amount", "50.00")]).await });
+    let a_bid = {
+        let (history, resource, url) = (history.clone(), resource.clone(), bids(0));
+        tokio::spawn(async move { a.bid(&history, &resource, &url, 5_000, false).await })
+    };
     tokio::time::sleep(Duration::from_millis(300)).await; // A holds the bid lock, stalled
     let failover_ms = lab.fail_over().await?;
-    let mut b = HttpBuyer::new();
-    get_served(&mut b, &item_page(1)).await?;
+    let mut b = Client::open(HttpBuyer::new(), "bidder B", &event_page(1)).await?;
+    get_served(&mut b.http, &item_page(1)).await?;
     let b_sent = lab.ms();
-    let b_reply = post_served(&b, &bids(1), &[("amount", "20.00")]).await?;
+    let (b_reply, b_bid) = b.bid(&history, &resource, &bids(1), 2_000, true).await;
+    let b_reply = b_reply?;
     let b_at = lab.ms();
     let b_ok = b_reply.status == StatusCode::SEE_OTHER;
-    let a_reply = a_bid.await??;
+    let (a_reply, a_bid) = a_bid.await?;
+    let a_reply = a_reply?;
     let a_at = lab.ms();
     let accepted: Vec<AcceptedBid> = sqlx::query_as(
         "SELECT bidder_id, fence_token FROM bids WHERE item_id = $1 ORDER BY created_at, id",
@@ -347,17 +498,29 @@ pub async fn auction_run(
     // bid's token is not shown to its bidder). A bid refused as `bid_lock_used` carried a
     // token a bid was already accepted under (`bids_one_per_fencing_token`): A bid once,
     // so that token was granted twice, and the only bid since the warm-up is B's.
-    let b_token = b_ok
-        .then(|| accepted.last().and_then(|b| b.fence_token))
-        .flatten();
+    let accepted_token = |holder: &str| {
+        accepted
+            .iter()
+            .find(|bid| bid.bidder_id == holder)
+            .and_then(|bid| bid.fence_token)
+    };
+    let b_token = b_ok.then(|| accepted_token(&b.holder)).flatten();
     let reused = a_reply.is_refused(&Refusal::BidLockUsed);
     let a_ok = a_reply.status == StatusCode::SEE_OTHER;
     let a_token = if a_ok {
-        accepted.last().and_then(|b| b.fence_token)
+        accepted_token(&a_holder)
     } else {
         b_token.filter(|_| reused)
     };
-    let resource = format!("item {item}");
+    warm_bid.token(accepted_token(&warm.holder)).record();
+    a_bid.token(a_token).record();
+    b_bid.token(b_token).record();
+    let accepted_writes: Vec<(String, Option<i64>)> = accepted
+        .iter()
+        .map(|bid| (bid.bidder_id.clone(), bid.fence_token))
+        .collect();
+    history.read_accepted(&resource, &accepted_writes);
+    let verdict = lab.judge(false);
     let lanes = vec![
         Lane {
             resource: resource.clone(),
@@ -384,6 +547,9 @@ pub async fn auction_run(
         duplicate_token_refused: usize::from(reused),
         invariant_violations: bid_violations(&accepted),
         failover_ms,
+        history_valid: verdict.valid,
+        double_grants_caught: verdict.double_grants_caught,
+        history,
         lanes,
         moments: lab.moments,
     })
@@ -406,7 +572,7 @@ pub async fn run(server_bin: &std::path::Path, admin_url: &str) -> anyhow::Resul
     Ok(report)
 }
 
-const HEADER: [&str; 8] = [
+const HEADER: [&str; 10] = [
     "run",
     "double grants",
     "duplicate tokens",
@@ -415,9 +581,11 @@ const HEADER: [&str; 8] = [
     "repeated token refused",
     "violations",
     "failover ms",
+    "history valid",
+    "double grants caught",
 ];
 
-fn cells(run: &FailoverRun) -> [String; 8] {
+fn cells(run: &FailoverRun) -> [String; 10] {
     [
         run.name.clone(),
         run.double_grants.to_string(),
@@ -427,6 +595,8 @@ fn cells(run: &FailoverRun) -> [String; 8] {
         run.duplicate_token_refused.to_string(),
         run.invariant_violations.to_string(),
         run.failover_ms.to_string(),
+        run.history_valid.to_string(),
+        run.double_grants_caught.to_string(),
     ]
 }
 

@@ -1033,14 +1033,7 @@ async fn read_bids(db: &PgPool, auction: &AuctionWorkload) -> anyhow::Result<()>
     .await?;
     auction
         .history
-        .invoke(
-            "checker",
-            "checker",
-            OpKind::Read,
-            &format!("item {}", auction.item),
-        )
-        .value(checker::accepted_value(&bids))
-        .complete(Outcome::Ok, None);
+        .read_accepted(&format!("item {}", auction.item), &bids);
     Ok(())
 }
 

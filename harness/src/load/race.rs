@@ -6,6 +6,11 @@
 //! seeded RNG, is the *pauser*: it starts first, so it wins the hold, and its confirm asks
 //! the server for a pause longer than the hold's lease (the article's step 4: a holder
 //! that stalls). The others keep retrying the hold and, once the lease lapses, buy.
+//!
+//! Every buyer records what it did into the race's [`History`]: each hold POST an
+//! `acquire` (with the fencing token its page shows, under a leasing strategy), each
+//! confirm a `write`; `load-test race` adds the final reads and judges it
+//! ([`crate::history::check`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +29,9 @@ use seatlock::config::PurchaseStrategy;
 use seatlock::http::error::Refusal;
 use seatlock::racelab::pause::PAUSE_HEADER;
 
+use crate::check::CheckReport;
+use crate::history::check::{Model, Verdict};
+use crate::history::{self, History, OpKind};
 use crate::http::{HttpBuyer, Reply};
 
 /// The shape of one race.
@@ -83,6 +91,12 @@ pub struct RaceNumbers {
     pub log: Vec<Attempt>,
     /// The servers' hold TTL (how long a holder believes its lease lasts).
     pub hold_ttl: Duration,
+    /// Every hold and confirm, one operation each (process `buyer <n>`, holder the page's
+    /// buyer id, resource `seat <id>`), on the clock the log's times are read from. Has no
+    /// final reads yet.
+    pub history: History,
+    /// The raced seats' ids: the first `seats × rounds` of the event's.
+    pub seats: Vec<i64>,
 }
 
 /// One buyer's attempt on one seat, for the timeline ([`super::timeline`]); times are
@@ -103,6 +117,20 @@ impl RaceNumbers {
     /// How many outcomes equal `outcome`.
     pub fn count(&self, outcome: Outcome) -> usize {
         self.outcomes.iter().filter(|o| **o == outcome).count()
+    }
+
+    /// Adds the final reads of the raced seats (what `checked`, the invariant check of
+    /// the race's event, found Postgres accepted) to the history and judges it: a lease
+    /// of the hold TTL, one sale per seat, token order where `strategy` fences its
+    /// writes.
+    pub fn judge_history(&self, strategy: PurchaseStrategy, checked: &CheckReport) -> Verdict {
+        self.history.read_seats(checked, &self.seats);
+        let model = Model {
+            ttl_ms: self.hold_ttl.as_secs_f64() * 1e3,
+            fenced: strategy == PurchaseStrategy::Fenced,
+            exclusive: true,
+        };
+        history::check::check(&self.history.ops(), model)
     }
 }
 
@@ -149,6 +177,8 @@ pub async fn race(
         elapsed: Duration::ZERO,
         log: Vec::new(),
         hold_ttl: config.hold_ttl,
+        history: History::new(),
+        seats: seat_ids[..needed].to_vec(),
     };
     let started = Instant::now();
     for round in seat_ids[..needed].chunks(config.seats) {
@@ -167,18 +197,20 @@ pub async fn race(
                 let pause = (i == pauser).then_some(config.pause);
                 let barrier = barrier.clone();
                 let retry_seed = rng.random::<u64>();
-                tasks.push(tokio::spawn(async move {
-                    let buyer = Buyer {
-                        server,
-                        event_id,
-                        seat,
-                        pause,
-                        start_after,
-                        deadline,
-                        retry_seed,
-                    };
-                    buyer.run(&barrier, strategy.uses_lease(), started).await
-                }));
+                let buyer = Buyer {
+                    process: format!("buyer {}", numbers.attempts + tasks.len()),
+                    history: numbers.history.clone(),
+                    server,
+                    event_id,
+                    seat,
+                    pause,
+                    start_after,
+                    deadline,
+                    retry_seed,
+                };
+                tasks.push(tokio::spawn(
+                    async move { buyer.run(&barrier, strategy).await },
+                ));
             }
         }
         for task in tasks {
@@ -200,6 +232,9 @@ pub async fn race(
 
 /// One virtual buyer racing for one seat.
 struct Buyer {
+    /// Its name in the history (one per buyer: its requests never overlap).
+    process: String,
+    history: History,
     server: String,
     event_id: i64,
     seat: i64,
@@ -211,26 +246,27 @@ struct Buyer {
 
 impl Buyer {
     /// Opens the page, waits for the whole round, then holds (retrying while someone else
-    /// is buying) and confirms. Returns the attempt (times since `race_began`) and the
-    /// hold + confirm time.
+    /// is buying) and confirms under `strategy`, recording each hold and confirm. Returns
+    /// the attempt (times on the history's clock) and the hold + confirm time.
     async fn run(
         self,
         barrier: &Barrier,
-        holds_first: bool,
-        race_began: Instant,
+        strategy: PurchaseStrategy,
     ) -> anyhow::Result<(Attempt, Option<Duration>)> {
+        let holds_first = strategy.uses_lease();
         let mut headers = HeaderMap::new();
         if let Some(pause) = self.pause {
             headers.insert(PAUSE_HEADER, HeaderValue::from(pause.as_millis() as u64));
         }
         let mut http = HttpBuyer::with_headers(headers);
-        let page = http
-            .get(&format!("{}/events/{}", self.server, self.event_id))
-            .await?;
-        let ms = || race_began.elapsed().as_secs_f64() * 1e3;
+        let page_url = format!("{}/events/{}", self.server, self.event_id);
+        let page = http.get(&page_url).await?;
+        let holder = crate::http::page_buyer_id(&page.body).unwrap_or_default();
+        let resource = history::seat_resource(self.seat);
+        let ms = || self.history.now_ms();
         let attempt = |held_ms, outcome| Attempt {
             seat: self.seat,
-            buyer_id: crate::http::page_buyer_id(&page.body).unwrap_or_default(),
+            buyer_id: holder.clone(),
             held_ms,
             answered_ms: ms(),
             outcome,
@@ -241,9 +277,25 @@ impl Buyer {
         let mut rng = StdRng::seed_from_u64(self.retry_seed);
         loop {
             let tried = Instant::now();
+            let acquire = self
+                .history
+                .invoke(&self.process, &holder, OpKind::Acquire, &resource);
             let hold = http
                 .seat_action(&self.server, self.event_id, self.seat, "hold")
+                .await;
+            let held_ms = ms();
+            let hold_took = tried.elapsed();
+            // Only a lease has a fencing token; the lock-free strategies' holds show none.
+            let token = acquire
+                .acquired(&hold, async {
+                    if holds_first {
+                        http.read_hold_token(&page_url, self.seat).await
+                    } else {
+                        Ok(None)
+                    }
+                })
                 .await?;
+            let hold = hold?;
             match hold.status {
                 StatusCode::SEE_OTHER => {}
                 _ if hold.is_refused(&Refusal::SomeoneIsBuying) && holds_first => {
@@ -255,11 +307,21 @@ impl Buyer {
                 }
                 _ => return Ok((attempt(None, classify(&hold)), None)),
             }
-            let held_ms = ms();
+            // Only the product's path fences its write with the hold's token.
+            let fenced = strategy == PurchaseStrategy::Fenced;
+            let write = self
+                .history
+                .invoke(&self.process, &holder, OpKind::Write, &resource)
+                .token(token.filter(|_| fenced))
+                .value("sold");
+            let confirming = Instant::now();
             let confirm = http
                 .seat_action(&self.server, self.event_id, self.seat, "confirm")
-                .await?;
-            let latency = tried.elapsed();
+                .await;
+            write.answered(&confirm);
+            let confirm = confirm?;
+            // The token's page GET is not the purchase's: hold + confirm, as before it.
+            let latency = hold_took + confirming.elapsed();
             return Ok((attempt(Some(held_ms), classify(&confirm)), Some(latency)));
         }
     }

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use super::race::{Outcome, RaceNumbers};
 use crate::check::{CheckReport, Violation};
+use crate::history::check::Verdict;
 
 /// Latency percentiles of a purchase attempt (hold + confirm), in milliseconds.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +27,14 @@ pub struct StrategyRow {
     pub invariant_violations: usize,
     pub throughput_per_s: f64,
     pub latency_ms: Latency,
+    /// Whether the history checker ([`crate::history::check`]) found the race's history
+    /// valid: no seat accepted two sales, no write lost or phantom, tokens in order.
+    pub history_valid: bool,
+    /// Operations in the history (holds, confirms, final reads).
+    pub history_operations: usize,
+    /// Holds granted while another buyer's lease on the seat may still have run (the
+    /// lock-free strategies grant every hold: they have no lease).
+    pub double_grants: usize,
     /// Percentile curve for the chart: (percentile, ms). Not in the JSON.
     #[serde(skip)]
     pub curve: Vec<(f64, f64)>,
@@ -50,8 +59,13 @@ pub struct Report {
 }
 
 impl StrategyRow {
-    /// Combines the race's numbers with the invariant check.
-    pub fn new(strategy: &str, numbers: &RaceNumbers, check: CheckReport) -> Self {
+    /// Combines the race's numbers with the invariant check and the history's verdict.
+    pub fn new(
+        strategy: &str,
+        numbers: &RaceNumbers,
+        check: CheckReport,
+        history: &Verdict,
+    ) -> Self {
         let h = &numbers.latency_us;
         let ms = |q: f64| {
             if h.is_empty() {
@@ -77,6 +91,9 @@ impl StrategyRow {
                 p95: ms(0.95),
                 p99: ms(0.99),
             },
+            history_valid: history.valid,
+            history_operations: history.operations,
+            double_grants: history.double_grants,
             curve,
             lanes: super::timeline::race_lanes(
                 &numbers.log,
@@ -93,7 +110,7 @@ impl StrategyRow {
     }
 }
 
-const HEADER: [&str; 9] = [
+const HEADER: [&str; 12] = [
     "strategy",
     "attempts",
     "confirmed",
@@ -103,9 +120,12 @@ const HEADER: [&str; 9] = [
     "purchases/s",
     "p50 ms",
     "p95 / p99 ms",
+    "history valid",
+    "history ops",
+    "double grants",
 ];
 
-fn cells(row: &StrategyRow) -> [String; 9] {
+fn cells(row: &StrategyRow) -> [String; 12] {
     [
         row.strategy.clone(),
         row.attempts.to_string(),
@@ -116,6 +136,9 @@ fn cells(row: &StrategyRow) -> [String; 9] {
         format!("{:.1}", row.throughput_per_s),
         format!("{:.1}", row.latency_ms.p50),
         format!("{:.1} / {:.1}", row.latency_ms.p95, row.latency_ms.p99),
+        row.history_valid.to_string(),
+        row.history_operations.to_string(),
+        row.double_grants.to_string(),
     ]
 }
 

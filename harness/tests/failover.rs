@@ -1,0 +1,70 @@
+//! `load-test failover` (`make failover`): the four runs (seats and auction, guard off
+//! and on) on their own Sentinel topologies. Whatever the failover's timing, no seat is
+//! sold twice, every run's history is valid (every late write was refused: a double grant
+//! the resource accepted both writes of would be a `double_sale` or a `token_order`), and
+//! each run's history is written beside the report.
+
+use std::collections::HashMap;
+
+use seatlock_harness::procs::seatlock_binary;
+
+#[tokio::test]
+async fn every_failover_runs_history_is_valid_and_its_double_grants_caught() {
+    let dir = std::env::temp_dir().join(seatlock_harness::unique_name("failover"));
+    let json = dir.join("report.json");
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
+        .arg("failover")
+        .arg("--json")
+        .arg(&json)
+        .arg("--html")
+        .arg(dir.join("report.html"))
+        .env("SEATLOCK_SERVER_BIN", seatlock_binary().unwrap())
+        .output()
+        .await
+        .expect("load-test runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{stdout}");
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let runs: HashMap<&str, &serde_json::Value> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| (run["name"].as_str().unwrap(), run))
+        .collect();
+    let n = |run: &str, field: &str| runs[run][field].as_u64().unwrap();
+    for (run, slug) in [
+        ("seats, guard off", "seats-guard-off"),
+        ("seats, guard on", "seats-guard-on"),
+        ("auction, guard off", "auction-guard-off"),
+        ("auction, guard on", "auction-guard-on"),
+    ] {
+        assert_eq!(
+            runs[run]["history_valid"].as_bool(),
+            Some(true),
+            "{run}: {stdout}"
+        );
+        assert_eq!(n(run, "double_sales"), 0, "{run}: {stdout}");
+        let history = std::fs::read_to_string(dir.join(format!("history-{slug}.jsonl"))).unwrap();
+        assert!(history.lines().count() > 3, "{run}: {history}");
+    }
+    // A double grant (a lease granted while another's ran) needs the failover to end
+    // inside the 10 s lease, which a busy machine's Sentinel may not: how many there were
+    // is measured, not asserted. The history's are judged on the client's invoke and
+    // complete times, so it never sees one the lanes (grant times) do not.
+    for run in ["seats, guard off", "seats, guard on"] {
+        assert!(
+            n(run, "double_grants_caught") <= n(run, "double_grants"),
+            "{run}: {stdout}"
+        );
+    }
+    // The auction's bid lock is taken inside the bid: its history has no acquire.
+    for run in ["auction, guard off", "auction, guard on"] {
+        assert_eq!(n(run, "double_grants_caught"), 0, "{run}");
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
