@@ -272,6 +272,25 @@ impl SentinelTopology {
         self.wait_until_ready().await
     }
 
+    /// Makes `primary` the server the Sentinels name as master, swapping the roles if
+    /// they moved it by themselves (an election retried after a failover was already
+    /// waited for, a primary that stalled past `down-after`), and waits until the topology
+    /// is ready. Errors: no Sentinel answered, or not ready in 20 s.
+    pub async fn follow_sentinels(&mut self) -> anyhow::Result<()> {
+        let url = format!("redis://127.0.0.1:{}/", self.sentinels[0].port);
+        let (_, port): (String, u16) = query(
+            &url,
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(MASTER_NAME),
+        )
+        .await?;
+        if port == self.replica.port {
+            std::mem::swap(&mut self.primary, &mut self.replica);
+        }
+        self.wait_until_ready().await
+    }
+
     /// Restarts the primary empty (SIGKILL, then a new process on its port with no data),
     /// faster than Sentinel's `down-after` (1 s), so no failover: the lock store forgot
     /// every lease and counter, and the replica copies the empty data set. Waits until

@@ -390,6 +390,14 @@ impl LockStore {
         })
     }
 
+    /// Before a fault on Redis: the primary is the one the Sentinels name now.
+    async fn settle(&mut self) -> anyhow::Result<()> {
+        match self {
+            LockStore::Sentinel(topology) => topology.follow_sentinels().await,
+            LockStore::Etcd { .. } => Ok(()),
+        }
+    }
+
     /// The Redis the nemesis stops and restarts: the one holding the sessions.
     fn redis(&self) -> &crate::RedisServer {
         match self {
@@ -461,7 +469,8 @@ impl Stage {
                 Ok((target, None))
             }
             FaultKind::PauseRedis => {
-                let store = self.store.lock().await;
+                let mut store = self.store.lock().await;
+                store.settle().await?;
                 let redis = store.redis();
                 redis.signal("STOP")?;
                 tokio::time::sleep(hold).await;
@@ -470,6 +479,7 @@ impl Stage {
             }
             FaultKind::RedisRestartEmpty => {
                 let mut store = self.store.lock().await;
+                store.settle().await?;
                 let port = store.redis().port;
                 match &mut *store {
                     LockStore::Sentinel(topology) => topology.restart_primary_empty().await?,
@@ -502,6 +512,7 @@ impl Stage {
                 let LockStore::Sentinel(topology) = &mut *store else {
                     anyhow::bail!("no Sentinel in a run on etcd");
                 };
+                topology.follow_sentinels().await?;
                 let target = format!("redis primary :{}", topology.primary.port);
                 topology.lose_next_write().await?;
                 // The writes of the next moment reach the primary and not the replica.
@@ -535,7 +546,10 @@ impl Stage {
                     let done = stage.inflict(&fault).await;
                     let (target, note) = match done {
                         Ok(done) => done,
-                        Err(e) => ("?".into(), Some(format!("the fault failed: {e:#}"))),
+                        Err(e) => (
+                            fault.server.map_or("?".into(), |s| format!("server {s}")),
+                            Some(format!("the fault failed: {e:#}")),
+                        ),
                     };
                     Fault {
                         kind: fault.kind,
