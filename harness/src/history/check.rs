@@ -275,12 +275,19 @@ fn check_lock(
             }
         }
     }
-    // Mutual exclusion with a lease: in the order they were sent (`ops` is), a grant to
-    // another holder came before the previous holder's lease could lapse, and that
-    // holder had not released.
-    for pair in grants.windows(2) {
+    // Mutual exclusion with a lease, in the order the fence says the grants happened
+    // (two grants sent at once may be answered either way round): a grant to another
+    // holder came before the previous holder's lease could lapse, and that holder had not
+    // released. A pair the fence orders against real time is `token_went_back`, above.
+    let mut in_token_order: Vec<&Op> = grants
+        .iter()
+        .copied()
+        .filter(|g| g.fencing_token.is_some())
+        .collect();
+    in_token_order.sort_by_key(|g| g.fencing_token);
+    for pair in in_token_order.windows(2) {
         let (a, b) = (pair[0], pair[1]);
-        if a.holder == b.holder {
+        if a.holder == b.holder || b.complete_ms < a.invoke_ms {
             continue;
         }
         let extended_ms = ops
@@ -493,6 +500,25 @@ mod tests {
         let mut released = history.to_vec();
         released.insert(1, op("a", Release, Some(1), 200.0, Ok));
         assert_eq!(check(&released, SEAT).double_grants, 0);
+    }
+
+    #[test]
+    fn grants_are_ordered_by_their_tokens_not_by_when_they_were_sent() {
+        // b's hold was sent first and answered late (its server stalled): a held and
+        // released in between, so b was granted after a, with the higher token.
+        let history = [
+            Op {
+                complete_ms: 2_900.0,
+                ..op("b", Acquire, Some(89), 0.0, Ok)
+            },
+            op("a", Acquire, Some(48), 300.0, Ok),
+            op("a", Release, Some(48), 600.0, Ok),
+            op("b", Write, Some(89), 3_000.0, Ok),
+            final_read(3_100.0, &[("b", Some(89))]),
+        ];
+        let verdict = check(&history, SEAT);
+        assert!(verdict.valid);
+        assert!(verdict.lock_anomalies.is_empty(), "{:?}", verdict.lock_anomalies);
     }
 
     #[test]

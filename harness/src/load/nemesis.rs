@@ -121,6 +121,14 @@ pub enum LeaseBackend {
 }
 
 impl LeaseBackend {
+    /// `redis` or `etcd`, as `--store` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LeaseBackend::Redis => "redis",
+            LeaseBackend::Etcd => "etcd",
+        }
+    }
+
     /// The faults a run on this store draws from, in the order the schedule draws.
     pub fn faults(self) -> &'static [FaultKind] {
         match self {
@@ -149,6 +157,20 @@ impl FaultKind {
         FaultKind::ClockJump,
         FaultKind::FreezePostgres,
     ];
+
+    /// Its name in the report (`kill_server`, …), as the JSON spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::KillServer => "kill_server",
+            FaultKind::PauseServer => "pause_server",
+            FaultKind::PauseRedis => "pause_redis",
+            FaultKind::Failover => "failover",
+            FaultKind::RedisRestartEmpty => "redis_restart_empty",
+            FaultKind::ClockJump => "clock_jump",
+            FaultKind::FreezePostgres => "freeze_postgres",
+            FaultKind::KillEtcdLeader => "kill_etcd_leader",
+        }
+    }
 
     /// Whether it hits one server (then [`PlannedFault::server`] names it).
     fn hits_a_server(self) -> bool {
@@ -280,11 +302,9 @@ pub struct NemesisReport {
     pub sometimes: Vec<Sometimes>,
     /// Why the run failed; empty when it passed.
     pub failures: Vec<String>,
-    /// The timeline's lanes and the faults' moments. Not in the JSON.
+    /// A timeline window per workload. Not in the JSON.
     #[serde(skip)]
-    pub timeline: Vec<(String, Vec<Lane>)>,
-    #[serde(skip)]
-    pub moments: Vec<Moment>,
+    pub timeline: Vec<Window>,
 }
 
 impl NemesisReport {
@@ -978,13 +998,10 @@ pub async fn run(
         .collect();
     let sometimes = sometimes(&histories, &faults, &workloads, ttl_ms);
     let failures = failures(&workloads, &sometimes, &faults);
-    let moments = faults
-        .iter()
-        .map(|f| (f.start_ms, format!("{:?} {}", f.kind, f.target)))
-        .collect();
     let timeline = histories
         .iter()
-        .map(|(name, ops)| (name.to_string(), lanes(ops, &workloads, name, ttl_ms)))
+        .zip(&workloads)
+        .map(|((_, ops), report)| window(ops, report, &faults, ttl_ms))
         .collect();
     std::fs::remove_dir_all(&clock_dir).ok();
     Ok(NemesisReport {
@@ -997,7 +1014,6 @@ pub async fn run(
         sometimes,
         failures,
         timeline,
-        moments,
     })
 }
 
@@ -1185,59 +1201,137 @@ fn failures(
             .as_deref()
             .filter(|n| n.starts_with("the fault failed"))
         {
-            failures.push(format!("{:?} at {:.0} ms: {note}", f.kind, f.start_ms));
+            failures.push(format!("{} at {:.0} ms: {note}", f.kind.name(), f.start_ms));
         }
     }
     failures
 }
 
-/// The timeline's lanes of one workload: the resources with a violation or a double
-/// grant first, then others, at most 16 lanes; a lane per (resource, holder) grant.
-fn lanes(ops: &[Op], workloads: &[WorkloadReport], name: &str, ttl_ms: f64) -> Vec<Lane> {
-    let flagged: Vec<&str> = workloads
-        .iter()
-        .filter(|w| w.name == name)
-        .flat_map(|w| w.violations.iter().map(|v| v.resource.as_str()))
-        .collect();
-    let mut resources: Vec<&str> = ops.iter().map(|o| o.resource.as_str()).collect();
-    resources.sort_by_key(|r| (!flagged.contains(r), *r));
-    resources.dedup();
+/// A stretch of one workload's history for the report's timeline.
+#[derive(Debug, Clone)]
+pub struct Window {
+    pub workload: String,
+    /// Where it starts and ends, ms on the run's clock.
+    pub from_ms: f64,
+    pub to_ms: f64,
+    /// What it is centred on: the first violation, else the first failover or restart.
+    pub around: String,
+    pub lanes: Vec<Lane>,
+    pub moments: Vec<Moment>,
+}
+
+/// How much of the run a timeline shows, in ms: a few TTLs, readable.
+const WINDOW_MS: f64 = 10_000.0;
+
+/// The timeline window of one workload: ten seconds around its first violation (else the
+/// first failover or restart, else the first fault); one lane per grant (per holder's
+/// writes on a lock-free workload) of the resources written in it, the violation's first,
+/// at most 14; the faults that began in it.
+fn window(ops: &[Op], report: &WorkloadReport, faults: &[Fault], ttl_ms: f64) -> Window {
+    let violation = report.violations.first();
+    let shake = faults.iter().find(|f| {
+        matches!(
+            f.kind,
+            FaultKind::Failover | FaultKind::RedisRestartEmpty | FaultKind::KillEtcdLeader
+        )
+    });
+    let (focus, around) = match (violation, shake.or(faults.first())) {
+        (Some(v), _) => (
+            v.ops.iter().map(|o| o.invoke_ms).fold(f64::MAX, f64::min),
+            format!("the first violation, {} on {}", v.kind, v.resource),
+        ),
+        (None, Some(f)) => (f.start_ms, format!("{} of {}", f.kind.name(), f.target)),
+        (None, None) => (0.0, "the start".into()),
+    };
+    let from_ms = (focus - WINDOW_MS * 0.3).max(0.0);
+    let to_ms = from_ms + WINDOW_MS;
+    let inside = |o: &&Op| o.process != "checker" && o.invoke_ms >= from_ms && o.invoke_ms <= to_ms;
+    let flagged = violation.map(|v| v.resource.as_str());
+    let mut resources: Vec<&str> = Vec::new();
+    for op in ops.iter().filter(inside).filter(|o| o.op == OpKind::Write) {
+        if !resources.contains(&op.resource.as_str()) {
+            resources.push(&op.resource);
+        }
+    }
+    resources.sort_by_key(|r| Some(*r) != flagged);
     let mut lanes = Vec::new();
     for resource in resources {
-        let of = |o: &&Op| o.resource == resource && o.process != "checker";
-        let mut holders: Vec<&str> = ops.iter().filter(of).map(|o| o.holder.as_str()).collect();
-        holders.dedup();
-        for holder in holders {
-            let mine: Vec<&Op> = ops
-                .iter()
-                .filter(of)
-                .filter(|o| o.holder == holder)
-                .collect();
-            let writes: Vec<(f64, bool)> = mine
-                .iter()
-                .filter(|o| o.op == OpKind::Write && o.outcome != Outcome::Unknown)
+        let mine: Vec<&Op> = ops
+            .iter()
+            .filter(inside)
+            .filter(|o| o.resource == resource)
+            .collect();
+        let writes_of = |holder: &str, after: f64| -> Vec<(f64, bool)> {
+            mine.iter()
+                .filter(|o| o.holder == holder && o.op == OpKind::Write && o.invoke_ms >= after)
+                .filter(|o| o.outcome != Outcome::Unknown)
                 .map(|o| (o.complete_ms, o.outcome == Outcome::Ok))
-                .collect();
-            let grant = mine
+                .collect()
+        };
+        let grants: Vec<&&Op> = mine
+            .iter()
+            .filter(|o| o.op == OpKind::Acquire && o.outcome == Outcome::Ok)
+            .collect();
+        let short = |holder: &str| holder.chars().take(8).collect::<String>();
+        if grants.is_empty() {
+            let mut holders: Vec<&str> = mine.iter().map(|o| o.holder.as_str()).collect();
+            holders.sort_unstable();
+            holders.dedup();
+            for holder in holders {
+                let writes = writes_of(holder, from_ms);
+                let Some(&(first, _)) = writes.first() else {
+                    continue;
+                };
+                lanes.push(Lane {
+                    resource: resource.into(),
+                    holder: short(holder),
+                    lease_ms: (first, first),
+                    fencing_token: None,
+                    writes,
+                });
+            }
+        }
+        for (i, grant) in grants.iter().enumerate() {
+            // A second tab's grant of the same lease is the same lane.
+            if grants[..i]
                 .iter()
-                .find(|o| o.op == OpKind::Acquire && o.outcome == Outcome::Ok);
-            if grant.is_none() && writes.is_empty() {
+                .any(|g| g.holder == grant.holder && g.fencing_token == grant.fencing_token)
+            {
                 continue;
             }
-            let start = grant.map_or_else(|| mine[0].invoke_ms, |g| g.complete_ms);
+            let mut writes = writes_of(&grant.holder, grant.invoke_ms);
+            if let Some(next) = grants[i + 1..]
+                .iter()
+                .find(|g| g.holder == grant.holder && g.fencing_token != grant.fencing_token)
+            {
+                writes.retain(|w| w.0 < next.invoke_ms);
+            }
             lanes.push(Lane {
                 resource: resource.into(),
-                holder: holder.chars().take(8).collect(),
-                lease_ms: (start, start + if grant.is_some() { ttl_ms } else { 0.0 }),
-                fencing_token: grant.and_then(|g| g.fencing_token),
+                holder: short(&grant.holder),
+                lease_ms: (grant.complete_ms, grant.complete_ms + ttl_ms),
+                fencing_token: grant.fencing_token,
                 writes,
             });
         }
-        if lanes.len() >= 16 {
+        if lanes.len() >= 14 {
+            lanes.truncate(14);
             break;
         }
     }
-    lanes
+    let moments = faults
+        .iter()
+        .filter(|f| f.start_ms >= from_ms && f.start_ms <= to_ms)
+        .map(|f| (f.start_ms, format!("{} {}", f.kind.name(), f.target)))
+        .collect();
+    Window {
+        workload: report.name.into(),
+        from_ms,
+        to_ms,
+        around,
+        lanes,
+        moments,
+    }
 }
 
 const HEADER: [&str; 8] = [
@@ -1307,10 +1401,10 @@ pub fn html(report: &NemesisReport) -> Result<String, String> {
         .iter()
         .map(|f| {
             format!(
-                "<tr><td>{:.0}</td><td>{:.0}</td><td>{:?}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 f.start_ms,
                 f.end_ms,
-                f.kind,
+                f.kind.name(),
                 escape(&f.target),
                 escape(f.note.as_deref().unwrap_or(""))
             )
@@ -1336,30 +1430,42 @@ pub fn html(report: &NemesisReport) -> Result<String, String> {
         }
     }
     let mut timelines = String::new();
-    for (name, lanes) in &report.timeline {
-        let title = format!("{name}: holders, leases, tokens, writes; faults as lines");
+    for w in &report.timeline {
+        let title = format!(
+            "{}: {:.1} s to {:.1} s, around {}",
+            w.workload,
+            w.from_ms / 1e3,
+            w.to_ms / 1e3,
+            w.around
+        );
         timelines.push_str(&format!(
             "<figure>{}</figure>\n",
-            timeline::svg(&title, lanes, &report.moments)?
+            timeline::svg_from(&title, &w.lanes, &w.moments, w.from_ms)?
         ));
     }
-    let verdict = if report.passed() {
-        "passed".to_owned()
+    let (verdict, why) = if report.passed() {
+        ("passed", String::new())
     } else {
-        format!("FAILED: {}", escape(&report.failures.join("; ")))
+        let items: String = report
+            .failures
+            .iter()
+            .map(|f| format!("<li>{}</li>", escape(f)))
+            .collect();
+        ("FAILED", format!("<ul class=\"failures\">{items}</ul>"))
     };
     Ok(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>seatlock nemesis</title>\
          <style>body{{font:15px system-ui,sans-serif;margin:2rem}}table{{border-collapse:collapse;margin:1rem 0}}\
-         td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}td:first-child{{text-align:left}}\
+         td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}}td.n{{text-align:right}}\
          pre{{font-size:12px;overflow-x:auto}}</style></head><body>\
-         <h1>Nemesis, seed {seed}: {verdict}</h1>\
+         <h1>Nemesis, seed {seed}, on {store}: {verdict}</h1>{why}\
          <table><tr>{head}</tr>\n{rows}</table>\
          <h2>Sometimes</h2><table><tr><th>what</th><th>count</th></tr>{sometimes}</table>\
          <h2>Faults</h2><table><tr><th>start ms</th><th>end ms</th><th>kind</th><th>target</th><th>note</th></tr>{faults}</table>\
          <h2>First violations</h2>{violations}\
          <h2>Timelines</h2>{legend}{timelines}</body></html>",
         seed = report.seed,
+        store = report.store.name(),
         legend = timeline::LEGEND_HTML
     ))
 }

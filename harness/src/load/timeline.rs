@@ -34,12 +34,24 @@ const LANE_PX: u32 = 34;
 /// The SVG of `lanes` (top to bottom in the order given) with `moments`, titled `title`.
 /// Errors: plotters' drawing error, as text.
 pub fn svg(title: &str, lanes: &[Lane], moments: &[Moment]) -> Result<String, String> {
+    svg_from(title, lanes, moments, 0.0)
+}
+
+/// [`svg`] of a window of a long run: the time axis starts at `from_ms` (lanes and
+/// moments keep the run's times).
+pub fn svg_from(
+    title: &str,
+    lanes: &[Lane],
+    moments: &[Moment],
+    from_ms: f64,
+) -> Result<String, String> {
     let end_ms = lanes
         .iter()
         .flat_map(|l| std::iter::once(l.lease_ms.1).chain(l.writes.iter().map(|w| w.0)))
         .chain(moments.iter().map(|m| m.0))
-        .fold(1.0, f64::max)
-        * 1.05;
+        .fold(from_ms + 1.0, f64::max)
+        * 1.05
+        - from_ms * 0.05;
     let height = 90 + LANE_PX * lanes.len() as u32;
     let mut svg = String::new();
     {
@@ -51,7 +63,7 @@ pub fn svg(title: &str, lanes: &[Lane], moments: &[Moment]) -> Result<String, St
             .margin(10)
             .x_label_area_size(30)
             .y_label_area_size(10)
-            .build_cartesian_2d(0f64..end_ms, 0f64..rows)
+            .build_cartesian_2d(from_ms..end_ms, 0f64..rows)
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
@@ -76,7 +88,7 @@ pub fn svg(title: &str, lanes: &[Lane], moments: &[Moment]) -> Result<String, St
             chart
                 .draw_series(std::iter::once(Text::new(
                     format!("{} · {} · {token}", lane.resource, lane.holder),
-                    (0.0, y + 0.28), // at the left edge: a late lane's label stays in view
+                    (from_ms, y + 0.28), // at the left edge: a late lane's label stays in view
                     ("sans-serif", 12),
                 )))
                 .map_err(|e| e.to_string())?;
