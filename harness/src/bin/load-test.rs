@@ -271,12 +271,20 @@ impl Choice {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
-        Command::Race(args) => race(args).await,
-        Command::Holds(args) => holds(args).await,
-        Command::Failover(args) => failover(args).await,
-        Command::Queue(args) => queue(args).await,
-        Command::Nemesis(args) => nemesis(args).await,
+    let command = async {
+        match Cli::parse().command {
+            Command::Race(args) => race(args).await,
+            Command::Holds(args) => holds(args).await,
+            Command::Failover(args) => failover(args).await,
+            Command::Queue(args) => queue(args).await,
+            Command::Nemesis(args) => nemesis(args).await,
+        }
+    };
+    // Ctrl-C ends the run through its destructors, which stop every server, Redis,
+    // Sentinel and etcd it started (a plain SIGINT would leave them running).
+    tokio::select! {
+        done = command => done,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted: the processes this run started are stopped"),
     }
 }
 
