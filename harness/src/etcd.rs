@@ -40,12 +40,7 @@ impl EtcdCluster {
     pub async fn start_with(size: usize, extra: &[&str]) -> anyhow::Result<EtcdCluster> {
         let (_, dir) = port_and_folder("seatlock-etcd")?;
         let ports: Vec<(u16, u16)> = (0..size)
-            .map(|_| {
-                Ok((
-                    port_and_folder("etcd-port")?.0,
-                    port_and_folder("etcd-port")?.0,
-                ))
-            })
+            .map(|_| Ok((crate::procs::free_port()?, crate::procs::free_port()?)))
             .collect::<anyhow::Result<_>>()?;
         let peers: Vec<String> = ports
             .iter()

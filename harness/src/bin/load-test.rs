@@ -344,8 +344,11 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<()> {
         store: args.store,
     };
     println!(
-        "Nemesis seed {} ({} s): run it again with SEED={} make nemesis",
-        config.seed, args.seconds, config.seed
+        "Nemesis seed {seed} ({seconds} s, on {store}): run it again with \
+         STORE={store} NEMESIS_SECONDS={seconds} SEED={seed} make nemesis",
+        seed = config.seed,
+        seconds = args.seconds,
+        store = config.store.name(),
     );
     let out = args.json.parent().unwrap_or(std::path::Path::new("."));
     std::fs::create_dir_all(out)?;

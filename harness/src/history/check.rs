@@ -19,12 +19,13 @@
 //!   such write), `phantom_write` (the resource has a write its client was told `fail`
 //!   for, or never sent). An `unknown` write may be either: both are fine.
 //!
-//! A workload is valid when its resources break none of those (the lock's anomalies are
-//! counted beside). The first violation is reported with the operations around it.
+//! A workload is valid when its resources break none of those and, where its writes are
+//! fenced, no token was granted twice or went back (double grants are counted beside).
+//! Violations come first in time first, each with the operations around it.
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Op, OpKind, Outcome};
 
@@ -59,7 +60,7 @@ pub const AROUND: usize = 12;
 /// The checker's verdict on one workload's history.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Verdict {
-    /// No anomaly of the resource's.
+    /// No anomaly of the resource's, and (fenced) none of the fence's.
     pub valid: bool,
     /// Operations judged.
     pub operations: usize,
@@ -75,29 +76,45 @@ pub struct Verdict {
     pub double_grants_caught: usize,
 }
 
-/// Encodes the writes a resource accepted, in the order it accepted them, as a final
-/// read's `value`: `holder#token` items (`-` without a token), comma-separated.
-pub fn accepted_value(writes: &[(String, Option<i64>)]) -> String {
-    writes
-        .iter()
-        .map(|(holder, token)| match token {
-            Some(t) => format!("{holder}#{t}"),
-            None => format!("{holder}#-"),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
+/// One write a resource accepted, as its final read reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Accepted {
+    pub holder: String,
+    pub fencing_token: Option<i64>,
+    /// What was written, where a holder's writes must be told apart (a bid's cents);
+    /// `None` where one write per holder is all there is to know (a seat's sale).
+    pub value: Option<String>,
 }
 
-/// The inverse of [`accepted_value`].
-fn parse_accepted(value: &str) -> Vec<(String, Option<i64>)> {
-    value
-        .split(',')
-        .filter(|item| !item.is_empty())
-        .map(|item| match item.rsplit_once('#') {
-            Some((holder, token)) => (holder.to_owned(), token.parse().ok()),
-            None => (item.to_owned(), None),
-        })
-        .collect()
+impl Accepted {
+    /// A write of `holder` under `fencing_token`, with no value to tell it apart.
+    pub fn of(holder: &str, fencing_token: Option<i64>) -> Accepted {
+        Accepted {
+            holder: holder.into(),
+            fencing_token,
+            value: None,
+        }
+    }
+
+    /// Whether write `w` can be this one: same holder, and the same value if both say.
+    fn matches(&self, w: &Op) -> bool {
+        self.holder == w.holder
+            && match (&self.value, &w.value) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+    }
+}
+
+/// Encodes the writes a resource accepted, in the order it accepted them, as a final
+/// read's `value`: a JSON array of [`Accepted`].
+pub fn accepted_value(writes: &[Accepted]) -> String {
+    serde_json::to_string(writes).expect("plain data serializes")
+}
+
+/// The inverse of [`accepted_value`]; a value that does not parse reads as nothing.
+pub fn parse_accepted(value: &str) -> Vec<Accepted> {
+    serde_json::from_str(value).unwrap_or_default()
 }
 
 /// Checks `ops` (any order) under `model`.
@@ -115,7 +132,22 @@ pub fn check(ops: &[Op], model: Model) -> Verdict {
         let accepted = check_resource(resource, &ops, model, &mut verdict.violations);
         check_lock(resource, &ops, model, &accepted, &mut verdict);
     }
-    verdict.valid = verdict.violations.is_empty();
+    // First in time first: the report shows the earliest, and the timeline centres on it.
+    let began = |a: &Anomaly| a.ops.iter().map(|o| o.invoke_ms).fold(f64::MAX, f64::min);
+    verdict
+        .violations
+        .sort_by(|a, b| began(a).total_cmp(&began(b)));
+    verdict
+        .lock_anomalies
+        .sort_by(|a, b| began(a).total_cmp(&began(b)));
+    // Where the writes are fenced, the fence's own promise is judged too (the article's
+    // step 5): no token granted twice, none going back.
+    let fence_broken = model.fenced
+        && verdict
+            .lock_anomalies
+            .iter()
+            .any(|a| matches!(a.kind, "repeated_token" | "token_went_back"));
+    verdict.valid = verdict.violations.is_empty() && !fence_broken;
     verdict
 }
 
@@ -146,7 +178,7 @@ fn check_resource(
     ops: &[&Op],
     model: Model,
     violations: &mut Vec<Anomaly>,
-) -> Vec<(String, Option<i64>)> {
+) -> Vec<Accepted> {
     let writes: Vec<&Op> = ops
         .iter()
         .copied()
@@ -156,12 +188,15 @@ fn check_resource(
         .iter()
         .filter(|o| o.op == OpKind::Read && o.outcome == Outcome::Ok)
         .max_by(|a, b| a.complete_ms.total_cmp(&b.complete_ms));
-    let accepted: Vec<(String, Option<i64>)> = match final_read {
+    let accepted: Vec<Accepted> = match final_read {
         Some(read) => parse_accepted(read.value.as_deref().unwrap_or_default()),
         None => writes
             .iter()
             .filter(|w| w.outcome == Outcome::Ok)
-            .map(|w| (w.holder.clone(), w.fencing_token))
+            .map(|w| Accepted {
+                value: w.value.clone(),
+                ..Accepted::of(&w.holder, w.fencing_token)
+            })
             .collect(),
     };
     let mut flag = |kind, message: String, holders: Vec<&str>| {
@@ -173,8 +208,15 @@ fn check_resource(
         })
     };
     if final_read.is_some() {
+        // Each acknowledged write has its own accepted one, and each accepted write its
+        // own write that was not refused: matched one to one, so one holder's accepted
+        // write cannot stand in for another of the same holder's.
+        let mut unmatched: Vec<&Accepted> = accepted.iter().collect();
         for w in writes.iter().filter(|w| w.outcome == Outcome::Ok) {
-            if !accepted.iter().any(|(holder, _)| *holder == w.holder) {
+            let found = unmatched.iter().position(|a| a.matches(w));
+            if let Some(at) = found {
+                unmatched.remove(at);
+            } else if !accepted.iter().any(|a| a.matches(w) && a.value.is_none()) {
                 flag(
                     "lost_write",
                     format!(
@@ -185,15 +227,18 @@ fn check_resource(
                 );
             }
         }
-        for (holder, _) in &accepted {
+        for a in unmatched {
+            // A seat's sale carries no value: a second tab's acknowledged confirm of the
+            // same sale matches it too, and so may any write of that holder not refused.
             let sent = writes
                 .iter()
-                .any(|w| w.holder == *holder && w.outcome != Outcome::Fail);
+                .any(|w| a.matches(w) && w.outcome != Outcome::Fail);
             if !sent {
+                let holder = &a.holder;
                 flag(
                     "phantom_write",
                     format!(
-                        "{resource} accepted a write of {holder}, whose every write was refused"
+                        "{resource} accepted a write of {holder} that was refused or never sent"
                     ),
                     vec![holder],
                 );
@@ -201,7 +246,7 @@ fn check_resource(
         }
     }
     if model.exclusive && accepted.len() > 1 {
-        let holders: Vec<&str> = accepted.iter().map(|(h, _)| h.as_str()).collect();
+        let holders: Vec<&str> = accepted.iter().map(|a| a.holder.as_str()).collect();
         flag(
             "double_sale",
             format!(
@@ -213,16 +258,32 @@ fn check_resource(
         );
     }
     if model.fenced {
-        for pair in accepted.windows(2) {
-            let [(a, Some(ta)), (b, Some(tb))] = pair else {
-                continue;
-            };
-            if tb < ta || (tb == ta && a != b) {
+        // Against the highest token accepted so far: a write without a token between two
+        // others must not hide a token going back; and a fenced resource takes none.
+        let mut highest: Option<(&str, i64)> = None;
+        for b in &accepted {
+            let Some(tb) = b.fencing_token else {
                 flag(
                     "token_order",
-                    format!("{resource} accepted {b}'s token {tb} after {a}'s token {ta}"),
-                    vec![a, b],
+                    format!(
+                        "{resource} accepted a write of {} without a token",
+                        b.holder
+                    ),
+                    vec![&b.holder],
                 );
+                continue;
+            };
+            match highest {
+                Some((a, ta)) if tb < ta || (tb == ta && a != b.holder) => flag(
+                    "token_order",
+                    format!(
+                        "{resource} accepted {}'s token {tb} after {a}'s token {ta}",
+                        b.holder
+                    ),
+                    vec![a, &b.holder],
+                ),
+                Some((_, ta)) if ta >= tb => {}
+                _ => highest = Some((&b.holder, tb)),
             }
         }
     }
@@ -234,7 +295,7 @@ fn check_lock(
     resource: &str,
     ops: &[&Op],
     model: Model,
-    accepted: &[(String, Option<i64>)],
+    accepted: &[Accepted],
     verdict: &mut Verdict,
 ) {
     let grants: Vec<&Op> = ops
@@ -290,31 +351,43 @@ fn check_lock(
         if a.holder == b.holder || b.complete_ms < a.invoke_ms {
             continue;
         }
+        // The lease began at its first grant (a second tab's grant of the same lease
+        // returns it, it does not extend it); only a renew extends it.
+        let granted_ms = grants
+            .iter()
+            .filter(|g| g.holder == a.holder && g.fencing_token == a.fencing_token)
+            .map(|g| g.invoke_ms)
+            .fold(a.invoke_ms, f64::min);
         let extended_ms = ops
             .iter()
             .filter(|o| {
                 o.holder == a.holder
                     && o.outcome == Outcome::Ok
-                    && matches!(o.op, OpKind::Acquire | OpKind::Renew)
+                    && o.op == OpKind::Renew
                     && o.fencing_token == a.fencing_token
             })
             .map(|o| o.invoke_ms)
-            .fold(a.invoke_ms, f64::max);
+            .fold(granted_ms, f64::max);
         let released = ops.iter().any(|o| {
             o.holder == a.holder
                 && o.op == OpKind::Release
                 && o.outcome != Outcome::Fail
-                && o.invoke_ms >= a.invoke_ms
+                && o.invoke_ms >= granted_ms
                 && o.invoke_ms < b.complete_ms
         });
         if released || b.complete_ms >= extended_ms + model.ttl_ms {
             continue;
         }
         verdict.double_grants += 1;
-        let both_written = [&a.holder, &b.holder]
-            .iter()
-            .all(|h| accepted.iter().any(|(w, _)| w == *h));
-        if !both_written {
+        // Caught: one of the two holders' writes landed and the other's was refused.
+        let landed = |h: &str| accepted.iter().any(|w| w.holder == h);
+        let refused = |h: &str| {
+            ops.iter()
+                .any(|o| o.holder == h && o.op == OpKind::Write && o.outcome == Outcome::Fail)
+        };
+        if (landed(&a.holder) && !landed(&b.holder) && refused(&b.holder))
+            || (landed(&b.holder) && !landed(&a.holder) && refused(&a.holder))
+        {
             verdict.double_grants_caught += 1;
         }
         flag(
@@ -360,8 +433,7 @@ mod tests {
     }
 
     fn final_read(at: f64, accepted: &[(&str, Option<i64>)]) -> Op {
-        let accepted: Vec<(String, Option<i64>)> =
-            accepted.iter().map(|(h, t)| ((*h).into(), *t)).collect();
+        let accepted: Vec<Accepted> = accepted.iter().map(|(h, t)| Accepted::of(h, *t)).collect();
         Op {
             value: Some(accepted_value(&accepted)),
             ..op("checker", OpKind::Read, None, at, Outcome::Ok)
@@ -518,7 +590,11 @@ mod tests {
         ];
         let verdict = check(&history, SEAT);
         assert!(verdict.valid);
-        assert!(verdict.lock_anomalies.is_empty(), "{:?}", verdict.lock_anomalies);
+        assert!(
+            verdict.lock_anomalies.is_empty(),
+            "{:?}",
+            verdict.lock_anomalies
+        );
     }
 
     #[test]
@@ -552,6 +628,146 @@ mod tests {
         let verdict = check(&concurrent, SEAT);
         assert!(!kinds(&verdict.lock_anomalies).contains(&"token_went_back"));
         assert!(!kinds(&verdict.lock_anomalies).contains(&"repeated_token"));
+    }
+
+    fn bid(holder: &str, cents: &str, at: f64, outcome: Outcome) -> Op {
+        Op {
+            value: Some(cents.into()),
+            ..op(holder, Write, None, at, outcome)
+        }
+    }
+
+    fn bids_read(at: f64, accepted: &[(&str, i64, &str)]) -> Op {
+        let accepted: Vec<Accepted> = accepted
+            .iter()
+            .map(|(h, t, cents)| Accepted {
+                value: Some((*cents).into()),
+                ..Accepted::of(h, Some(*t))
+            })
+            .collect();
+        Op {
+            value: Some(accepted_value(&accepted)),
+            ..op("checker", Read, None, at, Ok)
+        }
+    }
+
+    const ITEM: Model = Model {
+        exclusive: false,
+        ..SEAT
+    };
+
+    #[test]
+    fn one_bidders_writes_are_matched_one_by_one() {
+        // Told ok twice, one bid kept: a lost bid, not hidden by the other.
+        let lost = [
+            bid("a", "1100", 0.0, Ok),
+            bid("a", "1300", 100.0, Ok),
+            bids_read(500.0, &[("a", 1, "1300")]),
+        ];
+        assert_eq!(kinds(&check(&lost, ITEM).violations), ["lost_write"]);
+        // A refused bid that landed anyway: a phantom, not hidden by an accepted one.
+        let phantom = [
+            bid("a", "1100", 0.0, Fail),
+            bid("a", "1300", 100.0, Ok),
+            bids_read(500.0, &[("a", 1, "1100"), ("a", 2, "1300")]),
+        ];
+        assert_eq!(kinds(&check(&phantom, ITEM).violations), ["phantom_write"]);
+    }
+
+    #[test]
+    fn a_write_without_a_token_neither_hides_a_token_going_back_nor_passes_a_fence() {
+        let history = [
+            op("b", Write, Some(5), 0.0, Ok),
+            op("c", Write, None, 10.0, Ok),
+            op("a", Write, Some(3), 20.0, Ok),
+            final_read(500.0, &[("b", Some(5)), ("c", None), ("a", Some(3))]),
+        ];
+        assert_eq!(
+            kinds(&check(&history, ITEM).violations),
+            ["token_order", "token_order"]
+        );
+    }
+
+    #[test]
+    fn a_holder_named_with_commas_and_hashes_is_one_holder() {
+        let history = [
+            op("x,y#1", Acquire, Some(1), 0.0, Ok),
+            op("x,y#1", Write, Some(1), 10.0, Ok),
+            final_read(500.0, &[("x,y#1", Some(1))]),
+        ];
+        let verdict = check(&history, SEAT);
+        assert!(verdict.valid, "{:?}", verdict.violations);
+    }
+
+    #[test]
+    fn a_second_tabs_grant_of_the_same_lease_does_not_extend_it() {
+        // The server answers a second tab's hold with the grant it made, same TTL.
+        let history = [
+            op("a", Acquire, Some(1), 0.0, Ok),
+            op("a", Acquire, Some(1), 900.0, Ok),
+            op("b", Acquire, Some(2), 1_500.0, Ok),
+            op("b", Write, Some(2), 1_600.0, Ok),
+            final_read(2_000.0, &[("b", Some(2))]),
+        ];
+        let verdict = check(&history, SEAT);
+        assert_eq!(
+            (verdict.double_grants, verdict.double_grants_caught),
+            (0, 0)
+        );
+    }
+
+    #[test]
+    fn a_double_grant_nobody_wrote_under_is_not_counted_as_caught() {
+        let history = [
+            op("a", Acquire, Some(1), 0.0, Ok),
+            op("b", Acquire, Some(2), 300.0, Ok),
+            final_read(2_000.0, &[]),
+        ];
+        let verdict = check(&history, SEAT);
+        assert_eq!(
+            (verdict.double_grants, verdict.double_grants_caught),
+            (1, 0)
+        );
+    }
+
+    #[test]
+    fn a_fenced_workload_whose_fence_repeats_a_token_is_invalid() {
+        let history = [
+            op("a", Acquire, Some(7), 0.0, Ok),
+            op("b", Acquire, Some(7), 2_000.0, Ok),
+            op("b", Write, Some(7), 2_100.0, Ok),
+            final_read(3_000.0, &[("b", Some(7))]),
+        ];
+        assert!(!check(&history, SEAT).valid);
+        let unfenced = Model {
+            fenced: false,
+            ..SEAT
+        };
+        assert!(check(&history, unfenced).valid);
+    }
+
+    #[test]
+    fn violations_come_first_in_time_first() {
+        let mut history = Vec::new();
+        for (seat, at) in [("seat 106", 5_000.0), ("seat 7", 1_000.0)] {
+            for holder in ["a", "b"] {
+                history.push(Op {
+                    resource: seat.into(),
+                    ..op(holder, Write, None, at, Ok)
+                });
+            }
+        }
+        let unfenced = Model {
+            fenced: false,
+            ..SEAT
+        };
+        let verdict = check(&history, unfenced);
+        let seats: Vec<&str> = verdict
+            .violations
+            .iter()
+            .map(|v| v.resource.as_str())
+            .collect();
+        assert_eq!(seats, ["seat 7", "seat 106"]);
     }
 
     #[test]

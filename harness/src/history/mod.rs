@@ -275,20 +275,19 @@ impl History {
     /// accepted write reads as empty.
     pub fn read_seats(&self, report: &crate::check::CheckReport, seats: &[i64]) {
         for &seat in seats {
-            let accepted: Vec<(String, Option<i64>)> = report
+            let accepted: Vec<check::Accepted> = report
                 .writes
                 .iter()
                 .filter(|w| w.seat_id == seat)
-                .map(|w| (w.buyer_id.clone(), w.fence_token))
+                .map(|w| check::Accepted::of(&w.buyer_id, w.fence_token))
                 .collect();
             self.read_accepted(&seat_resource(seat), &accepted);
         }
     }
 
     /// Records, as process `checker`, a final `read` of `resource` that found `accepted`:
-    /// the `(holder, fencing token)` of every write it accepted, in the order they landed
-    /// ([`check::accepted_value`]).
-    pub fn read_accepted(&self, resource: &str, accepted: &[(String, Option<i64>)]) {
+    /// every write it accepted, in the order they landed ([`check::accepted_value`]).
+    pub fn read_accepted(&self, resource: &str, accepted: &[check::Accepted]) {
         self.invoke("checker", "checker", OpKind::Read, resource)
             .value(check::accepted_value(accepted))
             .complete(Outcome::Ok, None);

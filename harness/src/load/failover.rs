@@ -37,7 +37,7 @@ use seatlock::http::error::Refusal;
 use seatlock::racelab::pause::PAUSE_HEADER;
 
 use super::timeline::{self, Lane, Moment};
-use crate::history::check::{Model, Verdict, check as check_history};
+use crate::history::check::{Accepted, Model, Verdict, check as check_history};
 use crate::history::{Answered, History, OpKind, seat_resource};
 use crate::http::page_buyer_id;
 use crate::procs::ServerProcess;
@@ -489,7 +489,9 @@ pub async fn auction_run(
     let a_reply = a_reply?;
     let a_at = lab.ms();
     let accepted: Vec<AcceptedBid> = sqlx::query_as(
-        "SELECT bidder_id, fence_token FROM bids WHERE item_id = $1 ORDER BY created_at, id",
+        // In the order the item took them: `id` is drawn by the INSERT, under the
+        // item's row lock (`created_at` is the transaction's start).
+        "SELECT bidder_id, fence_token FROM bids WHERE item_id = $1 ORDER BY id",
     )
     .bind(item)
     .fetch_all(&lab.db)
@@ -515,9 +517,9 @@ pub async fn auction_run(
     warm_bid.token(accepted_token(&warm.holder)).record();
     a_bid.token(a_token).record();
     b_bid.token(b_token).record();
-    let accepted_writes: Vec<(String, Option<i64>)> = accepted
+    let accepted_writes: Vec<Accepted> = accepted
         .iter()
-        .map(|bid| (bid.bidder_id.clone(), bid.fence_token))
+        .map(|bid| Accepted::of(&bid.bidder_id, bid.fence_token))
         .collect();
     history.read_accepted(&resource, &accepted_writes);
     let verdict = lab.judge(false);

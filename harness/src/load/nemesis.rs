@@ -42,7 +42,7 @@ use seatlock::http::error::Refusal;
 use seatlock::racelab::pause::PAUSE_HEADER;
 
 use super::timeline::{self, Lane, Moment};
-use crate::history::check::{self as checker, Model, Verdict};
+use crate::history::check::{self as checker, Accepted, Model, Verdict};
 use crate::history::{History, Op, OpKind, Outcome, outcome_of, seat_resource};
 use crate::http::page_buyer_id;
 use crate::procs::{ServerProcess, libfaketime};
@@ -185,7 +185,8 @@ impl FaultKind {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedFault {
     pub kind: FaultKind,
-    /// When it starts, ms after the clients start.
+    /// When it starts, ms on the run's clock (the histories'; the clients start about
+    /// 10 s in, once every process is up, and the schedule's first slot 2 s after them).
     pub at_ms: u64,
     /// How long it lasts (a pause, a server's downtime, a moved clock), ms; 0 for one
     /// that is over once done (a failover, a restart, a freeze).
@@ -282,6 +283,8 @@ pub struct WorkloadReport {
     pub double_grants_caught: usize,
     /// The lock's anomalies (see [`checker`]), counted.
     pub lock_anomalies: usize,
+    /// The first few of them, each with the operations around it.
+    pub first_lock_anomalies: Vec<checker::Anomaly>,
     /// The first few violations, each with the operations around it.
     pub violations: Vec<checker::Anomaly>,
     /// Violations found by the database check (money, a double sale), as `kind seat N`.
@@ -580,10 +583,14 @@ impl Stage {
                     }
                 })
             });
-            for run in runs.collect::<Vec<_>>() {
-                if let Ok(fault) = run.await {
-                    faults.push(fault);
-                }
+            for (run, fault) in runs.collect::<Vec<_>>().into_iter().zip(slot) {
+                faults.push(run.await.unwrap_or_else(|panic| Fault {
+                    kind: fault.kind,
+                    target: "?".into(),
+                    start_ms: fault.at_ms as f64,
+                    end_ms: self.clock.now_ms(),
+                    note: Some(format!("the fault failed: it panicked: {panic}")),
+                }));
             }
         }
         faults
@@ -612,17 +619,25 @@ struct Tab {
 }
 
 impl Tab {
-    /// What a buyer does on "this form has expired" (a 403: the session was lost with
-    /// Redis): reloads the page, which may name a new buyer.
-    async fn reload_if_refused(&mut self, reason: Option<&str>, page: &str) {
-        if reason != Some("403") {
-            return;
-        }
-        if let Ok(reply) = self.http.get(page).await
-            && let Some(holder) = page_buyer_id(&reply.body)
+    /// GETs the event page `page`; returns its body. The page names the buyer the tab now
+    /// is: the session may have been lost with Redis (or the other tab's reload made a new
+    /// one), and what the tab does next is that buyer's.
+    async fn open(&mut self, page: &str) -> Option<String> {
+        let body = self.http.get(page).await.ok()?.body;
+        if let Some(holder) = page_buyer_id(&body)
+            && holder != self.holder
         {
             self.holder = holder;
             self.stalling = self.http.another_tab(self.stall.clone());
+        }
+        Some(body)
+    }
+
+    /// What a buyer does on "this form has expired" or "you do not hold this seat" (a
+    /// 403: the session was lost with Redis): reloads the page.
+    async fn reload_if_refused(&mut self, reason: Option<&str>, page: &str) {
+        if reason == Some("403") {
+            self.open(page).await;
         }
     }
 }
@@ -658,10 +673,8 @@ impl SeatWorkload {
                     continue;
                 }
                 // The 303 leads back to the map, which shows the hold's token.
-                let page = tab.http.get(&page_url).await;
-                token = page
-                    .ok()
-                    .and_then(|p| crate::http::hold_token_of(&p.body, seat));
+                let page = tab.open(&page_url).await;
+                token = page.and_then(|p| crate::http::hold_token_of(&p, seat));
                 acquire.granted(token);
                 if tab.rng.random_bool(0.1) {
                     let release = self
@@ -669,7 +682,8 @@ impl SeatWorkload {
                         .invoke(&tab.process, &tab.holder, OpKind::Release, &resource)
                         .token(token);
                     let (outcome, reason) = outcome_of(&tab.http.post(&url("release"), &[]).await);
-                    release.complete(outcome, reason);
+                    release.complete(outcome, reason.clone());
+                    tab.reload_if_refused(reason.as_deref(), &page_url).await;
                     continue;
                 }
             }
@@ -700,6 +714,23 @@ impl SeatWorkload {
             }
             tab.reload_if_refused(reason.as_deref(), &page_url).await;
         }
+    }
+}
+
+/// A folder of the run's own (the servers' clock files), removed however the run ends.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(prefix: &str) -> anyhow::Result<TempDir> {
+        let dir = std::env::temp_dir().join(crate::unique_name(prefix));
+        std::fs::create_dir_all(&dir)?;
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -816,8 +847,7 @@ pub async fn run(
     .await?;
     let proxied_url = url.replacen(&authority(&url)?, &postgres.address.to_string(), 1);
     let mut rng = StdRng::seed_from_u64(config.seed);
-    let clock_dir = std::env::temp_dir().join(crate::unique_name("seatlock-nemesis"));
-    std::fs::create_dir_all(&clock_dir)?;
+    let clock_dir = TempDir::new("seatlock-nemesis")?;
 
     let mut slots = Vec::new();
     let mut seat_workloads = Vec::new();
@@ -832,7 +862,7 @@ pub async fn run(
         settings.bid_lock_ttl_ms = config.hold_ttl_ms;
         let mut indices = Vec::new();
         for _ in 0..config.servers {
-            let file = clock_dir.join(format!("clock-{}", slots.len()));
+            let file = clock_dir.0.join(format!("clock-{}", slots.len()));
             indices.push(slots.len());
             slots.push(Slot::start(binary, settings.clone(), file).await?);
         }
@@ -1003,7 +1033,6 @@ pub async fn run(
         .zip(&workloads)
         .map(|((_, ops), report)| window(ops, report, &faults, ttl_ms))
         .collect();
-    std::fs::remove_dir_all(&clock_dir).ok();
     Ok(NemesisReport {
         seed: config.seed,
         store: config.store,
@@ -1034,8 +1063,7 @@ fn judge(
     let accepted_writes = ops
         .iter()
         .filter(|o| o.op == OpKind::Read)
-        .filter_map(|o| o.value.as_deref())
-        .map(|v| v.split(',').filter(|i| !i.is_empty()).count())
+        .map(|o| checker::parse_accepted(o.value.as_deref().unwrap_or_default()).len())
         .sum();
     Ok(WorkloadReport {
         name,
@@ -1047,6 +1075,7 @@ fn judge(
         double_grants: verdict.double_grants,
         double_grants_caught: verdict.double_grants_caught,
         lock_anomalies: verdict.lock_anomalies.len(),
+        first_lock_anomalies: verdict.lock_anomalies.iter().take(3).cloned().collect(),
         violations: verdict.violations.into_iter().take(3).collect(),
         database_violations,
         history: file.display().to_string(),
@@ -1055,15 +1084,25 @@ fn judge(
 
 /// The auction item's final read: every accepted bid, in the order the item took them.
 async fn read_bids(db: &PgPool, auction: &AuctionWorkload) -> anyhow::Result<()> {
-    let bids: Vec<(String, Option<i64>)> = sqlx::query_as(
-        "SELECT bidder_id, fence_token FROM bids WHERE item_id = $1 ORDER BY created_at, id",
+    // In the order the item took them: `id` is drawn by the INSERT, under the item's row
+    // lock (`created_at` is the transaction's start, and a stalled bid starts early).
+    let bids: Vec<(String, Option<i64>, i64)> = sqlx::query_as(
+        "SELECT bidder_id, fence_token, amount_cents FROM bids WHERE item_id = $1 ORDER BY id",
     )
     .bind(auction.item)
     .fetch_all(db)
     .await?;
+    // Each bid's amount tells one bidder's bids apart (every bid sent is a new amount).
+    let accepted: Vec<Accepted> = bids
+        .into_iter()
+        .map(|(holder, token, cents)| Accepted {
+            value: Some(cents.to_string()),
+            ..Accepted::of(&holder, token)
+        })
+        .collect();
     auction
         .history
-        .read_accepted(&format!("item {}", auction.item), &bids);
+        .read_accepted(&format!("item {}", auction.item), &accepted);
     Ok(())
 }
 
@@ -1111,7 +1150,7 @@ fn sometimes(
             count: refused(&[Refusal::StaleToken.code(), Refusal::StaleBidLock.code()]),
         },
         Sometimes {
-            name: "lease_lost_with_redis",
+            name: "lease_lost_with_the_store",
             count: leases_lost_early(fenced, ttl_ms),
         },
         Sometimes {
@@ -1145,8 +1184,8 @@ fn sometimes(
     ]
 }
 
-/// Writes refused as `hold_expired` sooner than the TTL after their hold was granted: the
-/// store forgot the lease (a restart, a failover) while the holder still had time.
+/// Writes refused as `expired` although they were answered sooner than a TTL after their
+/// hold was sent: the store forgot the lease (a restart, a failover) while it still ran.
 fn leases_lost_early(ops: &[Op], ttl_ms: f64) -> usize {
     ops.iter()
         .filter(|w| {
@@ -1163,11 +1202,11 @@ fn leases_lost_early(ops: &[Op], ttl_ms: f64) -> usize {
                         && a.resource == w.resource
                         && a.complete_ms <= w.invoke_ms
                 })
-                .map(|a| a.complete_ms)
+                .map(|a| a.invoke_ms)
                 .fold(None, |last: Option<f64>, t| {
                     Some(last.map_or(t, |l| l.max(t)))
                 })
-                .is_some_and(|granted| w.invoke_ms - granted < ttl_ms - 200.0)
+                .is_some_and(|sent| w.complete_ms - sent < ttl_ms)
         })
         .count()
 }
@@ -1192,8 +1231,17 @@ fn failures(
             failures.push(format!("workload {} ran no operation", w.name));
         }
     }
-    if sometimes.iter().all(|s| s.count == 0) {
-        failures.push("none of the interesting things happened".into());
+    // The clients' own (a hang-up, an answer lost) nearly always happen: the store's are
+    // what the faults are for.
+    let mut of_the_store = sometimes
+        .iter()
+        .filter(|s| !matches!(s.name, "buyer_hung_up" | "answer_lost"));
+    if of_the_store.all(|s| s.count == 0) {
+        failures.push(
+            "none of the interesting things happened: no stale write refused, no lease lost, \
+             no double grant caught, no failover, no restart"
+                .into(),
+        );
     }
     for f in faults {
         if let Some(note) = f
@@ -1246,6 +1294,14 @@ fn window(ops: &[Op], report: &WorkloadReport, faults: &[Fault], ttl_ms: f64) ->
     let from_ms = (focus - WINDOW_MS * 0.3).max(0.0);
     let to_ms = from_ms + WINDOW_MS;
     let inside = |o: &&Op| o.process != "checker" && o.invoke_ms >= from_ms && o.invoke_ms <= to_ms;
+    // A write in the window may be under a grant made before it: the lease still ran.
+    let in_view = |o: &&Op| {
+        inside(o)
+            || (o.op == OpKind::Acquire
+                && o.outcome == Outcome::Ok
+                && o.complete_ms + ttl_ms >= from_ms
+                && o.invoke_ms <= to_ms)
+    };
     let flagged = violation.map(|v| v.resource.as_str());
     let mut resources: Vec<&str> = Vec::new();
     for op in ops.iter().filter(inside).filter(|o| o.op == OpKind::Write) {
@@ -1258,7 +1314,7 @@ fn window(ops: &[Op], report: &WorkloadReport, faults: &[Fault], ttl_ms: f64) ->
     for resource in resources {
         let mine: Vec<&Op> = ops
             .iter()
-            .filter(inside)
+            .filter(in_view)
             .filter(|o| o.resource == resource)
             .collect();
         let writes_of = |holder: &str, after: f64| -> Vec<(f64, bool)> {
@@ -1412,7 +1468,9 @@ pub fn html(report: &NemesisReport) -> Result<String, String> {
         .collect();
     let mut violations = String::new();
     for w in &report.workloads {
-        for v in &w.violations {
+        // The resource's violations, then the lock's anomalies (counted, judged only where
+        // the fence itself broke: see the checker).
+        for v in w.violations.iter().chain(&w.first_lock_anomalies) {
             violations.push_str(&format!(
                 "<h3>{}: {} on {}</h3><p>{}</p><pre>{}</pre>",
                 w.name,
@@ -1462,8 +1520,9 @@ pub fn html(report: &NemesisReport) -> Result<String, String> {
          <table><tr>{head}</tr>\n{rows}</table>\
          <h2>Sometimes</h2><table><tr><th>what</th><th>count</th></tr>{sometimes}</table>\
          <h2>Faults</h2><table><tr><th>start ms</th><th>end ms</th><th>kind</th><th>target</th><th>note</th></tr>{faults}</table>\
-         <h2>First violations</h2>{violations}\
-         <h2>Timelines</h2>{legend}{timelines}</body></html>",
+         <h2>First violations and lock anomalies</h2>{violations}\
+         <h2>Timelines</h2>{legend}<p>On <code>conditional</code> and <code>auction</code> \
+         nothing is held: their lanes are writes only (\"token ?\").</p>{timelines}</body></html>",
         seed = report.seed,
         store = report.store.name(),
         legend = timeline::LEGEND_HTML
