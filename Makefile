@@ -6,7 +6,7 @@
 #   make lab    make demo with the race lab: the article's table built live at http://127.0.0.1:3000/lab
 #   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
-#   make nemesis  load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=)
+#   make nemesis  load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=, STORE=)
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
 SHELL := /bin/bash
 .ONESHELL:
@@ -15,7 +15,7 @@ export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR when set, as cargo does).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
-# The lease store of `make demo` and `make scale`: redis (default) or etcd.
+# The lease store of `make demo`, `make scale` and `make nemesis`: redis (default) or etcd.
 STORE ?= redis
 
 .PHONY: demo lab scale test race failover nemesis bench services stop e2e-driver lint
@@ -85,7 +85,8 @@ failover: services
 # from SEED (default: drawn and printed), NEMESIS_SECONDS long (default 180), the leases
 # in STORE (redis under Sentinel, or etcd with three members); every
 # operation recorded and checked (docs/nemesis.md); writes target/nemesis/report.json,
-# report.html and the histories; fails if a product workload's history is invalid.
+# report.html and the histories; fails if a product workload's history is invalid, the
+# unfenced one's valid, a fault could not be injected, or nothing interesting happened.
 nemesis: services
 	source .run/env
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test

@@ -48,8 +48,8 @@ enum Command {
     Queue(QueueArgs),
     /// Buyers, tabs and bidders under a seeded schedule of faults, every operation in a
     /// history checked against a fenced lock (`make nemesis`); exits non-zero if a
-    /// product workload is invalid, the unfenced one valid, or nothing interesting
-    /// happened.
+    /// product workload is invalid, the unfenced one valid, a workload ran nothing, a
+    /// fault could not be injected, or nothing interesting happened.
     Nemesis(NemesisArgs),
 }
 

@@ -65,7 +65,7 @@ pub struct Op {
     /// When the client had its answer (or gave up), same clock.
     pub complete_ms: f64,
     pub outcome: Outcome,
-    /// Why it failed (the refusal code: `stale_token`, `hold_expired`, …) or why it is
+    /// Why it failed (the refusal code: `stale`, `expired`, …) or why it is
     /// unknown (`timeout`, `503`, `hung up`).
     pub reason: Option<String>,
 }
@@ -241,7 +241,7 @@ impl Answered {
 }
 
 /// How a client reads an HTTP answer: a 2xx or 3xx is `ok`; a 4xx is `fail`, its reason
-/// the refusal code (`stale_token`, …) or the status; a 5xx, a timeout or a broken
+/// the refusal code (`stale`, `expired`, …) or the status; a 5xx, a timeout or a broken
 /// connection is `unknown` (the server may have done it before it failed to say so).
 pub fn outcome_of(reply: &anyhow::Result<crate::Reply>) -> (Outcome, Option<String>) {
     match reply {

@@ -1414,7 +1414,7 @@ fn cells(w: &WorkloadReport) -> [String; 8] {
     ]
 }
 
-/// The workloads, the sometimes list and the faults as Markdown.
+/// The workloads and the sometimes list as Markdown.
 pub fn table(report: &NemesisReport) -> String {
     let mut out = format!(
         "seed {}, {} s, {} faults\n\n| {} |\n|{}\n",
