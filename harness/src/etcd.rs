@@ -74,7 +74,7 @@ impl EtcdCluster {
         let client_url = format!("http://127.0.0.1:{}", member.client_port);
         let peer_url = format!("http://127.0.0.1:{}", member.peer_port);
         let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
-        let child = std::process::Command::new("etcd")
+        let child = crate::procs::dies_with_parent(&mut std::process::Command::new("etcd"))
             .args(["--name", &format!("m{index}")])
             .arg("--data-dir")
             .arg(self.dir.join(format!("m{index}")))

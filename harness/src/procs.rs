@@ -9,6 +9,24 @@ use seatlock::config::Settings;
 
 use crate::stores::unique_name;
 
+/// Makes the child of `command` die (SIGKILL) when the thread that starts it ends (Linux's
+/// `PR_SET_PDEATHSIG`): a test or a `load-test` run killed with SIGKILL, whose destructors
+/// never run, leaves no Redis, Sentinel, etcd or server behind, nor one stopped for good.
+pub(crate) fn dies_with_parent(command: &mut std::process::Command) -> &mut std::process::Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls prctl, which is async-signal-safe.
+    unsafe { command.pre_exec(die_with_parent) }
+}
+
+/// The `pre_exec` hook of [`dies_with_parent`], for `tokio::process::Command` too.
+fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl with these arguments reads and writes no memory of ours.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A free loopback port (free when asked: the kernel picks it for a listener that is
 /// closed at once).
 pub(crate) fn free_port() -> anyhow::Result<u16> {
@@ -144,7 +162,7 @@ impl RedisServer {
     /// Kills the server if running and starts a new, empty one on the same port.
     pub async fn restart_empty(&mut self) -> anyhow::Result<()> {
         self.kill();
-        let child = std::process::Command::new("redis-server")
+        let child = dies_with_parent(&mut std::process::Command::new("redis-server"))
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--save", "", "--appendonly", "no", "--dir"])
             .arg(&self.dir)
@@ -219,6 +237,8 @@ impl ServerProcess {
         use tokio::io::AsyncBufReadExt;
         let log = std::env::temp_dir().join(format!("{}.log", unique_name("seatlock-serve")));
         let mut command = tokio::process::Command::new(binary);
+        // SAFETY: as in `dies_with_parent`.
+        unsafe { command.pre_exec(die_with_parent) };
         command
             .arg("serve")
             .envs(settings.to_env())

@@ -106,12 +106,13 @@ impl SentinelTopology {
                     dir = dir.display()
                 ),
             )?;
-            let child = std::process::Command::new("redis-server")
-                .arg(&conf)
-                .arg("--sentinel")
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .context("starting redis-server --sentinel (apt-get install redis-server)")?;
+            let child =
+                crate::procs::dies_with_parent(&mut std::process::Command::new("redis-server"))
+                    .arg(&conf)
+                    .arg("--sentinel")
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .context("starting redis-server --sentinel (apt-get install redis-server)")?;
             sentinels.push(Sentinel { port, dir, child });
         }
         let topology = SentinelTopology {
