@@ -6,30 +6,12 @@
 
 use std::collections::HashMap;
 
-use seatlock_harness::procs::seatlock_binary;
+mod common;
 
 #[tokio::test]
 async fn every_failover_runs_history_is_valid_and_its_double_grants_caught() {
-    let dir = std::env::temp_dir().join(seatlock_harness::unique_name("failover"));
-    let json = dir.join("report.json");
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
-        .arg("failover")
-        .arg("--json")
-        .arg(&json)
-        .arg("--html")
-        .arg(dir.join("report.html"))
-        .env("SEATLOCK_SERVER_BIN", seatlock_binary().unwrap())
-        .output()
-        .await
-        .expect("load-test runs");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (dir, stdout, report) = common::run_load_test("failover", &["failover"]).await;
     println!("{stdout}");
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs: HashMap<&str, &serde_json::Value> = report["runs"]
         .as_array()
         .unwrap()

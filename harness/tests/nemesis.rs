@@ -3,41 +3,20 @@
 //! is flagged invalid and the product's workloads pass in the same run (the command
 //! exits non-zero otherwise), and the report has the fields `make nemesis` promises.
 
+mod common;
+
 use seatlock_harness::history::Op;
 use seatlock_harness::load::nemesis::{LeaseBackend, schedule};
-use seatlock_harness::procs::seatlock_binary;
 
 const SEED: u64 = 21;
 const SECONDS: u64 = 40;
 
 #[tokio::test]
 async fn a_fixed_seed_flags_the_unfenced_workload_and_passes_the_products() {
-    let dir = std::env::temp_dir().join(seatlock_harness::unique_name("nemesis"));
-    let json = dir.join("report.json");
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
-        .arg("nemesis")
-        .args([
-            "--seed",
-            &SEED.to_string(),
-            "--seconds",
-            &SECONDS.to_string(),
-        ])
-        .arg("--json")
-        .arg(&json)
-        .arg("--html")
-        .arg(dir.join("report.html"))
-        .env("SEATLOCK_SERVER_BIN", seatlock_binary().unwrap())
-        .output()
-        .await
-        .expect("load-test runs");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let (seed, seconds) = (SEED.to_string(), SECONDS.to_string());
+    let args = ["nemesis", "--seed", &seed, "--seconds", &seconds];
+    let (dir, stdout, report) = common::run_load_test("nemesis", &args).await;
     println!("{stdout}");
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["seed"], SEED);
 
     // The schedule is the seed's, and every kind of fault was injected.

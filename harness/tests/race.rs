@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+mod common;
+
 use seatlock::config::PurchaseStrategy;
 use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp, procs::seatlock_binary};
 
@@ -200,32 +202,11 @@ async fn the_atomic_group_hold_never_leaves_a_partial_group_seat_by_seat_is_meas
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// Runs `load-test race --buyers 3 --rounds 2 ARGS --json DIR/report.json --html
-/// DIR/report.html` against this build's server, asserts it succeeded, and returns the
-/// directory, its stdout and the JSON report.
+/// Runs `load-test race --buyers 3 --rounds 2 ARGS` ([`common::run_load_test`]).
 async fn run_race(name: &str, args: &[&str]) -> (std::path::PathBuf, String, serde_json::Value) {
-    let dir = std::env::temp_dir().join(seatlock_harness::unique_name(name));
-    let json = dir.join("report.json");
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-test"))
-        .arg("race")
-        .args(["--buyers", "3", "--rounds", "2"])
-        .args(args)
-        .arg("--json")
-        .arg(&json)
-        .arg("--html")
-        .arg(dir.join("report.html"))
-        .env("SEATLOCK_SERVER_BIN", seatlock_binary().unwrap())
-        .output()
-        .await
-        .expect("load-test runs");
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let report = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    (dir, stdout, report)
+    let mut all = vec!["race", "--buyers", "3", "--rounds", "2"];
+    all.extend_from_slice(args);
+    common::run_load_test(name, &all).await
 }
 
 /// The rows of a report array (`strategies` or `groups`) by their `strategy` field.

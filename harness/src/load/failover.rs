@@ -604,28 +604,12 @@ fn cells(run: &FailoverRun) -> [String; 10] {
 
 /// The table as Markdown.
 pub fn table(report: &FailoverReport) -> String {
-    let mut out = format!(
-        "| {} |\n|{}\n",
-        HEADER.join(" | "),
-        "---|".repeat(HEADER.len())
-    );
-    for run in &report.runs {
-        out.push_str(&format!("| {} |\n", cells(run).join(" | ")));
-    }
-    out
+    super::report::markdown_table(&HEADER, report.runs.iter().map(cells))
 }
 
 /// A self-contained HTML page: the table and a timeline per run.
 pub fn html(report: &FailoverReport) -> Result<String, String> {
-    let head: String = HEADER.iter().map(|h| format!("<th>{h}</th>")).collect();
-    let rows: String = report
-        .runs
-        .iter()
-        .map(|run| {
-            let tds: String = cells(run).iter().map(|c| format!("<td>{c}</td>")).collect();
-            format!("<tr>{tds}</tr>\n")
-        })
-        .collect();
+    let table = super::report::html_table(&HEADER, report.runs.iter().map(cells));
     let mut timelines = String::new();
     for run in &report.runs {
         let title = format!("{}: holders, leases, tokens, writes", run.name);
@@ -639,7 +623,7 @@ pub fn html(report: &FailoverReport) -> Result<String, String> {
          <style>body{{font:15px system-ui,sans-serif;margin:2rem}}table{{border-collapse:collapse}}\
          td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}td:first-child{{text-align:left}}</style>\
          </head><body><h1>Failover lab: what a Redis failover does to a sale</h1>\
-         <table><tr>{head}</tr>\n{rows}</table><h2>Timelines</h2>{}{timelines}</body></html>",
+         {table}<h2>Timelines</h2>{}{timelines}</body></html>",
         timeline::LEGEND_HTML
     ))
 }

@@ -41,6 +41,7 @@ use seatlock::config::{PurchaseStrategy, Settings};
 use seatlock::http::error::Refusal;
 use seatlock::racelab::pause::PAUSE_HEADER;
 
+use super::report::{escape, html_table, markdown_table};
 use super::timeline::{self, Lane, Moment};
 use crate::history::check::{self as checker, Accepted, Model, Verdict};
 use crate::history::{History, Op, OpKind, Outcome, outcome_of, seat_resource};
@@ -1416,56 +1417,46 @@ fn cells(w: &WorkloadReport) -> [String; 8] {
 
 /// The workloads and the sometimes list as Markdown.
 pub fn table(report: &NemesisReport) -> String {
-    let mut out = format!(
-        "seed {}, {} s, {} faults\n\n| {} |\n|{}\n",
+    format!(
+        "seed {}, {} s, {} faults\n\n{}\n{}",
         report.seed,
         report.seconds,
         report.faults.len(),
-        HEADER.join(" | "),
-        "---|".repeat(HEADER.len())
-    );
-    for w in &report.workloads {
-        out.push_str(&format!("| {} |\n", cells(w).join(" | ")));
-    }
-    out.push_str("\n| sometimes | count |\n|---|---|\n");
-    for s in &report.sometimes {
-        out.push_str(&format!("| {} | {} |\n", s.name, s.count));
-    }
-    out
+        markdown_table(&HEADER, report.workloads.iter().map(cells)),
+        markdown_table(
+            &SOMETIMES_HEADER,
+            report.sometimes.iter().map(sometimes_cells)
+        )
+    )
+}
+
+const SOMETIMES_HEADER: [&str; 2] = ["sometimes", "count"];
+
+fn sometimes_cells(s: &Sometimes) -> [String; 2] {
+    [s.name.into(), s.count.to_string()]
+}
+
+const FAULTS_HEADER: [&str; 5] = ["start ms", "end ms", "kind", "target", "note"];
+
+fn fault_cells(f: &Fault) -> [String; 5] {
+    [
+        format!("{:.0}", f.start_ms),
+        format!("{:.0}", f.end_ms),
+        f.kind.name().into(),
+        f.target.clone(),
+        f.note.clone().unwrap_or_default(),
+    ]
 }
 
 /// A self-contained HTML page: the table, the faults, the first violations and a
 /// timeline per workload with the faults marked.
 pub fn html(report: &NemesisReport) -> Result<String, String> {
-    let escape = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;");
-    let head: String = HEADER.iter().map(|h| format!("<th>{h}</th>")).collect();
-    let rows: String = report
-        .workloads
-        .iter()
-        .map(|w| {
-            let tds: String = cells(w).iter().map(|c| format!("<td>{c}</td>")).collect();
-            format!("<tr>{tds}</tr>\n")
-        })
-        .collect();
-    let sometimes: String = report
-        .sometimes
-        .iter()
-        .map(|s| format!("<tr><td>{}</td><td>{}</td></tr>", s.name, s.count))
-        .collect();
-    let faults: String = report
-        .faults
-        .iter()
-        .map(|f| {
-            format!(
-                "<tr><td>{:.0}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                f.start_ms,
-                f.end_ms,
-                f.kind.name(),
-                escape(&f.target),
-                escape(f.note.as_deref().unwrap_or(""))
-            )
-        })
-        .collect();
+    let table = html_table(&HEADER, report.workloads.iter().map(cells));
+    let sometimes = html_table(
+        &SOMETIMES_HEADER,
+        report.sometimes.iter().map(sometimes_cells),
+    );
+    let faults = html_table(&FAULTS_HEADER, report.faults.iter().map(fault_cells));
     let mut violations = String::new();
     for w in &report.workloads {
         // The resource's violations, then the lock's anomalies (counted, judged only where
@@ -1517,9 +1508,7 @@ pub fn html(report: &NemesisReport) -> Result<String, String> {
          td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:left}}td.n{{text-align:right}}\
          pre{{font-size:12px;overflow-x:auto}}</style></head><body>\
          <h1>Nemesis, seed {seed}, on {store}: {verdict}</h1>{why}\
-         <table><tr>{head}</tr>\n{rows}</table>\
-         <h2>Sometimes</h2><table><tr><th>what</th><th>count</th></tr>{sometimes}</table>\
-         <h2>Faults</h2><table><tr><th>start ms</th><th>end ms</th><th>kind</th><th>target</th><th>note</th></tr>{faults}</table>\
+         {table}<h2>Sometimes</h2>{sometimes}<h2>Faults</h2>{faults}\
          <h2>First violations and lock anomalies</h2>{violations}\
          <h2>Timelines</h2>{legend}<p>On <code>conditional</code> and <code>auction</code> \
          nothing is held: their lanes are writes only (\"token ?\").</p>{timelines}</body></html>",

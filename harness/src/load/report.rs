@@ -144,15 +144,43 @@ fn cells(row: &StrategyRow) -> [String; 12] {
 
 /// The table as Markdown (readable in a terminal, pasteable into the README).
 pub fn table(report: &Report) -> String {
-    let mut out = format!(
-        "| {} |\n|{}\n",
-        HEADER.join(" | "),
-        "---|".repeat(HEADER.len())
-    );
-    for row in &report.strategies {
-        out.push_str(&format!("| {} |\n", cells(row).join(" | ")));
+    markdown_table(&HEADER, report.strategies.iter().map(cells))
+}
+
+/// A Markdown table: `header`, then a line per row of `rows`. The labs' reports share it.
+pub fn markdown_table<const N: usize>(
+    header: &[&str; N],
+    rows: impl IntoIterator<Item = [String; N]>,
+) -> String {
+    let mut out = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(N));
+    for row in rows {
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
     }
     out
+}
+
+/// The same table as HTML, `<table>` to `</table>`, every cell escaped.
+pub fn html_table<const N: usize>(
+    header: &[&str; N],
+    rows: impl IntoIterator<Item = [String; N]>,
+) -> String {
+    let head: String = header.iter().map(|h| format!("<th>{h}</th>")).collect();
+    let mut out = format!("<table><tr>{head}</tr>\n");
+    for row in rows {
+        let tds: String = row
+            .iter()
+            .map(|c| format!("<td>{}</td>", escape(c)))
+            .collect();
+        out.push_str(&format!("<tr>{tds}</tr>\n"));
+    }
+    out + "</table>"
+}
+
+/// `text` with `&`, `<` and `>` escaped, for HTML.
+pub fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The first `limit` violations of each strategy, one line per accepted write.
@@ -218,20 +246,7 @@ fn chart(row: &StrategyRow) -> Result<String, String> {
 
 /// A self-contained HTML report: the table, the violations, a chart per strategy.
 pub fn html(report: &Report) -> Result<String, String> {
-    let escape = |s: &str| {
-        s.replace('&', "&amp;")
-            .replace('<', "&lt;")
-            .replace('>', "&gt;")
-    };
-    let mut rows = String::new();
-    for row in &report.strategies {
-        let tds: String = cells(row)
-            .iter()
-            .map(|c| format!("<td>{}</td>", escape(c)))
-            .collect();
-        rows.push_str(&format!("<tr>{tds}</tr>\n"));
-    }
-    let head: String = HEADER.iter().map(|h| format!("<th>{h}</th>")).collect();
+    let table = html_table(&HEADER, report.strategies.iter().map(cells));
     let mut charts = String::new();
     for row in &report.strategies {
         charts.push_str(&format!("<figure>{}</figure>\n", chart(row)?));
@@ -249,7 +264,7 @@ pub fn html(report: &Report) -> Result<String, String> {
          <style>body{{font:15px system-ui,sans-serif;margin:2rem}}table{{border-collapse:collapse}}\
          td,th{{border:1px solid #ccc;padding:.3rem .6rem;text-align:right}}td:first-child{{text-align:left}}\
          figure{{display:inline-block;margin:.5rem}}pre{{background:#f4f4f4;padding:.6rem}}</style></head><body>\
-         <h1>Race lab: who sells a seat twice?</h1><table><tr>{head}</tr>\n{rows}</table>\
+         <h1>Race lab: who sells a seat twice?</h1>{table}\
          <h2>Latency of a purchase attempt (hold + confirm)</h2>{charts}\
          <h2>Timelines</h2>{}{timelines}\
          <h2>Invariant violations</h2><details><summary>every accepted write involved</summary>\
