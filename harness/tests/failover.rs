@@ -1,15 +1,15 @@
 //! `load-test failover` (`make failover`): the four runs (seats and auction, guard off
 //! and on) on their own Sentinel topologies. Whatever the failover's timing, no seat is
-//! sold twice, every run's history is valid (every late write was refused: a double grant
-//! the resource accepted both writes of would be a `double_sale` or a `token_order`), and
-//! each run's history is written beside the report.
+//! sold twice; every run's history is valid (every late write refused) but the seats'
+//! without the guard, whose fence granted a token twice; and each run's history is
+//! written beside the report.
 
 use std::collections::HashMap;
 
 mod common;
 
 #[tokio::test]
-async fn every_failover_runs_history_is_valid_and_its_double_grants_caught() {
+async fn a_failover_runs_history_is_valid_unless_the_fence_repeated_a_token() {
     let (dir, stdout, report) = common::run_load_test("failover", &["failover"]).await;
     println!("{stdout}");
     let runs: HashMap<&str, &serde_json::Value> = report["runs"]
@@ -25,9 +25,14 @@ async fn every_failover_runs_history_is_valid_and_its_double_grants_caught() {
         ("auction, guard off", "auction-guard-off"),
         ("auction, guard on", "auction-guard-on"),
     ] {
+        // The seats' history has the grants: without the guard the fence repeats a token
+        // (the lanes' duplicate tokens), which the checker must call invalid even though
+        // no seat was sold twice; with the guard, and for the auction (no grants in its
+        // history), it is valid.
+        let fence_repeated = run == "seats, guard off" && n(run, "duplicate_tokens") > 0;
         assert_eq!(
             runs[run]["history_valid"].as_bool(),
-            Some(true),
+            Some(!fence_repeated),
             "{run}: {stdout}"
         );
         assert_eq!(n(run, "double_sales"), 0, "{run}: {stdout}");
