@@ -54,6 +54,7 @@ impl Application {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }
         let csrf = csrf::Csrf::new(settings.secret.as_deref());
+        let identities = buyer::Identities::new(settings.secret.as_deref());
         let live = Arc::new(live::LiveHub::default());
         live::spawn(
             live.clone(),
@@ -69,6 +70,7 @@ impl Application {
             waiting_room,
             settings: Arc::new(settings),
             csrf,
+            identities,
             live,
             catalog: Arc::default(),
             known_items: Arc::default(),
@@ -188,6 +190,10 @@ pub fn router(state: AppState) -> Router {
         .merge(racelab::router())
         .fallback(not_found)
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
+        .layer(axum::middleware::from_fn_with_state(
+            state.identities.clone(),
+            buyer::identify,
+        ))
         .layer(sessions)
         // Outside the sessions: it sees (and marks `Secure`, on https) their cookies.
         .layer(axum::middleware::from_fn_with_state(

@@ -129,7 +129,7 @@ pub(crate) async fn index(
     .await?;
     let page = IndexPage {
         events,
-        buyer_name: buyer.profile.name.clone(),
+        buyer_name: buyer.name().await?,
         authenticity_token: csrf.authenticity.clone(),
         waiting_room_shoppers: state.settings.waiting_room_shoppers,
     };

@@ -53,6 +53,8 @@ pub struct AppState {
     pub settings: Arc<Settings>,
     /// CSRF token signing.
     pub csrf: crate::http::csrf::Csrf,
+    /// Buyer cookie signing ([`crate::http::buyer::Identities`]).
+    pub identities: crate::http::buyer::Identities,
     /// Live updates for the pages this process serves.
     pub live: Arc<crate::live::LiveHub>,
     /// Each event's seats and start, read once (a hold asks no Postgres).

@@ -163,6 +163,22 @@ pub trait LeaseStore: Send + Sync {
     /// is its remaining time.
     async fn owned_by(&self, key: &LeaseKey, holder: &str) -> Result<Option<Lease>, LeaseError>;
 
+    /// Releases the live lease on `key` if its holder label is `holder`, whatever its
+    /// owner token: recover-by-holder ([`LeaseStore::owned_by`]) and compare-and-delete
+    /// ([`LeaseStore::release`]) together, for a holder that keeps no copy of its owner
+    /// token (seatlock's buyers: the token never leaves the server, and the server keeps no
+    /// session copy of it). `true` if this call deleted it, `false` (nothing touched) if
+    /// there was no live lease of `holder` on `key`. The default is those two calls, two
+    /// round trips, between which the lease may lapse and pass to another holder: then
+    /// the compare-and-delete finds another owner token and touches nothing. Redis does it
+    /// in one script (`scripts/release_held_by.lua`).
+    async fn release_held_by(&self, key: &LeaseKey, holder: &str) -> Result<bool, LeaseError> {
+        match self.owned_by(key, holder).await? {
+            Some(lease) => self.release(&lease).await,
+            None => Ok(false),
+        }
+    }
+
     /// Whether `lease` is still held by its owner, at one instant.
     async fn is_held(&self, lease: &Lease) -> Result<bool, LeaseError>;
 

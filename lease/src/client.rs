@@ -201,6 +201,12 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         scripts::release(&self.redis, &lease.key, &lease.owner).await
     }
 
+    /// Recover-by-holder and compare-and-delete in one script
+    /// (`scripts/release_held_by.lua`, ending in `scripts/release.lua`): one round trip.
+    async fn release_held_by(&self, key: &LeaseKey, holder: &str) -> Result<bool, LeaseError> {
+        scripts::release_held_by(&self.redis, key, holder).await
+    }
+
     /// Extends `lease` to `lease.ttl()` from now if the caller still owns it
     /// (compare-and-pexpire, `scripts/renew.lua`) and updates its `expires_at_ms()`. An
     /// expired key is never recreated. One round trip.

@@ -177,6 +177,31 @@ pub(crate) async fn release(
     Ok(deleted == 1)
 }
 
+/// Release by holder: release_held_by.lua finds the owner token, then release.lua's
+/// compare-and-delete.
+static RELEASE_HELD_BY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/release_held_by.lua"),
+        include_str!("scripts/release.lua")
+    ))
+});
+
+pub(crate) async fn release_held_by(
+    redis: &RedisStore,
+    key: &LeaseKey,
+    holder: &str,
+) -> Result<bool, crate::LeaseError> {
+    let mut invocation = RELEASE_HELD_BY.prepare_invoke();
+    invocation
+        .key(key.lease_key())
+        .key(key.holders_key())
+        .arg(holder)
+        .arg(key.name())
+        .arg(key.events_channel());
+    let deleted: i64 = redis.invoke("release_held_by", &invocation).await?;
+    Ok(deleted == 1)
+}
+
 pub(crate) async fn retire(
     redis: &RedisStore,
     key: &LeaseKey,

@@ -172,7 +172,7 @@ async fn list(State(state): State<AppState>, buyer: Buyer) -> Result<ListPage> {
     Ok(ListPage {
         open: open?,
         closed: closed?,
-        buyer_name: buyer.profile.name.clone(),
+        buyer_name: buyer.name().await?,
     })
 }
 
@@ -197,7 +197,7 @@ async fn item_page(
     };
     Ok(ItemPage {
         live,
-        buyer_name: buyer.profile.name.clone(),
+        buyer_name: buyer.name().await?,
         authenticity_token: csrf.authenticity.clone(),
         amount,
         error,
@@ -235,7 +235,7 @@ async fn place_bid(
         // Once the bid lock may be taken, a bidder who hangs up cancels nothing: the bid
         // is written or refused, and the lock released at once.
         Ok(amount_cents) => {
-            let (state, bidder) = (state.clone(), buyer.profile.clone());
+            let (state, bidder) = (state.clone(), buyer.profile().await?);
             let deadline = state.settings.request_deadline();
             let work = async move {
                 let new_bid = Bid {

@@ -1,23 +1,41 @@
-//! The buyer: an anonymous browser session (tower-sessions, stored in Redis:
-//! [`crate::http::sessions`]) with a
-//! public id, a display name, and the buyer's current holds.
+//! The buyer: an anonymous visitor known by a public random id, carried in a signed
+//! cookie ([`BUYER_COOKIE`], the `cookie` crate's signed jar, HMAC-SHA256 under the
+//! server secret), and a display name, kept in a tower-sessions session (in Redis:
+//! [`crate::http::sessions`]) once the buyer gives one.
 //!
-//! A hold's owner token is kept here, server side, and never sent to the browser: the
-//! session is what proves that a release or confirm comes from the holder.
+//! * **No store on the hot path.** Who the buyer is (and so their form token,
+//!   [`crate::http::csrf`]) is checked from the cookie alone, without a store read: a
+//!   hold is its one lease script and nothing else. The buyer's holds are found in Redis
+//!   by their id (the holder label every grant records), so their owner tokens stay in
+//!   Redis and never reach the browser, nor a session.
+//! * **A look writes nothing lasting.** A first visit mints an id and sets the cookie
+//!   (kept by the browser, not by any store); a session exists only once the buyer names
+//!   themselves (`POST /me`). Crawlers and cookie-dropping bots cost no store memory.
+//! * **A rename is one write.** The name goes into the session, whose id is rotated
+//!   (session fixation); the buyer's id does not change, so a request in flight across a
+//!   rename neither brings the old session back (it never writes the session) nor turns
+//!   the browser into a new guest.
+//!
+//! What a signed cookie cannot do is be revoked: whoever holds a copy of a buyer's cookie
+//! is that buyer until it expires, as with any bearer token (it is HttpOnly, SameSite=Lax,
+//! and `Secure` on https, [`crate::http::proxy`]).
 
-use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::FromRequestParts;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::post;
 use axum::{Router, http::HeaderMap};
-use lease::{FencingToken, Lease, LeaseKey, OwnerToken};
+use cookie::{Cookie, CookieJar, Key};
+use hmac::{Hmac, Mac};
+use lease::OwnerToken;
 use rand::Rng;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use sha2::Sha256;
 use tower_sessions::Session;
 
 use crate::http::csrf::CsrfForm;
@@ -25,92 +43,166 @@ use crate::http::error::{Error, Result};
 use crate::profile::BuyerProfile;
 use crate::state::AppState;
 
-const BUYER: &str = "buyer";
-const HOLDS: &str = "holds";
-const ADMISSIONS: &str = "admissions";
+/// The name of the cookie that carries the buyer's id, signed.
+pub const BUYER_COOKIE: &str = "seatlock.buyer";
 
-/// A hold as the session remembers it: enough to rebuild the [`Lease`]. A copy, not the
-/// record: Redis is. An entry can be stale (two requests of one session each save the
-/// whole session), so every use is checked against Redis, and a mismatch refreshed from
-/// Redis by the buyer's id (see `seats::purchase`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct HeldSeat {
-    /// The lease's owner token (secret).
-    pub owner_token: String,
-    /// The grant's fencing token.
-    pub fencing_token: u64,
-    /// The hold TTL asked for, in milliseconds.
-    pub ttl_ms: u64,
-    /// Expiry at grant time, Unix ms on the Redis clock.
-    pub expires_at_ms: u64,
-}
+/// How long a browser keeps its buyer id without a visit: 30 days, so a buyer can come
+/// back to their orders.
+const BUYER_COOKIE_MAX_AGE: cookie::time::Duration = cookie::time::Duration::days(30);
 
-impl HeldSeat {
-    /// Remembers a freshly granted lease.
-    pub fn from_lease(lease: &Lease) -> Self {
-        HeldSeat {
-            owner_token: lease.owner().as_str().to_owned(),
-            fencing_token: lease.fencing_token().0,
-            ttl_ms: lease.ttl().as_millis() as u64,
-            expires_at_ms: lease.expires_at_ms(),
-        }
-    }
+/// Session key of the buyer's name (with their id, so a session cookie paired with
+/// another buyer's id names nobody).
+const PROFILE: &str = "profile";
 
-    /// The lease this hold stands for, on `key`.
-    pub fn lease(&self, key: LeaseKey) -> Lease {
-        Lease::from_parts(
-            key,
-            OwnerToken::from_string(self.owner_token.clone()),
-            FencingToken(self.fencing_token),
-            std::time::Duration::from_millis(self.ttl_ms),
-            self.expires_at_ms,
-        )
-    }
-}
-
-/// The current buyer, extracted from the session; created on first visit. Cheap to clone
-/// (the session is shared).
+/// The key that signs buyer cookies and derives their waiting-room tokens: from
+/// `SEATLOCK_SECRET` (at least 32 bytes; every server of a deployment must share it),
+/// else random per process, which suits one process only (another process would see
+/// every buyer as new).
 #[derive(Clone)]
-pub struct Buyer {
-    /// Public id and name.
-    pub profile: BuyerProfile,
-    session: Session,
-    /// Whether this request created the buyer (no session before it).
-    new: bool,
+pub struct Identities {
+    key: Key,
+}
+
+impl Identities {
+    /// See the type's docs. `secret`, when given, has been checked by
+    /// [`crate::http::csrf::check_secret`].
+    pub fn new(secret: Option<&str>) -> Self {
+        let key = match secret {
+            // HKDF-expanded to the 64 bytes the signed jar wants.
+            Some(secret) => Key::derive_from(secret.as_bytes()),
+            None => Key::generate(),
+        };
+        Identities { key }
+    }
+
+    /// The buyer id of a request's signed cookie, if it has one that verifies.
+    fn read(&self, headers: &HeaderMap) -> Option<String> {
+        let mut jar = CookieJar::new();
+        for value in headers.get_all(header::COOKIE) {
+            for cookie in value.to_str().ok()?.split(';') {
+                if let Ok(cookie) = Cookie::parse_encoded(cookie.trim().to_owned()) {
+                    jar.add_original(cookie);
+                }
+            }
+        }
+        let id = jar.signed(&self.key).get(BUYER_COOKIE)?.value().to_owned();
+        is_buyer_id(&id).then_some(id)
+    }
+
+    /// The `Set-Cookie` value that gives a browser `id`.
+    fn cookie_for(&self, id: &str) -> Option<HeaderValue> {
+        let mut jar = CookieJar::new();
+        let cookie = Cookie::build((BUYER_COOKIE, id.to_owned()))
+            .path("/")
+            .http_only(true)
+            .same_site(cookie::SameSite::Lax)
+            .max_age(BUYER_COOKIE_MAX_AGE);
+        jar.signed_mut(&self.key).add(cookie);
+        let signed = jar.delta().next()?.encoded().to_string();
+        HeaderValue::from_str(&signed).ok()
+    }
+
+    /// The owner token of `buyer_id`'s place in event `event_id`'s waiting room:
+    /// HMAC-SHA256 of both under the key, so every request of the buyer, on any server,
+    /// stands for the same place, with nothing stored. Secret like a hold's owner token
+    /// (whoever knows it may shop with it): it never leaves the server.
+    fn admission_token(&self, buyer_id: &str, event_id: i64) -> OwnerToken {
+        let mut mac = Hmac::<Sha256>::new_from_slice(self.key.signing())
+            .expect("HMAC takes a key of any length");
+        mac.update(format!("admission\0{event_id}\0{buyer_id}").as_bytes());
+        OwnerToken::from_string(hex::encode(mac.finalize().into_bytes()))
+    }
+}
+
+/// A buyer id as minted: 16 lowercase hex digits.
+fn is_buyer_id(id: &str) -> bool {
+    id.len() == 16
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 fn random_id() -> String {
     format!("{:016x}", rand::rng().random::<u64>())
 }
 
+/// What [`identify`] puts in each request: the key, and the buyer's id once known (read
+/// from the cookie, or minted by the first extractor that needs it).
+#[derive(Clone)]
+struct Identified {
+    identities: Identities,
+    id: Arc<OnceLock<String>>,
+}
+
+/// Middleware, inside the session layer: reads the buyer's signed cookie; if a handler
+/// needed a buyer and the request had none, sets the cookie of the id minted for it on
+/// the response. Requests that never ask who the buyer is (assets, health checks) get
+/// no cookie.
+pub async fn identify(
+    State(identities): State<Identities>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let id = Arc::new(OnceLock::new());
+    let known = identities.read(req.headers());
+    if let Some(known) = known.clone() {
+        let _ = id.set(known);
+    }
+    req.extensions_mut().insert(Identified {
+        identities: identities.clone(),
+        id: id.clone(),
+    });
+    let mut response = next.run(req).await;
+    if known.is_none()
+        && let Some(minted) = id.get()
+        && let Some(cookie) = identities.cookie_for(minted)
+    {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
+}
+
+/// The request's buyer id and whether the request came without one (then it is minted
+/// now, and [`identify`] gives it to the browser). 503 if the router lacks [`identify`]
+/// (a wiring bug, which every test would show).
+pub(crate) fn buyer_id(parts: &Parts) -> Result<(String, bool, Identities)> {
+    let identified = parts
+        .extensions
+        .get::<Identified>()
+        .ok_or(Error::Unavailable(
+            "the buyer's identity (a server without its middleware)",
+        ))?;
+    let mut new = false;
+    let id = identified.id.get_or_init(|| {
+        new = true;
+        random_id()
+    });
+    Ok((id.clone(), new, identified.identities.clone()))
+}
+
+/// The current buyer: their id (from the signed cookie, or minted on this request) and
+/// their session, read only when the name is asked for. Cheap to clone.
+#[derive(Clone)]
+pub struct Buyer {
+    id: String,
+    session: Session,
+    identities: Identities,
+    /// Whether this request came without a buyer id.
+    new: bool,
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Buyer {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
+        let (id, new, identities) = buyer_id(parts)?;
         let session = Session::from_request_parts(parts, state)
             .await
             .map_err(|_| Error::Unavailable("the session store"))?;
-        let mut new = false;
-        let profile = match session
-            .get::<BuyerProfile>(BUYER)
-            .await
-            .map_err(Error::from)?
-        {
-            Some(profile) => profile,
-            None => {
-                let id = random_id();
-                let profile = BuyerProfile {
-                    name: format!("Guest {}", &id[..4].to_uppercase()),
-                    id,
-                };
-                session.insert(BUYER, &profile).await.map_err(Error::from)?;
-                new = true;
-                profile
-            }
-        };
         Ok(Buyer {
-            profile,
+            id,
             session,
+            identities,
             new,
         })
     }
@@ -119,8 +211,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
 /// Middleware, outside the session layer. When tower-sessions cannot save a session after
 /// the handler ran (the session store, Redis, down or too slow), it answers a bare,
 /// bodiless 500; this turns that into the same 503 page as any other unavailable store,
-/// naming [`crate::http::error::SESSION_STORE`], so a buyer is told to try again (a confirm tried again
-/// finds its order, a hold its lease).
+/// naming [`crate::http::error::SESSION_STORE`], so a buyer is told to try again.
 pub async fn session_save_failures(req: Request, next: Next) -> Response {
     let response = next.run(req).await;
     if response.status() == StatusCode::INTERNAL_SERVER_ERROR
@@ -131,91 +222,43 @@ pub async fn session_save_failures(req: Request, next: Next) -> Response {
     response
 }
 
-/// Session key of one hold: `"<event>/<seat>"`.
-fn hold_key(event_id: i64, seat_id: i64) -> String {
-    format!("{event_id}/{seat_id}")
-}
-
 impl Buyer {
-    /// Whether this request created the buyer: a visitor without a session before it (a
-    /// first visit, or a client that keeps no cookies).
+    /// Whether this request came without a buyer id: a first visit, or a client that
+    /// keeps no cookies.
     pub fn is_new(&self) -> bool {
         self.new
     }
 
     /// The public id.
     pub fn id(&self) -> &str {
-        &self.profile.id
+        &self.id
     }
 
-    async fn holds(&self) -> Result<BTreeMap<String, HeldSeat>> {
-        Ok(self
+    /// The buyer's id and name: the session's name if the buyer gave one (one Redis
+    /// read, only for a buyer with a session), else "Guest" and the id's first four
+    /// digits. 503 if the session store fails.
+    pub async fn profile(&self) -> Result<BuyerProfile> {
+        let named = self
             .session
-            .get(HOLDS)
+            .get::<BuyerProfile>(PROFILE)
             .await
             .map_err(Error::from)?
-            .unwrap_or_default())
+            .filter(|profile| profile.id == self.id);
+        Ok(named.unwrap_or_else(|| BuyerProfile {
+            name: format!("Guest {}", self.id[..4].to_uppercase()),
+            id: self.id.clone(),
+        }))
     }
 
-    /// The buyer's hold on a seat, if the session has one (it may have lapsed in Redis).
-    pub async fn hold(&self, event_id: i64, seat_id: i64) -> Result<Option<HeldSeat>> {
-        Ok(self.holds().await?.remove(&hold_key(event_id, seat_id)))
+    /// The buyer's display name ([`Buyer::profile`]).
+    pub async fn name(&self) -> Result<String> {
+        Ok(self.profile().await?.name)
     }
 
-    /// The seats of `event_id` the session remembers holding, in seat order (some may have
-    /// lapsed in Redis).
-    pub async fn held_seats(&self, event_id: i64) -> Result<Vec<i64>> {
-        let prefix = format!("{event_id}/");
-        let mut seats: Vec<i64> = self
-            .holds()
-            .await?
-            .keys()
-            .filter_map(|key| key.strip_prefix(&prefix)?.parse().ok())
-            .collect();
-        seats.sort_unstable();
-        Ok(seats)
-    }
-
-    /// Records a granted hold.
-    pub async fn remember_hold(&self, event_id: i64, seat_id: i64, held: HeldSeat) -> Result<()> {
-        let mut holds = self.holds().await?;
-        holds.insert(hold_key(event_id, seat_id), held);
-        self.session.insert(HOLDS, holds).await.map_err(Error::from)
-    }
-
-    /// The owner token of the buyer's place in `event_id`'s waiting room: the session's,
-    /// else a fresh random one, stored in the session (saved with this request's answer),
-    /// so every later request of the buyer, on any server, stands for the same place.
-    /// Kept server side like a hold's owner token: whoever knows it may shop with it.
-    pub async fn admission_token(&self, event_id: i64) -> Result<OwnerToken> {
-        let mut admissions: BTreeMap<i64, String> = self
-            .session
-            .get(ADMISSIONS)
-            .await
-            .map_err(Error::from)?
-            .unwrap_or_default();
-        if let Some(token) = admissions.get(&event_id) {
-            return Ok(OwnerToken::from_string(token.clone()));
-        }
-        let token = OwnerToken::random();
-        admissions.insert(event_id, token.as_str().to_owned());
-        self.session
-            .insert(ADMISSIONS, admissions)
-            .await
-            .map_err(Error::from)?;
-        Ok(token)
-    }
-
-    /// Forgets a hold (released, confirmed or lapsed).
-    pub async fn forget_hold(&self, event_id: i64, seat_id: i64) -> Result<()> {
-        let mut holds = self.holds().await?;
-        if holds.remove(&hold_key(event_id, seat_id)).is_some() {
-            self.session
-                .insert(HOLDS, holds)
-                .await
-                .map_err(Error::from)?;
-        }
-        Ok(())
+    /// The owner token of the buyer's place in event `event_id`'s waiting room (derived,
+    /// see [`Identities`]): no store is read or written.
+    pub fn admission_token(&self, event_id: i64) -> OwnerToken {
+        self.identities.admission_token(&self.id, event_id)
     }
 }
 
@@ -238,14 +281,16 @@ async fn rename(
             "A display name is 1 to 40 characters, without control characters.".into(),
         ));
     }
+    // A new session id with the name, so a session id planted before the buyer named
+    // themselves is worthless afterwards (session fixation). The buyer id stays.
     buyer.session.cycle_id().await.map_err(Error::from)?;
     let profile = BuyerProfile {
-        id: buyer.profile.id.clone(),
+        id: buyer.id.clone(),
         name: name.to_owned(),
     };
     buyer
         .session
-        .insert(BUYER, profile)
+        .insert(PROFILE, profile)
         .await
         .map_err(Error::from)?;
     Ok(Redirect::to(&back_to(&headers)))

@@ -1,12 +1,13 @@
 //! Cross-site request forgery defences, two layers:
 //!
 //! 1. Every form carries an `authenticity_token` checked against the CSRF cookie
-//!    (axum_csrf's HMAC-signed double-submit cookie) **and bound to the session**: the
-//!    HMAC key is the server secret joined with a random value kept in the buyer's
-//!    session (OWASP's signed double submit with a session-dependent value). A cookie
-//!    and token pair minted for one session is worthless in another, so a site that can
-//!    plant cookies in a victim's browser (a sibling subdomain, a plain-HTTP response)
-//!    cannot plant a working pair. Pages get their token from [`FormToken`]; handlers get
+//!    (axum_csrf's HMAC-signed double-submit cookie) **and bound to the buyer**: the
+//!    HMAC key is the server secret joined with the buyer's id, which the buyer's signed
+//!    cookie carries (OWASP's signed double submit with a session-dependent value; here
+//!    the "session" is the signed id, so checking a form reads no store). A cookie and
+//!    token pair minted for one buyer is worthless for another, so a site that can plant
+//!    cookies in a victim's browser (a sibling subdomain, a plain-HTTP response) cannot
+//!    plant a working pair without planting the buyer cookie too. Pages get their token from [`FormToken`]; handlers get
 //!    their form through [`CsrfForm`], which refuses the request before the handler runs.
 //! 2. [`refuse_foreign_origin`] refuses any POST whose `Origin` header names another
 //!    site, for browsers that send it (all current ones do). Which origin is this site's,
@@ -23,16 +24,12 @@ use rand::Rng;
 use rand::distr::Alphanumeric;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use tower_sessions::Session;
 
 use crate::http::error::Error;
 use crate::http::proxy::BuyerOrigin;
 
-/// Session key of the random value that binds CSRF tokens to the session.
-const SESSION_BINDING: &str = "csrf";
-
 /// The CSRF configuration: the cookie settings and the signing secret, from which
-/// `Csrf::for_session` derives each session's own.
+/// `Csrf::for_buyer` derives each buyer's own.
 #[derive(Clone)]
 pub struct Csrf {
     cookie: CsrfConfig,
@@ -64,37 +61,19 @@ impl Csrf {
         }
     }
 
-    /// The configuration for the session whose binding value is `binding`: the form
-    /// token is HMAC(secret ":" binding, cookie token).
-    fn for_session(&self, binding: &str) -> CsrfConfig {
+    /// The configuration for the buyer `buyer_id`: the form token is HMAC(secret ":"
+    /// buyer id, cookie token).
+    fn for_buyer(&self, buyer_id: &str) -> CsrfConfig {
         self.cookie
             .clone()
-            .with_salt(format!("{}:{binding}", self.secret))
+            .with_salt(format!("{}:{buyer_id}", self.secret))
     }
 
-    /// The CSRF token of the request's session, made (with the session's binding value)
-    /// on its first use. 503 if the session store fails.
-    async fn token<S: Send + Sync>(
-        &self,
-        parts: &mut Parts,
-        state: &S,
-    ) -> Result<CsrfToken, Error> {
-        let session = Session::from_request_parts(parts, state)
-            .await
-            .map_err(|_| Error::Unavailable("the session store"))?;
-        let binding = match session.get::<String>(SESSION_BINDING).await {
-            Ok(Some(binding)) => binding,
-            Ok(None) => {
-                let binding = random_text();
-                session
-                    .insert(SESSION_BINDING, &binding)
-                    .await
-                    .map_err(Error::from)?;
-                binding
-            }
-            Err(err) => return Err(err.into()),
-        };
-        let config = self.for_session(&binding);
+    /// The CSRF token of the request's buyer ([`crate::http::buyer::buyer_id`], from the
+    /// signed buyer cookie, or minted on this request): no store is read or written.
+    async fn token(&self, parts: &mut Parts) -> Result<CsrfToken, Error> {
+        let (buyer_id, _, _) = crate::http::buyer::buyer_id(parts)?;
+        let config = self.for_buyer(&buyer_id);
         // (axum_csrf's extractor never fails: a missing cookie gets a new token.)
         CsrfToken::from_request_parts(parts, &config)
             .await
@@ -112,8 +91,7 @@ fn random_text() -> String {
 }
 
 /// A page's CSRF token: `authenticity` goes in its forms; returned with the page (as a
-/// response part) it sets the CSRF cookie the token is checked against. 503 if the
-/// session store fails.
+/// response part) it sets the CSRF cookie the token is checked against.
 pub struct FormToken {
     cookie: CsrfToken,
     /// The value of every form's `authenticity_token` field.
@@ -128,7 +106,7 @@ where
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
-        let cookie = Csrf::from_ref(state).token(parts, state).await?;
+        let cookie = Csrf::from_ref(state).token(parts).await?;
         let authenticity = cookie
             .authenticity_token()
             .map_err(|_| Error::Unavailable("CSRF"))?;
@@ -163,9 +141,8 @@ struct AuthenticityToken {
 }
 
 /// A urlencoded form of type `T` whose `authenticity_token` field matched the CSRF
-/// cookie and the session. Rejections: 413 for a body over the limit, 403 for a missing
-/// or wrong token, 400 for a form that does not parse as `T`, 503 if the session store
-/// fails.
+/// cookie and the buyer. Rejections: 413 for a body over the limit, 403 for a missing
+/// or wrong token, 400 for a form that does not parse as `T`.
 pub struct CsrfForm<T>(pub T);
 
 impl<S, T> FromRequest<S> for CsrfForm<T>
@@ -178,7 +155,7 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = req.into_parts();
-        let token = Csrf::from_ref(state).token(&mut parts, state).await?;
+        let token = Csrf::from_ref(state).token(&mut parts).await?;
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(|rejection| match rejection.status().as_u16() {

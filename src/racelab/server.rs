@@ -89,7 +89,6 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> 
                 .ok_or_else(purchase::not_your_hold)?;
             // The lock check...
             if !state.leases.is_held(&lease).await? {
-                buyer.forget_hold(seat.event_id, seat.seat_id).await?;
                 return Err(Refusal::HoldExpired.into());
             }
             // ...a pause that can outlast the lease, and a write nobody fences.
@@ -106,7 +105,6 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> 
             // Sold: retire the seat as the product does, so later holds are refused as
             // sold by the lease script; owner-checked release (false if it lapsed).
             state.leases.retire(&lease).await?;
-            buyer.forget_hold(seat.event_id, seat.seat_id).await?;
             Ok(sale)
         }
         PurchaseStrategy::RaceLabConditional => {

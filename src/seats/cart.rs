@@ -23,7 +23,7 @@ use lease::{Lease, LeaseError};
 
 use super::purchase::{self, Checkout};
 use super::{SeatRef, queries, waiting_room};
-use crate::http::buyer::{Buyer, HeldSeat};
+use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
 use crate::telemetry;
@@ -117,11 +117,6 @@ pub async fn hold_group(
         Err(err) => return Ok(Err(err)),
     };
     telemetry::hold_granted();
-    for (lease, &seat_id) in leases.iter().zip(seats) {
-        buyer
-            .remember_hold(event_id, seat_id, HeldSeat::from_lease(lease))
-            .await?;
-    }
     tracing::info!(
         fencing_token = leases[0].fencing_token().as_i64(),
         "group hold granted"
@@ -202,13 +197,13 @@ async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<V
                 continue;
             }
         };
-        // A hold whose session copy was stale (its owner check failed, but Redis has
-        // another live hold of this buyer on the seat, now in the session) is bought on
-        // the next pass with the live lease; once.
+        // A hold that lapsed between the read and the owner check, but which Redis has
+        // again under a new grant of this buyer's (another tab), is bought on the next
+        // pass with the live lease; once.
         let mut lapsed = Vec::new();
         for i in not_ours {
             let (seat, lease) = &holds[i];
-            match purchase::refresh_hold(&state, &buyer, *seat).await? {
+            match purchase::held_lease(&state, &buyer, *seat).await? {
                 Some(live) if live != *lease && !refreshed => {}
                 _ => lapsed.push(seat.seat_id),
             }
@@ -222,26 +217,15 @@ async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<V
     }
 }
 
-/// The buyer's holds in `event_id`: every seat the session remembers, and every live
-/// hold Redis has under the buyer's id (found by [`purchase::held_lease`] from the
-/// session, else from Redis), in seat order. A seat the session remembers whose hold
-/// lapsed is included with its lapsed lease: the checkout's owner check names it.
+/// The buyer's live holds in `event_id`, in seat order: the seats Redis records under the
+/// buyer's id ([`held_seats`]), each with its lease ([`purchase::held_lease`]; one that
+/// lapsed in between is left out).
 async fn held_leases(
     state: &AppState,
     buyer: &Buyer,
     event_id: i64,
 ) -> Result<Vec<(SeatRef, Lease)>> {
-    let group = super::event_group(&state.settings.lease_namespace, event_id);
-    let live = state.leases.holders(&group).await?;
-    let mut seats: Vec<i64> = buyer.held_seats(event_id).await?;
-    seats.extend(
-        live.holdings
-            .iter()
-            .filter(|h| h.holder == buyer.id())
-            .filter_map(|h| h.name.parse::<i64>().ok()),
-    );
-    seats.sort_unstable();
-    seats.dedup();
+    let seats = held_seats(state, buyer, event_id).await?;
     let mut holds = Vec::with_capacity(seats.len());
     for seat_id in seats {
         let seat = SeatRef { event_id, seat_id };
@@ -252,14 +236,34 @@ async fn held_leases(
     Ok(holds)
 }
 
+/// The seats of `event_id` that Redis records as held by `buyer`, in seat order: one
+/// read of the event's holders ([`lease::LeaseStore::holders`]). 503 Redis unavailable.
+pub(crate) async fn held_seats(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Vec<i64>> {
+    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let live = state.leases.holders(&group).await?;
+    let mut seats: Vec<i64> = live
+        .holdings
+        .iter()
+        .filter(|h| h.holder == buyer.id())
+        .filter_map(|h| h.name.parse::<i64>().ok())
+        .collect();
+    seats.sort_unstable();
+    Ok(seats)
+}
+
 /// Releases every seat `buyer` holds in `event_id` (each owner-checked, as
 /// [`purchase::release`]); returns how many were released. 503 Redis unavailable.
 pub async fn release_all(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<usize> {
-    let holds = held_leases(state, buyer, event_id).await?;
-    for (seat, _) in &holds {
-        purchase::release(state, buyer, *seat).await?;
+    let mut released = 0;
+    for seat_id in held_seats(state, buyer, event_id).await? {
+        match purchase::release(state, buyer, SeatRef { event_id, seat_id }).await {
+            Ok(()) => released += 1,
+            // Lapsed since the read: nothing left to release.
+            Err(Error::Forbidden(_)) => {}
+            Err(err) => return Err(err),
+        }
     }
-    Ok(holds.len())
+    Ok(released)
 }
 
 #[cfg(test)]

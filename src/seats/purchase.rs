@@ -5,14 +5,15 @@
 //!   round trip, plus the grant's fencing token (step 4). No Postgres: the seat and the
 //!   event's start come from the process's [`super::catalog`], and a sold seat is refused
 //!   by the lease script (a sale retires the seat's lease).
-//! * [`release`]: step 3: compare-and-delete with the owner token kept in the session.
+//! * [`release`]: step 3: compare-and-delete, the owner token found by the buyer's id in
+//!   the same script ([`lease::LeaseStore::release_held_by`]).
 //! * [`confirm`]: step 4: the fenced, conditional write in Postgres, then the owner check
 //!   with the row locked, the commit, and only then the release, which also retires the
 //!   seat: whatever fails, the buyer keeps the order or the hold.
 //!
-//! Redis is the record of who holds what; the session keeps a copy of the buyer's holds
-//! (owner tokens included, never sent to the browser), checked against Redis at every
-//! owner-checked step and refreshed from Redis by the buyer's id when it is stale.
+//! Redis is the record of who holds what, and the only one: a buyer's holds are found
+//! there by the buyer's id (the holder label of each grant), so their owner tokens never
+//! leave Redis and the server, and no session keeps a copy that could go stale.
 
 use lease::{Lease, LeaseError};
 use tracing::Span;
@@ -21,7 +22,7 @@ use tracing::field::Empty;
 use super::SeatRef;
 use super::queries::{self, Sale};
 use super::waiting_room;
-use crate::http::buyer::{Buyer, HeldSeat};
+use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Refusal, Result};
 use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
@@ -47,8 +48,9 @@ pub enum HoldOutcome {
 /// write, as `sold`, and the confirm retires the seat then. The fenced write is the
 /// guarantee; these checks only spare buyers a hold that cannot be bought.
 ///
-/// Round trips: one Redis script (the lease), and the session's load and save (Redis);
-/// Postgres none, except one read on the event's first hold in this process. Errors: 404
+/// Round trips: one Redis script (the lease), nothing else (the buyer is known from their
+/// signed cookie); Postgres none, except one read on the event's first hold in this
+/// process. Errors: 404
 /// unknown seat, 409 sold, event started, "someone is buying this seat" or the buyer's
 /// limit reached (`--max-seats-per-buyer`, counted by Redis in the same script:
 /// [`Refusal::SeatLimit`]), 503 store unavailable.
@@ -74,15 +76,11 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         Ok(lease) => {
             Span::current().record("fencing_token", lease.fencing_token().as_i64());
             telemetry::hold_granted();
-            buyer
-                .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
-                .await?;
             tracing::info!("hold granted");
             Ok(HoldOutcome::Granted(lease))
         }
+        // A second click, or another tab of the same buyer: the lease in Redis is theirs.
         Err(LeaseError::Held { holder, .. }) if holder == buyer.id() => {
-            // Store the live lease: the session's copy may be missing or stale.
-            refresh_hold(state, buyer, seat).await?;
             Ok(HoldOutcome::AlreadyYours)
         }
         // Held by someone else: `held`; retired by its sale: `sold`; over the buyer's
@@ -102,44 +100,16 @@ pub(crate) fn hold_refused(err: LeaseError) -> Error {
     err
 }
 
-/// The buyer's hold on `seat`: the session's copy if it has one (no round trip; it may be
-/// stale, which the caller's owner-checked step finds out), else the buyer's live lease
-/// from Redis ([`refresh_hold`]).
+/// The buyer's live lease on `seat`, found in Redis by the buyer's id (one script,
+/// [`lease::LeaseStore::owned_by`]), owner token included; `None` if the buyer holds no
+/// live lease on it.
 pub(crate) async fn held_lease(
     state: &AppState,
     buyer: &Buyer,
     seat: SeatRef,
 ) -> Result<Option<Lease>> {
     let key = super::lease_key(&state.settings.lease_namespace, seat);
-    if let Some(held) = buyer.hold(seat.event_id, seat.seat_id).await? {
-        return Ok(Some(held.lease(key)));
-    }
-    refresh_hold(state, buyer, seat).await
-}
-
-/// The buyer's live lease on `seat` as Redis has it, found by the buyer's id (one
-/// script), written to the session in place of whatever the session had: nothing (two
-/// concurrent requests of one session, or a session save that failed after a grant) or
-/// a stale copy. `None`, and the session forgets the seat, if Redis has no live hold of
-/// this buyer on it.
-pub(super) async fn refresh_hold(
-    state: &AppState,
-    buyer: &Buyer,
-    seat: SeatRef,
-) -> Result<Option<Lease>> {
-    let key = super::lease_key(&state.settings.lease_namespace, seat);
-    match state.leases.owned_by(&key, buyer.id()).await? {
-        Some(lease) => {
-            buyer
-                .remember_hold(seat.event_id, seat.seat_id, HeldSeat::from_lease(&lease))
-                .await?;
-            Ok(Some(lease))
-        }
-        None => {
-            buyer.forget_hold(seat.event_id, seat.seat_id).await?;
-            Ok(None)
-        }
-    }
+    Ok(state.leases.owned_by(&key, buyer.id()).await?)
 }
 
 /// 403: the buyer has no hold on this seat.
@@ -147,27 +117,19 @@ pub(crate) fn not_your_hold() -> Error {
     Error::Forbidden("You do not hold this seat. Pick it on the seat map first.".into())
 }
 
-/// Releases the buyer's hold on `seat` (owner-checked compare-and-delete). Success means
-/// the buyer holds the seat no more: when the session's copy was stale, the live lease
-/// Redis has for the buyer is released instead. Errors: 403 if the buyer has no hold on
-/// it, 503 Redis unavailable. Traced as span `release` (event, seat, buyer, fencing
-/// token).
-#[tracing::instrument(name = "release", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
+/// Releases the buyer's hold on `seat`: compare-and-delete with the owner token that
+/// the same script finds by the buyer's id ([`lease::LeaseStore::release_held_by`]), so a
+/// lease that passed to another buyer is never touched. One Redis round trip. Errors: 403
+/// if the buyer has no live hold on it (never held, lapsed, or released already), 503
+/// Redis unavailable. Traced as span `release` (event, seat, buyer).
+#[tracing::instrument(name = "release", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id()))]
 pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
-    let mut lease = held_lease(state, buyer, seat)
-        .await?
-        .ok_or_else(not_your_hold)?;
-    loop {
-        Span::current().record("fencing_token", lease.fencing_token().as_i64());
-        if state.leases.release(&lease).await? {
-            break;
-        }
-        match refresh_hold(state, buyer, seat).await? {
-            Some(live) if live != lease => lease = live,
-            _ => break, // lapsed: nothing is held any more
-        }
+    let key = super::lease_key(&state.settings.lease_namespace, seat);
+    if state.leases.release_held_by(&key, buyer.id()).await? {
+        Ok(())
+    } else {
+        Err(not_your_hold())
     }
-    buyer.forget_hold(seat.event_id, seat.seat_id).await
 }
 
 /// Buys `seat` for `buyer` with the fencing token of the buyer's hold; returns the
@@ -175,8 +137,8 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// who hangs up (a closed tab, a lost signal) does not cancel it half way: the retry
 /// finds the order, or the hold still there.
 ///
-/// The layers below, each adding one thing: `purchase_with_live_lease` (the session's
-/// copy of the hold, and once more with the live lease when that copy was stale),
+/// The layers below, each adding one thing: `purchase_with_live_lease` (the buyer's live
+/// lease, and once more if another grant of the buyer's replaced it meanwhile),
 /// `pay_and_sell` (the hold's payment, joined and left) and `sell_fenced` (the
 /// fenced transaction, phases (b) to (e)). Their order leaves the buyer, whatever fails or
 /// crashes, with either the order or the hold (until its TTL), never neither, while a
@@ -193,13 +155,13 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i
     crate::http::detached::to_completion("The purchase", deadline, purchase).await
 }
 
-/// [`confirm`]'s purchase with the buyer's hold: the session's copy first, then, if that
-/// copy turns out not to be the buyer's at the owner check, once more with the live lease
-/// Redis has for the buyer. A hold that is gone is 403, unless this buyer bought the seat
-/// already (a submit sent twice): then its order.
+/// [`confirm`]'s purchase with the buyer's live lease, then, if that lease turns out not
+/// to be the buyer's at the owner check, once more with the live lease Redis has for the
+/// buyer by then (another tab held the seat again after a lapse). A hold that is gone is
+/// 403, unless this buyer bought the seat already (a submit sent twice): then its order.
 async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) -> Result<i64> {
     let Some(lease) = held_lease(&state, &buyer, seat).await? else {
-        // A submit after a purchase that completed: the session no longer has the hold.
+        // No live hold: perhaps a submit after a purchase that completed.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
             Some(order_id) => Ok(order_id),
             None => Err(not_your_hold()),
@@ -208,10 +170,10 @@ async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) 
     if let Some(order_id) = pay_and_sell(&state, &buyer, seat, &lease).await? {
         return Ok(order_id);
     }
-    // The hold was not ours at the owner check: the session's copy may be stale. Redis
-    // knows the buyer's live lease; one more attempt with it (and without the race lab's
-    // pause: the stalled holder was the first attempt).
-    if let Some(live) = refresh_hold(&state, &buyer, seat).await?
+    // The hold was not ours at the owner check: it lapsed, and perhaps the buyer holds the
+    // seat again under a new grant; one more attempt with that (and without the race
+    // lab's pause: the stalled holder was the first attempt).
+    if let Some(live) = held_lease(&state, &buyer, seat).await?
         && live != lease
         && let Some(order_id) = pause::without(pay_and_sell(&state, &buyer, seat, &live)).await?
     {
@@ -307,10 +269,13 @@ async fn sell_fenced(
     pause::point(PausePoint::BeforeWrite).await;
     // (b) The fenced write, in a transaction that holds the row lock from here to the
     // commit; Postgres ends the transaction if this holder stalls past its idle bound.
+    // The name goes on the order: read before the transaction (a session read, only for a
+    // buyer who gave a name), so the row lock is not held across it.
+    let profile = buyer.profile().await?;
     let mut tx = state.db.begin().await?;
     let idle_bound = state.settings.purchase_idle_timeout();
     let token = lease.fencing_token().as_i64();
-    let sell = queries::sell(&mut tx, seat, token, &buyer.profile, payment, idle_bound);
+    let sell = queries::sell(&mut tx, seat, token, &profile, payment, idle_bound);
     let sold = telemetry::postgres("sell", sell)
         .await
         .inspect_err(detect_double_sale)?;
@@ -336,9 +301,8 @@ async fn sell_fenced(
     telemetry::confirm(ConfirmOutcome::Accepted);
     tracing::info!(order = order_id, "seat sold");
     pause::point(PausePoint::AfterCommit).await;
-    // (e) Release the hold and retire the seat (best effort), and forget the hold.
+    // (e) Release the hold and retire the seat (best effort).
     give_up(state, lease, true).await;
-    buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     Ok(Attempt::Sold(order_id))
 }
 
@@ -413,12 +377,13 @@ async fn sell_all_fenced(
 ) -> Result<Checkout> {
     // (b) Every seat's fenced write in ONE transaction: all or nothing, every row locked
     // until the commit.
+    let profile = buyer.profile().await?;
     let mut tx = state.db.begin().await?;
     let idle_bound = state.settings.purchase_idle_timeout();
     let mut orders = Vec::with_capacity(holds.len());
     for ((seat, lease), payment) in holds.iter().zip(payments) {
         let token = lease.fencing_token().as_i64();
-        let sell = queries::sell(&mut tx, *seat, token, &buyer.profile, payment, idle_bound);
+        let sell = queries::sell(&mut tx, *seat, token, &profile, payment, idle_bound);
         let sold = telemetry::postgres("sell", sell)
             .await
             .inspect_err(detect_double_sale)?;
@@ -427,7 +392,7 @@ async fn sell_all_fenced(
             Sale::Refused => {
                 tx.rollback().await?;
                 // Bought already by this buyer (a checkout sent twice): the seat's hold is
-                // forgotten, and the next attempt buys the rest.
+                // given up, and the next attempt buys the rest.
                 sale_refused(state, buyer, *seat, lease).await?;
                 return Ok(Checkout::BoughtAlready);
             }
@@ -448,10 +413,9 @@ async fn sell_all_fenced(
     }
     // (d) COMMIT, then (e) each hold released and its seat retired.
     telemetry::postgres("commit", tx.commit()).await?;
-    for (seat, lease) in holds {
+    for (_, lease) in holds {
         telemetry::confirm(ConfirmOutcome::Accepted);
         give_up(state, lease, true).await;
-        buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     }
     tracing::info!(seats = holds.len(), "cart sold");
     Ok(Checkout::Bought(orders))
@@ -514,13 +478,11 @@ async fn sale_refused(
     // A double submit: the first one bought it; this one returns its order.
     if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
         give_up(state, lease, true).await;
-        buyer.forget_hold(seat.event_id, seat.seat_id).await?;
         return Ok(order_id);
     }
     // Otherwise the hold is worthless: give it up (retiring a sold seat) before saying why.
     let status = queries::seat_status(&state.db, seat).await;
     give_up(state, lease, matches!(&status, Ok(Some(s)) if s.sold)).await;
-    buyer.forget_hold(seat.event_id, seat.seat_id).await?;
     match status? {
         Some(s) if !s.sold && s.started => {
             telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::EventStarted));

@@ -103,7 +103,7 @@ async fn show(
     let map = event_map(&state, &buyer, &event).await?;
     let page = EventPage {
         map,
-        buyer_name: buyer.profile.name.clone(),
+        buyer_name: buyer.name().await?,
         buyer_id: buyer.id().to_owned(),
         authenticity_token: csrf.authenticity.clone(),
         hold_for: in_words(state.settings.hold_ttl()),

@@ -105,7 +105,7 @@ pub async fn enter(
         return Ok(None);
     };
     let group = super::event_group(&state.settings.lease_namespace, event_id);
-    let token = buyer.admission_token(event_id).await?;
+    let token = buyer.admission_token(event_id);
     let here = visit && !buyer.is_new();
     let entered = store(state)?.enter(&group, &token, &terms, here).await?;
     telemetry::room_entered(event_id, &entered);
@@ -121,7 +121,7 @@ pub async fn leave(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<()>
         return Ok(());
     }
     let group = super::event_group(&state.settings.lease_namespace, event_id);
-    let token = buyer.admission_token(event_id).await?;
+    let token = buyer.admission_token(event_id);
     store(state)?.leave(&group, &token).await?;
     Ok(())
 }
@@ -130,7 +130,11 @@ pub async fn leave(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<()>
 /// hold seats of it (bought one by one, the rest stay theirs to buy). A failure is logged,
 /// not returned: the purchase stands, and the admission lapses at its TTL.
 pub async fn purchased(state: &AppState, buyer: &Buyer, event_id: i64) {
-    match buyer.held_seats(event_id).await {
+    // Without a room there is no turn to end (and no need to read the buyer's holds).
+    if !matches!(has_room(state, event_id).await, Ok(true)) {
+        return;
+    }
+    match crate::seats::cart::held_seats(state, buyer, event_id).await {
         Ok(held) if held.is_empty() => {}
         _ => return,
     }
@@ -156,7 +160,7 @@ pub async fn acquire_seats(
     if terms(&state.settings, &*event(state, event_id).await?).is_none() {
         return Ok(state.leases.acquire_all(keys, buyer.id(), ttl, limit).await);
     }
-    let admission: OwnerToken = buyer.admission_token(event_id).await?;
+    let admission: OwnerToken = buyer.admission_token(event_id);
     Ok(store(state)?
         .acquire_admitted(keys, buyer.id(), ttl, limit, &admission)
         .await)

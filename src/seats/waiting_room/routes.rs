@@ -119,7 +119,9 @@ async fn show(
             .on_sale_at
             .map(|at| crate::events::venue_time(&event.time_zone, at, "%H:%M:%S %Z")),
         standing,
-        held: buyer.held_seats(event_id).await?.len(),
+        held: crate::seats::cart::held_seats(&state, &buyer, event_id)
+            .await?
+            .len(),
         authenticity_token: csrf.authenticity.clone(),
     };
     Ok((csrf, page).into_response())
