@@ -52,6 +52,28 @@ async fn post(
     buyer.post(&url, &[]).await.unwrap()
 }
 
+/// The seats the checkout page's cart form names (what its "Buy all" buys), as a
+/// browser that loaded the page now would send them.
+async fn shown_cart(app: &TestApp, buyer: &mut HttpBuyer, event: i64) -> String {
+    let page = buyer
+        .get(&format!("{}/events/{event}/checkout", app.address))
+        .await
+        .unwrap();
+    seatlock_harness::http::between(&page.body, "name=\"seats\" value=\"", "\"")
+        .expect("the cart form names its seats")
+}
+
+/// "Buy all" from a cart page that showed `shown`.
+async fn buy_shown(
+    app: &TestApp,
+    buyer: &HttpBuyer,
+    event: i64,
+    shown: &str,
+) -> seatlock_harness::Reply {
+    let url = format!("{}/events/{event}/checkout", app.address);
+    buyer.post(&url, &[("seats", shown)]).await.unwrap()
+}
+
 /// The live holds of the event by holder: seat ids and the fencing tokens they carry.
 async fn holds(app: &TestApp, event: i64) -> BTreeMap<String, (BTreeSet<i64>, BTreeSet<u64>)> {
     let snapshot = app
@@ -283,15 +305,17 @@ async fn a_checkout_sent_twice_at_once_buys_each_seat_once_and_both_lead_to_the_
 
 #[tokio::test]
 async fn a_lapsed_hold_at_checkout_is_named_nothing_is_bought_and_the_rest_stay_held() {
-    let (app, event, a) = holding_four().await;
+    let (app, event, mut a) = holding_four().await;
     let (seats, _) = holds(&app, event).await.into_values().next().unwrap();
     let lapsing = *seats.iter().nth(1).unwrap();
-    // The second seat's lease lapses (Redis expires it now).
+    // The buyer sees the four seats in the cart; then the second seat's lease lapses
+    // (Redis expires it now).
+    let shown = shown_cart(&app, &mut a, event).await;
     seatlock_harness::lapse_lease(&app.state.settings.redis_url, &app.seat_key(event, lapsing))
         .await
         .unwrap();
 
-    let reply = post(&app, &a, event, "checkout").await;
+    let reply = buy_shown(&app, &a, event, &shown).await;
     assert!(
         reply.is_refused(&Refusal::HoldsLapsed {
             seats: String::new()
@@ -490,9 +514,7 @@ async fn a_checkout_that_fails_in_one_tab_leaves_the_confirm_of_another_tab_paid
             .unwrap();
         assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
     }
-    seatlock_harness::lapse_lease(&app.state.settings.redis_url, &app.seat_key(event, b))
-        .await
-        .unwrap();
+    let shown = shown_cart(&app, &mut buyer, event).await;
     let mut slow = reqwest::header::HeaderMap::new();
     slow.insert(PAUSE_HEADER, 1_500.into());
     let before_write = PausePoint::BeforeWrite.header_value();
@@ -501,25 +523,39 @@ async fn a_checkout_that_fails_in_one_tab_leaves_the_confirm_of_another_tab_paid
     let url = format!("{}/events/{event}/seats/{a}/confirm", app.address);
     let confirm = tokio::spawn(async move { tab_one.post(&url, &[]).await.unwrap() });
     // Tab one has authorized A's payment and is paused before its write.
-    seatlock_harness::eventually(
-        std::time::Duration::from_secs(10),
-        "tab one to authorize",
-        || async {
+    let authorized = |seat: i64| {
+        let app = &app;
+        async move {
             let open: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM payments
                   WHERE event_id = $1 AND seat_id = $2 AND status = 'authorized'",
             )
             .bind(event)
-            .bind(a)
+            .bind(seat)
             .fetch_one(app.db())
             .await
             .unwrap();
             open == 1
-        },
-    )
-    .await;
+        }
+    };
+    let ten_s = std::time::Duration::from_secs(10);
+    seatlock_harness::eventually(ten_s, "tab one to authorize", || authorized(a)).await;
 
-    let checkout = post(&app, &buyer, event, "checkout").await;
+    // Tab two checks out the cart it shows, both seats: it joins A's payment, authorizes
+    // B's, writes both, and pauses before its owner checks, while B's hold lapses.
+    let mut before_check = reqwest::header::HeaderMap::new();
+    before_check.insert(PAUSE_HEADER, 1_000.into());
+    let at = PausePoint::BeforeOwnerCheck.header_value();
+    before_check.insert(PAUSE_AT_HEADER, at.parse().unwrap());
+    let tab_two = buyer.another_tab(before_check);
+    let url = format!("{}/events/{event}/checkout", app.address);
+    let checkout =
+        tokio::spawn(async move { tab_two.post(&url, &[("seats", &shown)]).await.unwrap() });
+    seatlock_harness::eventually(ten_s, "the checkout to authorize B", || authorized(b)).await;
+    seatlock_harness::lapse_lease(&app.state.settings.redis_url, &app.seat_key(event, b))
+        .await
+        .unwrap();
+    let checkout = checkout.await.unwrap();
     let lapsed = Refusal::HoldsLapsed {
         seats: String::new(),
     };

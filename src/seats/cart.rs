@@ -157,8 +157,10 @@ pub fn pick_block(
     None
 }
 
-/// Buys every seat `buyer` holds in `event_id` in one fenced transaction; returns the
-/// order ids. Runs on a task of its own, like the single-seat confirm
+/// Buys the seats `buyer` holds in `event_id` in one fenced transaction; returns the
+/// order ids. `shown` is the cart the buyer saw (the form's `seats`): then exactly those
+/// are bought, and any of them the buyer holds no more (lapsed, or released in another
+/// tab) is named and nothing is bought; without it, every seat the buyer holds. Runs on a task of its own, like the single-seat confirm
 /// ([`purchase::confirm`]), so a buyer who hangs up does not cancel it half way.
 ///
 /// Errors: 403 the buyer holds no seat of the event; 409 [`Refusal::HoldsLapsed`]
@@ -166,17 +168,33 @@ pub fn pick_block(
 /// refusal of a seat sold, stale or started (nothing bought; that seat's worthless hold
 /// given up, the others kept); 503 a store unavailable (nothing lost: retry).
 #[tracing::instrument(name = "checkout", skip_all, fields(event = event_id, buyer = buyer.id()))]
-pub async fn checkout(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Vec<i64>> {
-    let work = checkout_cart(state.clone(), buyer.clone(), event_id);
+pub async fn checkout(
+    state: &AppState,
+    buyer: &Buyer,
+    event_id: i64,
+    shown: Option<Vec<i64>>,
+) -> Result<Vec<i64>> {
+    let work = checkout_cart(state.clone(), buyer.clone(), event_id, shown);
     crate::http::detached::to_completion("The purchase", state.settings.request_deadline(), work)
         .await
 }
 
-async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<Vec<i64>> {
+async fn checkout_cart(
+    state: AppState,
+    buyer: Buyer,
+    event_id: i64,
+    shown: Option<Vec<i64>>,
+) -> Result<Vec<i64>> {
     let mut bought_already = false;
     let mut refreshed = false;
     loop {
-        let holds = held_leases(&state, &buyer, event_id).await?;
+        let mut holds = held_leases(&state, &buyer, event_id).await?;
+        if let Some(shown) = &shown {
+            // The cart the buyer saw, no more (a seat held since in another tab stays
+            // held) and no less: a shown seat no longer held is named, nothing bought.
+            holds.retain(|(seat, _)| shown.contains(&seat.seat_id));
+            lapsed_since_shown(&state, &buyer, event_id, shown, &holds).await?;
+        }
         if holds.is_empty() {
             // A checkout sent twice: the first one bought what this one was to buy.
             if bought_already {
@@ -215,6 +233,38 @@ async fn checkout_cart(state: AppState, buyer: Buyer, event_id: i64) -> Result<V
         }
         refreshed = true;
     }
+}
+
+/// [`Refusal::HoldsLapsed`] naming the seats of `shown` that are not in `holds` and that
+/// `buyer` has not bought either (bought: a checkout sent twice). Postgres is read only
+/// when a shown seat is missing.
+async fn lapsed_since_shown(
+    state: &AppState,
+    buyer: &Buyer,
+    event_id: i64,
+    shown: &[i64],
+    holds: &[(SeatRef, Lease)],
+) -> Result<()> {
+    let mut lapsed = Vec::new();
+    for &seat_id in shown {
+        let seat = SeatRef { event_id, seat_id };
+        if !holds.iter().any(|(held, _)| *held == seat)
+            && queries::order_of(&state.db, seat, buyer.id())
+                .await?
+                .is_none()
+        {
+            lapsed.push(seat_id);
+        }
+    }
+    if lapsed.is_empty() {
+        return Ok(());
+    }
+    let seats = queries::seat_names(&state.db, event_id, &lapsed).await?;
+    tracing::info!(
+        ?lapsed,
+        "checkout refused: holds lapsed since the cart was shown"
+    );
+    Err(Refusal::HoldsLapsed { seats }.into())
 }
 
 /// The buyer's live holds in `event_id`, in seat order: the seats Redis records under the

@@ -132,6 +132,17 @@ impl SeatMap {
     pub fn first_to_lapse(&self) -> Option<&MyHold> {
         self.my_holds.iter().min_by_key(|h| h.remaining_ms)
     }
+
+    /// The ids of the buyer's held seats, comma-separated: the cart form's `seats`, what
+    /// "Buy all" buys ([`super::cart::checkout`]).
+    pub fn my_seat_ids(&self) -> String {
+        let ids: Vec<String> = self
+            .my_holds
+            .iter()
+            .map(|h| h.seat_id.to_string())
+            .collect();
+        ids.join(",")
+    }
 }
 
 /// Builds the map of `event_id` for `buyer_id`. Round trips: event, seats and zones

@@ -399,6 +399,7 @@ async fn sell_all_fenced(
             Sale::Unpaid => return unpaid(tx).await,
         }
     }
+    pause::point(PausePoint::BeforeOwnerCheck).await;
     // (c) The owner check of every hold, with every row locked; any hold not ours rolls
     // the whole cart back, and is named.
     let mut not_ours = Vec::new();

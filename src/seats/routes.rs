@@ -180,14 +180,36 @@ async fn best_available(
     Ok(Redirect::to(&format!("/events/{event_id}#cart")))
 }
 
+/// The checkout form: the CSRF token and, from the cart the buyer saw, `seats` (seat ids,
+/// comma-separated; absent: every seat the buyer holds).
+#[derive(Deserialize)]
+struct CheckoutForm {
+    seats: Option<String>,
+}
+
+impl CheckoutForm {
+    /// The shown seats: 400 for anything but comma-separated ids.
+    fn shown(&self) -> Result<Option<Vec<i64>>> {
+        let Some(seats) = self.seats.as_deref() else {
+            return Ok(None);
+        };
+        seats
+            .split(',')
+            .filter(|id| !id.is_empty())
+            .map(|id| parse_id(id, "seat"))
+            .collect::<Result<Vec<i64>>>()
+            .map(Some)
+    }
+}
+
 async fn checkout(
     State(state): State<AppState>,
     buyer: Buyer,
     Path(event): Path<String>,
-    CsrfForm(Empty {}): CsrfForm<Empty>,
+    CsrfForm(form): CsrfForm<CheckoutForm>,
 ) -> Result<Redirect> {
     let event_id = parse_id(&event, "event")?;
-    let orders = cart::checkout(&state, &buyer, event_id).await?;
+    let orders = cart::checkout(&state, &buyer, event_id, form.shown()?).await?;
     waiting_room::purchased(&state, &buyer, event_id).await;
     // Behind a waiting room the map is no longer the buyer's to see (their turn ended):
     // show the first order instead.
