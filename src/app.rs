@@ -195,6 +195,7 @@ pub fn router(state: AppState) -> Router {
             buyer::identify,
         ))
         .layer(sessions)
+        .layer(axum::middleware::from_fn(buyer::keep_rotated_sessions))
         // Outside the sessions: it sees (and marks `Secure`, on https) their cookies.
         .layer(axum::middleware::from_fn_with_state(
             crate::http::proxy::Proxying::of(&state.settings),

@@ -14,6 +14,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ORIGIN};
 use seatlock::app::{BODY_LIMIT_BYTES, SESSION_COOKIE};
 use seatlock::auction::queries::insert_item;
 use seatlock::config::Settings;
+use seatlock::http::buyer::BUYER_COOKIE;
 use seatlock::http::error::Refusal;
 use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -424,34 +425,45 @@ async fn a_planted_csrf_cookie_and_its_token_are_refused_in_another_session() {
     assert_nothing_written(&app, event).await;
 }
 
-/// A session is one Redis key under the server's namespace (not a Postgres row), whose
-/// TTL is the session's expiry (a day of inactivity), and it keeps the hold's owner token
-/// on the server: the cookie carries only the session id.
+/// A look writes nothing lasting: a visitor who views pages and even holds a seat has no
+/// session anywhere (the buyer is a signed cookie, the hold a Redis lease found by the
+/// buyer's id), and no cookie carries the hold's owner token. A session is created when
+/// the buyer names themselves: one Redis key under the server's namespace, whose TTL is
+/// its expiry (a day of inactivity), and no table in Postgres.
 #[tokio::test]
-async fn a_session_is_a_redis_key_under_the_namespace_that_expires_by_its_ttl() {
+async fn a_session_exists_only_once_a_buyer_names_themselves_and_is_a_redis_key_with_a_ttl() {
     let (app, event, seats, _) = app(|_| {}).await;
-    let buyer = holding(&app, event, seats[0]).await;
+    let mut buyer = holding(&app, event, seats[0]).await;
+    buyer.get(&format!("{}/", app.address)).await.unwrap();
+    assert!(
+        sessions(&app).await.is_empty(),
+        "no session for a look or a hold"
+    );
+    assert_eq!(buyer.cookie(&app.address, SESSION_COOKIE), None);
+    let mut redis = app.state.redis.connection();
+    let owner: String = redis
+        .get(app.seat_key(event, seats[0]).lease_key())
+        .await
+        .unwrap();
+    assert!(!buyer.cookie_header(&app.address).unwrap().contains(&owner));
+
+    let renamed = buyer
+        .post(&format!("{}/me", app.address), &[("name", "Alice")])
+        .await
+        .unwrap();
+    assert_eq!(renamed.status, StatusCode::SEE_OTHER, "{}", renamed.body);
     let sid = buyer.cookie(&app.address, SESSION_COOKIE).unwrap();
     let key = app.session_key(&sid);
     let namespace = app.state.settings.lease_namespace.as_str();
     assert!(key.starts_with(&format!("{namespace}:session:")), "{key}");
-    let mut redis = app.state.redis.connection();
     let ttl_ms: i64 = redis.pttl(&key).await.unwrap();
     let day_ms = 24 * 3_600_000;
     assert!(
         (day_ms - 60_000..=day_ms).contains(&ttl_ms),
         "{ttl_ms} ms left"
     );
-    let owner: String = redis
-        .get(app.seat_key(event, seats[0]).lease_key())
-        .await
-        .unwrap();
     let data: Vec<u8> = redis.get(&key).await.unwrap();
-    assert!(
-        data.windows(owner.len()).any(|w| w == owner.as_bytes()),
-        "the owner token is in the session"
-    );
-    assert!(!buyer.cookie_header(&app.address).unwrap().contains(&owner));
+    assert!(!data.windows(owner.len()).any(|w| w == owner.as_bytes()));
     let in_postgres: Option<String> =
         sqlx::query_scalar("SELECT to_regnamespace('tower_sessions')::text")
             .fetch_one(app.db())
@@ -460,27 +472,33 @@ async fn a_session_is_a_redis_key_under_the_namespace_that_expires_by_its_ttl() 
     assert_eq!(in_postgres, None, "no session table in Postgres");
 }
 
+/// Naming yourself rotates the session id: a session cookie planted or copied before is
+/// worthless afterwards (the old session is deleted). A session cookie alone was never
+/// worth much: the name it holds is shown only to the buyer whose signed cookie it was
+/// made for.
 #[tokio::test]
 async fn naming_yourself_changes_the_session_id_and_the_old_cookie_gets_nothing() {
     let (app, event, seats, _) = app(|_| {}).await;
     let base = &app.address;
     let seat = seats[0];
     let mut victim = holding(&app, event, seat).await;
+    let named = victim
+        .post(&format!("{base}/me"), &[("name", "Alice")])
+        .await
+        .unwrap();
+    assert_eq!(named.status, StatusCode::SEE_OTHER, "{}", named.body);
     let planted = victim.cookie(base, SESSION_COOKIE).unwrap();
-    // The attacker knows the session id (planted it, say) and sees the hold as its own.
+    // The attacker has the victim's session cookie, not their buyer cookie.
     let mut attacker = visitor(&app, event).await;
     attacker.set_cookie(base, SESSION_COOKIE, &planted).unwrap();
     let page = attacker
         .get(&format!("{base}/events/{event}"))
         .await
         .unwrap();
-    assert!(
-        page.body.contains("held for you"),
-        "the premise: a shared session"
-    );
+    assert!(!page.body.contains("held for you") && !page.body.contains("Alice"));
 
     let renamed = victim
-        .post(&format!("{base}/me"), &[("name", "Alice")])
+        .post(&format!("{base}/me"), &[("name", "Bob")])
         .await
         .unwrap();
     assert_eq!(renamed.status, StatusCode::SEE_OTHER, "{}", renamed.body);
@@ -490,14 +508,6 @@ async fn naming_yourself_changes_the_session_id_and_the_old_cookie_gets_nothing(
         !session_exists(&app, &planted).await,
         "the old session is deleted"
     );
-
-    // The old cookie now gets a stranger's empty session.
-    attacker.set_cookie(base, SESSION_COOKIE, &planted).unwrap();
-    let page = attacker
-        .get(&format!("{base}/events/{event}"))
-        .await
-        .unwrap();
-    assert!(!page.body.contains("held for you") && !page.body.contains("Alice"));
     for action in ["confirm", "release"] {
         attacker.set_cookie(base, SESSION_COOKIE, &planted).unwrap();
         let reply = attacker
@@ -506,7 +516,7 @@ async fn naming_yourself_changes_the_session_id_and_the_old_cookie_gets_nothing(
             .unwrap();
         assert_page(&reply, StatusCode::FORBIDDEN, action);
     }
-    // The victim keeps its hold under the new id, and buys.
+    // The victim keeps its hold, and buys under its new name.
     let bought = victim
         .seat_action(base, event, seat, "confirm")
         .await
@@ -517,40 +527,49 @@ async fn naming_yourself_changes_the_session_id_and_the_old_cookie_gets_nothing(
         .fetch_one(app.db())
         .await
         .unwrap();
-    assert_eq!(name, "Alice");
+    assert_eq!(name, "Bob");
 }
 
+/// The buyer cookie is signed: a browser that sets another buyer's id in it, unsigned or
+/// signed with another key, is a new stranger who cannot touch that buyer's hold.
 #[tokio::test]
-async fn an_expired_session_is_a_new_stranger_who_cannot_touch_the_old_hold() {
+async fn a_forged_buyer_cookie_is_a_new_stranger_who_cannot_touch_the_hold() {
     let (app, event, seats, _) = app(|_| {}).await;
     let base = &app.address;
     let seat = seats[0];
-    let mut buyer = holding(&app, event, seat).await;
-    let sid = buyer.cookie(base, SESSION_COOKIE).unwrap();
-    // Its TTL runs out: Redis expires the session by itself.
-    let expiring: bool = app
-        .state
-        .redis
-        .connection()
-        .pexpire(app.session_key(&sid), 1)
-        .await
-        .unwrap();
-    assert!(expiring, "the session was in Redis");
-    eventually(Duration::from_secs(2), "the session to expire", || async {
-        !session_exists(&app, &sid).await
-    })
-    .await;
-
-    for action in ["confirm", "release"] {
-        let reply = buyer.seat_action(base, event, seat, action).await.unwrap();
-        assert_page(&reply, StatusCode::FORBIDDEN, action);
+    let mut victim = holding(&app, event, seat).await;
+    let page = victim.get(&format!("{base}/events/{event}")).await.unwrap();
+    let victim_id = seatlock_harness::http::page_buyer_id(&page.body).unwrap();
+    let genuine = victim.cookie(base, BUYER_COOKIE).unwrap();
+    // The signed value is the signature then the id: keep the id, break the signature;
+    // or send the bare id.
+    let forged_signature = format!("{}{victim_id}", "A".repeat(genuine.len() - victim_id.len()));
+    for forged in [victim_id.clone(), forged_signature] {
+        let mut stranger = visitor(&app, event).await;
+        stranger.set_cookie(base, BUYER_COOKIE, &forged).unwrap();
+        let page = stranger
+            .get(&format!("{base}/events/{event}"))
+            .await
+            .unwrap();
+        assert!(!page.body.contains("held for you"), "a stranger");
+        assert_ne!(
+            seatlock_harness::http::page_buyer_id(&page.body).as_deref(),
+            Some(victim_id.as_str())
+        );
+        stranger.set_cookie(base, BUYER_COOKIE, &forged).unwrap();
+        for action in ["confirm", "release"] {
+            let reply = stranger
+                .seat_action(base, event, seat, action)
+                .await
+                .unwrap();
+            assert_page(&reply, StatusCode::FORBIDDEN, action);
+            stranger.set_cookie(base, BUYER_COOKIE, &forged).unwrap();
+        }
     }
-    let page = buyer.get(&format!("{base}/events/{event}")).await.unwrap();
-    assert!(!page.body.contains("held for you"), "a stranger now");
+    let page = victim.get(&format!("{base}/events/{event}")).await.unwrap();
     assert!(
-        page.body
-            .contains(&format!("id=\"seat-{seat}\" class=\"seat held")),
-        "the old hold stands until its TTL, held by nobody the buyer can act as"
+        page.body.contains("held for you"),
+        "the hold is still the victim's"
     );
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
         .fetch_one(app.db())
@@ -622,28 +641,48 @@ async fn connections_that_send_part_of_their_headers_are_closed_and_others_serve
 }
 
 /// A request still in flight when the buyer renames themselves (the session id rotated)
-/// cannot write the old session back: the old cookie stays worthless.
+/// neither brings the old session back nor turns the browser into a new buyer: a confirm
+/// slow in its payment, renamed under 100 ms later, pays, and the browser opens the order
+/// as the same buyer, under the new name.
 #[tokio::test]
 async fn a_request_in_flight_during_a_rename_does_not_bring_the_old_session_back() {
-    let (app, event, seats, _) = app(|s| s.payment_delay_ms = 1_000).await;
+    let (app, event, seats, _) = app(|s| s.payment_delay_ms = 800).await;
     let base = app.address.clone();
-    let buyer = holding(&app, event, seats[0]).await;
+    let mut buyer = holding(&app, event, seats[0]).await;
+    let named = buyer
+        .post(&format!("{base}/me"), &[("name", "Alice")])
+        .await
+        .unwrap();
+    assert_eq!(named.status, StatusCode::SEE_OTHER, "{}", named.body);
     let old = buyer.cookie(&base, SESSION_COOKIE).unwrap();
-    // A confirm, slow in its payment, saves the session (it forgets the hold) at its end.
+    let identity = buyer.cookie(&base, BUYER_COOKIE).unwrap();
     let tab = buyer.another_tab(Default::default());
     let url = format!("{base}/events/{event}/seats/{}/confirm", seats[0]);
     let slow = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(300)).await; // the confirm loaded the session
-    let renamed = buyer
-        .post(&format!("{base}/me"), &[("name", "Alice")])
-        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await; // the confirm is paying
+    let renamed = buyer.post(&format!("{base}/me"), &[("name", "Bob")]).await;
     assert_eq!(renamed.unwrap().status, StatusCode::SEE_OTHER);
     assert_ne!(buyer.cookie(&base, SESSION_COOKIE).unwrap(), old);
-    assert_eq!(slow.await.unwrap().status, StatusCode::SEE_OTHER);
+    let bought = slow.await.unwrap();
+    assert_eq!(bought.status, StatusCode::SEE_OTHER, "{}", bought.body);
     assert!(
         !session_exists(&app, &old).await,
         "the old session stays deleted"
     );
+    assert_eq!(
+        buyer.cookie(&base, BUYER_COOKIE).unwrap(),
+        identity,
+        "the same buyer"
+    );
+    let order: i64 = sqlx::query_scalar("SELECT id FROM orders WHERE seat_id = $1")
+        .bind(seats[0])
+        .fetch_one(app.db())
+        .await
+        .unwrap();
+    let page = buyer.get(&format!("{base}/orders/{order}")).await.unwrap();
+    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+    let page = buyer.get(&format!("{base}/events/{event}")).await.unwrap();
+    assert!(page.body.contains("Bob"), "the new name");
     let mut stranger = HttpBuyer::new();
     stranger.set_cookie(&base, SESSION_COOKIE, &old).unwrap();
     let page = stranger
@@ -651,7 +690,7 @@ async fn a_request_in_flight_during_a_rename_does_not_bring_the_old_session_back
         .await
         .unwrap();
     assert!(
-        !page.body.contains("Alice"),
+        !page.body.contains("Alice") && !page.body.contains("Bob"),
         "the old cookie is a stranger's"
     );
 }

@@ -8,6 +8,10 @@
 //!   hold is its one lease script and nothing else. The buyer's holds are found in Redis
 //!   by their id (the holder label every grant records), so their owner tokens stay in
 //!   Redis and never reach the browser, nor a session.
+//! * **What the browser remembers.** Each hold also leaves a signed cookie naming the seat
+//!   ([`Buyer::remember_hold`]; the seat and the buyer's id, no token), so a confirm that
+//!   finds no live lease can tell a hold that lapsed (409 `hold_expired`) from a seat the
+//!   buyer never held (403). It decides nothing else: Redis says who holds what.
 //! * **A look writes nothing lasting.** A first visit mints an id and sets the cookie
 //!   (kept by the browser, not by any store); a session exists only once the buyer names
 //!   themselves (`POST /me`). Crawlers and cookie-dropping bots cost no store memory.
@@ -20,7 +24,8 @@
 //! is that buyer until it expires, as with any bearer token (it is HttpOnly, SameSite=Lax,
 //! and `Secure` on https, [`crate::http::proxy`]).
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::extract::FromRequestParts;
 use axum::extract::{Request, State};
@@ -50,6 +55,12 @@ pub const BUYER_COOKIE: &str = "seatlock.buyer";
 /// back to their orders.
 const BUYER_COOKIE_MAX_AGE: cookie::time::Duration = cookie::time::Duration::days(30);
 
+/// The start of the name of a had-hold cookie: `seatlock.held.<event>.<seat>`.
+const HELD_COOKIE: &str = "seatlock.held.";
+
+/// How long a browser remembers that it held a seat: a day, ample for any hold's TTL.
+const HELD_COOKIE_MAX_AGE: cookie::time::Duration = cookie::time::Duration::days(1);
+
 /// Session key of the buyer's name (with their id, so a session cookie paired with
 /// another buyer's id names nobody).
 const PROFILE: &str = "profile";
@@ -75,28 +86,44 @@ impl Identities {
         Identities { key }
     }
 
-    /// The buyer id of a request's signed cookie, if it has one that verifies.
-    fn read(&self, headers: &HeaderMap) -> Option<String> {
+    /// What a request's signed cookies say: the buyer id, if one verifies, and the seats
+    /// (event, seat) whose had-hold cookie names that id.
+    fn read(&self, headers: &HeaderMap) -> (Option<String>, HashSet<(i64, i64)>) {
         let mut jar = CookieJar::new();
         for value in headers.get_all(header::COOKIE) {
-            for cookie in value.to_str().ok()?.split(';') {
+            let Ok(value) = value.to_str() else { continue };
+            for cookie in value.split(';') {
                 if let Ok(cookie) = Cookie::parse_encoded(cookie.trim().to_owned()) {
                     jar.add_original(cookie);
                 }
             }
         }
-        let id = jar.signed(&self.key).get(BUYER_COOKIE)?.value().to_owned();
-        is_buyer_id(&id).then_some(id)
+        let signed = jar.signed(&self.key);
+        let id = signed
+            .get(BUYER_COOKIE)
+            .map(|c| c.value().to_owned())
+            .filter(|id| is_buyer_id(id));
+        let mut held = HashSet::new();
+        if let Some(id) = &id {
+            for cookie in jar.iter() {
+                let seat = cookie.name().strip_prefix(HELD_COOKIE).and_then(held_seat);
+                if let Some(seat) = seat
+                    && signed.get(cookie.name()).is_some_and(|c| c.value() == id)
+                {
+                    held.insert(seat);
+                }
+            }
+        }
+        (id, held)
     }
 
-    /// The `Set-Cookie` value that gives a browser `id`.
-    fn cookie_for(&self, id: &str) -> Option<HeaderValue> {
+    /// `cookie` signed, as a `Set-Cookie` value (HttpOnly, SameSite=Lax, path `/`).
+    fn signed(&self, cookie: Cookie<'static>) -> Option<HeaderValue> {
         let mut jar = CookieJar::new();
-        let cookie = Cookie::build((BUYER_COOKIE, id.to_owned()))
-            .path("/")
-            .http_only(true)
-            .same_site(cookie::SameSite::Lax)
-            .max_age(BUYER_COOKIE_MAX_AGE);
+        let mut cookie = cookie;
+        cookie.set_path("/");
+        cookie.set_http_only(true);
+        cookie.set_same_site(cookie::SameSite::Lax);
         jar.signed_mut(&self.key).add(cookie);
         let signed = jar.delta().next()?.encoded().to_string();
         HeaderValue::from_str(&signed).ok()
@@ -114,6 +141,12 @@ impl Identities {
     }
 }
 
+/// The (event, seat) of a had-hold cookie's name after its prefix: `<event>.<seat>`.
+fn held_seat(rest: &str) -> Option<(i64, i64)> {
+    let (event, seat) = rest.split_once('.')?;
+    Some((event.parse().ok()?, seat.parse().ok()?))
+}
+
 /// A buyer id as minted: 16 lowercase hex digits.
 fn is_buyer_id(id: &str) -> bool {
     id.len() == 16
@@ -122,41 +155,60 @@ fn is_buyer_id(id: &str) -> bool {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
+/// The name of the had-hold cookie of `seat_id` of `event_id`.
+fn held_cookie(event_id: i64, seat_id: i64) -> String {
+    format!("{HELD_COOKIE}{event_id}.{seat_id}")
+}
+
 fn random_id() -> String {
     format!("{:016x}", rand::rng().random::<u64>())
 }
 
-/// What [`identify`] puts in each request: the key, and the buyer's id once known (read
-/// from the cookie, or minted by the first extractor that needs it).
+/// What [`identify`] puts in each request: the key, the buyer's id once known (read from
+/// the cookie, or minted by the first extractor that needs it), the seats the browser
+/// remembers holding, and the cookies to set on the response.
 #[derive(Clone)]
 struct Identified {
     identities: Identities,
     id: Arc<OnceLock<String>>,
+    held: Arc<HashSet<(i64, i64)>>,
+    outbox: Arc<Mutex<Vec<HeaderValue>>>,
 }
 
-/// Middleware, inside the session layer: reads the buyer's signed cookie; if a handler
+/// Middleware, inside the session layer: reads the buyer's signed cookies; if a handler
 /// needed a buyer and the request had none, sets the cookie of the id minted for it on
-/// the response. Requests that never ask who the buyer is (assets, health checks) get
-/// no cookie.
+/// the response, with whatever had-hold cookies the handler set or removed. Requests that
+/// never ask who the buyer is (assets, health checks) get no cookie.
 pub async fn identify(
     State(identities): State<Identities>,
     mut req: Request,
     next: Next,
 ) -> Response {
+    let (known, held) = identities.read(req.headers());
     let id = Arc::new(OnceLock::new());
-    let known = identities.read(req.headers());
     if let Some(known) = known.clone() {
         let _ = id.set(known);
     }
+    let outbox = Arc::new(Mutex::new(Vec::new()));
     req.extensions_mut().insert(Identified {
         identities: identities.clone(),
         id: id.clone(),
+        held: Arc::new(held),
+        outbox: outbox.clone(),
     });
     let mut response = next.run(req).await;
     if known.is_none()
         && let Some(minted) = id.get()
-        && let Some(cookie) = identities.cookie_for(minted)
     {
+        let cookie = Cookie::build((BUYER_COOKIE, minted.clone())).max_age(BUYER_COOKIE_MAX_AGE);
+        response.headers_mut().extend(
+            identities
+                .signed(cookie.build())
+                .map(|c| (header::SET_COOKIE, c)),
+        );
+    }
+    let cookies = std::mem::take(&mut *outbox.lock().unwrap_or_else(|e| e.into_inner()));
+    for cookie in cookies {
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     response
@@ -165,28 +217,33 @@ pub async fn identify(
 /// The request's buyer id and whether the request came without one (then it is minted
 /// now, and [`identify`] gives it to the browser). 503 if the router lacks [`identify`]
 /// (a wiring bug, which every test would show).
-pub(crate) fn buyer_id(parts: &Parts) -> Result<(String, bool, Identities)> {
-    let identified = parts
-        .extensions
-        .get::<Identified>()
-        .ok_or(Error::Unavailable(
-            "the buyer's identity (a server without its middleware)",
-        ))?;
+pub(crate) fn buyer_id(parts: &Parts) -> Result<(String, bool)> {
+    let identified = identified(parts)?;
     let mut new = false;
     let id = identified.id.get_or_init(|| {
         new = true;
         random_id()
     });
-    Ok((id.clone(), new, identified.identities.clone()))
+    Ok((id.clone(), new))
 }
 
-/// The current buyer: their id (from the signed cookie, or minted on this request) and
-/// their session, read only when the name is asked for. Cheap to clone.
+fn identified(parts: &Parts) -> Result<&Identified> {
+    parts
+        .extensions
+        .get::<Identified>()
+        .ok_or(Error::Unavailable(
+            "the buyer's identity (a server without its middleware)",
+        ))
+}
+
+/// The current buyer: their id (from the signed cookie, or minted on this request), the
+/// seats their browser remembers holding, and their session, read only when the name is
+/// asked for. Cheap to clone.
 #[derive(Clone)]
 pub struct Buyer {
     id: String,
     session: Session,
-    identities: Identities,
+    identified: Identified,
     /// Whether this request came without a buyer id.
     new: bool,
 }
@@ -195,14 +252,15 @@ impl<S: Send + Sync> FromRequestParts<S> for Buyer {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self> {
-        let (id, new, identities) = buyer_id(parts)?;
+        let (id, new) = buyer_id(parts)?;
+        let identified = identified(parts)?.clone();
         let session = Session::from_request_parts(parts, state)
             .await
             .map_err(|_| Error::Unavailable("the session store"))?;
         Ok(Buyer {
             id,
             session,
-            identities,
+            identified,
             new,
         })
     }
@@ -218,6 +276,45 @@ pub async fn session_save_failures(req: Request, next: Next) -> Response {
         && !response.headers().contains_key(header::CONTENT_TYPE)
     {
         return Error::Unavailable(crate::http::error::SESSION_STORE).into_response();
+    }
+    response
+}
+
+/// Middleware, outside the session layer: drops a `Set-Cookie` that removes the session
+/// cookie. This application ends a session early only by rotating its id (a rename,
+/// whose answer sets the new cookie), and a request in flight across that rotation loads
+/// the old session, finds it deleted, and tower-sessions then removes the session cookie
+/// by name: the new one. A session that simply expired keeps a cookie that expires
+/// with it (both last a day of inactivity).
+pub async fn keep_rotated_sessions(req: Request, next: Next) -> Response {
+    let mut response = next.run(req).await;
+    let removal = |value: &HeaderValue| {
+        value
+            .to_str()
+            .ok()
+            .and_then(|text| Cookie::parse(text.to_owned()).ok())
+            .is_some_and(|c| {
+                c.name() == crate::app::SESSION_COOKIE
+                    && c.max_age() == Some(cookie::time::Duration::ZERO)
+            })
+    };
+    if response
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .any(removal)
+    {
+        let kept: Vec<HeaderValue> = response
+            .headers()
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter(|value| !removal(value))
+            .cloned()
+            .collect();
+        response.headers_mut().remove(header::SET_COOKIE);
+        for value in kept {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
     }
     response
 }
@@ -258,7 +355,44 @@ impl Buyer {
     /// The owner token of the buyer's place in event `event_id`'s waiting room (derived,
     /// see [`Identities`]): no store is read or written.
     pub fn admission_token(&self, event_id: i64) -> OwnerToken {
-        self.identities.admission_token(&self.id, event_id)
+        self.identified
+            .identities
+            .admission_token(&self.id, event_id)
+    }
+
+    /// Whether the browser remembers holding `seat_id` of `event_id` (a had-hold cookie of
+    /// this buyer's, set by [`Buyer::remember_hold`] and not yet forgotten or expired).
+    pub fn had_hold(&self, event_id: i64, seat_id: i64) -> bool {
+        self.identified.held.contains(&(event_id, seat_id))
+    }
+
+    /// Has the browser remember, for a day, that this buyer held `seat_id` of `event_id`
+    /// (a signed cookie on this response): only to tell a lapsed hold from none.
+    pub fn remember_hold(&self, event_id: i64, seat_id: i64) {
+        let cookie = Cookie::build((held_cookie(event_id, seat_id), self.id.clone()))
+            .max_age(HELD_COOKIE_MAX_AGE);
+        self.send(self.identified.identities.signed(cookie.build()));
+    }
+
+    /// Has the browser forget [`Buyer::remember_hold`]'s cookie (released or bought).
+    pub fn forget_hold(&self, event_id: i64, seat_id: i64) {
+        if self.had_hold(event_id, seat_id) {
+            let gone = Cookie::build((held_cookie(event_id, seat_id), ""))
+                .path("/")
+                .max_age(cookie::time::Duration::ZERO);
+            self.send(HeaderValue::from_str(&gone.build().to_string()).ok());
+        }
+    }
+
+    fn send(&self, cookie: Option<HeaderValue>) {
+        if let Some(cookie) = cookie {
+            let mut outbox = self
+                .identified
+                .outbox
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            outbox.push(cookie);
+        }
     }
 }
 

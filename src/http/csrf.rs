@@ -72,7 +72,7 @@ impl Csrf {
     /// The CSRF token of the request's buyer ([`crate::http::buyer::buyer_id`], from the
     /// signed buyer cookie, or minted on this request): no store is read or written.
     async fn token(&self, parts: &mut Parts) -> Result<CsrfToken, Error> {
-        let (buyer_id, _, _) = crate::http::buyer::buyer_id(parts)?;
+        let (buyer_id, _) = crate::http::buyer::buyer_id(parts)?;
         let config = self.for_buyer(&buyer_id);
         // (axum_csrf's extractor never fails: a missing cookie gets a new token.)
         CsrfToken::from_request_parts(parts, &config)

@@ -86,7 +86,7 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> 
         PurchaseStrategy::RaceLabUnfencedLease => {
             let lease = purchase::held_lease(state, buyer, seat)
                 .await?
-                .ok_or_else(purchase::not_your_hold)?;
+                .ok_or_else(|| purchase::no_live_hold(buyer, seat))?;
             // The lock check...
             if !state.leases.is_held(&lease).await? {
                 return Err(Refusal::HoldExpired.into());

@@ -117,6 +117,9 @@ pub async fn hold_group(
         Err(err) => return Ok(Err(err)),
     };
     telemetry::hold_granted();
+    for &seat_id in seats {
+        buyer.remember_hold(event_id, seat_id);
+    }
     tracing::info!(
         fencing_token = leases[0].fencing_token().as_i64(),
         "group hold granted"

@@ -76,11 +76,13 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         Ok(lease) => {
             Span::current().record("fencing_token", lease.fencing_token().as_i64());
             telemetry::hold_granted();
+            buyer.remember_hold(seat.event_id, seat.seat_id);
             tracing::info!("hold granted");
             Ok(HoldOutcome::Granted(lease))
         }
         // A second click, or another tab of the same buyer: the lease in Redis is theirs.
         Err(LeaseError::Held { holder, .. }) if holder == buyer.id() => {
+            buyer.remember_hold(seat.event_id, seat.seat_id);
             Ok(HoldOutcome::AlreadyYours)
         }
         // Held by someone else: `held`; retired by its sale: `sold`; over the buyer's
@@ -112,6 +114,17 @@ pub(crate) async fn held_lease(
     Ok(state.leases.owned_by(&key, buyer.id()).await?)
 }
 
+/// The refusal for a buyer with no live hold on `seat`: 409 [`Refusal::HoldExpired`] if
+/// their browser remembers holding it ([`Buyer::had_hold`]), else 403
+/// ([`not_your_hold`]).
+pub(crate) fn no_live_hold(buyer: &Buyer, seat: SeatRef) -> Error {
+    if buyer.had_hold(seat.event_id, seat.seat_id) {
+        Refusal::HoldExpired.into()
+    } else {
+        not_your_hold()
+    }
+}
+
 /// 403: the buyer has no hold on this seat.
 pub(crate) fn not_your_hold() -> Error {
     Error::Forbidden("You do not hold this seat. Pick it on the seat map first.".into())
@@ -119,17 +132,20 @@ pub(crate) fn not_your_hold() -> Error {
 
 /// Releases the buyer's hold on `seat`: compare-and-delete with the owner token that
 /// the same script finds by the buyer's id ([`lease::LeaseStore::release_held_by`]), so a
-/// lease that passed to another buyer is never touched. One Redis round trip. Errors: 403
-/// if the buyer has no live hold on it (never held, lapsed, or released already), 503
-/// Redis unavailable. Traced as span `release` (event, seat, buyer).
+/// lease that passed to another buyer is never touched. One Redis round trip. Success
+/// means the buyer holds the seat no more: a hold that lapsed is released already.
+/// Errors: 403 if the buyer never held it (as far as their browser remembers,
+/// [`Buyer::had_hold`]), 503 Redis unavailable. Traced as span `release` (event, seat,
+/// buyer).
 #[tracing::instrument(name = "release", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id()))]
 pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
     let key = super::lease_key(&state.settings.lease_namespace, seat);
-    if state.leases.release_held_by(&key, buyer.id()).await? {
-        Ok(())
-    } else {
-        Err(not_your_hold())
+    let released = state.leases.release_held_by(&key, buyer.id()).await?;
+    if !released && !buyer.had_hold(seat.event_id, seat.seat_id) {
+        return Err(not_your_hold());
     }
+    buyer.forget_hold(seat.event_id, seat.seat_id);
+    Ok(())
 }
 
 /// Buys `seat` for `buyer` with the fencing token of the buyer's hold; returns the
@@ -161,10 +177,17 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i
 /// 403, unless this buyer bought the seat already (a submit sent twice): then its order.
 async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) -> Result<i64> {
     let Some(lease) = held_lease(&state, &buyer, seat).await? else {
-        // No live hold: perhaps a submit after a purchase that completed.
+        // No live hold: perhaps a submit after a purchase that completed; else a hold
+        // that lapsed (if the browser remembers it), or none at all.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
             Some(order_id) => Ok(order_id),
-            None => Err(not_your_hold()),
+            None => {
+                let refused = no_live_hold(&buyer, seat);
+                if let Error::Refused(refusal) = &refused {
+                    telemetry::confirm(ConfirmOutcome::Rejected(refusal));
+                }
+                Err(refused)
+            }
         };
     };
     if let Some(order_id) = pay_and_sell(&state, &buyer, seat, &lease).await? {
@@ -303,6 +326,7 @@ async fn sell_fenced(
     pause::point(PausePoint::AfterCommit).await;
     // (e) Release the hold and retire the seat (best effort).
     give_up(state, lease, true).await;
+    buyer.forget_hold(seat.event_id, seat.seat_id);
     Ok(Attempt::Sold(order_id))
 }
 
@@ -414,9 +438,10 @@ async fn sell_all_fenced(
     }
     // (d) COMMIT, then (e) each hold released and its seat retired.
     telemetry::postgres("commit", tx.commit()).await?;
-    for (_, lease) in holds {
+    for (seat, lease) in holds {
         telemetry::confirm(ConfirmOutcome::Accepted);
         give_up(state, lease, true).await;
+        buyer.forget_hold(seat.event_id, seat.seat_id);
     }
     tracing::info!(seats = holds.len(), "cart sold");
     Ok(Checkout::Bought(orders))
@@ -479,11 +504,13 @@ async fn sale_refused(
     // A double submit: the first one bought it; this one returns its order.
     if let Some(order_id) = queries::order_of(&state.db, seat, buyer.id()).await? {
         give_up(state, lease, true).await;
+        buyer.forget_hold(seat.event_id, seat.seat_id);
         return Ok(order_id);
     }
     // Otherwise the hold is worthless: give it up (retiring a sold seat) before saying why.
     let status = queries::seat_status(&state.db, seat).await;
     give_up(state, lease, matches!(&status, Ok(Some(s)) if s.sold)).await;
+    buyer.forget_hold(seat.event_id, seat.seat_id);
     match status? {
         Some(s) if !s.sold && s.started => {
             telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::EventStarted));
