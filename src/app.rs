@@ -42,8 +42,9 @@ pub struct Application {
 impl Application {
     /// Connects to Postgres and Redis (lazily: the server starts even if they are down,
     /// and `/healthz` says so), builds the router and binds `settings.bind`.
-    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+    pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
         telemetry::prometheus(); // installed before anything is counted
+        fit_connection_budgets(&mut settings)?;
         // The store timeout bounds every statement and every lock wait (a lock wait is
         // shorter, so that a purchase cut off after its idle bound,
         // Settings::purchase_idle_timeout, frees the row within it); a request's
@@ -55,7 +56,7 @@ impl Application {
         }
         let csrf = csrf::Csrf::new(settings.secret.as_deref());
         let identities = buyer::Identities::new(settings.secret.as_deref());
-        let live = Arc::new(live::LiveHub::default());
+        let live = Arc::new(live::LiveHub::new(settings.max_streams as usize));
         live::spawn(
             live.clone(),
             leases.clone(),
@@ -149,6 +150,33 @@ impl Application {
         .await;
         Ok(())
     }
+}
+
+/// Checks that live streams leave room for requests (`--max-streams` below
+/// `--max-connections`), and fits both into the open files the system allows
+/// ([`crate::http::serve::fit_open_files`]), scaled down together, with a warning, where
+/// it allows fewer.
+fn fit_connection_budgets(settings: &mut Settings) -> anyhow::Result<()> {
+    let (connections, streams) = (settings.max_connections, settings.max_streams);
+    if streams >= connections {
+        anyhow::bail!(
+            "--max-streams ({streams}) must be below --max-connections ({connections}): \
+             the connections left over are what requests (a hold, a confirm) are served on"
+        );
+    }
+    let fits = crate::http::serve::fit_open_files(u64::from(connections)) as u32;
+    if fits < connections {
+        settings.max_connections = fits;
+        settings.max_streams =
+            ((u64::from(streams) * u64::from(fits)) / u64::from(connections)).max(1) as u32;
+        tracing::warn!(
+            max_connections = settings.max_connections,
+            max_streams = settings.max_streams,
+            "the open-file limit (ulimit -n) is too low for --max-connections {connections}: \
+             serving fewer"
+        );
+    }
+    Ok(())
 }
 
 /// The routes and middleware. Sessions live in Redis ([`crate::http::sessions::Sessions`]:

@@ -176,9 +176,18 @@ pub struct Settings {
     #[arg(long, env = "SEATLOCK_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
     pub header_timeout_ms: u64,
     /// Most connections served at once; more wait in the kernel's accept queue. Each
-    /// open page holds one for its event stream.
-    #[arg(long, env = "SEATLOCK_MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..))]
+    /// open live page holds one for its event stream, at most `--max-streams` of them, so
+    /// at least `max_connections - max_streams` are always left for requests: lookers
+    /// never lock buyers out. Must exceed `--max-streams`; the server raises its open-file
+    /// limit to fit, and lowers both (logged) where the system allows fewer.
+    #[arg(long, env = "SEATLOCK_MAX_CONNECTIONS", default_value_t = 12_288, value_parser = clap::value_parser!(u32).range(2..))]
     pub max_connections: u32,
+    /// Most live event streams (seat maps, auction items) served at once. A page past
+    /// the budget is answered at once, 503 with `Retry-After`: it shows what it loaded,
+    /// says it is not live, and its script opens the stream again later (catching up with
+    /// a fresh snapshot). Must be below `--max-connections`.
+    #[arg(long, env = "SEATLOCK_MAX_STREAMS", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams: u32,
     /// How long a server told to stop by SIGTERM keeps serving while `/readyz` says it
     /// is draining, before it ends its live streams and stops accepting, in
     /// milliseconds: long enough for the proxy's checks to take it out (HAProxy here:
@@ -546,6 +555,7 @@ mod tests {
             close_lease_ttl_ms: 999,
             header_timeout_ms: 1_500,
             max_connections: 77,
+            max_streams: 55,
             drain_ms: 3_210,
         };
         assert_ne!(settings, Settings::new("a", "b", "c"));

@@ -55,6 +55,26 @@ pub(crate) const ADMISSIONS_TOTAL: &str = "seatlock_admissions_total";
 /// Histogram (seconds): each admitted buyer's wait in the queue.
 pub(crate) const QUEUE_WAIT_SECONDS: &str = "seatlock_queue_wait_seconds";
 
+/// Gauge: live event streams open on this process (at most `--max-streams`).
+pub(crate) const STREAMS_OPEN: &str = "seatlock_live_streams_open";
+/// Counter: live event streams refused because every one of `--max-streams` was open.
+pub(crate) const STREAMS_REFUSED_TOTAL: &str = "seatlock_live_streams_refused_total";
+
+/// A live stream opened ([`crate::live::LiveHub::subscribe`]).
+pub(crate) fn stream_opened() {
+    metrics::gauge!(STREAMS_OPEN).increment(1.0);
+}
+
+/// A live stream ended.
+pub(crate) fn stream_closed() {
+    metrics::gauge!(STREAMS_OPEN).decrement(1.0);
+}
+
+/// A live stream refused: the budget was full.
+pub(crate) fn stream_refused() {
+    metrics::counter!(STREAMS_REFUSED_TOTAL).increment(1);
+}
+
 /// Upper bounds of the queue-wait histogram's buckets, in seconds (1 s to 1 h).
 pub(crate) const QUEUE_WAIT_BUCKETS_SECONDS: [f64; 10] = [
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
@@ -133,6 +153,14 @@ fn describe() {
         "Second sales of a seat stopped only by the orders_one_per_seat constraint (must stay 0)."
     );
     metrics::describe_gauge!(QUEUE_LENGTH, "Buyers in an event's waiting-room queue.");
+    metrics::describe_gauge!(
+        STREAMS_OPEN,
+        "Live event streams open (at most --max-streams)."
+    );
+    describe_counter!(
+        STREAMS_REFUSED_TOTAL,
+        "Live event streams refused (503) because every one of --max-streams was open."
+    );
     describe_counter!(ADMISSIONS_TOTAL, "Buyers admitted from a waiting room.");
     describe_histogram!(
         QUEUE_WAIT_SECONDS,

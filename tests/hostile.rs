@@ -587,6 +587,7 @@ async fn connections_that_send_part_of_their_headers_are_closed_and_others_serve
     let (app, event, _, _) = app(|s| {
         s.header_timeout_ms = 500;
         s.max_connections = 20;
+        s.max_streams = 10;
     })
     .await;
     let address = app.address.trim_start_matches("http://").to_owned();
@@ -638,6 +639,60 @@ async fn connections_that_send_part_of_their_headers_are_closed_and_others_serve
         !matches!(alive, Ok(Ok(None)) | Ok(Err(_))),
         "the event stream was not cut: {alive:?}"
     );
+}
+
+/// Lookers never lock out buyers: with every live stream of the budget open
+/// (`--max-streams`), one more map's stream is answered at once, 503 with `Retry-After`
+/// (its page's script tries again later), while a page view and a hold are served as
+/// ever; once a stream ends, the next one is live.
+#[tokio::test]
+async fn past_the_stream_budget_a_map_is_told_to_retry_and_buyers_are_still_served() {
+    let (app, event, seats, _) = app(|s| {
+        s.max_connections = 16;
+        s.max_streams = 3;
+    })
+    .await;
+    let base = &app.address;
+    let stream_url = format!("{base}/events/{event}/stream");
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let mut stream = reqwest::get(&stream_url).await.unwrap();
+        assert_eq!(stream.status(), StatusCode::OK);
+        let snapshot = tokio::time::timeout(Duration::from_secs(5), stream.chunk())
+            .await
+            .expect("a snapshot")
+            .unwrap();
+        assert!(snapshot.is_some());
+        open.push(stream);
+    }
+    let refused = tokio::time::timeout(Duration::from_secs(5), reqwest::get(&stream_url))
+        .await
+        .expect("an answer, not a hang")
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    assert!(
+        refused
+            .text()
+            .await
+            .unwrap()
+            .contains("catches up in a moment")
+    );
+
+    let mut buyer = HttpBuyer::new();
+    let page = buyer.get(&format!("{base}/events/{event}")).await.unwrap();
+    assert_eq!(page.status, StatusCode::OK);
+    let held = buyer
+        .seat_action(base, event, seats[0], "hold")
+        .await
+        .unwrap();
+    assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+
+    drop(open.pop());
+    eventually(Duration::from_secs(5), "a place in the budget", || async {
+        reqwest::get(&stream_url).await.unwrap().status() == StatusCode::OK
+    })
+    .await;
 }
 
 /// A request still in flight when the buyer renames themselves (the session id rotated)

@@ -103,7 +103,10 @@ pub(super) async fn stream(
     let item_id = parse_id(&item, "auction")?;
     let buyer_id = buyer.id().to_owned();
     // Subscribe first, then read the snapshot: no change can fall between the two.
-    let subscription = state.live.subscribe(&format!("auction:{item_id}"));
+    let subscription = state
+        .live
+        .subscribe(&format!("auction:{item_id}"))
+        .ok_or(Error::StreamsFull)?;
     let first = render(&state, item_id, &buyer_id, "snapshot")
         .await?
         .ok_or_else(|| Error::NotFound("There is no such auction.".into()))?;

@@ -8,7 +8,7 @@
 
 use askama::Template;
 use askama_web::WebTemplate;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use lease::LeaseError;
 
@@ -165,6 +165,12 @@ pub enum Error {
     /// Redis or Postgres is unreachable; names which one: 503.
     #[error("{0} is unavailable, please try again in a moment")]
     Unavailable(&'static str),
+    /// Every live stream of this server's budget (`--max-streams`) is open: 503 with
+    /// `Retry-After`, at once (never a hang).
+    #[error(
+        "Too many pages are live on this server right now. This page shows what it loaded and catches up in a moment."
+    )]
+    StreamsFull,
     /// A Postgres error that is not one of the above.
     #[error("database error: {0}")]
     Database(sqlx::Error),
@@ -294,11 +300,14 @@ impl Error {
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Refused(_) => StatusCode::CONFLICT,
             Error::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Unavailable(_) | Error::StreamsFull => StatusCode::SERVICE_UNAVAILABLE,
             Error::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
+
+/// The `Retry-After` of [`Error::StreamsFull`], in seconds.
+const STREAMS_RETRY_AFTER_S: &str = "5";
 
 /// The error page.
 #[derive(Template, WebTemplate)]
@@ -332,9 +341,14 @@ impl IntoResponse for Error {
             message,
             refusal: refusal.unwrap_or_default(),
         };
-        match refusal {
-            Some(code) => (status, [(REFUSAL_HEADER, code)], page).into_response(),
-            None => (status, page).into_response(),
+        match (refusal, &self) {
+            (Some(code), _) => (status, [(REFUSAL_HEADER, code)], page).into_response(),
+            // A page's script opens its stream again after this many seconds (or its own
+            // backoff), and catches up then with a fresh snapshot.
+            (None, Error::StreamsFull) => {
+                (status, [(header::RETRY_AFTER, STREAMS_RETRY_AFTER_S)], page).into_response()
+            }
+            (None, _) => (status, page).into_response(),
         }
     }
 }

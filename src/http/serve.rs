@@ -6,7 +6,9 @@
 //!   (slowloris) is closed. A request body has the same time
 //!   (`tower_http`'s `RequestBodyTimeoutLayer`, in [`crate::app::router`]).
 //! * At most [`Limits::max_connections`] connections are served at once; further ones
-//!   wait in the kernel's accept queue until one closes.
+//!   wait in the kernel's accept queue until one closes. Live pages' event streams are
+//!   budgeted apart, below it ([`crate::live::LiveHub`]), so requests always have room.
+//!   [`fit_open_files`] makes the process's open-file limit hold them.
 //! * A response may take as long as it likes, so live pages' event streams are not cut.
 //!
 //! Shutdown is graceful: stop accepting, then wait for the open connections to finish
@@ -35,6 +37,37 @@ pub struct Limits {
     pub header_timeout: Duration,
     /// Connections served at once.
     pub max_connections: usize,
+}
+
+/// Open files kept for everything but client connections: the stores' connections,
+/// the listeners, logs and the like.
+const FILES_FOR_THE_REST: u64 = 512;
+
+/// Raises this process's open-file limit (`RLIMIT_NOFILE`, the soft one, up to the hard
+/// one) to fit `max_connections` client connections and [`FILES_FOR_THE_REST`], and
+/// returns how many connections fit: `max_connections`, or fewer where the system's
+/// hard limit is lower (then the caller scales its budgets down and says so). Without
+/// this, connection 1,025 on a default Linux limit fails to be accepted, however large
+/// the budget.
+pub fn fit_open_files(max_connections: u64) -> u64 {
+    let needed = max_connections + FILES_FOR_THE_REST;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed to them.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return max_connections;
+        }
+        if limit.rlim_cur < needed {
+            limit.rlim_cur = needed.min(limit.rlim_max);
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+            }
+        }
+    }
+    max_connections.min(limit.rlim_cur.saturating_sub(FILES_FOR_THE_REST).max(2))
 }
 
 /// Serves `router` on `listener` within `limits` until `shutdown` completes, then waits

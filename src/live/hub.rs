@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, watch};
 
 /// Messages a slow page may fall behind by before it is sent a fresh snapshot instead.
 const BACKLOG: usize = 256;
@@ -29,9 +30,11 @@ impl LiveMessage {
     }
 }
 
-/// The topics of one server process.
-#[derive(Default)]
+/// The topics of one server process, and its budget of open streams.
 pub struct LiveHub {
+    /// One permit per open stream (`--max-streams`): lookers are budgeted apart from the
+    /// connections requests are served on.
+    streams: Arc<Semaphore>,
     topics: Mutex<HashMap<String, broadcast::Sender<Arc<LiveMessage>>>>,
     /// Set by [`LiveHub::close`]: no more subscriptions.
     closed: AtomicBool,
@@ -63,23 +66,68 @@ impl Feed {
 }
 
 /// A page's subscription to one topic.
-pub type Subscription = broadcast::Receiver<Arc<LiveMessage>>;
+pub struct Subscription {
+    receiver: broadcast::Receiver<Arc<LiveMessage>>,
+    /// This stream's place in the budget, given back when the stream ends.
+    _permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self._permit.is_some() {
+            crate::telemetry::stream_closed();
+        }
+    }
+}
+
+impl Subscription {
+    /// The next message ([`broadcast::Receiver::recv`]): `Lagged` if this page fell
+    /// behind, `Closed` once the hub closed the topic.
+    pub async fn recv(&mut self) -> Result<Arc<LiveMessage>, RecvError> {
+        self.receiver.recv().await
+    }
+}
 
 impl LiveHub {
+    /// A hub that serves at most `max_streams` open streams at once.
+    pub fn new(max_streams: usize) -> Self {
+        LiveHub {
+            streams: Arc::new(Semaphore::new(max_streams)),
+            topics: Mutex::default(),
+            closed: AtomicBool::default(),
+            feeds: watch::Sender::default(),
+            notes: Mutex::default(),
+        }
+    }
+
     /// Subscribes to `topic` (e.g. `event:12`); messages published after this call are
-    /// received, so subscribe before reading the snapshot.
-    pub fn subscribe(&self, topic: &str) -> Subscription {
+    /// received, so subscribe before reading the snapshot. `None` when every stream of
+    /// the budget is taken: the caller answers at once (503), and the page tries later.
+    pub fn subscribe(&self, topic: &str) -> Option<Subscription> {
+        let Ok(permit) = self.streams.clone().try_acquire_owned() else {
+            crate::telemetry::stream_refused();
+            return None;
+        };
+        crate::telemetry::stream_opened();
         let mut topics = self.topics.lock().expect("hub lock");
         if self.closed.load(Ordering::SeqCst) {
-            return broadcast::channel(1).1; // already closed: ends at once
+            // Already closed: ends at once.
+            return Some(Subscription {
+                receiver: broadcast::channel(1).1,
+                _permit: None,
+            });
         }
         // Forget topics whose pages have all gone (including streams refused with 404
         // right after subscribing), so abandoned topics cannot pile up.
         topics.retain(|_, sender| sender.receiver_count() > 0);
-        topics
+        let receiver = topics
             .entry(topic.to_owned())
             .or_insert_with(|| broadcast::channel(BACKLOG).0)
-            .subscribe()
+            .subscribe();
+        Some(Subscription {
+            receiver,
+            _permit: Some(permit),
+        })
     }
 
     /// Delivers `message` to the current subscribers of `topic`, if any; forgets topics
@@ -163,9 +211,9 @@ mod tests {
 
     #[tokio::test]
     async fn delivers_to_subscribers_of_the_topic_only() {
-        let hub = LiveHub::default();
-        let mut one = hub.subscribe("event:1");
-        let mut two = hub.subscribe("event:2");
+        let hub = LiveHub::new(8);
+        let mut one = hub.subscribe("event:1").unwrap();
+        let mut two = hub.subscribe("event:2").unwrap();
         hub.publish(
             "event:1",
             LiveMessage {
@@ -174,21 +222,21 @@ mod tests {
             },
         );
         assert_eq!(one.recv().await.unwrap().data["seat"], 5);
-        assert!(two.try_recv().is_err());
+        assert!(two.receiver.try_recv().is_err());
         hub.resync_all();
         assert_eq!(two.recv().await.unwrap().event, "resync");
     }
 
     #[tokio::test]
     async fn close_ends_every_subscription_now_and_later() {
-        let hub = LiveHub::default();
-        let mut before = hub.subscribe("event:1");
+        let hub = LiveHub::new(8);
+        let mut before = hub.subscribe("event:1").unwrap();
         hub.close();
         assert!(matches!(
             before.recv().await,
             Err(broadcast::error::RecvError::Closed)
         ));
-        let mut after = hub.subscribe("event:1");
+        let mut after = hub.subscribe("event:1").unwrap();
         assert!(matches!(
             after.recv().await,
             Err(broadcast::error::RecvError::Closed)
@@ -197,7 +245,7 @@ mod tests {
 
     #[test]
     fn forgets_topics_without_subscribers() {
-        let hub = LiveHub::default();
+        let hub = LiveHub::new(8);
         drop(hub.subscribe("event:1"));
         hub.publish("event:1", LiveMessage::resync());
         assert!(hub.topics.lock().unwrap().is_empty());
@@ -205,8 +253,8 @@ mod tests {
 
     #[test]
     fn abandoned_topics_do_not_pile_up() {
-        let hub = LiveHub::default();
-        let _watched = hub.subscribe("event:1");
+        let hub = LiveHub::new(8);
+        let _watched = hub.subscribe("event:1").unwrap();
         for id in 2..10_000 {
             drop(hub.subscribe(&format!("event:{id}"))); // e.g. a 404 for an unknown event
         }
@@ -214,5 +262,18 @@ mod tests {
             hub.topics.lock().unwrap().len() <= 2,
             "only live topics are kept"
         );
+    }
+
+    #[test]
+    fn streams_past_the_budget_are_refused_until_one_ends() {
+        let hub = LiveHub::new(2);
+        let one = hub.subscribe("event:1").expect("the first");
+        let _two = hub.subscribe("event:2").expect("the second");
+        assert!(
+            hub.subscribe("event:1").is_none(),
+            "the third is past the budget"
+        );
+        drop(one);
+        assert!(hub.subscribe("event:1").is_some(), "a place is free again");
     }
 }

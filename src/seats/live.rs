@@ -66,7 +66,10 @@ pub(super) async fn stream(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     let event_id = parse_id(&event, "event")?;
     // Subscribe first, then read the snapshot: no change can fall between the two.
-    let subscription = state.live.subscribe(&format!("event:{event_id}"));
+    let subscription = state
+        .live
+        .subscribe(&format!("event:{event_id}"))
+        .ok_or(Error::StreamsFull)?;
     let first = snapshot(&state, event_id)
         .await?
         .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
