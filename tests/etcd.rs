@@ -244,7 +244,11 @@ async fn a_half_open_connection_to_etcd_is_replaced() {
     .await;
     healthy_again(&app).await;
     // The watch runs on a new connection too: a new hold reaches the live pages.
-    let mut page = app.state.live.subscribe(&format!("event:{event}"));
+    let mut page = app
+        .state
+        .live
+        .subscribe(&format!("event:{event}"))
+        .expect("a place in the stream budget");
     let (status, _) = act(&mut HttpBuyer::new(), &app, event, seats[2], "hold").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let seen = tokio::time::timeout(Duration::from_secs(10), async {
@@ -337,7 +341,11 @@ async fn a_hung_etcd_leader_is_routed_around() {
     }
     println!("m{leader} hung: ten grants in a row after {attempts} attempts");
     // The live feed's watch, wherever it was, reports holds again.
-    let mut page = app.state.live.subscribe(&format!("event:{event}"));
+    let mut page = app
+        .state
+        .live
+        .subscribe(&format!("event:{event}"))
+        .expect("a place in the stream budget");
     let seen = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
             act(&mut alice, &app, event, seats[2], "hold").await;
@@ -582,7 +590,11 @@ async fn etcd_compacts_the_revisions_of_old_holds_and_holds_go_on() {
         },
     )
     .await;
-    let mut pushed = app.state.live.subscribe(&format!("event:{event}"));
+    let mut pushed = app
+        .state
+        .live
+        .subscribe(&format!("event:{event}"))
+        .expect("a place in the stream budget");
     let (status, _) = act(&mut buyer, &app, event, seats[3], "hold").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let message = tokio::time::timeout(Duration::from_secs(10), pushed.recv())

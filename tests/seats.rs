@@ -765,7 +765,11 @@ async fn with_the_leases_in_a_redis_of_their_own_holds_are_pushed_live() {
             .await
     );
     let (event, seats) = app.first_event_seats().await.unwrap();
-    let mut pushed = app.state.live.subscribe(&format!("event:{event}"));
+    let mut pushed = app
+        .state
+        .live
+        .subscribe(&format!("event:{event}"))
+        .expect("a place in the stream budget");
 
     let reply = HttpBuyer::new()
         .seat_action(&app.address, event, seats[0], "hold")

@@ -19,15 +19,18 @@
 //! | `hold_p50_ms_{100..100000}_seats` | p50 of one buyer's holds on a venue of that size | the 100-seat figure (ratio = growth) |
 //! | `seat_map_ms_{100..100000}_seats` | `GET /events/{id}` (criterion median) | the 100-seat figure |
 //! | `server_rss_mb_64` | the server's peak RSS (`VmHWM`) after the 64-buyer rows | |
+//! | `arena_view_vs_healthz_64`, `*_bytes_per_*` | what lookers cost ([`crowd`]) | |
 //!
 //! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time; `BENCH_ONLY`
-//! (a comma-separated list of `lease`, `etcd`, `http`, `floor`, `trips`, `sizes`, `map`) runs
+//! (a comma-separated list of `lease`, `etcd`, `http`, `floor`, `trips`, `sizes`, `map`,
+//! `crowd`) runs
 //! only those groups, to re-measure one quickly (the report then has only their rows).
 //! `http` is every concurrency level and the floor rows; `floor` is the 64-buyer level
 //! and the floor rows alone; `trips` is the round-trip rows. Run by `cargo bench` only:
 //! under `cargo test` (no `--bench` argument) it does nothing.
 
 mod breakdown;
+mod crowd;
 mod etcd;
 mod floor;
 mod report;
@@ -468,7 +471,7 @@ async fn floor_rows(
             peak.holds.per_s,
             floor_holds.per_s,
         )
-        .target(Target::RatioAtLeast(0.5)),
+        .target(Target::RatioAtLeast(0.6)),
     );
     rows.push(
         Row::alone(
@@ -694,6 +697,9 @@ fn main() -> anyhow::Result<()> {
             &mut rows,
             &mut breakdowns,
         ))?;
+    }
+    if wanted("crowd") {
+        rt.block_on(crowd::rows(&setup, &mut rows))?;
     }
     if wanted("trips") {
         rt.block_on(round_trip_rows(&setup, &mut rows))?;

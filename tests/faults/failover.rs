@@ -131,7 +131,11 @@ async fn after_a_switchover_the_live_feed_moves_to_the_new_primary_and_shows_lap
     .await;
 
     let (event, seats) = app.first_event_seats().await.unwrap();
-    let mut pushed = app.state.live.subscribe(&format!("event:{event}"));
+    let mut pushed = app
+        .state
+        .live
+        .subscribe(&format!("event:{event}"))
+        .expect("a place in the stream budget");
     let reply = HttpBuyer::new()
         .seat_action(&app.address, event, seats[0], "hold")
         .await

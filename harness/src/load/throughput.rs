@@ -136,6 +136,50 @@ pub async fn run(
     Ok(RunReport::new(buyers, seconds, &all, failures))
 }
 
+/// Page-view throughput: `viewers` concurrent clients each GET `path` of `server` over and
+/// over for `duration`, each with the cookies of one earlier visit (a returning viewer)
+/// and `Accept-Encoding: gzip` (the body is read as the network carries it, not
+/// inflated). Counts the answers that are 200 OK; any other is a failure.
+pub async fn page_views(
+    server: &str,
+    path: &str,
+    viewers: usize,
+    duration: Duration,
+) -> anyhow::Result<RunReport> {
+    let deadline = Instant::now() + duration;
+    let started = Instant::now();
+    let url = format!("{server}{path}");
+    let tasks: Vec<_> = (0..viewers)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let client = reqwest::Client::builder().cookie_store(true).build()?;
+                // The first visit: the buyer cookie, so the timed views are a returning
+                // viewer's.
+                client.get(&url).send().await?.bytes().await?;
+                let mut histogram = histogram();
+                let mut failures = 0;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    let reply = client
+                        .get(&url)
+                        .header(reqwest::header::ACCEPT_ENCODING, "gzip")
+                        .send()
+                        .await?;
+                    let status = reply.status();
+                    reply.bytes().await?;
+                    histogram.saturating_record(t.elapsed().as_micros() as u64);
+                    failures += u64::from(status != StatusCode::OK);
+                }
+                anyhow::Ok((histogram, failures))
+            })
+        })
+        .collect();
+    let (all, failures) = merge(tasks).await?;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(RunReport::new(viewers, seconds, &all, failures))
+}
+
 /// Confirm throughput: `buyers` concurrent buyers each own a share of `seat_ids` and, in
 /// rounds, hold `batch` of their seats (not timed), wait for every buyer, then confirm
 /// them (timed). Throughput is confirms over the wall time of the confirm phases alone,
