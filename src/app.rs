@@ -74,6 +74,7 @@ impl Application {
             identities,
             live,
             catalog: Arc::default(),
+            snapshots: Arc::default(),
             known_items: Arc::default(),
             draining: Arc::default(),
         };
@@ -89,6 +90,8 @@ impl Application {
         // A pooler in transaction mode would let the server start and its live pages
         // go silent: refuse it now, in words (crate::db).
         crate::db::refuse_transaction_pooling(&state.db, state.settings.store_timeout()).await?;
+        // Open maps converge to the stores' truth after a lost message.
+        seats::live::spawn_convergence(state.clone());
         let router = router(state.clone());
         let listener = TcpListener::bind(&state.settings.bind)
             .await

@@ -59,6 +59,8 @@ pub struct AppState {
     pub live: Arc<crate::live::LiveHub>,
     /// Each event's seats and start, read once (a hold asks no Postgres).
     pub catalog: Arc<crate::seats::catalog::Catalog>,
+    /// Each event's seat-map snapshot, shared by every open map while it is current.
+    pub snapshots: Arc<crate::seats::live::Snapshots>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
     pub known_items: Arc<crate::auction::known_items::KnownItems>,
     /// Set once the server is told to stop (SIGTERM): `/readyz` then says so.

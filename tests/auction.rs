@@ -672,55 +672,13 @@ async fn the_list_shows_open_items_and_seeding_is_idempotent() {
     );
 }
 
-/// A server-sent event stream read with a plain HTTP client.
-struct EventStream {
-    response: reqwest::Response,
-    buffer: String,
-}
-
-impl EventStream {
-    async fn open(url: &str) -> EventStream {
-        let response = reqwest::get(url).await.unwrap();
-        assert_eq!(response.status(), StatusCode::OK, "{url}");
-        EventStream {
-            response,
-            buffer: String::new(),
-        }
-    }
-
-    /// The next event's name and data (data lines joined by newlines), within 5 s.
-    async fn next(&mut self) -> (String, String) {
-        tokio::time::timeout(Duration::from_secs(5), async {
-            loop {
-                if let Some(end) = self.buffer.find("\n\n") {
-                    let block: String = self.buffer.drain(..end + 2).collect();
-                    let (mut name, mut data) = (String::new(), Vec::new());
-                    for line in block.lines() {
-                        if let Some(value) = line.strip_prefix("event: ") {
-                            name = value.to_owned();
-                        } else if let Some(value) = line.strip_prefix("data: ") {
-                            data.push(value);
-                        }
-                    }
-                    if !name.is_empty() {
-                        return (name, data.join("\n"));
-                    }
-                    continue; // a keep-alive comment
-                }
-                let chunk = self.response.chunk().await.unwrap().expect("stream open");
-                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-            }
-        })
-        .await
-        .expect("an event within 5 s")
-    }
-}
-
 #[tokio::test]
 async fn the_item_stream_pushes_bids_and_the_close_made_through_another_server() {
     let (one, two) = two_apps(|_| {}).await;
     let id = item(&one, |_| {}).await;
-    let mut stream = EventStream::open(&format!("{}/auctions/{id}/stream", one.address)).await;
+    let mut stream =
+        seatlock_harness::http::EventStream::open(&format!("{}/auctions/{id}/stream", one.address))
+            .await;
     let (name, html) = stream.next().await;
     assert_eq!(name, "snapshot");
     assert!(html.contains("no bids yet (opens at $10.00)"), "{html}");

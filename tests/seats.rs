@@ -886,3 +886,49 @@ async fn a_bad_event_in_any_venue_file_seeds_nothing_and_names_the_file() {
     assert_eq!(venues, 0, "nothing of a.json was written either");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An open map converges to the stores' truth after a change it was never told of: a
+/// hold deleted from Redis behind the lease library's back (no release message, no
+/// expiry) leaves the map showing it held until the next convergence step finds the
+/// truth moved and sends every open map a snapshot without it.
+#[tokio::test]
+async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
+    let app = tiny().await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let mut buyer = HttpBuyer::new();
+    buyer
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    let held = buyer
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
+    assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+    let url = format!("{}/events/{event}/stream", app.address);
+    let mut stream = seatlock_harness::http::EventStream::open(&url).await;
+    let (name, data) = stream.next().await;
+    assert_eq!(name, "snapshot");
+    assert!(data.contains(&format!("\"{}\"", seats[0])), "held: {data}");
+
+    // The hold vanishes without a word: its key and its holding deleted directly.
+    let key = app.seat_key(event, seats[0]);
+    let mut redis = app.state.redis.connection();
+    let _: () = redis::pipe()
+        .del(key.lease_key())
+        .hdel(key.holders_key(), key.name())
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + 4 * seatlock::seats::live::CONVERGE_INTERVAL;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the map never converged"
+        );
+        let (name, data) = stream.next().await;
+        if name == "snapshot" && !data.contains(&format!("\"{}\"", seats[0])) {
+            break;
+        }
+    }
+}

@@ -245,6 +245,50 @@ pub fn between(text: &str, start: &str, end: &str) -> Option<String> {
     Some(text[from..from + to].to_owned())
 }
 
+/// A server-sent event stream read with a plain HTTP client (tests of live pages).
+pub struct EventStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl EventStream {
+    pub async fn open(url: &str) -> EventStream {
+        let response = reqwest::get(url).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{url}");
+        EventStream {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event's name and data (data lines joined by newlines), within 5 s.
+    pub async fn next(&mut self) -> (String, String) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Some(end) = self.buffer.find("\n\n") {
+                    let block: String = self.buffer.drain(..end + 2).collect();
+                    let (mut name, mut data) = (String::new(), Vec::new());
+                    for line in block.lines() {
+                        if let Some(value) = line.strip_prefix("event: ") {
+                            name = value.to_owned();
+                        } else if let Some(value) = line.strip_prefix("data: ") {
+                            data.push(value);
+                        }
+                    }
+                    if !name.is_empty() {
+                        return (name, data.join("\n"));
+                    }
+                    continue; // a keep-alive comment
+                }
+                let chunk = self.response.chunk().await.unwrap().expect("stream open");
+                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        })
+        .await
+        .expect("an event within 5 s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

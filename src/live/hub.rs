@@ -35,7 +35,7 @@ pub struct LiveHub {
     /// One permit per open stream (`--max-streams`): lookers are budgeted apart from the
     /// connections requests are served on.
     streams: Arc<Semaphore>,
-    topics: Mutex<HashMap<String, broadcast::Sender<Arc<LiveMessage>>>>,
+    topics: Mutex<Topics>,
     /// Set by [`LiveHub::close`]: no more subscriptions.
     closed: AtomicBool,
     /// Whether each feed is subscribed and answering: `[redis, postgres]`.
@@ -43,6 +43,30 @@ pub struct LiveHub {
     /// What works less well than it should, by subject (e.g. `expiry notifications`):
     /// shown by `/healthz`, logged once when it appears.
     notes: Mutex<std::collections::BTreeMap<&'static str, String>>,
+}
+
+/// The topics with subscribers, and the counter their generations come from.
+#[derive(Default)]
+struct Topics {
+    by_name: HashMap<String, Topic>,
+    /// The next generation handed out: hub-wide, so a topic forgotten and made again
+    /// never repeats a generation it had.
+    next_generation: u64,
+}
+
+/// One topic: its channel, and its generation, which changes with every message sent
+/// on it (and is new when the topic is), so a view built at one generation is known to
+/// be current while the generation stays the same ([`LiveHub::generation`]).
+struct Topic {
+    sender: broadcast::Sender<Arc<LiveMessage>>,
+    generation: u64,
+}
+
+impl Topics {
+    fn next(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation
+    }
 }
 
 /// The two feeds of a hub.
@@ -119,11 +143,18 @@ impl LiveHub {
         }
         // Forget topics whose pages have all gone (including streams refused with 404
         // right after subscribing), so abandoned topics cannot pile up.
-        topics.retain(|_, sender| sender.receiver_count() > 0);
-        let receiver = topics
-            .entry(topic.to_owned())
-            .or_insert_with(|| broadcast::channel(BACKLOG).0)
-            .subscribe();
+        topics.by_name.retain(|_, t| t.sender.receiver_count() > 0);
+        let receiver = match topics.by_name.get(topic) {
+            Some(t) => t.sender.subscribe(),
+            None => {
+                let (sender, receiver) = broadcast::channel(BACKLOG);
+                let generation = topics.next();
+                topics
+                    .by_name
+                    .insert(topic.to_owned(), Topic { sender, generation });
+                receiver
+            }
+        };
         Some(Subscription {
             receiver,
             _permit: Some(permit),
@@ -134,11 +165,32 @@ impl LiveHub {
     /// nobody listens to any more.
     pub fn publish(&self, topic: &str, message: LiveMessage) {
         let mut topics = self.topics.lock().expect("hub lock");
-        if let Some(sender) = topics.get(topic)
-            && sender.send(Arc::new(message)).is_err()
-        {
-            topics.remove(topic);
+        let generation = topics.next();
+        if let Some(t) = topics.by_name.get_mut(topic) {
+            t.generation = generation;
+            if t.sender.send(Arc::new(message)).is_err() {
+                topics.by_name.remove(topic);
+            }
         }
+    }
+
+    /// The generation of `topic`: it changes with every message sent on it, so what was
+    /// built for its pages at one generation is still current while this returns the
+    /// same. `None` if nobody subscribes to it.
+    pub fn generation(&self, topic: &str) -> Option<u64> {
+        let topics = self.topics.lock().expect("hub lock");
+        topics.by_name.get(topic).map(|t| t.generation)
+    }
+
+    /// The topics whose names start with `prefix` that have subscribers.
+    pub fn topics(&self, prefix: &str) -> Vec<String> {
+        let topics = self.topics.lock().expect("hub lock");
+        topics
+            .by_name
+            .iter()
+            .filter(|(name, t)| name.starts_with(prefix) && t.sender.receiver_count() > 0)
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// Ends every page stream, now and from now on (server shutdown: a graceful shutdown
@@ -146,7 +198,12 @@ impl LiveHub {
     pub fn close(&self) {
         let mut topics = self.topics.lock().expect("hub lock");
         self.closed.store(true, Ordering::SeqCst);
-        topics.clear();
+        topics.by_name.clear();
+    }
+
+    /// Whether [`LiveHub::close`] was called (the server is stopping).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
     }
 
     /// Records whether `feed` is subscribed and answering.
@@ -201,7 +258,11 @@ impl LiveHub {
     pub fn resync_all(&self) {
         let message = Arc::new(LiveMessage::resync());
         let mut topics = self.topics.lock().expect("hub lock");
-        topics.retain(|_, sender| sender.send(message.clone()).is_ok());
+        let generation = topics.next();
+        topics.by_name.retain(|_, t| {
+            t.generation = generation;
+            t.sender.send(message.clone()).is_ok()
+        });
     }
 }
 
@@ -248,7 +309,7 @@ mod tests {
         let hub = LiveHub::new(8);
         drop(hub.subscribe("event:1"));
         hub.publish("event:1", LiveMessage::resync());
-        assert!(hub.topics.lock().unwrap().is_empty());
+        assert!(hub.topics.lock().unwrap().by_name.is_empty());
     }
 
     #[test]
@@ -259,7 +320,7 @@ mod tests {
             drop(hub.subscribe(&format!("event:{id}"))); // e.g. a 404 for an unknown event
         }
         assert!(
-            hub.topics.lock().unwrap().len() <= 2,
+            hub.topics.lock().unwrap().by_name.len() <= 2,
             "only live topics are kept"
         );
     }
@@ -275,5 +336,27 @@ mod tests {
         );
         drop(one);
         assert!(hub.subscribe("event:1").is_some(), "a place is free again");
+    }
+
+    #[test]
+    fn a_topics_generation_changes_with_each_message_and_never_repeats() {
+        let hub = LiveHub::new(8);
+        assert_eq!(hub.generation("event:1"), None, "nobody listens");
+        let page = hub.subscribe("event:1").unwrap();
+        let first = hub.generation("event:1").unwrap();
+        hub.publish("event:1", LiveMessage::resync());
+        let second = hub.generation("event:1").unwrap();
+        assert_ne!(first, second);
+        hub.publish("event:2", LiveMessage::resync()); // nobody there: no change here
+        assert_eq!(hub.generation("event:1"), Some(second));
+        assert_eq!(hub.topics("event:"), ["event:1"]);
+        drop(page);
+        let again = hub.subscribe("event:1").unwrap();
+        let made_again = hub.generation("event:1").unwrap();
+        assert!(
+            made_again > second,
+            "a topic made again has a new generation"
+        );
+        drop(again);
     }
 }

@@ -13,7 +13,7 @@
 
 pub mod cart;
 pub mod catalog;
-mod live;
+pub mod live;
 pub mod map;
 pub mod payments;
 pub mod purchase;

@@ -83,9 +83,9 @@ async fn a_server_killed_inside_the_confirm_transaction_sells_nothing_and_its_or
     .await;
     assert!(started.elapsed() >= Duration::from_millis(d.settings.hold_ttl_ms));
     let id = buy(&d, base, seat).await;
-    // The first buyer comes back: its token is stale now.
+    // The first buyer comes back: its hold lapsed (and the seat went to another).
     let late = act(&walked_away, base, &d, seat, "confirm").await;
-    assert_conflict(&late, Refusal::StaleToken);
+    assert_conflict(&late, Refusal::HoldExpired);
     d.assert_sold_once_to(seat, &id).await;
     d.assert_invariant().await;
 }

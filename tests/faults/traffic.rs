@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use reqwest::header::HeaderMap;
-use seatlock::app::SESSION_COOKIE;
+use seatlock::http::buyer::BUYER_COOKIE;
 use seatlock::http::error::Refusal;
 use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::{HttpBuyer, Reply};
@@ -121,8 +121,8 @@ pub(crate) struct TrafficBuyer {
     pub(crate) http: HttpBuyer,
     /// The public buyer id, once a page was read.
     pub(crate) id: Option<String>,
-    /// The session cookie `id` was read under. Sessions live in Redis: when Redis loses
-    /// its data the server starts a new session (a new cookie) for a new guest.
+    /// The buyer cookie `id` was read under: a server that cannot verify it (another
+    /// secret) mints a new buyer, whose id this buyer must read again.
     pub(crate) session: Option<String>,
 }
 
@@ -150,13 +150,13 @@ impl TrafficBuyer {
         reply
     }
 
-    /// The session cookie this buyer sends (the same to every server of the deployment).
+    /// The buyer cookie this buyer sends (the same to every server of the deployment).
     fn session_cookie(&self) -> Option<String> {
-        self.http.cookie(&self.server(), SESSION_COOKIE)
+        self.http.cookie(&self.server(), BUYER_COOKIE)
     }
 
-    /// Whether the server gave this buyer a new session since its id was read (Redis lost
-    /// the old one): then the id is forgotten, to be read again.
+    /// Whether the server made this buyer a new buyer since its id was read: then the id
+    /// is forgotten, to be read again.
     fn lost_session(&mut self) -> bool {
         let lost = self.session_cookie() != self.session;
         if lost {
@@ -165,7 +165,7 @@ impl TrafficBuyer {
         lost
     }
 
-    /// Reads the page first if the session is new (or was lost with Redis); then holds
+    /// Reads the page first if the buyer is new; then holds
     /// `seat` and by `roll` (0..100) walks away (< 20), releases (< 35) or confirms,
     /// pausing past the hold when `roll` < 45. Returns whether the seat turned out to be
     /// sold already.
