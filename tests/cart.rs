@@ -544,7 +544,8 @@ async fn a_checkout_that_fails_in_one_tab_leaves_the_confirm_of_another_tab_paid
     // Tab two checks out the cart it shows, both seats: it joins A's payment, authorizes
     // B's, writes both, and pauses before its owner checks, while B's hold lapses.
     let mut before_check = reqwest::header::HeaderMap::new();
-    before_check.insert(PAUSE_HEADER, 1_000.into());
+    // (Shorter than the idle bound Postgres ends a stalled purchase's transaction at.)
+    before_check.insert(PAUSE_HEADER, 400.into());
     let at = PausePoint::BeforeOwnerCheck.header_value();
     before_check.insert(PAUSE_AT_HEADER, at.parse().unwrap());
     let tab_two = buyer.another_tab(before_check);

@@ -205,11 +205,13 @@ impl CheckoutForm {
 async fn checkout(
     State(state): State<AppState>,
     buyer: Buyer,
+    pause: Pause,
     Path(event): Path<String>,
     CsrfForm(form): CsrfForm<CheckoutForm>,
 ) -> Result<Redirect> {
     let event_id = parse_id(&event, "event")?;
-    let orders = cart::checkout(&state, &buyer, event_id, form.shown()?).await?;
+    let checkout = cart::checkout(&state, &buyer, event_id, form.shown()?);
+    let orders = pause.over(checkout).await?;
     waiting_room::purchased(&state, &buyer, event_id).await;
     // Behind a waiting room the map is no longer the buyer's to see (their turn ended):
     // show the first order instead.
