@@ -138,6 +138,11 @@ impl RedisServer {
         send_signal(pid, signal)
     }
 
+    /// Whether the server was started and not killed since.
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Kills the server (SIGKILL: nothing is saved).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
