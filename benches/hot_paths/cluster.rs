@@ -28,7 +28,11 @@ fn leases(url: &str, db: &PgPool) -> anyhow::Result<Arc<dyn LeaseStore>> {
 
 /// `cluster3_pairs_vs_one_master_64` (many events, three masters against one server) and
 /// `cluster3_one_event_pairs_vs_many_64` (one event on the cluster against many).
-pub(crate) async fn rows(db: &PgPool, seconds: Duration, rows: &mut Vec<Row>) -> anyhow::Result<()> {
+pub(crate) async fn rows(
+    db: &PgPool,
+    seconds: Duration,
+    rows: &mut Vec<Row>,
+) -> anyhow::Result<()> {
     let single = RedisServer::start().await?;
     let one = stores::lease_pairs_over(leases(&single.url(), db)?, CALLERS, CALLERS, seconds)
         .await?
@@ -39,7 +43,9 @@ pub(crate) async fn rows(db: &PgPool, seconds: Duration, rows: &mut Vec<Row>) ->
     let many = stores::lease_pairs_over(store.clone(), CALLERS, CALLERS, seconds)
         .await?
         .per_s;
-    let hot = stores::lease_pairs_over(store, CALLERS, 1, seconds).await?.per_s;
+    let hot = stores::lease_pairs_over(store, CALLERS, 1, seconds)
+        .await?
+        .per_s;
     rows.push(Row::versus(
         "cluster3_pairs_vs_one_master_64",
         "pairs/s, 64 callers over 64 events",

@@ -77,7 +77,12 @@ impl ClusterTopology {
         let topology = ClusterTopology { nodes };
         let output = std::process::Command::new("redis-cli")
             .args(["--cluster", "create"])
-            .args(topology.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .args(
+                topology
+                    .nodes
+                    .iter()
+                    .map(|n| format!("127.0.0.1:{}", n.port)),
+            )
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .output()
             .context("running redis-cli --cluster create (apt-get install redis-tools)")?;

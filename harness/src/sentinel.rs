@@ -328,7 +328,10 @@ impl SentinelTopology {
 }
 
 /// One command on a fresh connection to `url`, bounded by 2 s.
-pub(crate) async fn query<T: redis::FromRedisValue>(url: &str, command: &redis::Cmd) -> redis::RedisResult<T> {
+pub(crate) async fn query<T: redis::FromRedisValue>(
+    url: &str,
+    command: &redis::Cmd,
+) -> redis::RedisResult<T> {
     let client = redis::Client::open(url)?;
     let asked = async {
         let mut conn = client.get_multiplexed_async_connection().await?;

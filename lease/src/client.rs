@@ -300,7 +300,8 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         let timeout = std::time::Duration::from_secs(2);
         let nodes = self.store().pubsub_nodes().await?;
         let nodes = events::subscribe(nodes, &format!("{group_prefix}*"), timeout).await?;
-        let pubsub = futures_util::stream::select_all(nodes.into_iter().map(|n| n.into_on_message()));
+        let pubsub =
+            futures_util::stream::select_all(nodes.into_iter().map(|n| n.into_on_message()));
         // Expiry notifications name every key of the server: keep the groups asked for.
         let prefix = group_prefix.to_owned();
         Ok(Box::pin(pubsub.flat_map(move |msg| {

@@ -180,7 +180,11 @@ impl RedisStore {
     fn on_cluster(rest: &str, timeout: Duration) -> RedisResult<Self> {
         let invalid = |what: &'static str| RedisError::from((ErrorKind::InvalidClientConfig, what));
         let mut nodes: Vec<String> = Vec::new();
-        for node in rest.trim_end_matches('/').split(',').filter(|n| !n.is_empty()) {
+        for node in rest
+            .trim_end_matches('/')
+            .split(',')
+            .filter(|n| !n.is_empty())
+        {
             let url = format!("redis://{node}/");
             if !nodes.contains(&url) {
                 nodes.push(url);

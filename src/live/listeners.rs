@@ -83,7 +83,8 @@ async fn redis_session(
     // each master sends only its own expiries (`RedisStore::pubsub_nodes`).
     let nodes = store.pubsub_nodes().await?;
     let listening = addresses(&nodes);
-    let subscribed = events::subscribe(nodes, &format!("{prefix}*"), Duration::from_secs(2)).await?;
+    let subscribed =
+        events::subscribe(nodes, &format!("{prefix}*"), Duration::from_secs(2)).await?;
     if !first {
         hub.resync_all();
     }

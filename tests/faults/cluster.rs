@@ -30,7 +30,11 @@ async fn exists_on(port: u16, key: &str) -> bool {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    match redis::cmd("EXISTS").arg(key).query_async::<bool>(&mut node).await {
+    match redis::cmd("EXISTS")
+        .arg(key)
+        .query_async::<bool>(&mut node)
+        .await
+    {
         Err(err) if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Moved) => false,
         other => other.unwrap(),
     }
@@ -63,7 +67,10 @@ async fn group_on(
 async fn on_a_cluster_racing_buyers_sell_each_seat_once() {
     let (cluster, d) = on_cluster().await;
     let servers = [d.server(|_| {}).await, d.server(|_| {}).await];
-    let master = cluster.master_of(&d.key(d.seats[0]).lease_key()).await.unwrap();
+    let master = cluster
+        .master_of(&d.key(d.seats[0]).lease_key())
+        .await
+        .unwrap();
     let mut racers = Vec::new();
     for (i, &seat) in d.seats[..4].iter().enumerate() {
         for racer in 0..4 {
@@ -88,7 +95,10 @@ async fn on_a_cluster_racing_buyers_sell_each_seat_once() {
     assert!(sold.iter().filter(|s| **s).count() <= 4, "{sold:?}");
     assert!(sold.iter().any(|s| *s), "no racer bought a seat");
     let key = d.key(d.seats[5]).lease_key();
-    assert!(exists_on(master, &key).await, "the hold is not on its slot's master");
+    assert!(
+        exists_on(master, &key).await,
+        "the hold is not on its slot's master"
+    );
     d.assert_invariant().await;
 }
 
@@ -137,7 +147,10 @@ async fn lose_a_grant_on_one_shard(failover_guard: bool) -> Outcome {
         let (stop, grants) = (stop.clone(), grants.clone());
         async move {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                match traffic.acquire(&elsewhere, "traffic", Duration::from_secs(5)).await {
+                match traffic
+                    .acquire(&elsewhere, "traffic", Duration::from_secs(5))
+                    .await
+                {
                     Ok(lease) => {
                         grants.lock().unwrap().push(Instant::now());
                         let _ = traffic.release(&lease).await;
@@ -166,9 +179,11 @@ async fn lose_a_grant_on_one_shard(failover_guard: bool) -> Outcome {
     // promoted replica (the server found it by itself).
     let mut b = HttpBuyer::new();
     b.get(&d.page(&address)).await.unwrap();
-    eventually(Duration::from_secs(15), "B's hold after the failover", || async {
-        act(&b, &address, &d, seat, "hold").await.status == SEE_OTHER
-    })
+    eventually(
+        Duration::from_secs(15),
+        "B's hold after the failover",
+        || async { act(&b, &address, &d, seat, "hold").await.status == SEE_OTHER },
+    )
     .await;
     let b_token = hold_token(&b.get(&d.page(&address)).await.unwrap().body).unwrap();
     assert!(exists_on(promoted, &d.key(seat).lease_key()).await);
@@ -188,7 +203,10 @@ async fn lose_a_grant_on_one_shard(failover_guard: bool) -> Outcome {
         .iter()
         .filter(|t| (killed_at..promoted_at).contains(*t))
         .count();
-    assert!(during > 0, "no grant on the other shard during the failover");
+    assert!(
+        during > 0,
+        "no grant on the other shard during the failover"
+    );
     Outcome {
         before: vec![replicated, a_token],
         after: b_token,
@@ -227,7 +245,10 @@ async fn a_forced_failover_under_traffic_repeats_no_token_and_sells_no_seat_twic
     ));
     let traffic = Traffic::start(&d, all, d.seats[4..].to_vec(), 4);
     let (_, _, before) = holder(&d, &servers[0].address, d.seats[0]).await;
-    let master = cluster.master_of(&d.key(d.seats[0]).lease_key()).await.unwrap();
+    let master = cluster
+        .master_of(&d.key(d.seats[0]).lease_key())
+        .await
+        .unwrap();
     let promoted = cluster.force_failover(master).await.unwrap();
     let after = eventually_holder(&d, &servers[1].address, d.seats[1]).await;
     assert!(after > before, "{after} after {before}");
@@ -242,9 +263,11 @@ async fn a_forced_failover_under_traffic_repeats_no_token_and_sells_no_seat_twic
 async fn eventually_holder(d: &Deployment, server: &str, seat: i64) -> i64 {
     let mut buyer = HttpBuyer::new();
     buyer.get(&d.page(server)).await.unwrap();
-    eventually(Duration::from_secs(15), "a hold after the failover", || async {
-        act(&buyer, server, d, seat, "hold").await.status == SEE_OTHER
-    })
+    eventually(
+        Duration::from_secs(15),
+        "a hold after the failover",
+        || async { act(&buyer, server, d, seat, "hold").await.status == SEE_OTHER },
+    )
     .await;
     hold_token(&buyer.get(&d.page(server)).await.unwrap().body).unwrap()
 }
@@ -291,7 +314,11 @@ async fn a_slot_migration_under_traffic_loses_no_hold_and_sells_no_seat_twice() 
 
     for (buyer, address, seat, token) in &mut kept {
         let page = buyer.get(&d.page(address)).await.unwrap().body;
-        assert_eq!(hold_token(&page), Some(*token), "seat {seat}: the hold moved unchanged");
+        assert_eq!(
+            hold_token(&page),
+            Some(*token),
+            "seat {seat}: the hold moved unchanged"
+        );
         let bought = act(buyer, address, &d, *seat, "confirm").await;
         assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
     }
@@ -316,7 +343,12 @@ async fn the_live_feed_hears_the_expiries_of_every_master() {
         .spawn()
         .await
         .unwrap();
-    assert!(app.state.live.wait_until_live(Duration::from_secs(10)).await);
+    assert!(
+        app.state
+            .live
+            .wait_until_live(Duration::from_secs(10))
+            .await
+    );
     let namespace = &app.state.settings.lease_namespace;
     let masters: Vec<u16> = cluster
         .view()
@@ -329,7 +361,10 @@ async fn the_live_feed_hears_the_expiries_of_every_master() {
     assert_eq!(masters.len(), 3);
     for master in masters {
         let key = group_on(&cluster, namespace, master).await;
-        let mut pushed = app.state.live.subscribe(&format!("event:{}", key.group().rsplit(':').next().unwrap()));
+        let mut pushed = app.state.live.subscribe(&format!(
+            "event:{}",
+            key.group().rsplit(':').next().unwrap()
+        ));
         app.state
             .leases
             .acquire(&key, "tester", Duration::from_millis(300))
