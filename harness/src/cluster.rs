@@ -99,12 +99,8 @@ impl ClusterTopology {
     /// `redis+cluster://127.0.0.1:P1,…,127.0.0.1:P6`: what `REDIS_URL` is set to for a
     /// server on this cluster.
     pub fn url(&self) -> String {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        format!("{}{}", lease::store::CLUSTER_SCHEME, nodes.join(","))
+        let nodes = crate::procs::loopback_hosts(self.nodes.iter().map(|n| n.port));
+        format!("{}{nodes}", lease::store::CLUSTER_SCHEME)
     }
 
     /// Every node as a running node sees them (`CLUSTER NODES`), failed ones left out.

@@ -127,16 +127,8 @@ impl SentinelTopology {
     /// `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/seatlock`: what
     /// `REDIS_URL` is set to for a server that follows failovers.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
-            .collect();
-        format!(
-            "{}{}/{MASTER_NAME}",
-            lease::store::SENTINEL_SCHEME,
-            hosts.join(",")
-        )
+        let hosts = crate::procs::loopback_hosts(self.sentinels.iter().map(|s| s.port));
+        format!("{}{hosts}/{MASTER_NAME}", lease::store::SENTINEL_SCHEME)
     }
 
     async fn wait_until_ready(&self) -> anyhow::Result<()> {
