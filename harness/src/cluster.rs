@@ -25,10 +25,6 @@ use crate::procs::RedisServer;
 /// timeout, so the wait allows for several.
 pub const PROMOTION_WAIT: Duration = Duration::from_secs(30);
 
-/// How long [`ClusterTopology::lose_next_write`] pauses a replica, in milliseconds:
-/// longer than the write takes, shorter than a failover.
-pub const REPLICA_PAUSE_MS: u64 = 1_500;
-
 /// The six nodes of one cluster; all are killed when it drops.
 pub struct ClusterTopology {
     /// Every node, in the order they were started (the first three began as masters).
@@ -203,22 +199,12 @@ impl ClusterTopology {
     }
 
     /// Waits until the replica of `master` has applied every write (`WAIT 1`), then
-    /// pauses it for writes for [`REPLICA_PAUSE_MS`]: the next write on `master` reaches
+    /// pauses it for writes for [`crate::sentinel::REPLICA_PAUSE_MS`]: the next write on `master` reaches
     /// the replica's socket but is not applied before [`ClusterTopology::kill_master`]
     /// kills the master (as [`crate::sentinel::SentinelTopology::lose_next_write`]).
     pub async fn lose_next_write(&self, master: u16) -> anyhow::Result<()> {
         let replica = self.replica_of(master).await?;
-        let acked: i64 = query(master, redis::cmd("WAIT").arg(1).arg(2_000)).await?;
-        anyhow::ensure!(acked == 1, "the replica did not catch up before the pause");
-        let () = query(
-            replica,
-            redis::cmd("CLIENT")
-                .arg("PAUSE")
-                .arg(REPLICA_PAUSE_MS)
-                .arg("WRITE"),
-        )
-        .await?;
-        Ok(())
+        crate::sentinel::pause_in_sync(&url(master), &url(replica)).await
     }
 
     /// Kills the master on `master` (SIGKILL) and waits until its replica is the master
@@ -362,7 +348,12 @@ impl ClusterTopology {
     }
 }
 
+/// `redis://127.0.0.1:PORT/`: the node on loopback `port`.
+fn url(port: u16) -> String {
+    format!("redis://127.0.0.1:{port}/")
+}
+
 /// One command to the node on loopback `port` ([`crate::sentinel`]'s `query`).
 async fn query<T: redis::FromRedisValue>(port: u16, command: &redis::Cmd) -> redis::RedisResult<T> {
-    crate::sentinel::query(&format!("redis://127.0.0.1:{port}/"), command).await
+    crate::sentinel::query(&url(port), command).await
 }

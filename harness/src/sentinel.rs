@@ -172,17 +172,7 @@ impl SentinelTopology {
     /// primary reaches the replica's socket but is not applied before
     /// [`SentinelTopology::fail_over`] kills the primary.
     pub async fn lose_next_write(&self) -> anyhow::Result<()> {
-        let acked: i64 = query(&self.primary.url(), redis::cmd("WAIT").arg(1).arg(2_000)).await?;
-        anyhow::ensure!(acked == 1, "the replica did not catch up before the pause");
-        let () = query(
-            &self.replica.url(),
-            redis::cmd("CLIENT")
-                .arg("PAUSE")
-                .arg(REPLICA_PAUSE_MS)
-                .arg("WRITE"),
-        )
-        .await?;
-        Ok(())
+        pause_in_sync(&self.primary.url(), &self.replica.url()).await
     }
 
     /// Makes Sentinel `index` forget the topology and monitor the old primary as the
@@ -317,6 +307,24 @@ impl SentinelTopology {
         }
         bail!("Sentinel did not promote the replica within {PROMOTION_WAIT:?}")
     }
+}
+
+/// Waits until the replica at `replica` has applied every write of the primary at
+/// `primary` (`WAIT 1` there), then pauses the replica for writes for
+/// [`REPLICA_PAUSE_MS`] (`CLIENT PAUSE … WRITE`): it keeps reading the replication stream
+/// and answering pings, and applies nothing.
+pub(crate) async fn pause_in_sync(primary: &str, replica: &str) -> anyhow::Result<()> {
+    let acked: i64 = query(primary, redis::cmd("WAIT").arg(1).arg(2_000)).await?;
+    anyhow::ensure!(acked == 1, "the replica did not catch up before the pause");
+    let () = query(
+        replica,
+        redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(REPLICA_PAUSE_MS)
+            .arg("WRITE"),
+    )
+    .await?;
+    Ok(())
 }
 
 /// One command on a fresh connection to `url`, bounded by 2 s.
