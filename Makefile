@@ -34,7 +34,7 @@ define release_server
 	case "$(STORE)" in
 	  redis) ;;
 	  etcd) export SEATLOCK_LEASE_STORE_URL="$${ETCD_URL:?STORE=etcd needs ETCD_URL (scripts/services.sh up starts one)}" ;;
-	  cluster) export REDIS_URL="$$(scripts/services.sh cluster-up)" ;;
+	  cluster) REDIS_URL="$$(scripts/services.sh cluster-up)"; export REDIS_URL ;;
 	  *) echo "STORE=$(STORE): use STORE=redis, STORE=etcd or STORE=cluster" >&2; exit 2 ;;
 	esac
 	echo "Leases in $(STORE) ($${SEATLOCK_LEASE_STORE_URL:-$$REDIS_URL}); sessions in Redis."
