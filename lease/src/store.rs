@@ -194,6 +194,9 @@ impl RedisStore {
             .first()
             .ok_or_else(|| invalid("redis+cluster:// URL needs host:port[,host:port…]"))?;
         let client = Client::open(first.as_str())?;
+        // redis-rs's default waits 1.28 s or more before resending a TRYAGAIN, most of a
+        // store timeout: a migrating slot is resent within milliseconds instead, and the
+        // overall bound (the response timeout) ends the retries.
         let cluster = ClusterClient::builder(nodes.clone())
             .connection_timeout(timeout)
             .response_timeout(timeout)
@@ -202,6 +205,8 @@ impl RedisStore {
             .max_retry_wait((timeout.as_millis() as u64 / 4).max(11))
             .retry_wait_formula(10, 2)
             .build()?;
+        // The cluster connection spawns its driver task on the caller's runtime (and
+        // panics without one): refuse in words instead.
         tokio::runtime::Handle::try_current()
             .map_err(|_| invalid("a redis+cluster:// store opens inside a Tokio runtime"))?;
         Self::with_target(client, Some(cluster), None, timeout)
