@@ -67,11 +67,20 @@ async fn group_on(
 #[tokio::test]
 async fn on_a_cluster_racing_buyers_sell_each_seat_once() {
     let (cluster, d) = on_cluster().await;
-    let servers = [d.server(|_| {}).await, d.server(|_| {}).await];
+    // Holds long enough to be looked at on a busy machine.
+    let long = |s: &mut seatlock::config::Settings| s.hold_ttl_ms = 30_000;
+    let servers = [d.server(long).await, d.server(long).await];
+    // A hold is on the master of its event's slot.
     let master = cluster
         .master_of(&d.key(d.seats[0]).lease_key())
         .await
         .unwrap();
+    let _held = holder(&d, &servers[0].address, d.seats[5]).await;
+    let key = d.key(d.seats[5]).lease_key();
+    assert!(
+        exists_on(master, &key).await,
+        "the hold is not on its slot's master"
+    );
     let mut racers = Vec::new();
     for (i, &seat) in d.seats[..4].iter().enumerate() {
         for racer in 0..4 {
@@ -88,18 +97,12 @@ async fn on_a_cluster_racing_buyers_sell_each_seat_once() {
             });
         }
     }
-    let _held = holder(&d, &servers[0].address, d.seats[5]).await;
     let sold = futures_util::future::join_all(racers).await;
     for &seat in &d.seats[..4] {
         assert!(d.orders(seat).await.len() <= 1, "seat {seat} sold twice");
     }
     assert!(sold.iter().filter(|s| **s).count() <= 4, "{sold:?}");
     assert!(sold.iter().any(|s| *s), "no racer bought a seat");
-    let key = d.key(d.seats[5]).lease_key();
-    assert!(
-        exists_on(master, &key).await,
-        "the hold is not on its slot's master"
-    );
     d.assert_invariant().await;
 }
 
