@@ -12,7 +12,7 @@ use seatlock_harness::cluster::ClusterTopology;
 use seatlock_harness::{HttpBuyer, TINY_VENUES, TestApp, eventually, store_urls};
 
 use crate::deployment::*;
-use crate::failover::{Outcome, pushed_lapse};
+use crate::failover::{Outcome, guarded_server, pushed_lapse};
 use crate::traffic::*;
 
 /// A deployment on a new cluster; its servers' holds last `hold_ttl_ms`.
@@ -115,12 +115,7 @@ async fn on_a_cluster_racing_buyers_sell_each_seat_once() {
 /// with the guard on or off: the seat is sold once, A's late confirm refused.
 async fn lose_a_grant_on_one_shard(failover_guard: bool) -> Outcome {
     let (mut cluster, d) = on_cluster().await;
-    let server = d
-        .server(|s| {
-            s.hold_ttl_ms = 60_000; // A's hold would outlive the failover
-            s.lab_disable_failover_guard = !failover_guard;
-        })
-        .await;
+    let server = guarded_server(&d, failover_guard).await;
     let address = server.address.clone();
     let seat = d.seats[14];
     let master = cluster.master_of(&d.key(seat).lease_key()).await.unwrap();

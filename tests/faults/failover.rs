@@ -42,6 +42,19 @@ impl Outcome {
     }
 }
 
+/// A server of `d` for a failover that loses a grant: its holds last 60 s (A's outlives
+/// the failover), its failover guard on or off.
+pub(crate) async fn guarded_server(
+    d: &Deployment,
+    failover_guard: bool,
+) -> seatlock_harness::ServerProcess {
+    d.server(|s| {
+        s.hold_ttl_ms = 60_000;
+        s.lab_disable_failover_guard = !failover_guard;
+    })
+    .await
+}
+
 /// The scenario above, with the server's failover guard on or off; checks what holds
 /// either way: B is granted the seat (the server serves after the failover), the live
 /// feeds come back on the new primary, and the seat is sold at most once.
@@ -49,12 +62,7 @@ async fn lose_a_grant(failover_guard: bool) -> Outcome {
     let mut topology = SentinelTopology::start().await.unwrap();
     let (admin, _) = store_urls().unwrap();
     let d = Deployment::new(&admin, &topology.url(), TINY_VENUES).await;
-    let server = d
-        .server(|s| {
-            s.hold_ttl_ms = 60_000; // A's hold would outlive the failover
-            s.lab_disable_failover_guard = !failover_guard;
-        })
-        .await;
+    let server = guarded_server(&d, failover_guard).await;
     let address = server.address.clone();
     let seat = d.seats[14];
 
