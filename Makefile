@@ -1,6 +1,7 @@
 # seatlock: two commands.
 #   make demo   private Redis + Postgres (+ etcd), migrate, seed, serve at http://127.0.0.1:3000
-#               (STORE=etcd: the leases in a private one-member etcd instead of Redis)
+#               (STORE=etcd: the leases in a private one-member etcd instead of Redis;
+#               STORE=cluster: leases and sessions on a private Redis Cluster, docs/cluster.md)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
 #   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (docs/scale-out.md)
 #   make lab    make demo with the race lab: the article's table built live at http://127.0.0.1:3000/lab
@@ -15,7 +16,8 @@ export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR when set, as cargo does).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
-# The lease store of `make demo`, `make scale` and `make nemesis`: redis (default) or etcd.
+# The lease store of `make demo`, `make scale` and `make nemesis`: redis (default) or etcd;
+# `make demo` and `make scale` also take cluster (three masters, three replicas).
 STORE ?= redis
 
 .PHONY: demo lab scale test race failover nemesis bench services stop e2e-driver lint
@@ -32,7 +34,8 @@ define release_server
 	case "$(STORE)" in
 	  redis) ;;
 	  etcd) export SEATLOCK_LEASE_STORE_URL="$${ETCD_URL:?STORE=etcd needs ETCD_URL (scripts/services.sh up starts one)}" ;;
-	  *) echo "STORE=$(STORE): use STORE=redis or STORE=etcd" >&2; exit 2 ;;
+	  cluster) REDIS_URL="$$(scripts/services.sh cluster-up)"; export REDIS_URL ;;
+	  *) echo "STORE=$(STORE): use STORE=redis, STORE=etcd or STORE=cluster" >&2; exit 2 ;;
 	esac
 	echo "Leases in $(STORE) ($${SEATLOCK_LEASE_STORE_URL:-$$REDIS_URL}); sessions in Redis."
 	$(CARGO) build --release --bin seatlock

@@ -7,6 +7,11 @@
 #                              prints it
 #   scripts/services.sh down   stop what `up` started
 #   scripts/services.sh env    print the exports of a running set
+#   scripts/services.sh cluster-up
+#                              a private Redis Cluster (three masters, three replicas) on
+#                              free loopback ports under .run/cluster; prints its URL,
+#                              redis+cluster://127.0.0.1:P1,... (docs/cluster.md). `down`
+#                              stops it too.
 #   scripts/services.sh need COMMAND APT_PACKAGE
 #                              install APT_PACKAGE (as root) unless COMMAND exists
 #
@@ -66,6 +71,65 @@ up_redis() {
     --daemonize yes --pidfile "$RUN/redis/redis.pid" --logfile "$RUN/redis/redis.log" --dir "$RUN/redis"
   for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return; sleep 0.1; done
   echo "redis did not start: see $RUN/redis/redis.log" >&2; exit 1
+}
+
+# A free loopback port P whose cluster bus port P+10000 is free too (nothing answers on
+# either), drawn from 20000-44999.
+free_cluster_port() {
+  local port
+  for _ in $(seq 100); do
+    port=$((20000 + RANDOM % 25000))
+    if ! (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null &&
+       ! (echo >"/dev/tcp/127.0.0.1/$((port + 10000))") 2>/dev/null; then
+      echo "$port"; return
+    fi
+  done
+  echo "no free port for a cluster node" >&2; exit 1
+}
+
+up_cluster() {
+  need redis-server redis-server
+  local dir="$RUN/cluster" nodes=() port i
+  if [ -f "$dir/url" ] && redis-cli -u "redis://$(sed 's|.*://||; s|,.*||' "$dir/url")" cluster info 2>/dev/null |
+       grep -q cluster_state:ok; then
+    cat "$dir/url"; return
+  fi
+  stop_cluster
+  mkdir -p "$dir"
+  for i in 1 2 3 4 5 6; do
+    port="$(free_cluster_port)"
+    mkdir -p "$dir/$i"
+    # The settings of harness/src/cluster.rs: a failed master's replica promoted in about
+    # 2 s, the other shards serving meanwhile, expiry notifications on from the start.
+    redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no       --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 1000       --cluster-require-full-coverage no --repl-diskless-sync-delay 0       --notify-keyspace-events Ex --daemonize yes --pidfile "$dir/$i/redis.pid"       --logfile "$dir/$i/redis.log" --dir "$dir/$i"
+    nodes+=("127.0.0.1:$port")
+  done
+  for node in "${nodes[@]}"; do
+    for _ in $(seq 50); do redis-cli -p "${node##*:}" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  done
+  redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 ||
+    { echo "redis-cli --cluster create failed: see $dir/create.log" >&2; exit 1; }
+  for _ in $(seq 100); do
+    local ok=0
+    for node in "${nodes[@]}"; do
+      redis-cli -p "${node##*:}" cluster info 2>/dev/null | grep -q cluster_state:ok && ok=$((ok + 1))
+    done
+    if [ "$ok" = 6 ]; then
+      local IFS=,
+      echo "redis+cluster://${nodes[*]}" >"$dir/url"
+      cat "$dir/url"; return
+    fi
+    sleep 0.2
+  done
+  echo "the cluster was not ok within 20 s: see $dir/*/redis.log" >&2; exit 1
+}
+
+stop_cluster() {
+  local pidfile
+  for pidfile in "$RUN"/cluster/*/redis.pid; do
+    [ -f "$pidfile" ] && stop_pidfile "$pidfile" redis-server
+  done
+  rm -rf "$RUN/cluster"
 }
 
 up_etcd() {
@@ -139,11 +203,13 @@ case "${1:-}" in
     # names now), the Postgres of our data folder.
     stop_pidfile "$RUN/redis/redis.pid" redis-server
     stop_pidfile "$RUN/etcd/etcd.pid" etcd
+    stop_cluster
     if [ -f "$RUN/pg/data/PG_VERSION" ]; then
       pg pg_ctl -D "$RUN/pg/data" -m fast stop >/dev/null 2>&1 || true
     fi
     ;;
   env) cat "$RUN/env" ;;
+  cluster-up) up_cluster ;;
   need) need "$2" "$3" ;;
-  *) echo "usage: $0 up|down|env|need COMMAND APT_PACKAGE" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|env|cluster-up|need COMMAND APT_PACKAGE" >&2; exit 2 ;;
 esac

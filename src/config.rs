@@ -69,12 +69,13 @@ pub struct Settings {
     #[arg(long, env = "DATABASE_URL")]
     pub database_url: String,
     /// Redis URL, e.g. redis://127.0.0.1:6379/, or Sentinels naming the primary:
-    /// `redis+sentinel://host:port,host:port/<master name>` (re-asked after a failover).
+    /// `redis+sentinel://host:port,host:port/<master name>` (re-asked after a failover),
+    /// or nodes of a Redis Cluster: `redis+cluster://host:port,host:port` (docs/cluster.md).
     /// Browser sessions, and the leases unless `--lease-store-url` names another store.
     #[arg(long, env = "REDIS_URL")]
     pub redis_url: String,
     /// The lease store (seat holds, bid locks, closing leases), chosen at start:
-    /// `redis://host:port/db` (default: `--redis-url`), or
+    /// `redis://host:port/db` (default: `--redis-url`; a Sentinel or cluster URL too), or
     /// `etcd://host:port[,host:port…]` for an etcd cluster, where a grant is committed to
     /// a majority before it is acknowledged. etcd TTLs are whole seconds of at least 2 s:
     /// the server refuses to start with a hold, bid lock or closing lease TTL it cannot

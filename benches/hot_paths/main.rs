@@ -8,6 +8,8 @@
 //! | `lease_pairs_vs_rslock` | the same | `rslock` lock + unlock pairs/s, 64 tasks on one `LockManager` |
 //! | `etcd{1,3}_pair_ms_vs_redis` | mean ms per lease acquire + release, one caller, on a private etcd of 1 or 3 members ([`etcd`]) | the same on Redis |
 //! | `etcd{1,3}_pairs_vs_redis_64` | lease acquire + release pairs/s, 64 tasks on one etcd client | the same on Redis |
+//! | `cluster3_pairs_vs_one_master_64` | lease pairs/s, 64 tasks over 64 events, on a private Redis Cluster of three masters ([`cluster`]) | the same on one private Redis server |
+//! | `cluster3_one_event_pairs_vs_many_64` | the same 64 tasks on one event of that cluster (one slot, one master) | the 64-event figure |
 //! | `lease_redis_cpu_us_per_pair` | Redis CPU per lease pair (`INFO cpu` deltas over the row) | the same per rslock pair |
 //! | `http_hold_vs_raw_setnx_{1,16,64}` | HTTP holds/s, N buyers (hold, then release, on own seat) | raw `SET NX PX` from redis-rs, N tasks |
 //! | `hold_p99_ms_{1,16,64}` | p99 of those holds | |
@@ -22,14 +24,15 @@
 //! | `arena_view_vs_healthz_64`, `*_bytes_per_*` | what lookers cost ([`crowd`]) | |
 //!
 //! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time; `BENCH_ONLY`
-//! (a comma-separated list of `lease`, `etcd`, `http`, `floor`, `trips`, `sizes`, `map`,
-//! `crowd`) runs
+//! (a comma-separated list of `lease`, `etcd`, `cluster`, `http`, `floor`, `trips`, `sizes`,
+//! `map`, `crowd`) runs
 //! only those groups, to re-measure one quickly (the report then has only their rows).
 //! `http` is every concurrency level and the floor rows; `floor` is the 64-buyer level
 //! and the floor rows alone; `trips` is the round-trip rows. Run by `cargo bench` only:
 //! under `cargo test` (no `--bench` argument) it does nothing.
 
 mod breakdown;
+mod cluster;
 mod crowd;
 mod etcd;
 mod floor;
@@ -687,6 +690,9 @@ fn main() -> anyhow::Result<()> {
             setup.seconds,
             &mut rows,
         ))?;
+    }
+    if wanted("cluster") {
+        rt.block_on(cluster::rows(&setup.db, setup.seconds, &mut rows))?;
     }
     if wanted("http") {
         rt.block_on(http_rows(&setup, &BUYERS, &mut rows, &mut breakdowns))?;

@@ -116,10 +116,21 @@ pub(crate) async fn lease_pairs(
     callers: usize,
     duration: Duration,
 ) -> anyhow::Result<Rate> {
+    lease_pairs_over(store, callers, 1, duration).await
+}
+
+/// [`lease_pairs`] with the callers spread over `groups` groups (caller `i` in group
+/// `i % groups`): many events at once, which a Redis Cluster spreads over its masters.
+pub(crate) async fn lease_pairs_over(
+    store: Arc<dyn LeaseStore>,
+    callers: usize,
+    groups: usize,
+    duration: Duration,
+) -> anyhow::Result<Rate> {
     let group = seatlock_harness::unique_name("bench-lease");
     per_second(callers, duration, move |caller| {
         let store = store.clone();
-        let key = lease::LeaseKey::new(group.clone(), caller.to_string());
+        let key = lease::LeaseKey::new(format!("{group}-{}", caller % groups), caller.to_string());
         async move {
             let lease = store
                 .acquire(&key?, "bench", Duration::from_secs(10))

@@ -15,6 +15,8 @@
 //!   connections each was sent).
 //! * [`sentinel`]: [`sentinel::SentinelTopology`], a primary, a replica and three Sentinels
 //!   on loopback, with the failover that loses a grant.
+//! * [`cluster`]: [`cluster::ClusterTopology`], a Redis Cluster of three masters and three
+//!   replicas on loopback, with a shard's failover and a slot migration.
 //! * [`etcd`]: [`EtcdCluster`], a private one- or three-member etcd a test can kill
 //!   members of.
 //! * [`proxy`]: [`TcpProxy`], a loopback TCP proxy whose open flows can be made half-open.
@@ -27,6 +29,7 @@
 
 pub mod app;
 pub mod check;
+pub mod cluster;
 pub mod etcd;
 pub mod haproxy;
 pub mod history;

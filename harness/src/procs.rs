@@ -57,6 +57,15 @@ pub(crate) async fn wait_until_listening(
     Ok(())
 }
 
+/// `127.0.0.1:P1,127.0.0.1:P2,…`: the host list of a Sentinel or cluster URL.
+pub(crate) fn loopback_hosts(ports: impl IntoIterator<Item = u16>) -> String {
+    let hosts: Vec<String> = ports
+        .into_iter()
+        .map(|port| format!("127.0.0.1:{port}"))
+        .collect();
+    hosts.join(",")
+}
+
 /// A free loopback port ([`free_port`]) and a new, empty temporary folder named after
 /// `prefix`, for a private server.
 pub(crate) fn port_and_folder(prefix: &str) -> anyhow::Result<(u16, std::path::PathBuf)> {
@@ -136,6 +145,11 @@ impl RedisServer {
             .context("redis-server is not running")?
             .id();
         send_signal(pid, signal)
+    }
+
+    /// Whether the server was started and not killed since.
+    pub fn running(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Kills the server (SIGKILL: nothing is saved).

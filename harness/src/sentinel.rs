@@ -127,16 +127,8 @@ impl SentinelTopology {
     /// `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/seatlock`: what
     /// `REDIS_URL` is set to for a server that follows failovers.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .sentinels
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
-            .collect();
-        format!(
-            "{}{}/{MASTER_NAME}",
-            lease::store::SENTINEL_SCHEME,
-            hosts.join(",")
-        )
+        let hosts = crate::procs::loopback_hosts(self.sentinels.iter().map(|s| s.port));
+        format!("{}{hosts}/{MASTER_NAME}", lease::store::SENTINEL_SCHEME)
     }
 
     async fn wait_until_ready(&self) -> anyhow::Result<()> {
@@ -180,17 +172,7 @@ impl SentinelTopology {
     /// primary reaches the replica's socket but is not applied before
     /// [`SentinelTopology::fail_over`] kills the primary.
     pub async fn lose_next_write(&self) -> anyhow::Result<()> {
-        let acked: i64 = query(&self.primary.url(), redis::cmd("WAIT").arg(1).arg(2_000)).await?;
-        anyhow::ensure!(acked == 1, "the replica did not catch up before the pause");
-        let () = query(
-            &self.replica.url(),
-            redis::cmd("CLIENT")
-                .arg("PAUSE")
-                .arg(REPLICA_PAUSE_MS)
-                .arg("WRITE"),
-        )
-        .await?;
-        Ok(())
+        pause_in_sync(&self.primary.url(), &self.replica.url()).await
     }
 
     /// Makes Sentinel `index` forget the topology and monitor the old primary as the
@@ -327,8 +309,29 @@ impl SentinelTopology {
     }
 }
 
+/// Waits until the replica at `replica` has applied every write of the primary at
+/// `primary` (`WAIT 1` there), then pauses the replica for writes for
+/// [`REPLICA_PAUSE_MS`] (`CLIENT PAUSE … WRITE`): it keeps reading the replication stream
+/// and answering pings, and applies nothing.
+pub(crate) async fn pause_in_sync(primary: &str, replica: &str) -> anyhow::Result<()> {
+    let acked: i64 = query(primary, redis::cmd("WAIT").arg(1).arg(2_000)).await?;
+    anyhow::ensure!(acked == 1, "the replica did not catch up before the pause");
+    let () = query(
+        replica,
+        redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(REPLICA_PAUSE_MS)
+            .arg("WRITE"),
+    )
+    .await?;
+    Ok(())
+}
+
 /// One command on a fresh connection to `url`, bounded by 2 s.
-async fn query<T: redis::FromRedisValue>(url: &str, command: &redis::Cmd) -> redis::RedisResult<T> {
+pub(crate) async fn query<T: redis::FromRedisValue>(
+    url: &str,
+    command: &redis::Cmd,
+) -> redis::RedisResult<T> {
     let client = redis::Client::open(url)?;
     let asked = async {
         let mut conn = client.get_multiplexed_async_connection().await?;

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use redis::aio::ConnectionManager;
 
 use crate::boundary::check_one_group;
 use crate::fence::Fence;
@@ -65,7 +64,7 @@ impl<L: FenceLedger> LeaseClient<L> {
 
     /// The current Redis connection, for callers that want to run their own commands on
     /// it (a cheap handle).
-    pub fn redis(&self) -> ConnectionManager {
+    pub fn redis(&self) -> crate::store::Connection {
         self.redis.connection()
     }
 
@@ -295,7 +294,7 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
     }
 
     /// `PSUBSCRIBE` to the groups' event channels and the expiry notifications
-    /// ([`events::patterns`]), after turning those on
+    /// ([`events::patterns`]; on a cluster, at every node: [`events::subscribe`]), after turning those on
     /// ([`events::enable_expiry_notifications`]; refused by a Redis that refuses `CONFIG`:
     /// lapses are then not reported). Redis finds lapsed keys by sampling, so a lapse is
     /// reported up to about a second late unless someone reads the key.
@@ -303,13 +302,15 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         // Refused by a managed Redis: the stream then reports grants and releases only
         // (the application's live feed checks and reports this itself).
         let _ = events::enable_expiry_notifications(&mut self.redis()).await;
-        let mut pubsub = self.store().client().get_async_pubsub().await?;
-        for pattern in events::patterns(&format!("{group_prefix}*")) {
-            pubsub.psubscribe(pattern).await?;
-        }
+        // On a cluster, one connection per node (keyspace notifications are per node).
+        let timeout = std::time::Duration::from_secs(2);
+        let nodes = self.store().pubsub_nodes().await?;
+        let nodes = events::subscribe(nodes, &format!("{group_prefix}*"), timeout).await?;
+        let pubsub =
+            futures_util::stream::select_all(nodes.into_iter().map(|n| n.into_on_message()));
         // Expiry notifications name every key of the server: keep the groups asked for.
         let prefix = group_prefix.to_owned();
-        Ok(Box::pin(pubsub.into_on_message().flat_map(move |msg| {
+        Ok(Box::pin(pubsub.flat_map(move |msg| {
             let payload: String = msg.get_payload().unwrap_or_default();
             let mut changes = events::parse(msg.get_channel_name(), &payload);
             changes.retain(|change| change.key().group().starts_with(&prefix));

@@ -58,14 +58,45 @@ pub fn patterns(group_glob: &str) -> [String; 2] {
     ]
 }
 
+/// One pub/sub connection per server in `nodes` (a store's
+/// [`RedisStore::pubsub_nodes`](crate::RedisStore::pubsub_nodes)), together hearing
+/// every event of the groups matching `group_glob` once: the first connection subscribes
+/// to both [`patterns`], the others (the other nodes of a cluster, which forward every
+/// `PUBLISH` to each other) to the expiry notifications only. Each connection is made
+/// within `timeout`. Errors: a node did not answer (the caller starts again: pub/sub
+/// keeps nothing for a watcher that was away).
+pub async fn subscribe(
+    nodes: Vec<redis::Client>,
+    group_glob: &str,
+    timeout: std::time::Duration,
+) -> redis::RedisResult<Vec<redis::aio::PubSub>> {
+    let [events, expiries] = patterns(group_glob);
+    let mut subscribed = Vec::new();
+    for node in nodes {
+        let mut pubsub = tokio::time::timeout(timeout, node.get_async_pubsub())
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        if subscribed.is_empty() {
+            pubsub.psubscribe(&events).await?;
+        }
+        pubsub.psubscribe(&expiries).await?;
+        subscribed.push(pubsub);
+    }
+    Ok(subscribed)
+}
+
 /// Turns on keyspace expiry notifications, adding the two flags it needs (`E`: keyevent
 /// events, `x`: expiries) to whatever the server's `notify-keyspace-events` already has
 /// (a Redis shared with other applications keeps their flags): `CONFIG GET`, then
 /// `CONFIG SET` only if a flag is missing. Returns the flags found before. Errors: a
 /// Redis that refuses `CONFIG` (managed services often do): then expiries are not
 /// pushed, and watchers learn of them only when they re-read the group.
+///
+/// On a cluster connection the `CONFIG GET` is answered by one node and the `CONFIG SET`
+/// goes to every node; a watcher that asks now and then (seatlock's live feed, every few
+/// seconds) reaches each node in time.
 pub async fn enable_expiry_notifications(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut impl redis::aio::ConnectionLike,
 ) -> redis::RedisResult<String> {
     let (_, before): (String, String) = redis::cmd("CONFIG")
         .arg("GET")
@@ -103,7 +134,7 @@ fn with_expiry_flags(flags: &str) -> String {
 /// policy but `noeviction` may (`volatile-*` pick among keys with a TTL, `allkeys-*` among
 /// all keys). `None` for `noeviction`. Errors: `CONFIG` refused.
 pub async fn eviction_risk(
-    redis: &mut redis::aio::ConnectionManager,
+    redis: &mut impl redis::aio::ConnectionLike,
 ) -> redis::RedisResult<Option<String>> {
     let (_, policy): (String, String) = redis::cmd("CONFIG")
         .arg("GET")

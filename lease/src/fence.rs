@@ -40,7 +40,10 @@ use crate::{LeaseError, LeaseKey, MAX_FENCING_TOKEN, scripts, telemetry};
 /// running it; otherwise it asks for a fresh block, which the ledger puts above every
 /// token issued before. It costs two `INFO` calls inside the acquire script per grant, no
 /// extra round trip. [`LeaseClient::with_failover_guard`](crate::LeaseClient::with_failover_guard)
-/// turns it off, for the failover lab only.
+/// turns it off, for the failover lab only. On a Redis Cluster the guard is per shard
+/// with no change: a group's fence hash lives in its slot, the script runs on that slot's
+/// master, and the stamp is that master's identity; a promoted replica, or the new
+/// master after a slot migration, has another and takes a fresh block.
 ///
 /// **The contract.** `raise_ceiling(group, block)` must atomically add `block` to the
 /// group's stored ceiling (starting from 0) and return the new value, durably, before

@@ -30,8 +30,8 @@
 //!    learn it as [`LeaseError::Lost`]) but must never hand out a fencing token again.
 //!    Tokens come from blocks reserved in a durable [`FenceLedger`] (Postgres in
 //!    seatlock), which explains the blocks, the reservation marker and the failover
-//!    guard against a promoted replica. [`connect`] follows a Sentinel failover
-//!    ([`RedisStore`]); with the `etcd` feature, `etcd::EtcdStore` is a consensus-backed
+//!    guard against a promoted replica. [`connect`] follows a Sentinel failover, or
+//!    a Redis Cluster's slots and failovers ([`RedisStore`]); with the `etcd` feature, `etcd::EtcdStore` is a consensus-backed
 //!    [`LeaseStore`] instead.
 //!
 //! ## Example

@@ -35,22 +35,83 @@
 //! request that failed is sent once more (safe, as above); until they do (a failover takes
 //! some seconds), requests fail. A plain `redis://` URL never asks anything of a Sentinel:
 //! its path is unchanged.
+//!
+//! **Redis Cluster** (`redis+cluster://host:port,host:port`, any nodes of it): redis-rs's
+//! cluster connection ([`redis::cluster_async::ClusterConnection`]) learns the slots from
+//! the nodes and sends each request to the master of its slot. Every script touches one
+//! group, and every key of a group carries the group's hash tag, so a script is one
+//! slot's, run on that slot's master. The connection follows `MOVED` (a slot moved) and
+//! `ASK` (a slot moving), waits and resends on `TRYAGAIN` (a script whose keys are split
+//! mid-migration) and `CLUSTERDOWN` (a failover under way), and reads the slots again on
+//! `READONLY` or an error from a node that went away, so it finds a promoted replica by
+//! itself; each request, retries included, is bounded by the store's timeout, and after
+//! a timeout the whole cluster connection is replaced like a single one. Pub/sub is per
+//! node: see [`RedisStore::pubsub_nodes`]. Why one group per slot is the design and what a
+//! shard's failover does to the fence: `docs/cluster.md`.
 
 use std::future::Future;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{Client, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, ScriptInvocation};
+use redis::{
+    Client, Cmd, ErrorKind, FromRedisValue, Pipeline, RedisError, RedisFuture, RedisResult,
+    ScriptInvocation, Value,
+};
 
 use crate::telemetry;
 
 /// The URL scheme that names Sentinels instead of a Redis server.
 pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
 
+/// The URL scheme that names nodes of a Redis Cluster: `redis+cluster://host:port,host:port`.
+pub const CLUSTER_SCHEME: &str = "redis+cluster://";
+
 /// How often a store on Sentinels asks them for the primary when nothing has failed.
 pub const SENTINEL_POLL: Duration = Duration::from_secs(1);
+
+/// A connection a [`RedisStore`] hands out (a cheap handle, like redis-rs's own): to one
+/// server, or to a Redis Cluster, which sends each command to the master of its key's
+/// slot. Both are multiplexed and reconnect by themselves; run commands on it with
+/// `query_async` or redis-rs's `AsyncCommands`.
+#[derive(Clone)]
+pub enum Connection {
+    /// One server: the URL's, or the primary the Sentinels name.
+    Server(ConnectionManager),
+    /// The nodes of a `redis+cluster://` URL.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Server(conn) => conn.req_packed_command(cmd),
+            Connection::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Server(conn) => conn.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(conn) => conn.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Server(conn) => conn.get_db(),
+            Connection::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
 
 /// One logical Redis connection that heals: see the module docs.
 pub struct RedisStore {
@@ -61,11 +122,14 @@ pub struct RedisStore {
 }
 
 /// The server a store talks to, and its connection: both change only when the
-/// Sentinels name another primary.
+/// Sentinels name another primary (the connection also after a timeout).
 struct Current {
+    /// The server; for a cluster, the first node of the URL.
     client: RwLock<Client>,
-    connection: RwLock<ConnectionManager>,
+    connection: RwLock<Connection>,
     config: ConnectionManagerConfig,
+    /// The nodes of a `redis+cluster://` URL: each connection is to the cluster.
+    cluster: Option<ClusterClient>,
     /// Bounds connecting, each response and each question to the Sentinels.
     timeout: Duration,
 }
@@ -90,7 +154,14 @@ impl RedisStore {
     /// sets no read timeout, so a Sentinel or a primary that hangs (a stopped process
     /// whose port still accepts) blocks the calling thread until it wakes. Async code
     /// calls [`RedisStore::open_async`].
+    ///
+    /// `redis+cluster://host:port,host:port` names nodes of a Redis Cluster (see the
+    /// module docs): connected lazily too, in the Tokio runtime of the caller (an error
+    /// outside one).
     pub fn open(url: &str, timeout: Duration) -> RedisResult<Self> {
+        if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
+            return Self::on_cluster(rest, timeout);
+        }
         match url.strip_prefix(SENTINEL_SCHEME) {
             None => Self::with_client(Client::open(url)?, None, timeout),
             Some(rest) => {
@@ -98,6 +169,47 @@ impl RedisStore {
                 Self::with_client(primary, Some(sentinels(rest)?), timeout)
             }
         }
+    }
+
+    /// The store over the cluster whose nodes `rest` (a URL after its
+    /// `redis+cluster://`) names. Each request, with its redirects and retries, is
+    /// bounded by `timeout`; a `TRYAGAIN` or `CLUSTERDOWN` is resent after a short
+    /// jittered wait (from 10 ms, doubling), so a slot migration or a failover costs a
+    /// pause, not a failure, when it ends within the timeout. Errors: no node named, a
+    /// malformed one, or no Tokio runtime.
+    fn on_cluster(rest: &str, timeout: Duration) -> RedisResult<Self> {
+        let invalid = |what: &'static str| RedisError::from((ErrorKind::InvalidClientConfig, what));
+        let mut nodes: Vec<String> = Vec::new();
+        for node in rest
+            .trim_end_matches('/')
+            .split(',')
+            .filter(|n| !n.is_empty())
+        {
+            let url = format!("redis://{node}/");
+            if !nodes.contains(&url) {
+                nodes.push(url);
+            }
+        }
+        let first = nodes
+            .first()
+            .ok_or_else(|| invalid("redis+cluster:// URL needs host:port[,host:port…]"))?;
+        let client = Client::open(first.as_str())?;
+        // redis-rs's default waits 1.28 s or more before resending a TRYAGAIN, most of a
+        // store timeout: a migrating slot is resent within milliseconds instead, and the
+        // overall bound (the response timeout) ends the retries.
+        let cluster = ClusterClient::builder(nodes.clone())
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .retries(32)
+            .min_retry_wait(10)
+            .max_retry_wait((timeout.as_millis() as u64 / 4).max(11))
+            .retry_wait_formula(10, 2)
+            .build()?;
+        // The cluster connection spawns its driver task on the caller's runtime (and
+        // panics without one): refuse in words instead.
+        tokio::runtime::Handle::try_current()
+            .map_err(|_| invalid("a redis+cluster:// store opens inside a Tokio runtime"))?;
+        Self::with_target(client, Some(cluster), None, timeout)
     }
 
     /// [`RedisStore::open`] for async code: every Sentinel is asked at once (each for at
@@ -127,16 +239,27 @@ impl RedisStore {
         sentinels: Option<Sentinels>,
         timeout: Duration,
     ) -> RedisResult<Self> {
+        Self::with_target(client, None, sentinels, timeout)
+    }
+
+    /// [`RedisStore::with_client`], on the nodes of `cluster` when given.
+    fn with_target(
+        client: Client,
+        cluster: Option<ClusterClient>,
+        sentinels: Option<Sentinels>,
+        timeout: Duration,
+    ) -> RedisResult<Self> {
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_number_of_retries(1)
             .set_max_delay(Duration::from_millis(500));
-        let connection = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
+        let connection = lazy_connection(cluster.as_ref(), client.clone(), &config, timeout)?;
         let current = Arc::new(Current {
             client: RwLock::new(client),
             connection: RwLock::new(connection),
             config,
+            cluster,
             timeout,
         });
         let sentinels = sentinels.map(Arc::new);
@@ -148,14 +271,42 @@ impl RedisStore {
     }
 
     /// A client for the server the store talks to now (the primary last named by the
-    /// Sentinels), for connections the store does not make itself (pub/sub).
+    /// Sentinels; for a cluster, the first node of the URL), for connections the store
+    /// does not make itself. Pub/sub listens to [`RedisStore::pubsub_nodes`].
     pub fn client(&self) -> Client {
         self.current.client()
     }
 
+    /// Whether the store is on a Redis Cluster (a `redis+cluster://` URL).
+    pub fn is_cluster(&self) -> bool {
+        self.current.cluster.is_some()
+    }
+
     /// The current connection (a cheap handle), for commands of the caller's own.
-    pub fn connection(&self) -> ConnectionManager {
+    pub fn connection(&self) -> Connection {
         self.current.connection()
+    }
+
+    /// The servers a watcher of the store's pub/sub listens to ([`crate::events`]): the
+    /// server itself; on a cluster every node that `CLUSTER NODES` lists as up and
+    /// linked, masters and replicas. A cluster forwards every `PUBLISH` to every node, so
+    /// any one node hears the grants and releases; but keyspace notifications (the
+    /// expiries) are sent only by the master that expired the key, so each master is
+    /// listened to, and each replica too: a promoted one sends its expiries from its
+    /// first moment as master. Errors: the cluster did not answer.
+    pub async fn pubsub_nodes(&self) -> RedisResult<Vec<Client>> {
+        if !self.is_cluster() {
+            return Ok(vec![self.client()]);
+        }
+        let nodes: String = self
+            .query("cluster_nodes", redis::cmd("CLUSTER").arg("NODES"))
+            .await?;
+        let mut addresses = listening_nodes(&nodes);
+        addresses.sort();
+        addresses
+            .into_iter()
+            .map(|address| Client::open(format!("redis://{address}/")))
+            .collect()
     }
 
     /// Runs one request (`request` is given a connection and may be called twice),
@@ -163,7 +314,7 @@ impl RedisStore {
     /// say: once more after a dropped connection, a new connection after a timeout.
     pub(crate) async fn round_trip<T, F, Fut>(&self, op: &'static str, request: F) -> RedisResult<T>
     where
-        F: Fn(ConnectionManager) -> Fut,
+        F: Fn(Connection) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let first = telemetry::redis_round_trip(op, request(self.connection())).await;
@@ -231,11 +382,16 @@ impl Current {
             .clone()
     }
 
-    fn connection(&self) -> ConnectionManager {
+    fn connection(&self) -> Connection {
         self.connection
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// A new, lazily connected connection: to the cluster, or to `client`'s server.
+    fn fresh(&self, client: Client) -> RedisResult<Connection> {
+        lazy_connection(self.cluster.as_ref(), client, &self.config, self.timeout)
     }
 
     /// Asks every Sentinel for the primary; if a majority name another server than the
@@ -255,9 +411,7 @@ impl Current {
         if *primary.get_connection_info().addr() == before {
             return false;
         }
-        let Ok(fresh) =
-            ConnectionManager::new_lazy_with_config(primary.clone(), self.config.clone())
-        else {
+        let Ok(fresh) = self.fresh(primary.clone()) else {
             return false;
         };
         *self.client.write().unwrap_or_else(|e| e.into_inner()) = primary;
@@ -269,13 +423,33 @@ impl Current {
     fn replace(&self) {
         // Only a malformed client config fails here, and it was built once already: on
         // failure keep the old connection; the next timeout tries again.
-        if let Ok(fresh) =
-            ConnectionManager::new_lazy_with_config(self.client(), self.config.clone())
-        {
+        if let Ok(fresh) = self.fresh(self.client()) {
             metrics::counter!(telemetry::REDIS_REPAIRS_TOTAL, "repair" => "replaced").increment(1);
             *self.connection.write().unwrap_or_else(|e| e.into_inner()) = fresh;
         }
     }
+}
+
+/// A new connection, made on its first request: to `cluster` when given, else to
+/// `client`'s server with `config`; `timeout` bounds connecting and each response.
+fn lazy_connection(
+    cluster: Option<&ClusterClient>,
+    client: Client,
+    config: &ConnectionManagerConfig,
+    timeout: Duration,
+) -> RedisResult<Connection> {
+    Ok(match cluster {
+        Some(cluster) => {
+            let config = ClusterConfig::new()
+                .set_connection_timeout(timeout)
+                .set_response_timeout(timeout);
+            Connection::Cluster(cluster.get_pending_async_connection_with_config(config))
+        }
+        None => Connection::Server(ConnectionManager::new_lazy_with_config(
+            client,
+            config.clone(),
+        )?),
+    })
 }
 
 /// Asks the Sentinels every [`SENTINEL_POLL`] and follows a new primary, until the store
@@ -348,6 +522,25 @@ fn after_failover(err: &RedisError) -> bool {
         || err.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
+/// The `host:port` of every node in `nodes` (the reply of `CLUSTER NODES`: one line per
+/// node, `<id> <host:port@bus-port[,hostname]> <flags> <master> <ping> <pong> <epoch>
+/// <link-state> <slots…>`) that is linked and neither failed, without an address, nor
+/// still joining.
+fn listening_nodes(nodes: &str) -> Vec<String> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (address, flags, link) = (fields.get(1)?, fields.get(2)?, fields.get(7)?);
+            let down = flags
+                .split(',')
+                .any(|flag| matches!(flag, "fail" | "fail?" | "noaddr" | "handshake"));
+            let address = address.split(['@', ',']).next()?;
+            (!down && *link == "connected" && !address.starts_with(':')).then(|| address.to_owned())
+        })
+        .collect()
+}
+
 /// The Sentinels' URLs (`redis://host:port/`) and the master name of `rest`, a URL after
 /// its `redis+sentinel://`: `host:port,host:port/<master name>`. Errors: no Sentinel or
 /// no master name.
@@ -415,6 +608,28 @@ async fn named_primary(rest: &str, timeout: Duration) -> RedisResult<Client> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pubsub_listens_to_every_node_up_and_linked() {
+        let nodes = "\
+a 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b 127.0.0.1:7002@17002,host master - 0 0 2 connected 5461-10922
+c 127.0.0.1:7003@17003 master,fail - 0 0 3 disconnected 10923-16383
+d 127.0.0.1:7004@17004 slave a 0 0 1 connected
+e :0@0 master,noaddr - 0 0 0 disconnected
+";
+        assert_eq!(
+            listening_nodes(nodes),
+            ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7004"]
+        );
+    }
+
+    #[tokio::test]
+    async fn cluster_urls_need_a_node() {
+        let timeout = Duration::from_secs(1);
+        assert!(RedisStore::open("redis+cluster://127.0.0.1:7001,127.0.0.1:7002", timeout).is_ok());
+        assert!(RedisStore::open("redis+cluster://", timeout).is_err());
+    }
 
     #[test]
     fn a_sentinel_named_twice_is_asked_once() {

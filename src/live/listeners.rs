@@ -77,46 +77,52 @@ async fn redis_session(
     // after a failover the feed subscribes again, and sets the expiry notifications
     // (`check_store`; per server, not replicated), on the new primary.
     let store = lease::connect_async(url, Duration::from_secs(2)).await?;
-    let client = store.client();
     let mut manager = store.connection();
     check_store(hub, &mut manager).await;
-    let mut pubsub = tokio::time::timeout(Duration::from_secs(2), client.get_async_pubsub())
-        .await
-        .map_err(|_| {
-            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-        })??;
-    for pattern in events::patterns(&format!("{prefix}*")) {
-        pubsub.psubscribe(pattern).await?;
-    }
+    // One connection per server that sends events: on a Redis Cluster every node, since
+    // each master sends only its own expiries (`RedisStore::pubsub_nodes`).
+    let nodes = store.pubsub_nodes().await?;
+    let listening = addresses(&nodes);
+    let subscribed =
+        events::subscribe(nodes, &format!("{prefix}*"), Duration::from_secs(2)).await?;
     if !first {
         hub.resync_all();
     }
     hub.set_feed(Feed::Redis, true);
-    let (mut sink, mut messages) = pubsub.split();
+    let (mut sinks, streams): (Vec<_>, Vec<_>) = subscribed.into_iter().map(|p| p.split()).unzip();
+    // Any node's stream ending ends the session: it subscribes again, everywhere.
+    let mut messages = futures_util::stream::select_all(
+        streams
+            .into_iter()
+            .map(|s| s.map(Some).chain(futures_util::stream::iter([None]))),
+    );
     let mut heartbeat = tokio::time::interval(HEARTBEAT);
     let mut recheck =
         tokio::time::interval_at(tokio::time::Instant::now() + STORE_RECHECK, STORE_RECHECK);
     loop {
         let msg = tokio::select! {
             msg = messages.next() => match msg {
-                Some(msg) => msg,
-                None => return Ok(()),
+                Some(Some(msg)) => msg,
+                _ => return Ok(()),
             },
             _ = recheck.tick() => {
                 check_store(hub, &mut manager).await;
                 continue;
             }
             _ = heartbeat.tick() => {
-                // The store's Sentinel poll has followed a new primary (one the old,
-                // still answering, does not know of): subscribe there.
-                if store.client().get_connection_info().addr()
-                    != client.get_connection_info().addr()
+                // The servers to listen to changed: the store's Sentinel poll followed a
+                // new primary (one the old, still answering, does not know of), or a
+                // cluster node failed, was promoted or joined. Subscribe there.
+                if let Ok(now) = store.pubsub_nodes().await
+                    && addresses(&now) != listening
                 {
-                    tracing::warn!("the Sentinels name another primary; subscribing there");
+                    tracing::warn!("the servers that send lease events changed; subscribing there");
                     return Ok(());
                 }
-                let ping = tokio::time::timeout(HEARTBEAT_DEADLINE, sink.ping::<redis::Value>());
-                if !matches!(ping.await, Ok(Ok(_))) {
+                let pings = sinks
+                    .iter_mut()
+                    .map(|sink| tokio::time::timeout(HEARTBEAT_DEADLINE, sink.ping::<redis::Value>()));
+                if !futures_util::future::join_all(pings).await.iter().all(|p| matches!(p, Ok(Ok(_)))) {
                     tracing::warn!("redis pub/sub connection stopped answering; replacing it");
                     return Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into());
                 }
@@ -145,7 +151,7 @@ async fn redis_session(
 /// the flags other users set, never replacing them; off where `CONFIG` is refused, as on
 /// managed Redis: lapsed holds then show when a page reloads or resyncs) and an eviction
 /// policy that could drop holds before their TTL.
-async fn check_store(hub: &LiveHub, redis: &mut redis::aio::ConnectionManager) {
+async fn check_store(hub: &LiveHub, redis: &mut lease::store::Connection) {
     let notifications = events::enable_expiry_notifications(redis)
         .await
         .err()
@@ -168,7 +174,7 @@ async fn check_store(hub: &LiveHub, redis: &mut redis::aio::ConnectionManager) {
 /// expiry notification, at once: left alone, Redis finds due keys by sampling ten times
 /// a second, which takes seconds when many keys have a TTL. A released or renewed lease
 /// is read harmlessly; the notification stays the fallback.
-fn touch_at_expiry(mut redis: redis::aio::ConnectionManager, key: String, expires_at_ms: u64) {
+fn touch_at_expiry(mut redis: lease::store::Connection, key: String, expires_at_ms: u64) {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -181,6 +187,14 @@ fn touch_at_expiry(mut redis: redis::aio::ConnectionManager, key: String, expire
             tracing::debug!(key, error = %err, "could not touch a lapsing lease");
         }
     });
+}
+
+/// The `host:port` of each server, to tell when the servers to listen to change.
+fn addresses(nodes: &[redis::Client]) -> Vec<String> {
+    nodes
+        .iter()
+        .map(|node| node.get_connection_info().addr().to_string())
+        .collect()
 }
 
 /// Postgres: `LISTEN seatlock_live`; each payload names its topic. A connection that

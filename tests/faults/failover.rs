@@ -14,12 +14,45 @@ use seatlock_harness::{HttpBuyer, TINY_VENUES, TestApp, eventually, store_urls};
 
 use crate::deployment::*;
 
-/// What one failover did to one seat.
-struct Outcome {
+/// What one failover did to one seat (here, and on one shard of a cluster).
+pub(crate) struct Outcome {
     /// Every token the servers issued before the failover (the last one is A's, lost).
-    before: Vec<i64>,
+    pub(crate) before: Vec<i64>,
     /// B's token, granted on the promoted replica.
-    after: i64,
+    pub(crate) after: i64,
+}
+
+impl Outcome {
+    /// The guard's promise: B's token is above every token issued before.
+    pub(crate) fn assert_never_repeated(&self) {
+        assert!(
+            self.before.iter().all(|&t| self.after > t),
+            "after the failover {} is not above {:?}",
+            self.after,
+            self.before
+        );
+    }
+
+    /// What the lab reproduces without the guard: B is given A's lost token again.
+    pub(crate) fn assert_repeated(&self) {
+        assert_eq!(
+            self.after, self.before[1],
+            "the lab should reproduce the duplicate token (issue 15)"
+        );
+    }
+}
+
+/// A server of `d` for a failover that loses a grant: its holds last 60 s (A's outlives
+/// the failover), its failover guard on or off.
+pub(crate) async fn guarded_server(
+    d: &Deployment,
+    failover_guard: bool,
+) -> seatlock_harness::ServerProcess {
+    d.server(|s| {
+        s.hold_ttl_ms = 60_000;
+        s.lab_disable_failover_guard = !failover_guard;
+    })
+    .await
 }
 
 /// The scenario above, with the server's failover guard on or off; checks what holds
@@ -29,12 +62,7 @@ async fn lose_a_grant(failover_guard: bool) -> Outcome {
     let mut topology = SentinelTopology::start().await.unwrap();
     let (admin, _) = store_urls().unwrap();
     let d = Deployment::new(&admin, &topology.url(), TINY_VENUES).await;
-    let server = d
-        .server(|s| {
-            s.hold_ttl_ms = 60_000; // A's hold would outlive the failover
-            s.lab_disable_failover_guard = !failover_guard;
-        })
-        .await;
+    let server = guarded_server(&d, failover_guard).await;
     let address = server.address.clone();
     let seat = d.seats[14];
 
@@ -74,22 +102,12 @@ async fn lose_a_grant(failover_guard: bool) -> Outcome {
 
 #[tokio::test]
 async fn with_the_guard_a_failover_never_repeats_a_fencing_token() {
-    let outcome = lose_a_grant(true).await;
-    assert!(
-        outcome.before.iter().all(|&t| outcome.after > t),
-        "after the failover {} is not above {:?}",
-        outcome.after,
-        outcome.before
-    );
+    lose_a_grant(true).await.assert_never_repeated();
 }
 
 #[tokio::test]
 async fn without_the_guard_a_failover_repeats_the_lost_grants_token() {
-    let outcome = lose_a_grant(false).await;
-    assert_eq!(
-        outcome.after, outcome.before[1],
-        "the lab should reproduce the duplicate token (issue 15)"
-    );
+    lose_a_grant(false).await.assert_repeated();
 }
 
 /// A switchover (`SENTINEL FAILOVER`: the old primary stays up and becomes a replica, as
@@ -141,16 +159,9 @@ async fn after_a_switchover_the_live_feed_moves_to_the_new_primary_and_shows_lap
         .await
         .unwrap();
     assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
-    let lapsed = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let message = pushed.recv().await.unwrap();
-            if message.event == "seat" && message.data["state"] == "available" {
-                return message;
-            }
-        }
-    })
-    .await
-    .expect("the lapse is shown within 20 s");
+    let lapsed = pushed_lapse(&mut pushed)
+        .await
+        .expect("the lapse is shown within 20 s");
     assert_eq!(lapsed.data["seat"], seats[0], "{lapsed:?}");
     assert_eq!(lapsed.data["why"], "expired", "{lapsed:?}");
 }
@@ -276,6 +287,24 @@ async fn a_hung_primary_is_failed_over_and_followed() {
     )
     .await;
     d.assert_invariant().await;
+}
+
+/// The first message `pushed` brings that shows a seat available again, if one comes
+/// within 20 s.
+pub(crate) async fn pushed_lapse(
+    pushed: &mut seatlock::live::Subscription,
+) -> Option<std::sync::Arc<seatlock::live::LiveMessage>> {
+    tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let message = pushed.recv().await.ok()?;
+            if message.event == "seat" && message.data["state"] == "available" {
+                return Some(message);
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
 }
 
 /// Whether the lease of `seat` is on the Redis at `url`.

@@ -9,6 +9,7 @@
 //! One module per fault family; [`deployment`] and [`traffic`] are the suite's harness.
 
 mod clocks;
+mod cluster;
 mod connections;
 mod crashes;
 mod deployment;
