@@ -68,7 +68,7 @@ async fn a_backend_killed_mid_traffic_is_routed_around_and_the_invariant_holds()
     let sessions_at_down = proxy.backends().await.unwrap();
     // The buyers keep going, the third pinned to the dead backend among them.
     eventually(
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         "200 more requests after the backend went down",
         || async { traffic.tally.requests() >= at_down_total + 200 },
     )
