@@ -237,7 +237,7 @@
         sec.dataset.prices + (wheelchair ? ", " + wheelchair + " wheelchair places" : "");
       const path = sec.querySelector("path");
       if (!path) { sec.textContent = label; return; }
-      path.setAttribute("fill-opacity", (0.08 + 0.92 * left / Math.max(total, 1)).toFixed(2));
+      path.setAttribute("fill-opacity", (0.08 + 0.92 * left / Math.max(total, 1)).toFixed(3));
       sec.setAttribute("aria-label", label);
       sec.querySelector("title").textContent = label;
       sec.querySelector(".left").textContent = left ? left + " left" : "sold out";

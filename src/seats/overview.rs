@@ -154,7 +154,7 @@ impl SectionSummary {
     /// left, so a sold-out section still shows; 1 when all are).
     pub fn opacity(&self) -> String {
         let share = self.available as f64 / self.total.max(1) as f64;
-        format!("{:.2}", 0.08 + 0.92 * share)
+        format!("{:.3}", 0.08 + 0.92 * share)
     }
 }
 
