@@ -368,7 +368,7 @@ pub async fn sold_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<i64>> {
 /// for a venue seeded before the plan was kept.
 #[derive(Debug, Default, sqlx::FromRow)]
 pub struct VenuePlan {
-    /// `venues.map_view_box`: "0 0 <width> <height>", metres.
+    /// `venues.map_view_box`: `"0 0 <width> <height>"`, metres.
     pub map_view_box: Option<String>,
     /// `venues.outline_path`: the outline, SVG path data.
     pub outline_path: Option<String>,
