@@ -6,6 +6,9 @@
 //! A venue file names price zones and sections; a section lists row groups, each a range
 //! of row labels (`"A-M"`, `"AA-DD"` or `"1-20"`) with the same seat blocks (`[8, 16, 8]`:
 //! 32 seats numbered 1 to 32 left to right, with an aisle after seats 8 and 24) and zone.
+//! Where things are (issue 29): the venue's `map` (size, outline, stage) and each
+//! section's `shape`, in metres ([`crate::seats::layout`], checked before anything is
+//! written), and each section's wheelchair places and companion seats (`access`).
 
 use std::path::Path;
 
@@ -16,6 +19,7 @@ use serde::Deserialize;
 use sqlx::PgPool;
 
 use crate::auction::queries::{self, ItemTerms, NewItem};
+use crate::seats::layout::{self, MapSpec, PlacedSection, Shape};
 
 /// A venue file.
 #[derive(Debug, Deserialize)]
@@ -34,10 +38,47 @@ pub struct VenueFile {
     /// events keep their ids: 1, 2, …).
     #[serde(default)]
     pub more_events: Vec<EventSpec>,
+    /// The venue's plan: size, outline, stage.
+    pub map: MapSpec,
     /// The price zones, dearest first.
     pub zones: Vec<ZoneSpec>,
     /// The sections, in drawing order.
     pub sections: Vec<SectionSpec>,
+}
+
+impl VenueFile {
+    /// Refuses a plan whose shapes overlap, leave the outline or have no room for their
+    /// seats ([`layout::check_venue`]), and an `access` entry naming a seat the section
+    /// does not have; the message names the venue and the section.
+    pub fn check_layout(&self) -> anyhow::Result<()> {
+        let mut placed = Vec::with_capacity(self.sections.len());
+        for section in &self.sections {
+            let rows = section.seat_rows()?;
+            for access in &section.access {
+                let width = rows.iter().find(|(label, _)| *label == access.row);
+                let fits = |n: &u32| width.is_some_and(|(_, w)| (1..=*w).contains(n));
+                if let Some(n) = access
+                    .wheelchair
+                    .iter()
+                    .chain(&access.companion)
+                    .find(|n| !fits(n))
+                {
+                    bail!(
+                        "venue {}: section {} has no seat {n} in row {:?} for its access list",
+                        self.slug,
+                        section.code,
+                        access.row
+                    );
+                }
+            }
+            placed.push(PlacedSection {
+                code: &section.code,
+                shape: &section.shape,
+                seats: rows.iter().map(|(_, w)| *w as usize).sum(),
+            });
+        }
+        layout::check_venue(&self.slug, &self.map, &placed)
+    }
 }
 
 /// The demo event created on the venue.
@@ -103,8 +144,54 @@ pub struct SectionSpec {
     pub code: String,
     /// Its name, for a person.
     pub name: String,
+    /// Where it is on the venue's plan.
+    pub shape: Shape,
     /// The rows, in drawing order.
     pub rows: Vec<RowGroup>,
+    /// Its wheelchair places and companion seats, by row.
+    #[serde(default)]
+    pub access: Vec<AccessSpec>,
+}
+
+impl SectionSpec {
+    /// Each row's label and seat count, in drawing order. Errors: a bad label range.
+    pub fn seat_rows(&self) -> anyhow::Result<Vec<(String, u32)>> {
+        let mut rows = vec![];
+        for group in &self.rows {
+            let width = group.blocks.iter().sum();
+            rows.extend(
+                row_labels(&group.rows)?
+                    .into_iter()
+                    .map(|label| (label, width)),
+            );
+        }
+        Ok(rows)
+    }
+
+    /// What seat `number` of row `row` is for (`seats.access`): a wheelchair place, a
+    /// companion seat, or neither.
+    fn access(&self, row: &str, number: u32) -> Option<&'static str> {
+        let listed = self.access.iter().find(|a| a.row == row)?;
+        if listed.wheelchair.contains(&number) {
+            Some("wheelchair")
+        } else {
+            listed.companion.contains(&number).then_some("companion")
+        }
+    }
+}
+
+/// A row's accessible places: `{"row": "T", "wheelchair": [1, 36], "companion": [2, 35]}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessSpec {
+    /// The row's label.
+    pub row: String,
+    /// The seat numbers that are wheelchair places.
+    #[serde(default)]
+    pub wheelchair: Vec<u32>,
+    /// The seat numbers kept for a wheelchair user's companion.
+    #[serde(default)]
+    pub companion: Vec<u32>,
 }
 
 /// Rows sharing one layout and zone.
@@ -155,6 +242,9 @@ pub async fn seed(db: &PgPool, dir: &Path) -> anyhow::Result<(usize, usize)> {
         let text = std::fs::read_to_string(&path)?;
         let venue: VenueFile =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        venue
+            .check_layout()
+            .with_context(|| format!("checking {}", path.display()))?;
         for event in std::iter::once(&venue.event).chain(&venue.more_events) {
             starts_at(venue.time_zone, event)
                 .with_context(|| format!("{}: event {:?}", path.display(), event.name))?;
@@ -189,14 +279,23 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i6
             .with_context(|| format!("venue {}", venue.slug))?;
     }
     let mut tx = db.begin().await?;
+    let (outline, stage) = (venue.map.outline.drawn(), venue.map.stage.shape.drawn());
     let venue_id: Option<i64> = sqlx::query_scalar(
-        "INSERT INTO venues (slug, name, city, time_zone) VALUES ($1, $2, $3, $4)
+        "INSERT INTO venues (slug, name, city, time_zone, map_view_box, outline_path, stage_path,
+                             stage_label, stage_label_x, stage_label_y)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (slug) DO NOTHING RETURNING id",
     )
     .bind(&venue.slug)
     .bind(&venue.name)
     .bind(&venue.city)
     .bind(venue.time_zone.name())
+    .bind(layout::view_box(&venue.map))
+    .bind(outline.path)
+    .bind(stage.path)
+    .bind(&venue.map.stage.label)
+    .bind(stage.label[0] as f32)
+    .bind(stage.label[1] as f32)
     .fetch_optional(&mut *tx)
     .await?;
     let Some(venue_id) = venue_id else {
@@ -214,17 +313,22 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i6
     }
     let mut total = 0;
     for (position, section) in venue.sections.iter().enumerate() {
+        let drawn = section.shape.drawn();
         let section_id: i64 = sqlx::query_scalar(
-            "INSERT INTO sections (venue_id, code, name, position) VALUES ($1, $2, $3, $4) RETURNING id",
+            "INSERT INTO sections (venue_id, code, name, position, shape_path, label_x, label_y)
+             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
         )
         .bind(venue_id)
         .bind(&section.code)
         .bind(&section.name)
         .bind(position as i32)
+        .bind(drawn.path)
+        .bind(drawn.label[0] as f32)
+        .bind(drawn.label[1] as f32)
         .fetch_one(&mut *tx)
         .await?;
-        let (mut rows, mut positions, mut numbers, mut aisles, mut zones) =
-            (vec![], vec![], vec![], vec![], vec![]);
+        let (mut rows, mut positions, mut numbers, mut aisles, mut zones, mut access) =
+            (vec![], vec![], vec![], vec![], vec![], vec![]);
         let mut row_position = 0;
         for group in &section.rows {
             for label in row_labels(&group.rows)? {
@@ -238,16 +342,17 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i6
                         numbers.push(number);
                         aisles.push(block > 0 && i == 0);
                         zones.push(group.zone.clone());
+                        access.push(section.access(&label, number as u32));
                     }
                 }
             }
         }
         total += rows.len();
         let inserted = sqlx::query(
-            "INSERT INTO seats (section_id, zone_id, row_label, row_position, number, aisle_before)
-             SELECT $1, z.id, r.label, r.pos, r.num, r.aisle
-               FROM unnest($2::text[], $3::int[], $4::int[], $5::bool[], $6::text[])
-                    AS r(label, pos, num, aisle, zone)
+            "INSERT INTO seats (section_id, zone_id, row_label, row_position, number, aisle_before, access)
+             SELECT $1, z.id, r.label, r.pos, r.num, r.aisle, r.access
+               FROM unnest($2::text[], $3::int[], $4::int[], $5::bool[], $6::text[], $8::text[])
+                    AS r(label, pos, num, aisle, zone, access)
                JOIN price_zones z ON z.venue_id = $7 AND z.code = r.zone",
         )
         .bind(section_id)
@@ -257,6 +362,7 @@ async fn load_venue(db: &PgPool, venue: &VenueFile) -> anyhow::Result<Option<(i6
         .bind(&aisles)
         .bind(&zones)
         .bind(venue_id)
+        .bind(&access)
         .execute(&mut *tx)
         .await?;
         if inserted.rows_affected() as usize != rows.len() {
@@ -464,7 +570,10 @@ mod tests {
             serde_json::from_value::<VenueFile>(serde_json::json!({
                 "slug": "s", "name": "n", "city": "c", "time_zone": zone,
                 "event": {"name": "e", "starts_in_days": 1, "time": "19:30"},
-                "zones": [], "sections": []
+                "zones": [], "sections": [],
+                "map": {"width": 10, "height": 10,
+                        "outline": {"polygon": [[0, 0], [10, 0], [10, 10]]},
+                        "stage": {"label": "Stage", "shape": {"polygon": [[1, 1], [2, 1], [2, 2]]}}}
             }))
         };
         assert_eq!(
@@ -473,6 +582,27 @@ mod tests {
         );
         let err = venue("Europe/Manchester").unwrap_err().to_string();
         assert!(err.contains("Europe/Manchester"), "{err}");
+    }
+
+    #[test]
+    fn the_demo_venues_plans_pass_and_a_section_moved_onto_its_neighbour_is_named() {
+        let hall = include_str!("../data/venues/grand-hall.json");
+        let arena = include_str!("../data/venues/harbour-arena.json");
+        for text in [hall, arena] {
+            let venue: VenueFile = serde_json::from_str(text).unwrap();
+            venue.check_layout().unwrap();
+        }
+        let mut venue: VenueFile = serde_json::from_str(arena).unwrap();
+        venue.sections[5].shape = venue.sections[4].shape.clone();
+        let err = venue.check_layout().unwrap_err().to_string();
+        assert_eq!(err, "venue harbour-arena: section 102 overlaps section 101");
+        let mut venue: VenueFile = serde_json::from_str(hall).unwrap();
+        venue.sections[0].access[0].wheelchair.push(37);
+        let err = venue.check_layout().unwrap_err().to_string();
+        assert!(
+            err.contains("section STALLS has no seat 37 in row \"T\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -469,8 +469,12 @@ async fn healthz_names_the_store_that_is_down() {
     );
 }
 
+/// Issue 29: the arena opens on its overview (36 sections drawn, no seat, at most
+/// 100 kB), each section's page lists that section's seats (11,056 in all), a section
+/// the venue does not have is a 404 page, and a hold sent from a section's page (its
+/// `section` field) returns to it, as best available does.
 #[tokio::test]
-async fn the_arena_map_lists_eleven_thousand_seats_in_one_page() {
+async fn the_arena_opens_on_its_overview_and_each_section_lists_its_seats() {
     let app = TestApp::builder()
         .venues(DEMO_VENUES)
         .spawn()
@@ -488,7 +492,59 @@ async fn the_arena_map_lists_eleven_thousand_seats_in_one_page() {
         .await
         .unwrap();
     assert_eq!(page.status, StatusCode::OK);
-    assert!(page.body.matches("class=\"seat available").count() >= 10_000);
+    assert_eq!(page.body.matches("<a class=\"sec\"").count(), 36);
+    assert_eq!(page.body.matches("class=\"seat ").count(), 0);
+    assert!(page.body.len() <= 100_000, "{} bytes", page.body.len());
+    let codes: Vec<String> = sqlx::query_scalar(
+        "SELECT sec.code FROM sections sec JOIN events e ON e.venue_id = sec.venue_id
+          WHERE e.id = $1 ORDER BY sec.position",
+    )
+    .bind(arena)
+    .fetch_all(app.db())
+    .await
+    .unwrap();
+    let mut seats = 0;
+    for code in &codes {
+        let url = format!("{}/events/{arena}/sections/{code}", app.address);
+        let section = a.get(&url).await.unwrap();
+        assert_eq!(section.status, StatusCode::OK, "{code}");
+        seats += section.body.matches("class=\"seat available").count();
+    }
+    assert_eq!(seats, 11_056);
+    let missing = a
+        .get(&format!("{}/events/{arena}/sections/NOPE", app.address))
+        .await
+        .unwrap();
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    assert!(
+        missing.body.contains("has no section") && missing.body.contains("NOPE"),
+        "{}",
+        missing.body
+    );
+
+    let seat: i64 = sqlx::query_scalar(
+        "SELECT s.id FROM seats s JOIN sections sec ON sec.id = s.section_id
+           JOIN events e ON e.venue_id = sec.venue_id
+          WHERE e.id = $1 AND sec.code = '101' ORDER BY s.id LIMIT 1",
+    )
+    .bind(arena)
+    .fetch_one(app.db())
+    .await
+    .unwrap();
+    let url = format!("{}/events/{arena}/seats/{seat}/hold", app.address);
+    let held = a.post(&url, &[("section", "101")]).await.unwrap();
+    assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+    assert_eq!(
+        held.location.unwrap(),
+        format!("/events/{arena}/sections/101#seat-{seat}")
+    );
+    let url = format!("{}/events/{arena}/best-available", app.address);
+    let best = a.post(&url, &[("quantity", "2")]).await.unwrap();
+    assert_eq!(best.status, StatusCode::SEE_OTHER, "{}", best.body);
+    assert_eq!(
+        best.location.unwrap(),
+        format!("/events/{arena}/sections/FLOOR-1#cart")
+    );
 }
 
 #[tokio::test]

@@ -35,6 +35,9 @@
 
   // Live seat map: the server pushes a snapshot, then one "seat" event per change.
   const STATES = ["available", "held", "mine", "sold", "bought"];
+  // Each state in words, last in a seat's accessible name (src/seats/map.rs, words()).
+  const WORDS = { available: "available", held: "someone is buying it", mine: "held by you",
+    sold: "sold", bought: "bought by you" };
 
   function seatState(el) {
     return STATES.find(function (s) { return el.classList.contains(s); });
@@ -51,12 +54,17 @@
     next.id = el.id;
     next.textContent = el.textContent;
     next.className = el.className.split(" ").filter(function (c) { return STATES.indexOf(c) < 0; }).concat(state).join(" ");
+    const name = el.getAttribute("aria-label");
+    if (name) next.setAttribute("aria-label", name.replace(/[^,]*$/, " " + WORDS[state]));
     if (state === "available") {
       next.setAttribute("formaction", "/events/" + map.dataset.event + "/seats/" + id + "/hold");
+    } else {
+      next.setAttribute("role", "img");
     }
     el.replaceWith(next);
+    // The page's count is the grid's to keep only when no overview keeps it.
     const count = document.getElementById("available-count");
-    if (count && (was === "available") !== (state === "available")) {
+    if (count && map.dataset.liveCounts === "grid" && (was === "available") !== (state === "available")) {
       count.textContent = String(Number(count.textContent) + (state === "available" ? 1 : -1));
     }
   }
@@ -194,27 +202,116 @@
     campaign();
   }
 
-  // A seat's tooltip, "Orchestra, row C, seat 14", made when first pointed at: the page
-  // does not repeat the section and row on each of the arena's 11,056 seats.
+  // A seat's tooltip, its accessible name ("Stalls, row C, seat 14, $95.00, available"),
+  // set when first pointed at.
   function seatTitles(map) {
     map.addEventListener("mouseover", function (e) {
       const el = e.target;
-      if (!el.classList.contains("seat") || el.title) return;
-      const row = el.parentElement;
-      el.title = row.closest("fieldset").querySelector("legend").textContent +
-        ", row " + row.querySelector(".row-label").textContent + ", seat " + el.textContent;
+      if (el.classList.contains("seat")) el.title = el.getAttribute("aria-label") || "";
     });
   }
 
+  // The overview's counts (templates/overview.html): each section's seats neither held
+  // nor sold, kept from the same stream as the seats. Each change of a seat is counted
+  // against the section whose data-seats ranges ("1-320,400") hold its id; the shade
+  // (the fill's opacity), "N left", the accessible name and the tooltip follow. Shown
+  // on hover or focus in #section-info as well, for a thumb or a keyboard.
+  function overviewCounts(overview) {
+    const sections = overview.querySelectorAll(".sec");
+    const sectionOf = new Map();
+    const taken = new Map(); // seat id -> "held" or "sold": not available
+    sections.forEach(function (sec) {
+      sec.dataset.seats.split(",").forEach(function (range) {
+        if (!range) return;
+        const ends = range.split("-").map(Number);
+        for (let id = ends[0]; id <= (ends[1] || ends[0]); id++) sectionOf.set(id, sec);
+      });
+    });
+    const info = document.getElementById("section-info");
+    const count = document.getElementById("available-count");
+    function show(sec) {
+      const total = Number(sec.dataset.total);
+      const left = Number(sec.dataset.available);
+      const wheelchair = Number(sec.dataset.wheelchair);
+      const label = sec.dataset.name + ": " + left + " of " + total + " seats available, " +
+        sec.dataset.prices + (wheelchair ? ", " + wheelchair + " wheelchair places" : "");
+      const path = sec.querySelector("path");
+      if (!path) { sec.textContent = label; return; }
+      path.setAttribute("fill-opacity", (0.08 + 0.92 * left / Math.max(total, 1)).toFixed(3));
+      sec.setAttribute("aria-label", label);
+      sec.querySelector("title").textContent = label;
+      sec.querySelector(".left").textContent = left ? left + " left" : "sold out";
+      if (info && info.dataset.section === sec.id) info.textContent = label;
+    }
+    // Marks seat `id` taken ("held", "sold") or free (null); returns its section if its
+    // count changed. A sale is final, as on the seats (setSeat).
+    function mark(id, state) {
+      const sec = sectionOf.get(Number(id));
+      const was = taken.get(Number(id));
+      if (!sec || was === "sold") return null;
+      if (state) taken.set(Number(id), state); else taken.delete(Number(id));
+      if (!was === !state) return null;
+      const delta = state ? -1 : 1;
+      sec.dataset.available = String(Number(sec.dataset.available) + delta);
+      if (count) count.textContent = String(Number(count.textContent) + delta);
+      return sec;
+    }
+    const point = function (e) {
+      const sec = e.target.closest && e.target.closest(".sec");
+      if (!sec || !info) return;
+      info.dataset.section = sec.id;
+      info.textContent = sec.getAttribute("aria-label") || sec.textContent;
+    };
+    overview.addEventListener("mouseover", point);
+    overview.addEventListener("focusin", point);
+    return {
+      snapshot: function (snap) {
+        taken.clear();
+        sections.forEach(function (sec) { sec.dataset.available = sec.dataset.total; });
+        if (count) count.textContent = String(sectionOf.size);
+        snap.sold.forEach(function (id) { mark(id, "sold"); });
+        Object.keys(snap.held).forEach(function (id) { mark(id, "held"); });
+        sections.forEach(show);
+      },
+      seat: function (change) {
+        const sec = mark(change.seat, change.state === "available" ? null : change.state);
+        if (sec) show(sec);
+      },
+      state: function () {
+        const state = { held: {}, sold: [] };
+        taken.forEach(function (s, id) {
+          if (s === "sold") state.sold.push(id); else state.held[id] = "";
+        });
+        return state;
+      }
+    };
+  }
+
+  // The event's pages keep ONE stream: the seats (form.seatmap) and the overview
+  // (#overview), whichever the page has, are both fed from it; the seats' element, if
+  // any, says whether it is live (data-live).
   function liveSeatMap() {
     const map = document.querySelector("form.seatmap");
-    if (!map) return;
-    seatTitles(map);
+    const overview = document.getElementById("overview");
+    if (!map && !overview) return;
+    if (map) seatTitles(map);
+    const counts = overview ? overviewCounts(overview) : null;
     if (!window.EventSource) return;
-    subscribe(map, "/events/" + map.dataset.event + "/stream", {
-      snapshot: function (data) { applySnapshot(map, JSON.parse(data)); },
-      seat: function (data) { applySeat(map, JSON.parse(data)); },
-    }, function () { return { name: "snapshot", data: JSON.stringify(mapState(map)) }; });
+    const el = map || overview;
+    subscribe(el, "/events/" + el.dataset.event + "/stream", {
+      snapshot: function (data) {
+        const snap = JSON.parse(data);
+        if (map) applySnapshot(map, snap);
+        if (counts) counts.snapshot(snap);
+      },
+      seat: function (data) {
+        const change = JSON.parse(data);
+        if (map) applySeat(map, change);
+        if (counts) counts.seat(change);
+      },
+    }, function () {
+      return { name: "snapshot", data: JSON.stringify(map ? mapState(map) : counts.state()) };
+    });
   }
 
   // Live auction item: each event carries the page's changing part as server-rendered

@@ -65,6 +65,16 @@ pub enum Refusal {
         /// The number of seats asked for.
         quantity: u64,
     },
+    /// Best available found blocks of `quantity` seats together, but each would leave a
+    /// single seat alone between taken seats or an aisle, which it never does (issue 29):
+    /// `strands_seat`.
+    #[error(
+        "Every {quantity} seats together left right now would leave a single seat alone in its row, which best available never does. Try another number of seats, or pick seats on the map."
+    )]
+    StrandsSeat {
+        /// The number of seats asked for.
+        quantity: u64,
+    },
     /// At checkout, the holds on `seats` had lapsed: nothing was bought, the buyer's
     /// other holds stay: `holds_lapsed`.
     #[error(
@@ -119,7 +129,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`,
-    /// `seat_limit`, `no_block`, `holds_lapsed`, `payment_voided`, `not_admitted`, `busy`,
+    /// `seat_limit`, `no_block`, `strands_seat`, `holds_lapsed`, `payment_voided`, `not_admitted`, `busy`,
     /// `stale_bid_lock`, `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
     /// ([`BidRefusal::code`]).
     pub fn code(&self) -> &'static str {
@@ -131,6 +141,7 @@ impl Refusal {
             Refusal::StaleToken => "stale",
             Refusal::SeatLimit { .. } => "seat_limit",
             Refusal::NoBlock { .. } => "no_block",
+            Refusal::StrandsSeat { .. } => "strands_seat",
             Refusal::HoldsLapsed { .. } => "holds_lapsed",
             Refusal::PaymentVoided => "payment_voided",
             Refusal::NotAdmitted => "not_admitted",

@@ -11,11 +11,11 @@ use crate::config::PurchaseStrategy;
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Refusal, Result};
 use crate::racelab::pause::{self, Pause, PausePoint};
-use crate::seats::{self, SeatPost, SeatRef, purchase, queries as seat_queries};
+use crate::seats::{SeatPost, SeatRef, purchase, queries as seat_queries};
 use crate::state::AppState;
 
 /// Hold and confirm under the server's race-lab strategy, in place of the product's
-/// ([`seats::purchase_routes`]); chosen by [`crate::app::router`].
+/// ([`crate::seats::purchase_routes`]); chosen by [`crate::app::router`].
 pub fn purchase_routes() -> Router<AppState> {
     Router::new()
         .route("/events/{event}/seats/{seat}/hold", post(hold_route))
@@ -25,20 +25,20 @@ pub fn purchase_routes() -> Router<AppState> {
 async fn hold_route(
     State(state): State<AppState>,
     buyer: Buyer,
-    SeatPost(seat): SeatPost,
+    SeatPost(seat, page): SeatPost,
 ) -> Result<Redirect> {
     hold(&state, &buyer, seat).await?;
-    Ok(seats::back_to_map(seat))
+    Ok(page.back(seat))
 }
 
 async fn confirm_route(
     State(state): State<AppState>,
     buyer: Buyer,
     pause: Pause,
-    SeatPost(seat): SeatPost,
+    SeatPost(seat, page): SeatPost,
 ) -> Result<Redirect> {
     pause.over(confirm(&state, &buyer, seat)).await?;
-    Ok(seats::back_to_map(seat))
+    Ok(page.back(seat))
 }
 
 /// A hold under the server's race-lab strategy. `race-lab-unfenced-lease` takes the

@@ -2,7 +2,9 @@
 //! the checkout that buys the whole cart in ONE Postgres transaction.
 //!
 //! * [`best_available`]: picks `quantity` adjacent unsold, unheld seats of one row (best
-//!   price zone first) and holds them with ONE lease script
+//!   price zone first) that leave no single seat stranded ([`pick_block`]), within the
+//!   buyer's filters ([`Wanted`]: a price band, accessible places, an aisle seat), and
+//!   holds them with ONE lease script
 //!   ([`lease::LeaseStore::acquire_all`]): all or none, one fencing token for the group,
 //!   one Redis slot, so two buyers racing for overlapping blocks get a whole block or
 //!   nothing, and nothing can deadlock (no seat is locked one by one).
@@ -32,22 +34,61 @@ use crate::telemetry;
 /// block it chose between its read and its hold.
 const PICKS: usize = 3;
 
-/// Holds `quantity` adjacent seats of `event_id` for `buyer` in one step; returns their
-/// leases (one owner token, one fencing token), in seat order.
+/// What a buyer asks best available for: how many seats, and the filters of the form.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Wanted {
+    /// How many seats, together in one row.
+    pub quantity: u64,
+    /// Only seats at this price, in cents (one price band of the key); `None`: any.
+    pub price_cents: Option<i64>,
+    /// Only wheelchair places and their companion seats, at least one a wheelchair place.
+    pub accessible: bool,
+    /// At least one seat of the block next to an aisle or at the end of its row.
+    pub aisle: bool,
+}
+
+impl Wanted {
+    /// Whether `block` (adjacent seats of one row, one price) is what the buyer asked
+    /// for, leaving the orphan rule aside.
+    fn fits(&self, block: &[queries::FreeSeat]) -> bool {
+        let (first, last) = (&block[0], &block[block.len() - 1]);
+        let priced = self.price_cents.is_none_or(|p| first.price_cents == p);
+        let accessible = !self.accessible
+            || (block.iter().all(|s| s.access.is_some())
+                && block
+                    .iter()
+                    .any(|s| s.access.as_deref() == Some("wheelchair")));
+        let aisle = !self.aisle || first.aisle_before || first.number == 1 || last.aisle_after;
+        priced && accessible && aisle
+    }
+}
+
+/// The seats best available held: their leases (one owner token, one fencing token), in
+/// seat order, and the code of their section.
+pub struct HeldBlock {
+    /// The leases, in seat order.
+    pub leases: Vec<Lease>,
+    /// `sections.code` of the block.
+    pub section_code: String,
+}
+
+/// Holds `wanted.quantity` adjacent seats of `event_id` for `buyer` in one step.
 ///
 /// Reads the unsold seats (Postgres, one query) and the live holds (Redis, one round
 /// trip), picks the first block ([`pick_block`]) and holds it with the group script; a
 /// block that someone else took meanwhile is picked again, up to three times.
 /// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
-/// event started, no such block ([`Refusal::NoBlock`]), the buyer's limit
-/// ([`Refusal::SeatLimit`]), or held by others on every pick; 503 store unavailable.
-#[tracing::instrument(name = "best_available", skip_all, fields(event = event_id, buyer = buyer.id(), quantity))]
+/// event started, no such block ([`Refusal::NoBlock`]), only blocks that would strand a
+/// seat ([`Refusal::StrandsSeat`]), the buyer's limit ([`Refusal::SeatLimit`]), or held
+/// by others on every pick; 503 store unavailable.
+#[tracing::instrument(name = "best_available", skip_all, fields(event = event_id, buyer = buyer.id(), quantity = wanted.quantity))]
 pub async fn best_available(
     state: &AppState,
     buyer: &Buyer,
     event_id: i64,
-    quantity: u64,
-) -> Result<Vec<Lease>> {
+    wanted: &Wanted,
+) -> Result<HeldBlock> {
+    let quantity = wanted.quantity;
     let limit = state.settings.max_seats_per_buyer;
     if !(1..=limit).contains(&quantity) {
         return Err(Error::BadRequest(format!(
@@ -74,10 +115,21 @@ pub async fn best_available(
             .iter()
             .filter_map(|h| h.name.parse().ok())
             .collect();
-        let block =
-            pick_block(&free?, &held, quantity as usize).ok_or(Refusal::NoBlock { quantity })?;
-        match hold_group(state, buyer, event_id, &block).await? {
-            Ok(leases) => return Ok(leases),
+        let free = free?;
+        let block = match pick_block(&free, &held, wanted) {
+            Pick::Block(block) => block,
+            Pick::OnlyStranding => return Err(Refusal::StrandsSeat { quantity }.into()),
+            Pick::None => return Err(Refusal::NoBlock { quantity }.into()),
+        };
+        let seats: Vec<i64> = block.iter().map(|s| s.seat_id).collect();
+        match hold_group(state, buyer, event_id, &seats).await? {
+            Ok(leases) => {
+                let section_code = block[0].section_code.clone();
+                return Ok(HeldBlock {
+                    leases,
+                    section_code,
+                });
+            }
             // Someone took part of the block since the read: pick again.
             Err(err @ LeaseError::Held { .. }) => last = Some(err),
             Err(err) => return Err(purchase::hold_refused(err)),
@@ -127,37 +179,92 @@ pub async fn hold_group(
     Ok(Ok(leases))
 }
 
-/// The first `quantity` seats in a row of `free` (ordered by price, highest first, then
-/// section, row and number, as [`queries::unsold_seats`] returns them) that are adjacent
-/// (same section, row and price, consecutive numbers, no aisle between them) and not in
-/// `held`. Their ids, or `None` if there is no such block.
-pub fn pick_block(
-    free: &[queries::FreeSeat],
+/// What [`pick_block`] found.
+#[derive(Debug, PartialEq)]
+pub enum Pick<'a> {
+    /// The block to hold.
+    Block(&'a [queries::FreeSeat]),
+    /// Blocks that fit, but each would strand a seat.
+    OnlyStranding,
+    /// No block fits.
+    None,
+}
+
+/// The best block for `wanted` among `free` (ordered by price, highest first, then
+/// section, row and number, as [`queries::unsold_seats`] returns them): the first one, in
+/// that order, of `wanted.quantity` adjacent seats (same section, row and price,
+/// consecutive numbers, no aisle between them), none in `held`, that fits the filters
+/// ([`Wanted`]) and strands no seat.
+///
+/// The orphan rule, as seats.io's and Ticketmaster's best available keep it: a block
+/// never leaves ONE seat alone between it and a held or sold seat, an aisle or the row's
+/// end, since nobody buys a single seat stranded like that. Within a run of free seats
+/// of length `n` the block may start at `o` only if neither `o` (seats left before it)
+/// nor `n - o - quantity` (after it) is 1. If every fitting block would strand one,
+/// nothing is held and the buyer is told why ([`Pick::OnlyStranding`]).
+pub fn pick_block<'a>(
+    free: &'a [queries::FreeSeat],
     held: &HashSet<i64>,
-    quantity: usize,
-) -> Option<Vec<i64>> {
-    let mut run: Vec<&queries::FreeSeat> = Vec::new();
-    for seat in free {
-        let adjacent = run.last().is_some_and(|prev| {
-            prev.section_id == seat.section_id
-                && prev.row_label == seat.row_label
-                && prev.price_cents == seat.price_cents
-                && prev.number + 1 == seat.number
-                && !seat.aisle_before
-        });
-        if !adjacent {
-            run.clear();
-        }
-        if held.contains(&seat.seat_id) {
-            run.clear();
+    wanted: &Wanted,
+) -> Pick<'a> {
+    let quantity = wanted.quantity as usize;
+    let mut stranding = false;
+    for run in runs(free, held) {
+        let Some(room) = run.len().checked_sub(quantity) else {
             continue;
-        }
-        run.push(seat);
-        if run.len() == quantity {
-            return Some(run.iter().map(|s| s.seat_id).collect());
+        };
+        for before in 0..=room {
+            let block = &run[before..before + quantity];
+            if !wanted.fits(block) {
+                continue;
+            }
+            if before == 1 || room - before == 1 {
+                stranding = true;
+                continue;
+            }
+            return Pick::Block(block);
         }
     }
-    None
+    if stranding {
+        Pick::OnlyStranding
+    } else {
+        Pick::None
+    }
+}
+
+/// The runs of `free`: each a longest stretch of seats next to each other (as
+/// [`pick_block`] means it), none of them in `held`; a held seat ends a run as a sold
+/// one (absent from `free`) does.
+fn runs<'a>(
+    free: &'a [queries::FreeSeat],
+    held: &HashSet<i64>,
+) -> impl Iterator<Item = &'a [queries::FreeSeat]> {
+    let next_to = |prev: &queries::FreeSeat, seat: &queries::FreeSeat| {
+        prev.section_id == seat.section_id
+            && prev.row_label == seat.row_label
+            && prev.price_cents == seat.price_cents
+            && prev.number + 1 == seat.number
+            && !seat.aisle_before
+    };
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        while start < free.len() && held.contains(&free[start].seat_id) {
+            start += 1;
+        }
+        if start == free.len() {
+            return None;
+        }
+        let mut end = start + 1;
+        while end < free.len()
+            && !held.contains(&free[end].seat_id)
+            && next_to(&free[end - 1], &free[end])
+        {
+            end += 1;
+        }
+        let run = &free[start..end];
+        start = end;
+        Some(run)
+    })
 }
 
 /// Buys the seats `buyer` holds in `event_id` in one fenced transaction; returns the
@@ -331,13 +438,30 @@ mod tests {
                 |&(seat_id, number, aisle_before, price_cents)| queries::FreeSeat {
                     seat_id,
                     section_id: 1,
+                    section_code: "MAIN".into(),
                     row_label: label.into(),
                     number,
                     aisle_before,
+                    aisle_after: false,
+                    access: None,
                     price_cents,
                 },
             )
             .collect()
+    }
+
+    fn ids(pick: Pick) -> Option<Vec<i64>> {
+        match pick {
+            Pick::Block(block) => Some(block.iter().map(|s| s.seat_id).collect()),
+            _ => None,
+        }
+    }
+
+    fn seats(quantity: u64) -> Wanted {
+        Wanted {
+            quantity,
+            ..Wanted::default()
+        }
     }
 
     #[test]
@@ -356,19 +480,132 @@ mod tests {
             &[(5, 1, false, 50), (6, 2, false, 50), (8, 4, false, 50)],
         ));
         let none = HashSet::new();
-        assert_eq!(pick_block(&free, &none, 2), Some(vec![1, 2]));
+        let pick = |held: &[i64], quantity| {
+            ids(pick_block(
+                &free,
+                &HashSet::from_iter(held.iter().copied()),
+                &seats(quantity),
+            ))
+        };
+        assert_eq!(ids(pick_block(&free, &none, &seats(2))), Some(vec![1, 2]));
         // 2 and 3 are across an aisle; B2 and B4 are not neighbours (B3 is sold).
-        assert_eq!(pick_block(&free, &none, 3), None);
-        assert_eq!(pick_block(&free, &HashSet::from([2]), 2), Some(vec![3, 4]));
+        assert_eq!(pick(&[], 3), None);
+        assert_eq!(pick(&[2], 2), Some(vec![3, 4]));
+        assert_eq!(pick(&[2, 4], 2), Some(vec![5, 6]));
+        // A row's last seats and the next row's first are not adjacent.
+        assert_eq!(pick(&[1, 2, 5], 2), Some(vec![3, 4]));
+        assert_eq!(pick(&[1, 4, 5], 2), None);
+    }
+
+    #[test]
+    fn best_available_never_strands_a_single_seat() {
+        // Row A: 1-3 free between sold seats (4 is sold); row B: 1-4 free.
+        let mut free = row(
+            "A",
+            &[(1, 1, false, 90), (2, 2, false, 90), (3, 3, false, 90)],
+        );
+        free.extend(row(
+            "B",
+            &[
+                (5, 1, false, 90),
+                (6, 2, false, 90),
+                (7, 3, false, 90),
+                (8, 4, false, 90),
+            ],
+        ));
+        let none = HashSet::new();
+        // 2 of A's three would leave one alone: B's first two, leaving B3-B4 together.
+        assert_eq!(ids(pick_block(&free, &none, &seats(2))), Some(vec![5, 6]));
         assert_eq!(
-            pick_block(&free, &HashSet::from([2, 4]), 2),
+            ids(pick_block(&free, &none, &seats(3))),
+            Some(vec![1, 2, 3])
+        );
+        // 3 of B's four would strand the fourth: A's three instead.
+        assert_eq!(ids(pick_block(&free[3..], &none, &seats(3))), None);
+        assert_eq!(
+            pick_block(&free[3..], &none, &seats(3)),
+            Pick::OnlyStranding
+        );
+        // Inside a run of five, 2 seats go at its start (three left together).
+        let five = row(
+            "C",
+            &[
+                (1, 1, false, 9),
+                (2, 2, false, 9),
+                (3, 3, false, 9),
+                (4, 4, false, 9),
+                (5, 5, false, 9),
+            ],
+        );
+        assert_eq!(ids(pick_block(&five, &none, &seats(2))), Some(vec![1, 2]));
+        // With seat 1 held, the run is 2-5: 2 and 3, leaving 4-5.
+        assert_eq!(
+            ids(pick_block(&five, &HashSet::from([1]), &seats(2))),
+            Some(vec![2, 3])
+        );
+        // With 3 held, 1-2 and 4-5 are each a whole run: no orphan.
+        assert_eq!(
+            ids(pick_block(&five, &HashSet::from([3]), &seats(2))),
+            Some(vec![1, 2])
+        );
+        assert_eq!(
+            pick_block(&five, &HashSet::from([1, 2]), &seats(2)),
+            Pick::OnlyStranding
+        );
+    }
+
+    #[test]
+    fn the_filters_pick_a_price_band_accessible_places_or_an_aisle_seat() {
+        let mut free = row(
+            "A",
+            &[
+                (1, 1, false, 90),
+                (2, 2, false, 90),
+                (3, 3, false, 90),
+                (4, 4, false, 90),
+            ],
+        );
+        free.extend(row(
+            "B",
+            &[
+                (5, 1, false, 50),
+                (6, 2, false, 50),
+                (7, 3, false, 50),
+                (8, 4, false, 50),
+            ],
+        ));
+        free[3].aisle_after = true;
+        free[6].access = Some("wheelchair".into());
+        free[7].access = Some("companion".into());
+        let none = HashSet::new();
+        let band = Wanted {
+            price_cents: Some(50),
+            ..seats(2)
+        };
+        assert_eq!(ids(pick_block(&free, &none, &band)), Some(vec![5, 6]));
+        let accessible = Wanted {
+            accessible: true,
+            ..seats(2)
+        };
+        assert_eq!(ids(pick_block(&free, &none, &accessible)), Some(vec![7, 8]));
+        let one = Wanted {
+            accessible: true,
+            ..seats(1)
+        };
+        assert_eq!(
+            ids(pick_block(&free, &none, &one)),
+            None,
+            "7 alone would strand 8"
+        );
+        let aisle = Wanted {
+            aisle: true,
+            ..seats(2)
+        };
+        // With A1 held, A3-A4 (by the aisle) would strand A2: B1-B2 (the row's end).
+        assert_eq!(
+            ids(pick_block(&free, &HashSet::from([1]), &aisle)),
             Some(vec![5, 6])
         );
-        // A row's last seats and the next row's first are not adjacent.
-        assert_eq!(
-            pick_block(&free, &HashSet::from([1, 2, 5]), 2),
-            Some(vec![3, 4])
-        );
-        assert_eq!(pick_block(&free, &HashSet::from([1, 4, 5]), 2), None);
+        assert_eq!(ids(pick_block(&free, &none, &aisle)), Some(vec![1, 2]));
     }
 }

@@ -42,6 +42,11 @@ impl EventSeats {
         self.seat_ids.contains(&seat_id)
     }
 
+    /// How many seats the event has.
+    pub fn seat_count(&self) -> usize {
+        self.seat_ids.len()
+    }
+
     /// The on-sale time in Unix ms (compared with the lease store's clock), if any.
     pub fn on_sale_at_ms(&self) -> Option<u64> {
         self.on_sale_at

@@ -39,6 +39,18 @@ impl SeatState {
             SeatState::SoldToYou => "bought",
         }
     }
+
+    /// The state in words, last in a seat's accessible name (so colour is never the only
+    /// sign of it); `web/app.js` writes the same words when the state changes live.
+    pub fn words(&self) -> &'static str {
+        match self {
+            SeatState::Available => "available",
+            SeatState::Held => "someone is buying it",
+            SeatState::HeldByYou => "held by you",
+            SeatState::Sold => "sold",
+            SeatState::SoldToYou => "bought by you",
+        }
+    }
 }
 
 /// One seat on the map. Its section and row are the row's and its price the zone's in
@@ -53,8 +65,31 @@ pub struct SeatView {
     pub aisle_before: bool,
     /// The seat's price zone.
     pub zone: String,
+    /// The seat's price for this event, in cents.
+    pub price_cents: i64,
+    /// `wheelchair` (a wheelchair place), `companion` (beside one), or none.
+    pub access: Option<String>,
     /// The seat's state for the viewer.
     pub state: SeatState,
+}
+
+impl SeatView {
+    /// The seat's accessible name: "Stalls, row T, seat 1, wheelchair place, $95.00,
+    /// available": section, row, number, what it is for (if an accessible place),
+    /// price, and its state's words last (`web/app.js` rewrites those live).
+    pub fn name(&self, section: &str, row: &str) -> String {
+        let access = match self.access.as_deref() {
+            Some("wheelchair") => ", wheelchair place",
+            Some(_) => ", companion seat",
+            None => "",
+        };
+        format!(
+            "{section}, row {row}, seat {}{access}, {}, {}",
+            self.number,
+            format_cents(self.price_cents),
+            self.state.words()
+        )
+    }
 }
 
 /// One row of a section.
@@ -279,6 +314,8 @@ fn push_seat(sections: &mut Vec<SectionView>, seat: MapSeat, state: SeatState) {
             number: seat.number,
             aisle_before: seat.aisle_before,
             zone: seat.zone_code,
+            price_cents: seat.price_cents,
+            access: seat.access,
             state,
         });
 }

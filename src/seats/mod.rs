@@ -6,6 +6,8 @@
 //! * [`catalog`]: each event's seats and start, read once per process, so a hold does
 //!   not ask Postgres.
 //! * [`map`]: the seat map of an event (one Postgres query + one Redis round trip).
+//! * [`overview`]: the venue drawn section by section, each shaded by what is left, and
+//!   the one section a buyer picks ([`layout`]: where the sections are).
 //! * [`queries`]: the SQL.
 //! * [`waiting_room`]: the on-sale's queue in front of an event's map; a hold needs an
 //!   admission when the event has one.
@@ -13,15 +15,17 @@
 
 pub mod cart;
 pub mod catalog;
+pub mod layout;
 pub mod live;
 pub mod map;
+pub mod overview;
 pub mod payments;
 pub mod purchase;
 pub mod queries;
 mod routes;
 pub mod waiting_room;
 
-pub(crate) use routes::{SeatPost, back_to_map};
+pub(crate) use routes::SeatPost;
 pub use routes::{purchase_routes, router};
 
 use lease::LeaseKey;

@@ -225,18 +225,24 @@ pub async fn order_of(db: &PgPool, seat: SeatRef, buyer_id: &str) -> sqlx::Resul
 }
 
 /// An unsold seat, for picking a block of adjacent seats ([`super::cart::pick_block`]).
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct FreeSeat {
     /// `seats.id`.
     pub seat_id: i64,
     /// `sections.id`: seats of different sections are never adjacent.
     pub section_id: i64,
+    /// `sections.code`: where best available sends the buyer to see the block.
+    pub section_code: String,
     /// The row's label ("C").
     pub row_label: String,
     /// The seat's number in its row.
     pub number: i32,
     /// An aisle runs just before this seat: it is not adjacent to the one before.
     pub aisle_before: bool,
+    /// An aisle (or the row's end) is just after this seat.
+    pub aisle_after: bool,
+    /// `seats.access`: `wheelchair`, `companion` or none (migration 0013).
+    pub access: Option<String>,
     /// The seat's price for this event, in cents.
     pub price_cents: i64,
 }
@@ -245,8 +251,11 @@ pub struct FreeSeat {
 /// and number: one query.
 pub async fn unsold_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<FreeSeat>> {
     sqlx::query_as(
-        "SELECT s.id AS seat_id, s.section_id, s.row_label, s.number, s.aisle_before,
-                es.price_cents
+        "SELECT s.id AS seat_id, s.section_id, sec.code AS section_code, s.row_label, s.number,
+                s.aisle_before, s.access, es.price_cents,
+                NOT EXISTS (SELECT 1 FROM seats n
+                             WHERE n.section_id = s.section_id AND n.row_label = s.row_label
+                               AND n.number = s.number + 1 AND NOT n.aisle_before) AS aisle_after
            FROM event_seats es
            JOIN seats s ON s.id = es.seat_id
            JOIN sections sec ON sec.id = s.section_id
@@ -292,6 +301,8 @@ pub struct MapSeat {
     pub aisle_before: bool,
     /// The seat's price zone code.
     pub zone_code: String,
+    /// `seats.access`: `wheelchair`, `companion` or none (migration 0013).
+    pub access: Option<String>,
     /// The price, in cents.
     pub price_cents: i64,
     /// Whether the seat is sold.
@@ -304,7 +315,7 @@ pub struct MapSeat {
 pub async fn map_seats(db: &PgPool, event_id: i64, buyer_id: &str) -> sqlx::Result<Vec<MapSeat>> {
     sqlx::query_as(
         "SELECT s.id AS seat_id, sec.code AS section_code, sec.name AS section_name,
-                s.row_label, s.number, s.aisle_before, z.code AS zone_code,
+                s.row_label, s.number, s.aisle_before, z.code AS zone_code, s.access,
                 es.price_cents, es.sold, coalesce(o.buyer_id = $2, false) AS mine
            FROM event_seats es
            JOIN seats s ON s.id = es.seat_id
@@ -351,4 +362,59 @@ pub async fn sold_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<i64>> {
         .bind(event_id)
         .fetch_all(db)
         .await
+}
+
+/// A venue's plan as seeded (migration 0013): SVG view box and path data, all `None`
+/// for a venue seeded before the plan was kept.
+#[derive(Debug, Default, sqlx::FromRow)]
+pub struct VenuePlan {
+    /// `venues.map_view_box`: `"0 0 <width> <height>"`, metres.
+    pub map_view_box: Option<String>,
+    /// `venues.outline_path`: the outline, SVG path data.
+    pub outline_path: Option<String>,
+    /// `venues.stage_path`: the stage, SVG path data.
+    pub stage_path: Option<String>,
+    /// `venues.stage_label`: what the stage is called.
+    pub stage_label: Option<String>,
+    /// Where that is written, x (metres).
+    pub stage_label_x: Option<f32>,
+    /// Where that is written, y (metres).
+    pub stage_label_y: Option<f32>,
+}
+
+/// The plan of the event's venue; `None` if there is no such event.
+pub async fn venue_plan(db: &PgPool, event_id: i64) -> sqlx::Result<Option<VenuePlan>> {
+    sqlx::query_as(
+        "SELECT v.map_view_box, v.outline_path, v.stage_path, v.stage_label, v.stage_label_x,
+                v.stage_label_y
+           FROM venues v JOIN events e ON e.venue_id = v.id WHERE e.id = $1",
+    )
+    .bind(event_id)
+    .fetch_optional(db)
+    .await
+}
+
+/// Where one section is drawn (migration 0013).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct SectionShape {
+    /// `sections.code`.
+    pub code: String,
+    /// `sections.shape_path`: SVG path data; `None` if seeded before the plan was kept.
+    pub shape_path: Option<String>,
+    /// Where its name goes, x (metres).
+    pub label_x: Option<f32>,
+    /// Where its name goes, y (metres).
+    pub label_y: Option<f32>,
+}
+
+/// The shapes of the sections of the event's venue, in drawing order.
+pub async fn section_shapes(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<SectionShape>> {
+    sqlx::query_as(
+        "SELECT sec.code, sec.shape_path, sec.label_x, sec.label_y
+           FROM sections sec JOIN events e ON e.venue_id = sec.venue_id
+          WHERE e.id = $1 ORDER BY sec.position",
+    )
+    .bind(event_id)
+    .fetch_all(db)
+    .await
 }

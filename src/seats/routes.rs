@@ -10,9 +10,10 @@ use lease::Entry;
 
 use serde::Deserialize;
 
-use super::map::{self, SeatMap};
+use super::map::{self, SeatMap, SectionView};
+use super::overview::{self, Overview, SectionSummary};
 use super::{SeatRef, parse_id};
-use super::{cart, purchase, waiting_room};
+use super::{cart, purchase, queries, waiting_room};
 use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, Empty, FormToken};
 use crate::http::error::{Error, Result};
@@ -20,11 +21,13 @@ use crate::money::format_cents;
 use crate::racelab::pause::Pause;
 use crate::state::AppState;
 
-/// `GET /events/{id}`, its stream, release, and the cart: best available, the checkout
-/// page and its purchase, release all.
+/// `GET /events/{id}` (the overview), `GET /events/{id}/sections/{code}` (one section's
+/// seats), its stream, release, and the cart: best available, the checkout page and its
+/// purchase, release all.
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/events/{event}", get(show))
+        .route("/events/{event}/sections/{code}", get(show_section))
         .route("/events/{event}/zones.css", get(zones_css))
         .route("/events/{event}/stream", get(super::live::stream))
         .route("/events/{event}/seats/{seat}/release", post(release))
@@ -43,11 +46,24 @@ pub fn purchase_routes() -> Router<AppState> {
         .route("/events/{event}/seats/{seat}/confirm", post(confirm))
 }
 
-/// The seat map page.
+/// The event's page: the overview (and, for a small venue, every seat), or one section's
+/// seats. What every viewer shares (`overview`, `grid`, `section`) is kept apart from
+/// the buyer's own part (`map`'s holds and tickets, name, form token), so the shared
+/// part could be rendered once per change.
 #[derive(Template, WebTemplate)]
 #[template(path = "event.html")]
 pub(super) struct EventPage {
+    /// The event, its key, the buyer's holds and tickets (its `sections` moved to `grid`).
     pub map: SeatMap,
+    /// The venue drawn, on the overview; `None` on a section's page.
+    pub overview: Option<Overview>,
+    /// The sections whose seats the page shows.
+    pub grid: Vec<SectionView>,
+    /// On a section's page: that section.
+    pub section: Option<SectionSummary>,
+    /// Where a seat's hold form posts, relative to the page: `"{id}/"` from
+    /// `/events/{id}`, `"../"` from `/events/{id}/sections/{code}`.
+    pub seat_base: String,
     pub buyer_name: String,
     /// Public buyer id, so the page's script can tell its own holds in live updates.
     pub buyer_id: String,
@@ -67,6 +83,14 @@ impl EventPage {
     fn price(&self, cents: &i64) -> String {
         format_cents(*cents)
     }
+
+    /// Seats available and in all, of the event (overview) or of the section (its page).
+    fn counts(&self) -> (usize, usize) {
+        match &self.section {
+            Some(section) => (section.available, section.total),
+            None => (self.map.available, self.map.total),
+        }
+    }
 }
 
 /// `GET /events/{id}/checkout`: the buyer's held seats of the event, each price, the
@@ -84,6 +108,50 @@ impl CheckoutPage {
     }
 }
 
+/// Behind a waiting room, only an admitted buyer sees the event's pages (and the view
+/// renews the admission): `Ok(until)` with when the buyer's turn ends (`None` without a
+/// room), or `Err` with the way to the queue page, before any map is read.
+async fn admission(
+    state: &AppState,
+    buyer: &Buyer,
+    event_id: i64,
+) -> Result<std::result::Result<Option<String>, Redirect>> {
+    Ok(
+        match waiting_room::enter(state, buyer, event_id, true).await? {
+            None => Ok(None),
+            Some(Entry::Admitted { expires_at_ms, .. }) => Ok(Some(map::clock_time(expires_at_ms))),
+            Some(_) => Err(Redirect::to(&format!("/events/{event_id}/queue"))),
+        },
+    )
+}
+
+/// The page for `buyer` around `map`: the parts that are the buyer's own.
+async fn page(
+    state: &AppState,
+    buyer: &Buyer,
+    csrf: &FormToken,
+    map: SeatMap,
+    admitted_until: Option<String>,
+) -> Result<EventPage> {
+    let buyer_name = buyer.name().await?;
+    Ok(EventPage {
+        map,
+        overview: None,
+        grid: Vec::new(),
+        section: None,
+        seat_base: String::new(),
+        buyer_name,
+        buyer_id: buyer.id().to_owned(),
+        authenticity_token: csrf.authenticity.clone(),
+        hold_for: in_words(state.settings.hold_ttl()),
+        max_seats: state.settings.max_seats_per_buyer,
+        quantities: (1..=state.settings.max_seats_per_buyer).collect(),
+        admitted_until,
+    })
+}
+
+/// `GET /events/{id}`: the overview, and every seat under it for a venue of at most
+/// [`overview::ALL_SEATS_UP_TO`] seats.
 async fn show(
     State(state): State<AppState>,
     buyer: Buyer,
@@ -91,26 +159,53 @@ async fn show(
     Path(event): Path<String>,
 ) -> Result<Response> {
     let event_id = parse_id(&event, "event")?;
-    // Behind a waiting room, only an admitted buyer sees the map (and the view renews
-    // the admission); anyone else waits on the queue page, before any map is read.
-    let admitted_until = match waiting_room::enter(&state, &buyer, event_id, true).await? {
-        None => None,
-        Some(Entry::Admitted { expires_at_ms, .. }) => Some(map::clock_time(expires_at_ms)),
-        Some(_) => {
-            return Ok(Redirect::to(&format!("/events/{event_id}/queue")).into_response());
-        }
+    let admitted_until = match admission(&state, &buyer, event_id).await? {
+        Ok(until) => until,
+        Err(to_queue) => return Ok(to_queue.into_response()),
     };
-    let map = event_map(&state, &buyer, &event).await?;
-    let page = EventPage {
-        map,
-        buyer_name: buyer.name().await?,
-        buyer_id: buyer.id().to_owned(),
-        authenticity_token: csrf.authenticity.clone(),
-        hold_for: in_words(state.settings.hold_ttl()),
-        max_seats: state.settings.max_seats_per_buyer,
-        quantities: (1..=state.settings.max_seats_per_buyer).collect(),
-        admitted_until,
+    let (map, plan, shapes) = tokio::join!(
+        event_map(&state, &buyer, &event),
+        queries::venue_plan(&state.db, event_id),
+        queries::section_shapes(&state.db, event_id),
+    );
+    let mut map = map?;
+    let plan = plan?.unwrap_or_default();
+    let overview = Overview::new(plan, &shapes?, &map);
+    let sections = std::mem::take(&mut map.sections);
+    let mut page = page(&state, &buyer, &csrf, map, admitted_until).await?;
+    if page.map.total <= overview::ALL_SEATS_UP_TO {
+        page.grid = sections;
+    }
+    page.overview = Some(overview);
+    page.seat_base = format!("{event_id}/");
+    Ok((csrf, page).into_response())
+}
+
+/// `GET /events/{id}/sections/{code}`: one section's seats, with the buyer's holds and
+/// cart beside them. 404 for a section the event's venue does not have.
+async fn show_section(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    csrf: FormToken,
+    Path((event, code)): Path<(String, String)>,
+) -> Result<Response> {
+    let event_id = parse_id(&event, "event")?;
+    let admitted_until = match admission(&state, &buyer, event_id).await? {
+        Ok(until) => until,
+        Err(to_queue) => return Ok(to_queue.into_response()),
     };
+    let mut map = event_map(&state, &buyer, &event).await?;
+    let no_section = || Error::NotFound(format!("This event's venue has no section {code:?}."));
+    let summary = Overview::new(Default::default(), &[], &map)
+        .sections
+        .into_iter()
+        .find(|s| s.code == code)
+        .ok_or_else(no_section)?;
+    let sections = std::mem::take(&mut map.sections);
+    let mut page = page(&state, &buyer, &csrf, map, admitted_until).await?;
+    page.grid = sections.into_iter().filter(|s| s.code == code).collect();
+    page.section = Some(summary);
+    page.seat_base = "../".into();
     Ok((csrf, page).into_response())
 }
 
@@ -162,12 +257,42 @@ async fn show_checkout(
 }
 
 /// The best-available form: how many seats, as typed (parsed by the handler, so a bad
-/// value gets the same 400 page as one out of range).
+/// value gets the same 400 page as one out of range), and its filters: `band` a price
+/// in cents (empty: any), `accessible` and `aisle` checkboxes (present: on).
 #[derive(Deserialize)]
 struct QuantityForm {
     quantity: String,
+    #[serde(default)]
+    band: String,
+    #[serde(default)]
+    accessible: Option<String>,
+    #[serde(default)]
+    aisle: Option<String>,
 }
 
+impl QuantityForm {
+    /// What the buyer asked for; 400 for a price band that is not a number of cents.
+    fn wanted(&self) -> Result<cart::Wanted> {
+        let band = self.band.trim();
+        let price_cents = match band {
+            "" => None,
+            cents => Some(
+                cents
+                    .parse()
+                    .map_err(|_| Error::BadRequest(format!("{cents:?} is not a price band.")))?,
+            ),
+        };
+        Ok(cart::Wanted {
+            quantity: self.quantity.trim().parse().unwrap_or(0),
+            price_cents,
+            accessible: self.accessible.is_some(),
+            aisle: self.aisle.is_some(),
+        })
+    }
+}
+
+/// Best available, then the cart: on the event's page when it shows every seat, else on
+/// the page of the section the seats are in (so the buyer sees them).
 async fn best_available(
     State(state): State<AppState>,
     buyer: Buyer,
@@ -175,8 +300,14 @@ async fn best_available(
     CsrfForm(form): CsrfForm<QuantityForm>,
 ) -> Result<Redirect> {
     let event_id = parse_id(&event, "event")?;
-    let quantity = form.quantity.trim().parse().unwrap_or(0);
-    cart::best_available(&state, &buyer, event_id, quantity).await?;
+    let held = cart::best_available(&state, &buyer, event_id, &form.wanted()?).await?;
+    let seats = state.catalog.event(&state.db, event_id).await?;
+    if seats.is_some_and(|e| e.seat_count() > overview::ALL_SEATS_UP_TO) {
+        let page = MapPage {
+            section: Some(held.section_code),
+        };
+        return Ok(Redirect::to(&format!("{}#cart", page.path(event_id))));
+    }
     Ok(Redirect::to(&format!("/events/{event_id}#cart")))
 }
 
@@ -242,15 +373,48 @@ fn seat_ref(event: &str, seat: &str) -> Result<SeatRef> {
     })
 }
 
-/// Back to the seat map, scrolled to `seat`.
-pub(crate) fn back_to_map(seat: SeatRef) -> Redirect {
-    Redirect::to(&format!("/events/{}#seat-{}", seat.event_id, seat.seat_id))
+/// The page a seat's form was sent from: the event's page, or the page of the section
+/// its hidden `section` field names.
+#[derive(Debug, Default)]
+pub(crate) struct MapPage {
+    section: Option<String>,
+}
+
+impl MapPage {
+    /// The page's path: `/events/{id}`, or `/events/{id}/sections/{code}` when the code
+    /// is one a section may have (letters, digits, `-`; anything else: the event's page).
+    fn path(&self, event_id: i64) -> String {
+        let code = self.section.as_deref().filter(|code| {
+            (1..=40).contains(&code.len())
+                && code.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+        match code {
+            Some(code) => format!("/events/{event_id}/sections/{code}"),
+            None => format!("/events/{event_id}"),
+        }
+    }
+
+    /// Back to this page, scrolled to `seat`.
+    pub(crate) fn back(&self, seat: SeatRef) -> Redirect {
+        Redirect::to(&format!(
+            "{}#seat-{}",
+            self.path(seat.event_id),
+            seat.seat_id
+        ))
+    }
+}
+
+/// A seat's form: nothing but the CSRF token and, on a section's page, the section.
+#[derive(Deserialize)]
+struct SeatForm {
+    #[serde(default)]
+    section: Option<String>,
 }
 
 /// A form POST on one seat, `/events/{event}/seats/{seat}/<action>`: the seat, once the
 /// CSRF token checked out (403 otherwise) and both ids parsed (400 otherwise), in that
-/// order. The form has no fields.
-pub(crate) struct SeatPost(pub SeatRef);
+/// order, and the page it came from.
+pub(crate) struct SeatPost(pub SeatRef, pub MapPage);
 
 impl FromRequest<AppState> for SeatPost {
     type Rejection = Error;
@@ -260,35 +424,35 @@ impl FromRequest<AppState> for SeatPost {
         let Path((event, seat)) = Path::<(String, String)>::from_request_parts(&mut parts, state)
             .await
             .map_err(|_| Error::NotFound("There is no such page.".into()))?;
-        let CsrfForm(Empty {}) =
+        let CsrfForm(SeatForm { section }) =
             CsrfForm::from_request(Request::from_parts(parts, body), state).await?;
-        Ok(SeatPost(seat_ref(&event, &seat)?))
+        Ok(SeatPost(seat_ref(&event, &seat)?, MapPage { section }))
     }
 }
 
 async fn hold(
     State(state): State<AppState>,
     buyer: Buyer,
-    SeatPost(seat): SeatPost,
+    SeatPost(seat, page): SeatPost,
 ) -> Result<Redirect> {
     purchase::hold(&state, &buyer, seat).await?;
-    Ok(back_to_map(seat))
+    Ok(page.back(seat))
 }
 
 async fn release(
     State(state): State<AppState>,
     buyer: Buyer,
-    SeatPost(seat): SeatPost,
+    SeatPost(seat, page): SeatPost,
 ) -> Result<Redirect> {
     purchase::release(&state, &buyer, seat).await?;
-    Ok(back_to_map(seat))
+    Ok(page.back(seat))
 }
 
 async fn confirm(
     State(state): State<AppState>,
     buyer: Buyer,
     pause: Pause,
-    SeatPost(seat): SeatPost,
+    SeatPost(seat, _): SeatPost,
 ) -> Result<Redirect> {
     let order_id = pause.over(purchase::confirm(&state, &buyer, seat)).await?;
     waiting_room::purchased(&state, &buyer, seat.event_id).await;
