@@ -1,6 +1,7 @@
 //! One browser's worth of HTTP for tests and the load test: a cookie jar, the CSRF token
 //! of the last page, forms posted exactly as the pages post them.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -16,6 +17,13 @@ pub struct HttpBuyer {
     /// A certificate trusted beyond the system's (a test proxy's own, for https).
     root: Option<reqwest::Certificate>,
 }
+
+/// The TLS setup of every buyer that trusts the system's certificates alone, built once:
+/// building one loads those certificates (about 60 ms here), which a crowd of thousands
+/// of browsers (`load-test onsale`) cannot pay each. `None` if it cannot be built (each
+/// client then builds its own, and says why).
+static SYSTEM_TLS: LazyLock<Option<native_tls::TlsConnector>> =
+    LazyLock::new(|| native_tls::TlsConnector::new().ok());
 
 /// A response reduced to what tests look at.
 #[derive(Debug)]
@@ -85,8 +93,13 @@ impl HttpBuyer {
             .cookie_provider(jar.clone())
             .redirect(Policy::none())
             .timeout(Duration::from_secs(30));
-        if let Some(root) = &root {
-            client = client.add_root_certificate(root.clone());
+        match &root {
+            Some(root) => client = client.add_root_certificate(root.clone()),
+            None => {
+                if let Some(tls) = &*SYSTEM_TLS {
+                    client = client.use_preconfigured_tls(tls.clone());
+                }
+            }
         }
         let client = client.build().expect("an HTTP client builds");
         HttpBuyer {
