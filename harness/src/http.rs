@@ -166,12 +166,27 @@ impl HttpBuyer {
         };
         let location = header(reqwest::header::LOCATION.as_str());
         let refusal = header(REFUSAL_HEADER);
+        let gzipped = header(reqwest::header::CONTENT_ENCODING.as_str()).as_deref() == Some("gzip");
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await?;
+        // Compressed only when asked (`Accept-Encoding: gzip` in the buyer's headers, as
+        // a browser sends it): read as the browser would, decompressed.
+        let body = if gzipped {
+            let mut text = String::new();
+            std::io::Read::read_to_string(
+                &mut flate2::read::GzDecoder::new(&bytes[..]),
+                &mut text,
+            )?;
+            text
+        } else {
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
         Ok(Reply {
             status,
             location,
             refusal,
-            headers: response.headers().clone(),
-            body: response.text().await?,
+            headers,
+            body,
         })
     }
 

@@ -5,7 +5,7 @@
 //! the event has one: the map sends a visitor to the queue page, which they ask again
 //! until they are admitted. What they see is counted in a shared [`Tally`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -84,25 +84,46 @@ pub struct Sale {
 }
 
 /// One kind of request: the latencies of those answered within [`ANSWER_WITHIN`] (all
-/// of the run, and since the sampler last looked), and how many were not.
+/// of the run, and since the sampler last looked), their statuses, and how many were
+/// not answered.
 pub struct Timings {
     windows: Mutex<(Histogram<u64>, Histogram<u64>)>,
+    statuses: Mutex<BTreeMap<u16, u64>>,
     pub unanswered: AtomicU64,
+    /// Requests this process could not send: it had no file descriptor left.
+    pub client_out_of_files: AtomicU64,
 }
 
 impl Timings {
     fn new() -> Self {
         Timings {
             windows: Mutex::new((histogram(), histogram())),
+            statuses: Mutex::new(BTreeMap::new()),
             unanswered: AtomicU64::new(0),
+            client_out_of_files: AtomicU64::new(0),
         }
     }
 
-    fn record(&self, took: Duration) {
+    fn record(&self, took: Duration, status: StatusCode) {
         let us = took.as_micros().clamp(1, 60_000_000) as u64;
         let mut both = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let _ = both.0.record(us);
         let _ = both.1.record(us);
+        drop(both);
+        *self
+            .statuses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(status.as_u16())
+            .or_default() += 1;
+    }
+
+    /// How many answers had each HTTP status.
+    pub fn statuses(&self) -> BTreeMap<u16, u64> {
+        self.statuses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The latencies since the last call, and a fresh window.
@@ -216,23 +237,66 @@ pub async fn live(sale: &Sale, person: Person, start: Instant) -> Story {
     }
 }
 
-/// `request`, timed into `timings` if answered within [`ANSWER_WITHIN`]; `None` (and
-/// counted unanswered there) if it was not, or the connection failed.
-async fn answered<T>(
+/// `request`, timed into `timings` if answered within [`ANSWER_WITHIN`]; `None` if it
+/// was not, or the connection failed (counted unanswered there), or this process could
+/// not open a socket for it (counted in `client_out_of_files`: the client's limit, not
+/// the servers').
+async fn answered<T: Answer>(
     timings: &Timings,
     request: impl Future<Output = anyhow::Result<T>>,
 ) -> Option<T> {
     let sent = Instant::now();
-    match tokio::time::timeout(ANSWER_WITHIN, request).await {
-        Ok(Ok(reply)) => {
-            timings.record(sent.elapsed());
-            Some(reply)
+    let failed = match tokio::time::timeout(ANSWER_WITHIN, request).await {
+        // A client too busy to look at its timer in time can see an answer late: past
+        // the limit it is no answer either way.
+        Ok(Ok(reply)) if sent.elapsed() <= ANSWER_WITHIN => {
+            timings.record(sent.elapsed(), reply.status());
+            return Some(reply);
         }
-        _ => {
-            timings.unanswered.fetch_add(1, Ordering::Relaxed);
-            None
-        }
+        Ok(Err(error)) => error,
+        Ok(Ok(_)) | Err(_) => anyhow::anyhow!("no answer within {ANSWER_WITHIN:?}"),
+    };
+    if out_of_files(&failed) {
+        timings.client_out_of_files.fetch_add(1, Ordering::Relaxed);
+    } else {
+        timings.unanswered.fetch_add(1, Ordering::Relaxed);
     }
+    None
+}
+
+/// An answer to a request, with its HTTP status.
+trait Answer {
+    fn status(&self) -> StatusCode;
+}
+
+impl Answer for Reply {
+    fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+/// A stream's response, and the text read from it so far.
+impl Answer for (reqwest::Response, String) {
+    fn status(&self) -> StatusCode {
+        self.0.status()
+    }
+}
+
+/// Whether `error` is this process running out of file descriptors (EMFILE) somewhere
+/// down its chain of causes.
+fn out_of_files(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(cause);
+        while let Some(e) = source {
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && io.raw_os_error() == Some(libc::EMFILE)
+            {
+                return true;
+            }
+            source = e.source();
+        }
+        false
+    })
 }
 
 fn closed(sale: &Sale) -> bool {
@@ -249,8 +313,8 @@ async fn pause_or_close(sale: &Sale, pause: Duration) -> bool {
 }
 
 /// Opens the event's map as a browser does, trying `retries` more times if it is not
-/// answered: the page (200), after the queue if the waiting room sends them there. The
-/// page, or `None` if they never got it.
+/// answered or answers an error: the page (200), after the queue if the waiting room
+/// sends them there. The page, or `None` if they never got it.
 async fn open_map(sale: &Sale, buyer: &mut HttpBuyer, retries: u32) -> Option<Reply> {
     let map = format!("{}/events/{}", sale.base, sale.event);
     for attempt in 0..=retries {
@@ -267,7 +331,10 @@ async fn open_map(sale: &Sale, buyer: &mut HttpBuyer, retries: u32) -> Option<Re
                 .await
                 .filter(|r| r.status == StatusCode::OK);
         }
-        return (reply.status == StatusCode::OK).then_some(reply);
+        if reply.status == StatusCode::OK {
+            return Some(reply);
+        }
+        // An error page: a retrying person reloads.
     }
     None
 }
@@ -317,7 +384,7 @@ async fn watch(
     let opened = async {
         let mut response = sale.streams.get(&url).send().await?;
         let mut text = String::new();
-        while !text.contains("event: snapshot") {
+        while response.status() == StatusCode::OK && !text.contains("event: snapshot") {
             let chunk = response.chunk().await?.context("the stream ended")?;
             text.push_str(&String::from_utf8_lossy(&chunk));
         }
@@ -327,7 +394,7 @@ async fn watch(
         first = answered(&tally.stream, opened) => first,
         _ = &mut until => return arrivals,
     };
-    let Some((mut response, mut text)) = first else {
+    let Some((mut response, mut text)) = first.filter(|(r, _)| r.status() == StatusCode::OK) else {
         // No live updates: the page stays open without them until they leave.
         until.await;
         return arrivals;
@@ -374,19 +441,33 @@ fn record_holds(text: &mut String, arrivals: &mut HashMap<String, Instant>) {
     }
 }
 
+/// A new browser: an empty cookie jar, asking for compressed pages as browsers do (the
+/// arena's map is a megabyte of HTML, some 75 kB gzipped).
+fn browser() -> HttpBuyer {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::ACCEPT_ENCODING,
+        reqwest::header::HeaderValue::from_static("gzip"),
+    );
+    HttpBuyer::with_headers(headers)
+}
+
 /// A looker: the map, then its stream for `look_for` (or until they hang up); with a
 /// waiting room, Leave on the way out unless they hung up.
 async fn look(sale: &Sale, person: &Person) -> Story {
-    let mut browser = HttpBuyer::new();
+    let mut browser = browser();
     if open_map(sale, &mut browser, person.retries).await.is_none() {
         return Story::default();
     }
+    // Without a room to leave, the page's own connection is let go while they watch
+    // (the client's file descriptors are few beside a crowd).
+    let browser = sale.room.then_some(browser);
     let stay = person.hangs_up_after.unwrap_or(sale.look_for);
     let arrivals = watch(sale, person.probe, async {
         pause_or_close(sale, stay).await;
     })
     .await;
-    if sale.room && person.hangs_up_after.is_none() {
+    if let Some(browser) = browser.filter(|_| person.hangs_up_after.is_none()) {
         let leave = format!("{}/events/{}/queue/leave", sale.base, sale.event);
         answered(&sale.tally.queue, browser.post(&leave, &[])).await;
     }
@@ -398,7 +479,7 @@ async fn look(sale: &Sale, person: &Person) -> Story {
 
 /// A buyer: the map and its stream (open while they shop), then [`shop`].
 async fn buy(sale: &Sale, person: &Person, quantity: u64) -> Story {
-    let mut browser = HttpBuyer::new();
+    let mut browser = browser();
     if open_map(sale, &mut browser, person.retries).await.is_none() {
         return Story::default();
     }
@@ -485,7 +566,7 @@ async fn shop(
 /// page it is sent to, for the form token) and straight to best available for the most
 /// seats allowed; if granted, it checks out like a buyer.
 async fn bot_try(sale: &Sale) {
-    let mut jar = HttpBuyer::new();
+    let mut jar = browser();
     let map = format!("{}/events/{}", sale.base, sale.event);
     let Some(page) = answered(&sale.tally.page, jar.get(&map)).await else {
         return;

@@ -426,6 +426,13 @@ fn requests(tally: &Tally) -> Vec<report::RequestRow> {
                 p50_ms: ms(0.5),
                 p99_ms: ms(0.99),
                 unanswered: timings.unanswered.load(Ordering::Relaxed),
+                client_out_of_files: timings.client_out_of_files.load(Ordering::Relaxed),
+                statuses: timings
+                    .statuses()
+                    .iter()
+                    .map(|(status, n)| format!("{status}×{n}"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
             }
         })
         .collect()

@@ -38,17 +38,31 @@ pub struct RequestRow {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub unanswered: u64,
+    /// Not sent: this process had no file descriptor left (its limit, not the servers').
+    pub client_out_of_files: u64,
+    /// The answers' HTTP statuses, with how many of each (`200×48 503×12`).
+    pub statuses: String,
 }
 
-const REQUEST_HEADER: [&str; 5] = ["request", "answered", "p50 ms", "p99 ms", "unanswered"];
+const REQUEST_HEADER: [&str; 7] = [
+    "request",
+    "answered",
+    "statuses",
+    "p50 ms",
+    "p99 ms",
+    "unanswered",
+    "not sent: client out of files",
+];
 
-fn request_cells(row: &RequestRow) -> [String; 5] {
+fn request_cells(row: &RequestRow) -> [String; 7] {
     [
         row.kind.to_owned(),
         row.answered.to_string(),
+        row.statuses.clone(),
         format!("{:.1}", row.p50_ms),
         format!("{:.1}", row.p99_ms),
         row.unanswered.to_string(),
+        row.client_out_of_files.to_string(),
     ]
 }
 
