@@ -28,6 +28,7 @@ use serde::Serialize;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
+use super::queue::{schedule_on_sale, start_servers};
 use crate::{DEMO_VENUES, HaProxy, ServerProcess, TestApp, check};
 use crowd::{Person, Role, Sale, Story, Tally};
 use report::Sample;
@@ -201,22 +202,14 @@ pub async fn run(
     // The on-sale, on Postgres's clock (the waiting room opens then) and on ours.
     let start = Instant::now();
     let on_sale = start + config.on_sale_after;
-    let on_sale_at: DateTime<Utc> = sqlx::query_scalar(
-        "UPDATE events SET waiting_room_shoppers = $1,
-                on_sale_at = now() + make_interval(secs => $2) WHERE id = $3
-         RETURNING on_sale_at",
+    let on_sale_at = schedule_on_sale(
+        &db,
+        event,
+        config.waiting_room_shoppers,
+        config.on_sale_after,
     )
-    .bind(config.waiting_room_shoppers as i32)
-    .bind(config.on_sale_after.as_secs_f64())
-    .bind(event)
-    .fetch_one(&db)
     .await?;
-
-    let servers =
-        join_all((0..config.servers).map(|_| ServerProcess::start(server_bin, &settings)))
-            .await
-            .into_iter()
-            .collect::<anyhow::Result<Vec<_>>>()?;
+    let servers = start_servers(server_bin, &settings, config.servers).await?;
     let backends: Vec<&str> = servers.iter().map(|s| s.address.as_str()).collect();
     let proxy = HaProxy::start(&backends).await?;
     let pids: Vec<u32> = servers.iter().filter_map(ServerProcess::pid).collect();
