@@ -8,6 +8,8 @@
 #   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
 #   make nemesis  load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=, STORE=)
+#   make onsale  load-test onsale: a crowd of 20,000 at the on-sale against N=1 server(s) behind HAProxy
+#               (N=3, WAITING_ROOM=on, BUYERS=); writes target/onsale/report.json and report.html
 #   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
 SHELL := /bin/bash
 .ONESHELL:
@@ -20,7 +22,7 @@ RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 # `make demo` and `make scale` also take cluster (three masters, three replicas).
 STORE ?= redis
 
-.PHONY: demo lab scale test race failover nemesis bench services stop e2e-driver lint
+.PHONY: demo lab scale test race failover nemesis onsale bench services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -94,6 +96,27 @@ nemesis: services
 	source .run/env
 	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
 	$(RELEASE)/load-test nemesis --store $(STORE) --json target/nemesis/report.json --html target/nemesis/report.html
+
+# The opening minute of an on-sale (docs/performance.md#make-onsale): BUYERS people
+# (default 20,000; most look, a share buys with best available, some hang up, some
+# retry, a few bots) in a burst against N server(s) behind HAProxy (default 1 here,
+# not scale's 3), through the arena's waiting room of SHOPPERS when WAITING_ROOM=on;
+# writes target/onsale/report.json and report.html, fails if a seat sold twice or a
+# buyer bought over the limit.
+onsale: N = 1
+WAITING_ROOM ?= off
+BUYERS ?= 20000
+SHOPPERS ?= 1000
+onsale: services
+	source .run/env
+	case "$(WAITING_ROOM)" in
+	  on) room=(--waiting-room-shoppers "$(SHOPPERS)") ;;
+	  off) room=() ;;
+	  *) echo "WAITING_ROOM=$(WAITING_ROOM): use WAITING_ROOM=on or WAITING_ROOM=off" >&2; exit 2 ;;
+	esac
+	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
+	$(RELEASE)/load-test onsale --servers $(N) --buyers $(BUYERS) "$${room[@]}" \
+	  --json target/onsale/report.json --html target/onsale/report.html
 
 # Hot paths against their baselines in one run on the same Redis and Postgres, release
 # build: writes target/bench/report.json and prints the table (see docs/performance.md).

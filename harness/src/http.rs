@@ -1,6 +1,7 @@
 //! One browser's worth of HTTP for tests and the load test: a cookie jar, the CSRF token
 //! of the last page, forms posted exactly as the pages post them.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -16,6 +17,13 @@ pub struct HttpBuyer {
     /// A certificate trusted beyond the system's (a test proxy's own, for https).
     root: Option<reqwest::Certificate>,
 }
+
+/// The TLS setup of every buyer that trusts the system's certificates alone, built once:
+/// building one loads those certificates (about 60 ms here), which a crowd of thousands
+/// of browsers (`load-test onsale`) cannot pay each. `None` if it cannot be built (each
+/// client then builds its own, and says why).
+static SYSTEM_TLS: LazyLock<Option<native_tls::TlsConnector>> =
+    LazyLock::new(|| native_tls::TlsConnector::new().ok());
 
 /// A response reduced to what tests look at.
 #[derive(Debug)]
@@ -85,8 +93,13 @@ impl HttpBuyer {
             .cookie_provider(jar.clone())
             .redirect(Policy::none())
             .timeout(Duration::from_secs(30));
-        if let Some(root) = &root {
-            client = client.add_root_certificate(root.clone());
+        match &root {
+            Some(root) => client = client.add_root_certificate(root.clone()),
+            None => {
+                if let Some(tls) = &*SYSTEM_TLS {
+                    client = client.use_preconfigured_tls(tls.clone());
+                }
+            }
         }
         let client = client.build().expect("an HTTP client builds");
         HttpBuyer {
@@ -153,12 +166,27 @@ impl HttpBuyer {
         };
         let location = header(reqwest::header::LOCATION.as_str());
         let refusal = header(REFUSAL_HEADER);
+        let gzipped = header(reqwest::header::CONTENT_ENCODING.as_str()).as_deref() == Some("gzip");
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await?;
+        // Compressed only when asked (`Accept-Encoding: gzip` in the buyer's headers, as
+        // a browser sends it): read as the browser would, decompressed.
+        let body = if gzipped {
+            let mut text = String::new();
+            std::io::Read::read_to_string(
+                &mut flate2::read::GzDecoder::new(&bytes[..]),
+                &mut text,
+            )?;
+            text
+        } else {
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
         Ok(Reply {
             status,
             location,
             refusal,
-            headers: response.headers().clone(),
-            body: response.text().await?,
+            headers,
+            body,
         })
     }
 

@@ -3,7 +3,8 @@
 //! Postgres accepted; `load-test race --strategy groups` races buyers for overlapping
 //! groups of seats, seat by seat against the one-script group hold. `load-test failover`:
 //! a Redis failover that loses grants, with and without the failover guard (`make
-//! failover`). `load-test queue`: a crowd through an on-sale's waiting room. See
+//! failover`). `load-test queue`: a crowd through an on-sale's waiting room. `load-test
+//! onsale`: the opening minute of an on-sale, a crowd against N servers (`make onsale`). See
 //! `seatlock_harness::load`.
 
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use seatlock_harness::history::History;
 use seatlock_harness::load::failover as failover_lab;
 use seatlock_harness::load::groups::{self as lab_groups, GroupConfig, GroupStrategy};
 use seatlock_harness::load::nemesis as nemesis_run;
+use seatlock_harness::load::onsale as onsale_run;
 use seatlock_harness::load::queue::{self as queue_lab, QueueConfig};
 use seatlock_harness::load::race::{self as lab, RaceConfig};
 use seatlock_harness::load::report::{self, Report, StrategyRow};
@@ -51,6 +53,87 @@ enum Command {
     /// product workload is invalid, the unfenced one valid, a workload ran nothing, a
     /// fault could not be injected, or nothing interesting happened.
     Nemesis(NemesisArgs),
+    /// The opening minute of an on-sale (`make onsale`): a crowd of lookers and buyers
+    /// in a burst against N servers behind HAProxy; exits non-zero if a seat was sold
+    /// twice or a buyer bought over the limit.
+    Onsale(OnsaleArgs),
+}
+
+#[derive(clap::Args)]
+struct OnsaleArgs {
+    /// People in the crowd: lookers and buyers (the bots come on top).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    buyers: u64,
+    /// The share of the crowd that buys (1-4 seats with best available, then checkout);
+    /// the rest open the map and its stream and watch.
+    #[arg(long, default_value_t = 0.3, value_parser = share)]
+    buy_share: f64,
+    /// The share that hangs up: a looker closes the tab after 1-10 s, a buyer once their
+    /// seats are held (never checking out).
+    #[arg(long, default_value_t = 0.05, value_parser = share)]
+    hang_up_share: f64,
+    /// The share that tries again after a refusal or no answer (--retries times).
+    #[arg(long, default_value_t = 0.5, value_parser = share)]
+    retry_share: f64,
+    /// How many times a retrying person tries again.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    retries: u32,
+    /// Bots at the on-sale, each trying 5 fresh cookie jars straight to best available.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=1_000))]
+    bots: u64,
+    /// Server processes behind HAProxy (`make scale`'s N).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=16))]
+    servers: u64,
+    /// The servers' --max-seats-per-buyer; a buyer wants 1 to this (at most 4).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=100))]
+    max_seats_per_buyer: u64,
+    /// The servers' hold TTL, in ms (a hung-up buyer's seats come back after it).
+    #[arg(long, default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(100..))]
+    hold_ttl_ms: u64,
+    /// The arena's waiting room: at most this many shopping at once (0: no room).
+    #[arg(long, default_value_t = 0)]
+    waiting_room_shoppers: u64,
+    /// The servers' --admission-ttl-ms: how long an admitted visitor's turn lasts (a
+    /// minute here, so a hung-up visitor's place comes back within the run).
+    #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
+    admission_ttl_ms: u64,
+    /// How often a queued visitor asks the queue page, in ms.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..))]
+    poll_ms: u64,
+    /// The crowd arrives spread over this many ms…
+    #[arg(long, default_value_t = 5_000)]
+    arrive_over_ms: u64,
+    /// …and the on-sale is this far into it, in ms (who came earlier waits on the map,
+    /// or in the pre-queue, and presses the button at the on-sale).
+    #[arg(long, default_value_t = 2_000)]
+    on_sale_after_ms: u64,
+    /// How long a looker watches the map, in seconds.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    look_s: u64,
+    /// The run ends after this many seconds even if buyers are still queued.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..=7_200))]
+    max_run_s: u64,
+    /// One person in this many records on their stream when each hold arrived (the
+    /// fan-out).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
+    probe_every: u64,
+    /// Write the report as JSON here.
+    #[arg(long, default_value = "target/onsale/report.json")]
+    json: PathBuf,
+    /// Write the HTML report (the numbers and the plots over time) here.
+    #[arg(long, default_value = "target/onsale/report.html")]
+    html: PathBuf,
+    /// The stores and the server binary, as for `race` (a fresh database is created).
+    #[command(flatten)]
+    stores: Stores,
+}
+
+/// A share of the crowd: a number from 0 to 1.
+fn share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("{text:?} is not a share from 0 to 1")),
+    }
 }
 
 #[derive(clap::Args)]
@@ -278,6 +361,7 @@ async fn main() -> anyhow::Result<()> {
             Command::Failover(args) => failover(args).await,
             Command::Queue(args) => queue(args).await,
             Command::Nemesis(args) => nemesis(args).await,
+            Command::Onsale(args) => onsale(args).await,
         }
     };
     // Ctrl-C ends the run through its destructors, which stop every server, Redis,
@@ -314,6 +398,66 @@ async fn queue(args: QueueArgs) -> anyhow::Result<()> {
     }
     if !report.kept(&config) {
         bail!("the waiting room broke a promise in this run (see the report above)");
+    }
+    Ok(())
+}
+
+async fn onsale(args: OnsaleArgs) -> anyhow::Result<()> {
+    let ms = Duration::from_millis;
+    let config = onsale_run::OnsaleConfig {
+        buyers: args.buyers as usize,
+        buy_share: args.buy_share,
+        hang_up_share: args.hang_up_share,
+        retry_share: args.retry_share,
+        retries: args.retries,
+        bots: args.bots as usize,
+        servers: args.servers as usize,
+        max_seats_per_buyer: args.max_seats_per_buyer,
+        hold_ttl: ms(args.hold_ttl_ms),
+        waiting_room_shoppers: args.waiting_room_shoppers,
+        admission_ttl: ms(args.admission_ttl_ms),
+        poll_every: ms(args.poll_ms),
+        arrive_over: ms(args.arrive_over_ms),
+        on_sale_after: ms(args.on_sale_after_ms),
+        look_for: Duration::from_secs(args.look_s),
+        max_run: Duration::from_secs(args.max_run_s),
+        probe_every: args.probe_every as usize,
+    };
+    // A connection per person, and another while a page loads beside a stream.
+    let wanted = 3 * (args.buyers + args.bots) + 1_024;
+    let limit = onsale_run::raise_fd_limit(wanted);
+    if limit < wanted {
+        eprintln!(
+            "note: open files limited to {limit} (wanted {wanted}): some connections will fail"
+        );
+    }
+    let progress = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} people done · {msg}",
+        )?
+        .progress_chars("=> "),
+    );
+    let run = onsale_run::run(
+        &args.stores.server_bin()?,
+        &args.stores.database_url,
+        &args.stores.redis_url,
+        &config,
+        &progress,
+    )
+    .await?;
+    progress.finish_and_clear();
+    println!("{}", onsale_run::report::table(&run));
+    write_output(&args.json, &serde_json::to_string_pretty(&run.report)?)?;
+    write_output(
+        &args.html,
+        &onsale_run::report::html(&run).map_err(anyhow::Error::msg)?,
+    )?;
+    if run.report.double_sales > 0 || run.report.over_limit > 0 {
+        bail!(
+            "{} seat(s) sold twice, {} buyer(s) over the limit",
+            run.report.double_sales,
+            run.report.over_limit
+        );
     }
     Ok(())
 }

@@ -14,11 +14,16 @@
 //!   (`load-test queue`): never more than N shopping, admission in arrival order.
 //! * [`nemesis`]: buyers, tabs and bidders under a seeded schedule of faults, every
 //!   operation in a history judged by [`crate::history::check`] (`load-test nemesis`).
+//! * [`onsale`]: the opening minute of an on-sale (`load-test onsale`, `make onsale`):
+//!   a crowd of lookers, buyers, hang-ups, retriers and bots in a burst against N servers
+//!   behind HAProxy, through the waiting room when there is one; checked in Postgres,
+//!   plotted over time.
 //! * [`report`]: the JSON report, the Markdown table and the HTML page with its charts.
 
 pub mod failover;
 pub mod groups;
 pub mod nemesis;
+pub mod onsale;
 pub mod open_loop;
 pub mod queue;
 pub mod race;

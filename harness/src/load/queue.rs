@@ -124,20 +124,8 @@ pub async fn run(
     ensure!(seats.len() >= config.buyers, "more buyers than seats");
     let start = Instant::now();
     let on_sale = start + config.on_sale_after;
-    sqlx::query(
-        "UPDATE events SET waiting_room_shoppers = $1,
-                on_sale_at = now() + make_interval(secs => $2) WHERE id = $3",
-    )
-    .bind(config.shoppers as i32)
-    .bind(config.on_sale_after.as_secs_f64())
-    .bind(event)
-    .execute(&db)
-    .await?;
-    let servers =
-        join_all((0..config.servers).map(|_| ServerProcess::start(server_bin, &settings)))
-            .await
-            .into_iter()
-            .collect::<anyhow::Result<Vec<_>>>()?;
+    schedule_on_sale(&db, event, config.shoppers, config.on_sale_after).await?;
+    let servers = start_servers(server_bin, &settings, config.servers).await?;
     let bases: Arc<Vec<String>> = Arc::new(servers.iter().map(|s| s.address.clone()).collect());
 
     // Redis's own count of who shops, sampled while the crowd runs.
@@ -270,6 +258,38 @@ pub async fn run(
         max_shopping.load(Ordering::Relaxed),
         [&joins, &polls, &holds],
     ))
+}
+
+/// Gives `event` a waiting room of `shoppers` (0: none) and puts its on-sale `after`
+/// from now on Postgres's clock (the room opens then); returns the on-sale time.
+pub(super) async fn schedule_on_sale(
+    db: &sqlx::PgPool,
+    event: i64,
+    shoppers: u64,
+    after: Duration,
+) -> sqlx::Result<chrono::DateTime<chrono::Utc>> {
+    sqlx::query_scalar(
+        "UPDATE events SET waiting_room_shoppers = $1,
+                on_sale_at = now() + make_interval(secs => $2) WHERE id = $3
+         RETURNING on_sale_at",
+    )
+    .bind(shoppers as i32)
+    .bind(after.as_secs_f64())
+    .bind(event)
+    .fetch_one(db)
+    .await
+}
+
+/// `count` `seatlock serve` processes of `binary` with `settings`, started together.
+pub(super) async fn start_servers(
+    binary: &Path,
+    settings: &seatlock::config::Settings,
+    count: usize,
+) -> anyhow::Result<Vec<ServerProcess>> {
+    join_all((0..count).map(|_| ServerProcess::start(binary, settings)))
+        .await
+        .into_iter()
+        .collect()
 }
 
 fn record(histogram: &std::sync::Mutex<hdrhistogram::Histogram<u64>>, sent: Instant) {
