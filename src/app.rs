@@ -75,6 +75,7 @@ impl Application {
             live,
             catalog: Arc::default(),
             snapshots: Arc::default(),
+            seat_maps: Arc::default(),
             known_items: Arc::default(),
             draining: Arc::default(),
         };

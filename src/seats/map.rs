@@ -2,7 +2,9 @@
 //! holds from Redis (one round trip for the whole event, whatever its size: the lease
 //! group's holders hash).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use lease::Holding;
@@ -180,17 +182,76 @@ impl SeatMap {
     }
 }
 
-/// Builds the map of `event_id` for `buyer_id`. Round trips: event, seats and zones
-/// from Postgres (three small queries, run concurrently) and one Redis round trip.
-/// `None` if the event does not exist.
-pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Option<SeatMap>> {
+/// How long one read of an event's seats is shared by every map view
+/// ([`SharedSeats`]): a sale made through another server shows on a freshly loaded map
+/// within this (and on open maps at once, by their stream).
+pub const SHARED_SEATS_TTL: Duration = Duration::from_secs(1);
+
+/// One event's shared seats: when they were read, and the seats.
+type Shared = Arc<tokio::sync::Mutex<Option<(Instant, Arc<Vec<MapSeat>>)>>>;
+
+/// Each event's seats (layout, prices, sold or not), read once per [`SHARED_SEATS_TTL`]
+/// and shared by every map view: what every viewer sees alike is not read per view. A
+/// crowd opening the arena costs one read of its 11,056 seats a second, not one per
+/// person. A sale made by this process is seen at once ([`SharedSeats::forget`]).
+#[derive(Default)]
+pub struct SharedSeats {
+    events: Mutex<HashMap<i64, Shared>>,
+}
+
+impl SharedSeats {
+    /// The event's seats: the shared read if it is younger than [`SHARED_SEATS_TTL`],
+    /// else a new one (by one caller; the others wait for it and share it).
+    async fn seats(&self, state: &AppState, event_id: i64) -> Result<Arc<Vec<MapSeat>>> {
+        let slot = self.slot(event_id);
+        let mut shared = slot.lock().await;
+        if let Some((read_at, seats)) = &*shared
+            && read_at.elapsed() < SHARED_SEATS_TTL
+        {
+            return Ok(seats.clone());
+        }
+        let read = queries::map_seats(&state.db, event_id);
+        let seats = Arc::new(crate::telemetry::postgres("map_seats", read).await?);
+        *shared = Some((Instant::now(), seats.clone()));
+        Ok(seats)
+    }
+
+    /// Drops the event's shared read (a sale of it just committed here), so the next
+    /// view reads the seats again.
+    pub fn forget(&self, event_id: i64) {
+        self.events
+            .lock()
+            .expect("shared seats lock")
+            .remove(&event_id);
+    }
+
+    fn slot(&self, event_id: i64) -> Shared {
+        let mut events = self.events.lock().expect("shared seats lock");
+        events.entry(event_id).or_default().clone()
+    }
+}
+
+/// Builds the map of `event_id` for `buyer_id`. Round trips: the event and its zones from
+/// Postgres, its seats shared with every other view ([`SharedSeats`]), the seats sold to
+/// the buyer (a small query, skipped for a buyer new on this request, who has none), and
+/// one Redis round trip. `None` if the event does not exist.
+pub async fn load(
+    state: &AppState,
+    event_id: i64,
+    buyer_id: &str,
+    new_buyer: bool,
+) -> Result<Option<SeatMap>> {
     let group = super::event_group(&state.settings.lease_namespace, event_id);
-    let (event, seats, zones, holds) = tokio::join!(
+    let sold_to_buyer = async {
+        if new_buyer {
+            return Ok(Vec::new());
+        }
+        queries::seats_sold_to(&state.db, event_id, buyer_id).await
+    };
+    let (event, seats, mine, zones, holds) = tokio::join!(
         events::find(&state.db, event_id),
-        crate::telemetry::postgres(
-            "map_seats",
-            queries::map_seats(&state.db, event_id, buyer_id)
-        ),
+        state.seat_maps.seats(state, event_id),
+        sold_to_buyer,
         queries::zones(&state.db, event_id),
         state.leases.holders(&group),
     );
@@ -202,6 +263,7 @@ pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Opt
         .map(|h| (h.name.as_str(), h))
         .collect();
     let (seats, zones) = (seats?, zones?);
+    let mine: HashSet<i64> = mine?.into_iter().collect();
     let total = seats.len();
     let mut map = SeatMap {
         event,
@@ -212,23 +274,23 @@ pub async fn load(state: &AppState, event_id: i64, buyer_id: &str) -> Result<Opt
         available: 0,
         total,
     };
-    for seat in seats {
+    for seat in seats.iter() {
         let holding = held.get(seat.seat_id.to_string().as_str()).copied();
-        let state = seat_state(&seat, holding, buyer_id);
+        let state = seat_state(seat, mine.contains(&seat.seat_id), holding, buyer_id);
         match state {
             SeatState::Available => map.available += 1,
             SeatState::HeldByYou => {
                 let h = holding.expect("held seats have a holding");
                 map.my_holds.push(MyHold {
                     seat_id: seat.seat_id,
-                    title: title(&seat),
+                    title: title(seat),
                     remaining_ms: h.expires_at_ms.saturating_sub(holds.now_ms),
                     until: clock_time(h.expires_at_ms),
                     fencing_token: h.fencing_token.0,
                     price_cents: seat.price_cents,
                 });
             }
-            SeatState::SoldToYou => map.my_seats.push(title(&seat)),
+            SeatState::SoldToYou => map.my_seats.push(title(seat)),
             SeatState::Held | SeatState::Sold => {}
         }
         push_seat(&mut map.sections, seat, state);
@@ -264,8 +326,8 @@ async fn own_countdowns(state: &AppState, event_id: i64, holds: &mut [MyHold]) -
     Ok(())
 }
 
-fn seat_state(seat: &MapSeat, holding: Option<&Holding>, buyer_id: &str) -> SeatState {
-    match (seat.sold, seat.mine, holding) {
+fn seat_state(seat: &MapSeat, mine: bool, holding: Option<&Holding>, buyer_id: &str) -> SeatState {
+    match (seat.sold, mine, holding) {
         (true, true, _) => SeatState::SoldToYou,
         (true, false, _) => SeatState::Sold,
         (false, _, Some(h)) if h.holder == buyer_id => SeatState::HeldByYou,
@@ -285,7 +347,7 @@ fn title(seat: &MapSeat) -> String {
 }
 
 /// Appends a seat, opening a new section or row when it changes (seats arrive sorted).
-fn push_seat(sections: &mut Vec<SectionView>, seat: MapSeat, state: SeatState) {
+fn push_seat(sections: &mut Vec<SectionView>, seat: &MapSeat, state: SeatState) {
     if sections.last().is_none_or(|s| s.code != seat.section_code) {
         sections.push(SectionView {
             code: seat.section_code.clone(),
@@ -313,9 +375,9 @@ fn push_seat(sections: &mut Vec<SectionView>, seat: MapSeat, state: SeatState) {
             id: seat.seat_id,
             number: seat.number,
             aisle_before: seat.aisle_before,
-            zone: seat.zone_code,
+            zone: seat.zone_code.clone(),
             price_cents: seat.price_cents,
-            access: seat.access,
+            access: seat.access.clone(),
             state,
         });
 }

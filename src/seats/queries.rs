@@ -307,28 +307,34 @@ pub struct MapSeat {
     pub price_cents: i64,
     /// Whether the seat is sold.
     pub sold: bool,
-    /// Sold to the buyer looking at the map.
-    pub mine: bool,
 }
 
-/// Every seat of the event, ordered by section, row and number: one query.
-pub async fn map_seats(db: &PgPool, event_id: i64, buyer_id: &str) -> sqlx::Result<Vec<MapSeat>> {
+/// Every seat of the event, ordered by section, row and number: one query, the same for
+/// every viewer (so it is shared: [`super::map::SharedSeats`]).
+pub async fn map_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<MapSeat>> {
     sqlx::query_as(
         "SELECT s.id AS seat_id, sec.code AS section_code, sec.name AS section_name,
                 s.row_label, s.number, s.aisle_before, z.code AS zone_code, s.access,
-                es.price_cents, es.sold, coalesce(o.buyer_id = $2, false) AS mine
+                es.price_cents, es.sold
            FROM event_seats es
            JOIN seats s ON s.id = es.seat_id
            JOIN sections sec ON sec.id = s.section_id
            JOIN price_zones z ON z.id = s.zone_id
-           LEFT JOIN orders o ON o.event_id = es.event_id AND o.seat_id = es.seat_id
           WHERE es.event_id = $1
           ORDER BY sec.position, s.row_position, s.number",
     )
     .bind(event_id)
-    .bind(buyer_id)
     .fetch_all(db)
     .await
+}
+
+/// The seats of the event sold to `buyer_id`: the viewer's own part of a map.
+pub async fn seats_sold_to(db: &PgPool, event_id: i64, buyer_id: &str) -> sqlx::Result<Vec<i64>> {
+    sqlx::query_scalar("SELECT seat_id FROM orders WHERE event_id = $1 AND buyer_id = $2")
+        .bind(event_id)
+        .bind(buyer_id)
+        .fetch_all(db)
+        .await
 }
 
 /// A price zone of the event's venue, for the legend.

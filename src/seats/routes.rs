@@ -238,7 +238,7 @@ async fn zones_css(State(state): State<AppState>, Path(event): Path<String>) -> 
 /// id, 404 no such event.
 async fn event_map(state: &AppState, buyer: &Buyer, event: &str) -> Result<SeatMap> {
     let event_id = parse_id(event, "event")?;
-    map::load(state, event_id, buyer.id())
+    map::load(state, event_id, buyer.id(), buyer.is_new())
         .await?
         .ok_or_else(|| Error::NotFound("There is no such event.".into()))
 }

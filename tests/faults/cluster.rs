@@ -344,10 +344,14 @@ async fn the_live_feed_hears_the_expiries_of_every_master() {
     assert_eq!(masters.len(), 3);
     for master in masters {
         let key = group_on(&cluster, namespace, master).await;
-        let mut pushed = app.state.live.subscribe(&format!(
-            "event:{}",
-            key.group().rsplit(':').next().unwrap()
-        ));
+        let mut pushed = app
+            .state
+            .live
+            .subscribe(&format!(
+                "event:{}",
+                key.group().rsplit(':').next().unwrap()
+            ))
+            .expect("a place in the stream budget");
         app.state
             .leases
             .acquire(&key, "tester", Duration::from_millis(300))
