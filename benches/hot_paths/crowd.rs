@@ -97,8 +97,8 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         shoppers.push((buyer, seat));
     }
     let per_shopper = per(used_memory(&mut redis).await? - before);
-    for (buyer, seat) in &shoppers {
-        buyer.seat_action(server, arena, *seat, "release").await?;
+    for (mut buyer, seat) in shoppers {
+        buyer.seat_action(server, arena, seat, "release").await?;
     }
     rows.push(Row::alone("redis_bytes_per_shopper", "bytes", per_shopper));
     eprintln!(
