@@ -44,7 +44,8 @@ pub struct Limits {
 const FILES_FOR_THE_REST: u64 = 512;
 
 /// Raises this process's open-file limit (`RLIMIT_NOFILE`, the soft one, up to the hard
-/// one) to fit `max_connections` client connections and [`FILES_FOR_THE_REST`], and
+/// one) to fit `max_connections` client connections and the files kept for the rest
+/// (`FILES_FOR_THE_REST`), and
 /// returns how many connections fit: `max_connections`, or fewer where the system's
 /// hard limit is lower (then the caller scales its budgets down and says so). Without
 /// this, connection 1,025 on a default Linux limit fails to be accepted, however large

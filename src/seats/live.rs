@@ -153,7 +153,7 @@ async fn read(state: &AppState, event_id: i64) -> Result<Option<serde_json::Valu
     Ok(Some(serde_json::json!({ "held": held, "sold": sold? })))
 }
 
-/// Every [`CONVERGE_INTERVAL`], one [`Snapshots::converge`] step for each event with open
+/// Every [`CONVERGE_INTERVAL`], one convergence step (`Snapshots::converge`) for each event with open
 /// maps on this process (see the module docs). A read that fails (a store down) is tried
 /// at the next tick. Ends when the hub closes.
 pub fn spawn_convergence(state: AppState) {
