@@ -4,8 +4,9 @@
 //! | row | ours | baseline |
 //! |---|---|---|
 //! | `arena_view_vs_healthz_64` | views/s of the arena's `GET /events/{id}`, 64 returning viewers, gzip | `GET /healthz`/s, the same viewers, the same run |
-//! | `redis_bytes_per_anonymous_view` | Redis `used_memory` growth per first view of the arena by a cookieless visitor | |
-//! | `redis_bytes_per_open_map` | the same per open live stream of the arena | |
+//! | `redis_keys_per_anonymous_view` | Redis keys written per first view of the arena by a cookieless visitor (`DBSIZE` growth): 0 | |
+//! | `redis_keys_per_open_map` | the same per open live stream of the arena: 0 | |
+//! | `redis_bytes_per_anonymous_view`, `redis_bytes_per_open_map` | Redis `used_memory` growth per view, per open map (the allocator's and the connections' buffers move it a little either way) | |
 //! | `server_kb_per_open_map` | the server's RSS growth per open live stream | |
 //! | `redis_bytes_per_shopper` | the same per buyer holding one seat | |
 
@@ -45,7 +46,7 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         .get_multiplexed_async_connection()
         .await?;
     // Anonymous first views: each a fresh client without cookies.
-    let before = used_memory(&mut redis).await?;
+    let (before, keys_before) = (used_memory(&mut redis).await?, dbsize(&mut redis).await?);
     for _ in 0..CROWD {
         let page = reqwest::get(format!("{server}{map}")).await?;
         anyhow::ensure!(
@@ -56,13 +57,21 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         page.bytes().await?;
     }
     let per_view = per(used_memory(&mut redis).await? - before);
+    let keys_per_view = per(dbsize(&mut redis).await? - keys_before);
     rows.push(
-        Row::alone("redis_bytes_per_anonymous_view", "bytes", per_view).target(Target::AtMost(0.0)),
+        Row::alone("redis_keys_per_anonymous_view", "keys", keys_per_view)
+            .target(Target::AtMost(0.0)),
     );
+    rows.push(Row::alone(
+        "redis_bytes_per_anonymous_view",
+        "bytes",
+        per_view,
+    ));
 
     // Open maps: each a live stream, held open while measured.
     let pid = s.server.pid().context("the server has exited")?;
     let (redis_before, rss_before) = (used_memory(&mut redis).await?, rss_kb(pid)?);
+    let keys_before = dbsize(&mut redis).await?;
     let mut streams = Vec::with_capacity(CROWD);
     for _ in 0..CROWD {
         let mut stream = reqwest::get(format!("{server}{map}/stream")).await?;
@@ -75,11 +84,17 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         streams.push(stream);
     }
     let redis_per_map = per(used_memory(&mut redis).await? - redis_before);
+    let keys_per_map = per(dbsize(&mut redis).await? - keys_before);
     let kb_per_map = (rss_kb(pid)? - rss_before) / CROWD as f64;
     drop(streams);
     rows.push(
-        Row::alone("redis_bytes_per_open_map", "bytes", redis_per_map).target(Target::AtMost(0.0)),
+        Row::alone("redis_keys_per_open_map", "keys", keys_per_map).target(Target::AtMost(0.0)),
     );
+    rows.push(Row::alone(
+        "redis_bytes_per_open_map",
+        "bytes",
+        redis_per_map,
+    ));
     rows.push(Row::alone("server_kb_per_open_map", "kB (RSS)", kb_per_map));
 
     // Shoppers: each holds one seat (a lease, its holding, the buyer's set).
@@ -106,6 +121,12 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
          (server {kb_per_map:.1} kB), {per_shopper:.0} per shopper"
     );
     Ok(())
+}
+
+/// How many keys Redis holds (`DBSIZE`).
+async fn dbsize(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<f64> {
+    let keys: u64 = redis::cmd("DBSIZE").query_async(redis).await?;
+    Ok(keys as f64)
 }
 
 /// Redis's `used_memory`, in bytes.
