@@ -39,6 +39,8 @@ define release_server
 	  cluster) REDIS_URL="$$(scripts/services.sh cluster-up)"; export REDIS_URL ;;
 	  *) echo "STORE=$(STORE): use STORE=redis, STORE=etcd or STORE=cluster" >&2; exit 2 ;;
 	esac
+	# One secret across restarts (and processes): buyers are signed cookies.
+	export SEATLOCK_SECRET="$${SEATLOCK_SECRET:-$$(scripts/services.sh secret)}"
 	echo "Leases in $(STORE) ($${SEATLOCK_LEASE_STORE_URL:-$$REDIS_URL}); sessions in Redis."
 	$(CARGO) build --release --bin seatlock
 	$(RELEASE)/seatlock migrate

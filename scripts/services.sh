@@ -7,6 +7,8 @@
 #                              prints it
 #   scripts/services.sh down   stop what `up` started
 #   scripts/services.sh env    print the exports of a running set
+#   scripts/services.sh secret print this checkout's SEATLOCK_SECRET for make demo and
+#                              make scale (drawn once into .run/secret)
 #   scripts/services.sh cluster-up
 #                              a private Redis Cluster (three masters, three replicas) on
 #                              free loopback ports under .run/cluster; prints its URL,
@@ -209,7 +211,14 @@ case "${1:-}" in
     fi
     ;;
   env) cat "$RUN/env" ;;
+  secret)
+    # The demo's SEATLOCK_SECRET: drawn once, kept in .run/, so a restarted server still
+    # knows its buyers (their signed cookies) and their forms.
+    mkdir -p "$RUN"
+    [ -s "$RUN/secret" ] || od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$RUN/secret"
+    cat "$RUN/secret"
+    ;;
   cluster-up) up_cluster ;;
   need) need "$2" "$3" ;;
-  *) echo "usage: $0 up|down|env|cluster-up|need COMMAND APT_PACKAGE" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|env|secret|cluster-up|need COMMAND APT_PACKAGE" >&2; exit 2 ;;
 esac

@@ -588,3 +588,42 @@ async fn a_checkout_that_fails_in_one_tab_leaves_the_confirm_of_another_tab_paid
         "A paid by its order; B's authorization, which only the checkout joined, voided"
     );
 }
+
+/// A checkout form whose `seats` were not the buyer's cart is refused and buys nothing: a
+/// seat the buyer never held is 403 (not "expired"), more seats than a cart can hold
+/// 400, malformed ids 400; an empty list is the whole cart, as without the field.
+#[tokio::test]
+async fn a_checkout_form_naming_seats_the_buyer_never_held_is_refused_and_buys_nothing() {
+    let (app, event, a) = holding_four().await;
+    let (_, seats) = app.first_event_seats().await.unwrap();
+    let held = &holds(&app, event).await.into_values().next().unwrap().0;
+    let stranger = *seats.iter().find(|s| !held.contains(s)).unwrap();
+    let url = format!("{}/events/{event}/checkout", app.address);
+    let never = a
+        .post(&url, &[("seats", &stranger.to_string())])
+        .await
+        .unwrap();
+    assert_eq!(never.status, StatusCode::FORBIDDEN, "{}", never.body);
+    let many: Vec<String> = seats.iter().take(50).map(|s| s.to_string()).collect();
+    let too_many = a.post(&url, &[("seats", &many.join(","))]).await.unwrap();
+    assert_eq!(
+        too_many.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        too_many.body
+    );
+    let malformed = a.post(&url, &[("seats", "1,abc")]).await.unwrap();
+    assert_eq!(
+        malformed.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        malformed.body
+    );
+    assert!(
+        orders_of_event(&app, event).await.is_empty(),
+        "nothing bought"
+    );
+    let whole = a.post(&url, &[("seats", "")]).await.unwrap();
+    assert_eq!(whole.status, StatusCode::SEE_OTHER, "{}", whole.body);
+    assert_eq!(orders_of_event(&app, event).await.len(), 4);
+}

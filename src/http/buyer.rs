@@ -9,7 +9,7 @@
 //!   by their id (the holder label every grant records), so their owner tokens stay in
 //!   Redis and never reach the browser, nor a session.
 //! * **What the browser remembers.** Each hold also leaves a signed cookie naming the seat
-//!   ([`Buyer::remember_hold`]; the seat and the buyer's id, no token), so a confirm that
+//!   ([`Buyer::remember_hold`]; the buyer's id and the seat, no token), so a confirm that
 //!   finds no live lease can tell a hold that lapsed (409 `hold_expired`) from a seat the
 //!   buyer never held (403). It decides nothing else: Redis says who holds what.
 //! * **A look writes nothing lasting.** A first visit mints an id and sets the cookie
@@ -108,7 +108,9 @@ impl Identities {
             for cookie in jar.iter() {
                 let seat = cookie.name().strip_prefix(HELD_COOKIE).and_then(held_seat);
                 if let Some(seat) = seat
-                    && signed.get(cookie.name()).is_some_and(|c| c.value() == id)
+                    && signed
+                        .get(cookie.name())
+                        .is_some_and(|c| c.value() == held_value(id, seat.0, seat.1))
                 {
                     held.insert(seat);
                 }
@@ -153,6 +155,12 @@ fn is_buyer_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// The signed value of a had-hold cookie: the buyer and the seat, so it cannot be made
+/// from the buyer cookie's value (the signature covers the value alone).
+fn held_value(buyer_id: &str, event_id: i64, seat_id: i64) -> String {
+    format!("{buyer_id}:{event_id}.{seat_id}")
 }
 
 /// The name of the had-hold cookie of `seat_id` of `event_id`.
@@ -369,8 +377,9 @@ impl Buyer {
     /// Has the browser remember, for a day, that this buyer held `seat_id` of `event_id`
     /// (a signed cookie on this response): only to tell a lapsed hold from none.
     pub fn remember_hold(&self, event_id: i64, seat_id: i64) {
-        let cookie = Cookie::build((held_cookie(event_id, seat_id), self.id.clone()))
-            .max_age(HELD_COOKIE_MAX_AGE);
+        let value = held_value(&self.id, event_id, seat_id);
+        let cookie =
+            Cookie::build((held_cookie(event_id, seat_id), value)).max_age(HELD_COOKIE_MAX_AGE);
         self.send(self.identified.identities.signed(cookie.build()));
     }
 

@@ -284,6 +284,15 @@ pub async fn checkout(
     event_id: i64,
     shown: Option<Vec<i64>>,
 ) -> Result<Vec<i64>> {
+    let most = state.settings.max_seats_per_buyer;
+    if shown
+        .as_ref()
+        .is_some_and(|seats| seats.len() as u64 > most)
+    {
+        return Err(Error::BadRequest(format!(
+            "A cart holds at most {most} seats."
+        )));
+    }
     let work = checkout_cart(state.clone(), buyer.clone(), event_id, shown);
     crate::http::detached::to_completion("The purchase", state.settings.request_deadline(), work)
         .await
@@ -345,9 +354,11 @@ async fn checkout_cart(
     }
 }
 
-/// [`Refusal::HoldsLapsed`] naming the seats of `shown` that are not in `holds` and that
-/// `buyer` has not bought either (bought: a checkout sent twice). Postgres is read only
-/// when a shown seat is missing.
+/// Refuses a checkout whose `shown` cart has seats that are not in `holds` and that
+/// `buyer` has not bought either (bought: a checkout sent twice): 409
+/// [`Refusal::HoldsLapsed`] naming those the buyer held (their browser remembers it,
+/// [`Buyer::had_hold`]), 403 if any was never the buyer's (a form not from this site's
+/// cart). Postgres is read only when a shown seat is missing.
 async fn lapsed_since_shown(
     state: &AppState,
     buyer: &Buyer,
@@ -358,10 +369,15 @@ async fn lapsed_since_shown(
     let mut lapsed = Vec::new();
     for &seat_id in shown {
         let seat = SeatRef { event_id, seat_id };
-        if !holds.iter().any(|(held, _)| *held == seat)
-            && queries::order_of(&state.db, seat, buyer.id())
-                .await?
-                .is_none()
+        if holds.iter().any(|(held, _)| *held == seat) {
+            continue;
+        }
+        if !buyer.had_hold(event_id, seat_id) {
+            return Err(purchase::not_your_hold());
+        }
+        if queries::order_of(&state.db, seat, buyer.id())
+            .await?
+            .is_none()
         {
             lapsed.push(seat_id);
         }

@@ -324,12 +324,13 @@ impl CheckoutForm {
         let Some(seats) = self.seats.as_deref() else {
             return Ok(None);
         };
-        seats
+        let shown = seats
             .split(',')
             .filter(|id| !id.is_empty())
             .map(|id| parse_id(id, "seat"))
-            .collect::<Result<Vec<i64>>>()
-            .map(Some)
+            .collect::<Result<Vec<i64>>>()?;
+        // An empty list names no cart: every seat the buyer holds, as without the field.
+        Ok((!shown.is_empty()).then_some(shown))
     }
 }
 
