@@ -23,13 +23,14 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+
 use std::time::Duration;
 
 use axum::extract::{Path, State};
 use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 
+use super::per_event::PerEvent;
 use super::{parse_id, queries};
 use crate::events;
 use crate::http::error::{Error, Result};
@@ -46,14 +47,12 @@ fn topic(event_id: i64) -> String {
     format!("event:{event_id}")
 }
 
-/// One event's shared snapshot: the topic's generation it was read at, and its data.
-type Shared = Arc<tokio::sync::Mutex<Option<(u64, serde_json::Value)>>>;
-
 /// The opening snapshot of each event's maps, shared by every viewer while it is
 /// current (see the module docs).
 #[derive(Default)]
 pub struct Snapshots {
-    events: Mutex<HashMap<i64, Shared>>,
+    /// Per event: the topic's generation the snapshot was read at, and its data.
+    events: PerEvent<(u64, serde_json::Value)>,
 }
 
 impl Snapshots {
@@ -61,7 +60,7 @@ impl Snapshots {
     /// was read, else read now (by one caller; the others wait for it and share it).
     /// `None` if no such event.
     async fn get(&self, state: &AppState, event_id: i64) -> Result<Option<serde_json::Value>> {
-        let slot = self.slot(event_id);
+        let slot = self.events.slot(event_id);
         let mut cached = slot.lock().await;
         let Some(generation) = state.live.generation(&topic(event_id)) else {
             return read(state, event_id).await;
@@ -85,7 +84,7 @@ impl Snapshots {
     /// snapshot and those messages, unknown here: the shared snapshot is read again
     /// instead, to compare at the next quiet step.
     async fn converge(&self, state: &AppState, event_id: i64) -> Result<bool> {
-        let slot = self.slot(event_id);
+        let slot = self.events.slot(event_id);
         let mut cached = slot.lock().await;
         let Some(generation) = state.live.generation(&topic(event_id)) else {
             return Ok(false);
@@ -113,11 +112,6 @@ impl Snapshots {
             .generation(&topic(event_id))
             .map(|generation| (generation, data));
         Ok(true)
-    }
-
-    fn slot(&self, event_id: i64) -> Shared {
-        let mut events = self.events.lock().expect("snapshots lock");
-        events.entry(event_id).or_default().clone()
     }
 }
 

@@ -3,12 +3,13 @@
 //! group's holders hash).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use lease::Holding;
 
+use super::per_event::PerEvent;
 use super::queries::{self, MapSeat, Zone};
 use crate::events::{self, EventSummary};
 use crate::http::error::Result;
@@ -187,23 +188,21 @@ impl SeatMap {
 /// within this (and on open maps at once, by their stream).
 pub const SHARED_SEATS_TTL: Duration = Duration::from_secs(1);
 
-/// One event's shared seats: when they were read, and the seats.
-type Shared = Arc<tokio::sync::Mutex<Option<(Instant, Arc<Vec<MapSeat>>)>>>;
-
 /// Each event's seats (layout, prices, sold or not), read once per [`SHARED_SEATS_TTL`]
 /// and shared by every map view: what every viewer sees alike is not read per view. A
 /// crowd opening the arena costs one read of its 11,056 seats a second, not one per
 /// person. A sale made by this process is seen at once ([`SharedSeats::forget`]).
 #[derive(Default)]
 pub struct SharedSeats {
-    events: Mutex<HashMap<i64, Shared>>,
+    /// Per event: when the seats were read, and the seats.
+    events: PerEvent<(Instant, Arc<Vec<MapSeat>>)>,
 }
 
 impl SharedSeats {
     /// The event's seats: the shared read if it is younger than [`SHARED_SEATS_TTL`],
     /// else a new one (by one caller; the others wait for it and share it).
     async fn seats(&self, state: &AppState, event_id: i64) -> Result<Arc<Vec<MapSeat>>> {
-        let slot = self.slot(event_id);
+        let slot = self.events.slot(event_id);
         let mut shared = slot.lock().await;
         if let Some((read_at, seats)) = &*shared
             && read_at.elapsed() < SHARED_SEATS_TTL
@@ -219,15 +218,7 @@ impl SharedSeats {
     /// Drops the event's shared read (a sale of it just committed here), so the next
     /// view reads the seats again.
     pub fn forget(&self, event_id: i64) {
-        self.events
-            .lock()
-            .expect("shared seats lock")
-            .remove(&event_id);
-    }
-
-    fn slot(&self, event_id: i64) -> Shared {
-        let mut events = self.events.lock().expect("shared seats lock");
-        events.entry(event_id).or_default().clone()
+        self.events.forget(event_id);
     }
 }
 

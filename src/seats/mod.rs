@@ -20,6 +20,7 @@ pub mod live;
 pub mod map;
 pub mod overview;
 pub mod payments;
+mod per_event;
 pub mod purchase;
 pub mod queries;
 mod routes;
