@@ -75,7 +75,7 @@ impl Application {
             live,
             catalog: Arc::default(),
             snapshots: Arc::default(),
-            seat_maps: Arc::default(),
+            boards: Arc::default(),
             known_items: Arc::default(),
             draining: Arc::default(),
         };
@@ -242,8 +242,8 @@ pub fn router(state: AppState) -> Router {
         .layer(RequestBodyTimeoutLayer::new(
             state.settings.header_timeout(),
         ))
-        // gzip for clients that ask (the 11,056-seat arena map: 1.67 MB of HTML, 103 kB
-        // sent); tower-http's default predicate leaves event streams and tiny bodies
+        // gzip for clients that ask (the arena's overview: 24 kB of HTML, 4 kB sent);
+        // tower-http's default predicate leaves event streams and tiny bodies
         // alone, so live pages are not buffered.
         .layer(CompressionLayer::new())
         .layer(TraceLayer::new_for_http());

@@ -14,7 +14,7 @@ use crate::http::error::Result;
 use crate::state::AppState;
 
 /// An event with its venue and seat counts.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct EventSummary {
     /// Its id.
     pub id: i64,

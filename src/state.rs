@@ -59,8 +59,9 @@ pub struct AppState {
     pub live: Arc<crate::live::LiveHub>,
     /// Each event's seats and start, read once (a hold asks no Postgres).
     pub catalog: Arc<crate::seats::catalog::Catalog>,
-    /// Each event's seats, read once a second and shared by every map view.
-    pub seat_maps: Arc<crate::seats::map::SharedSeats>,
+    /// Each event's board (seats, holds, overview), built at most once a second and
+    /// shared by every view of its pages.
+    pub boards: Arc<crate::seats::board::Boards>,
     /// Each event's seat-map snapshot, shared by every open map while it is current.
     pub snapshots: Arc<crate::seats::live::Snapshots>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).

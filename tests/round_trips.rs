@@ -374,16 +374,36 @@ async fn a_seat_map_costs_the_same_round_trips_for_32_and_11056_seats() {
         let mut buyer = HttpBuyer::new();
         let url = format!("{}/events/{event}", h.app.address);
         // A first view (no cookie yet) writes no session: a look costs the stores nothing
-        // lasting.
+        // lasting. It reads the event's board (shared by every view for a second), and
+        // nothing of the buyer's own: a buyer new on this request has no holds.
         let (page, redis, _) = h.measure(label, buyer.get(&url)).await;
         assert_eq!(page.unwrap().status, StatusCode::OK);
         assert_eq!(redis.session_loads + redis.session_writes, 0, "no session");
-        let (page, redis, pg) = h.measure(label, buyer.get(&url)).await;
-        assert_eq!(page.unwrap().status, StatusCode::OK);
-        assert_eq!(redis.commands, ["time", "hgetall"], "one pipeline");
-        assert_eq!(pg.transactions, 0);
-        assert_eq!(redis.session_loads + redis.session_writes, 0, "no session");
-        costs.push((redis.commands, pg.statements.len()));
+        assert_eq!(
+            redis.commands,
+            ["time", "hgetall"],
+            "the board: one pipeline"
+        );
+        // A returning buyer's view adds their own holds (one script) and tickets (one
+        // query) to the shared board. The board is read again at most once a second, and
+        // a script's first call on a server loads it (NOSCRIPT, SCRIPT LOAD): a view that
+        // did either is measured again, at once.
+        let mut returning = None;
+        for _ in 0..5 {
+            let (page, redis, pg) = h.measure(label, buyer.get(&url)).await;
+            assert_eq!(page.unwrap().status, StatusCode::OK);
+            assert_eq!(redis.session_loads + redis.session_writes, 0, "no session");
+            assert_eq!(pg.transactions, 0);
+            let once = ["hgetall", "script"].map(str::to_owned);
+            if !redis.commands.iter().any(|c| once.contains(c)) {
+                returning = Some((redis.commands, pg.statements.len()));
+                break;
+            }
+        }
+        let (commands, statements) = returning.expect("a view within the board's second");
+        assert_eq!(commands, ["evalsha"], "the buyer's holds: one script");
+        assert_eq!(statements, 1, "the buyer's tickets: one query");
+        costs.push((commands, statements));
         h.print();
     }
     assert_eq!(

@@ -48,15 +48,12 @@ async fn a_hold_shows_a_countdown_and_refuses_a_second_buyer() {
             .contains(&format!("id=\"seat-{}\" class=\"seat mine", seats[0]))
     );
 
+    // Another buyer's page shows it held once the event's shared board is read again
+    // (at once on an open page, by its stream).
     let mut b = HttpBuyer::new();
-    let page = b
-        .get(&format!("{}/events/{event}", app.address))
-        .await
-        .unwrap();
-    assert!(
-        page.body
-            .contains(&format!("id=\"seat-{}\" class=\"seat held", seats[0]))
-    );
+    let map = format!("{}/events/{event}", app.address);
+    let held = format!("id=\"seat-{}\" class=\"seat held", seats[0]);
+    page_showing(&mut b, &map, &held).await;
     let reply = b
         .seat_action(&app.address, event, seats[0], "hold")
         .await
@@ -902,11 +899,8 @@ async fn an_event_is_stored_as_an_instant_and_shown_on_the_venues_clock() {
             .execute(app.db())
             .await
             .unwrap();
-        let body = buyer.get(&event_page).await.unwrap().body;
-        assert!(
-            body.contains(shown),
-            "{instant} is not shown as {shown}: {body}"
-        );
+        let body = page_showing(&mut buyer, &event_page, shown).await;
+        assert!(body.contains(shown), "{instant} is not shown as {shown}");
         let home = buyer.get(&app.address).await.unwrap().body;
         assert!(home.contains(shown), "the home page: {home}");
     }
@@ -986,5 +980,24 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
         if name == "snapshot" && !data.contains(&format!("\"{}\"", seats[0])) {
             break;
         }
+    }
+}
+
+/// The page at `url` as `buyer` gets it once it contains `wanted`. An event's pages are
+/// built on its board, shared by every view and read again once it is
+/// [`BOARD_TTL`](seatlock::seats::board::BOARD_TTL) old, so a change made by another
+/// buyer (or straight in the database) shows within that; panics after five times it.
+async fn page_showing(buyer: &mut HttpBuyer, url: &str, wanted: &str) -> String {
+    let deadline = tokio::time::Instant::now() + 5 * seatlock::seats::board::BOARD_TTL;
+    loop {
+        let body = buyer.get(url).await.unwrap().body;
+        if body.contains(wanted) {
+            return body;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{url} never showed {wanted:?}: {body}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

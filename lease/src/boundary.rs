@@ -158,6 +158,16 @@ pub trait LeaseStore: Send + Sync {
     /// or this process's clock for etcd).
     async fn holders(&self, group: &str) -> Result<GroupSnapshot, LeaseError>;
 
+    /// The live leases of `holder` in `group` (seatlock: one buyer's holds, on every page
+    /// view), with the time of the read as in [`LeaseStore::holders`]. The default reads
+    /// the whole group and keeps `holder`'s; Redis reads only the holder's set
+    /// (`scripts/held_by.lua`): one script, whatever the group's size.
+    async fn held_by(&self, group: &str, holder: &str) -> Result<GroupSnapshot, LeaseError> {
+        let mut snapshot = self.holders(group).await?;
+        snapshot.holdings.retain(|h| h.holder == holder);
+        Ok(snapshot)
+    }
+
     /// The live lease on `key` if its holder label is `holder`, owner token included
     /// (recover-by-holder: for a holder that lost its copy of the owner token). Its `ttl`
     /// is its remaining time.

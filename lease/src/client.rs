@@ -252,6 +252,12 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         Ok(scripts::holders(&self.redis, group).await?)
     }
 
+    /// One script (`scripts/held_by.lua`): the holder's set, each name checked against
+    /// the holders hash.
+    async fn held_by(&self, group: &str, holder: &str) -> Result<GroupSnapshot, LeaseError> {
+        Ok(scripts::held_by(&self.redis, group, holder).await?)
+    }
+
     /// One script (`scripts/current.lua`). Whoever can present the label can then act as
     /// the owner, so use it only where the label is itself authenticated (seatlock: the
     /// buyer id from the server-side session).

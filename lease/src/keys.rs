@@ -77,10 +77,9 @@ impl LeaseKey {
         format!("lease:{{{}}}:~retired", self.group)
     }
 
-    /// `lease:{group}:~held-by:<holder>`: the names `holder` was granted in the group
-    /// under a per-holder limit (see `scripts/acquire.lua`, which counts and prunes it).
+    /// The group's `~held-by` set of `holder` ([`held_by_key`]).
     pub(crate) fn held_by_key(&self, holder: &str) -> String {
-        format!("lease:{{{}}}:~held-by:{holder}", self.group)
+        held_by_key(&self.group, holder)
     }
 
     /// `lease:{group}:~reserving:<nonce>`: the marker of one block reservation in
@@ -116,6 +115,13 @@ pub(crate) fn room_keys(group: &str) -> [String; 4] {
 /// removes those first), so it never undercounts.
 pub fn admitted_key(group: &str) -> String {
     room_keys(group)[2].clone()
+}
+
+/// `lease:{group}:~held-by:<holder>`: the names `holder` was granted in the group
+/// (`scripts/acquire.lua` writes it and counts it under a per-holder limit, pruning
+/// what lapsed; `scripts/held_by.lua` reads it).
+pub(crate) fn held_by_key(group: &str, holder: &str) -> String {
+    format!("lease:{{{group}}}:~held-by:{holder}")
 }
 
 pub(crate) fn events_channel(group: &str) -> String {

@@ -102,6 +102,7 @@
 //! | [`release`](LeaseStore::release) | compare-and-delete | one script |
 //! | [`retire`](LeaseStore::retire) | retires the resource for good (no acquire grants it again: [`LeaseError::Retired`]) and releases the caller's lease on it (compare-and-delete) | one script |
 //! | [`holders`](LeaseStore::holders) | every live lease of a group ([`GroupSnapshot`]) | one pipeline |
+//! | [`held_by`](LeaseStore::held_by) | one holder's live leases in a group (a buyer's cart) | one script |
 //! | [`owned_by`](LeaseStore::owned_by) | the live lease held under a label, owner token included | one script |
 //! | [`is_held`](LeaseStore::is_held), [`remaining`](LeaseStore::remaining) | one-instant checks | one command |
 //!
@@ -119,7 +120,7 @@
 //! | `lease:{group}:~reserving:<nonce>` | string, PX 30 s | a block reservation's marker: the server it was asked on ([`FenceLedger`]) |
 //! | `lease:{group}:~holders` | hash | `<name>` → `"<fencing token> <expires_at_ms> <holder label>"` |
 //! | `lease:{group}:~retired` | set | names retired for good ([`LeaseStore::retire`]); no TTL |
-//! | `lease:{group}:~held-by:<holder>` | set, PX the longest grant in it | names granted to `holder` under a limit ([`LeaseStore::acquire_all`]); a member counts while the holders hash gives it to `holder`, unexpired |
+//! | `lease:{group}:~held-by:<holder>` | set, PX the longest grant in it | names granted to `holder` ([`LeaseStore::acquire_all`] counts them under a limit, [`LeaseStore::held_by`] reads them); a member counts while the holders hash gives it to `holder`, unexpired |
 //!
 //! Grants and releases are announced on the pub/sub channel `lease:{group}:~events` by the
 //! scripts that make them; see [`events`] for watching a group.

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use redis::{ErrorKind, RedisError, Script};
 
-use crate::keys::{admitted_key, holders_key, room_keys};
+use crate::keys::{admitted_key, held_by_key, holders_key, room_keys};
 use crate::room::{Entered, Entry, RoomTerms};
 use crate::store::RedisStore;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
@@ -386,6 +386,34 @@ pub(crate) async fn holders(redis: &RedisStore, group: &str) -> redis::RedisResu
     Ok(GroupSnapshot { now_ms, holdings })
 }
 
+/// One holder's live leases in a group, with the Redis time.
+static HELD_BY: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/now_ms.lua"),
+        include_str!("scripts/held_by.lua")
+    ))
+});
+
+/// `holder`'s live leases in `group` (`held_by.lua`): one script, whatever the group's
+/// size.
+pub(crate) async fn held_by(
+    redis: &RedisStore,
+    group: &str,
+    holder: &str,
+) -> redis::RedisResult<GroupSnapshot> {
+    let mut invocation = HELD_BY.prepare_invoke();
+    invocation
+        .key(held_by_key(group, holder))
+        .key(holders_key(group))
+        .arg(holder);
+    let (now_ms, held): (u64, Vec<String>) = redis.invoke("held_by", &invocation).await?;
+    let holdings = held
+        .chunks_exact(2)
+        .filter_map(|pair| parse_holding(pair[0].clone(), &pair[1]))
+        .collect();
+    Ok(GroupSnapshot { now_ms, holdings })
+}
+
 /// Parses a holders-hash entry `"<token> <expires_at_ms> <holder>"`.
 pub(crate) fn parse_holding(name: String, entry: &str) -> Option<Holding> {
     let mut parts = entry.splitn(3, ' ');
@@ -416,6 +444,7 @@ mod tests {
             ("retire.lua", include_str!("scripts/retire.lua")),
             ("renew.lua", include_str!("scripts/renew.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
+            ("held_by.lua", include_str!("scripts/held_by.lua")),
             ("enter.lua", include_str!("scripts/enter.lua")),
             ("leave.lua", include_str!("scripts/leave.lua")),
             (

@@ -166,6 +166,55 @@ async fn a_holder_limit_counts_the_holders_live_leases() {
     .await;
 }
 
+/// The names of `holder`'s live leases in `group`, sorted.
+async fn held_by(store: &dyn LeaseStore, group: &str, holder: &str) -> Vec<String> {
+    let snapshot = store.held_by(group, holder).await.unwrap();
+    assert!(snapshot.holdings.iter().all(|h| h.holder == holder));
+    let mut names: Vec<String> = snapshot.holdings.into_iter().map(|h| h.name).collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn held_by_lists_one_holders_live_leases_and_nothing_else() {
+    on_both(|store, group| async move {
+        assert!(held_by(&*store, &group, "alice").await.is_empty());
+        let pair = [key(&group, "1"), key(&group, "2")];
+        let alices = store.acquire_all(&pair, "alice", TTL, None).await.unwrap();
+        store.acquire(&key(&group, "3"), "bob", TTL).await.unwrap();
+        store
+            .acquire_all(&[key(&group, "4")], "alice", TTL, Some(4))
+            .await
+            .unwrap();
+        assert_eq!(held_by(&*store, &group, "alice").await, ["1", "2", "4"]);
+        assert_eq!(held_by(&*store, &group, "bob").await, ["3"]);
+        assert!(store.release(&alices[0]).await.unwrap());
+        assert_eq!(
+            held_by(&*store, &group, "alice").await,
+            ["2", "4"],
+            "a released lease is not listed"
+        );
+        // A lease that lapsed and passed to another holder is the new holder's only.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while store.remaining(&pair[1]).await.unwrap().is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "the lease lapses");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        store.acquire(&pair[1], "bob", TTL).await.unwrap();
+        assert!(
+            !held_by(&*store, &group, "alice")
+                .await
+                .contains(&"2".to_owned())
+        );
+        assert!(
+            held_by(&*store, &group, "bob")
+                .await
+                .contains(&"2".to_owned())
+        );
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_retired_resource_is_never_granted_again() {
     on_both(|store, group| async move {

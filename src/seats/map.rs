@@ -1,17 +1,16 @@
-//! The seat map of one event: the seats from Postgres (one query) overlaid with the live
-//! holds from Redis (one round trip for the whole event, whatever its size: the lease
-//! group's holders hash).
+//! The seat map of one event for one buyer: the event's [`Board`] that every viewer
+//! shares (its seats from Postgres, the holds from Redis, read at most once a second),
+//! overlaid with the buyer's own holds and tickets as they are now.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use lease::Holding;
+use lease::GroupSnapshot;
 
-use super::per_event::PerEvent;
+use super::board::Board;
 use super::queries::{self, MapSeat, Zone};
-use crate::events::{self, EventSummary};
+use crate::events::EventSummary;
 use crate::http::error::Result;
 use crate::money::format_cents;
 use crate::state::AppState;
@@ -141,22 +140,31 @@ pub struct MyHold {
     pub price_cents: i64,
 }
 
-/// Everything the event page shows.
+/// Everything the event's pages show a buyer: the event's [`Board`], shared by every
+/// viewer, and the buyer's own part beside it.
 pub struct SeatMap {
     /// The event.
     pub event: EventSummary,
     /// The price zones, dearest first.
     pub zones: Vec<Zone>,
-    /// The sections, in drawing order.
-    pub sections: Vec<SectionView>,
-    /// The viewer's live holds in this event.
+    /// What every viewer shares: the seats, the overview, as read at most [`BOARD_TTL`]
+    /// ago.
+    ///
+    /// [`BOARD_TTL`]: super::board::BOARD_TTL
+    pub board: Arc<Board>,
+    /// The viewer's live holds in this event, in drawing order.
     pub my_holds: Vec<MyHold>,
     /// Seats bought by the viewer: (seat title).
     pub my_seats: Vec<String>,
-    /// How many seats are still unsold.
+    /// How many seats are neither sold nor held (the board's count, with the viewer's own
+    /// holds as they are now).
     pub available: usize,
     /// How many seats the event has.
     pub total: usize,
+    /// The viewer's buyer id.
+    buyer_id: String,
+    /// The ids of the seats sold to the viewer.
+    sold_to_viewer: HashSet<i64>,
 }
 
 impl SeatMap {
@@ -181,51 +189,62 @@ impl SeatMap {
             .collect();
         ids.join(",")
     }
-}
 
-/// How long one read of an event's seats is shared by every map view
-/// ([`SharedSeats`]): a sale made through another server shows on a freshly loaded map
-/// within this (and on open maps at once, by their stream).
-pub const SHARED_SEATS_TTL: Duration = Duration::from_secs(1);
-
-/// Each event's seats (layout, prices, sold or not), read once per [`SHARED_SEATS_TTL`]
-/// and shared by every map view: what every viewer sees alike is not read per view. A
-/// crowd opening the arena costs one read of its 11,056 seats a second, not one per
-/// person. A sale made by this process is seen at once ([`SharedSeats::forget`]).
-#[derive(Default)]
-pub struct SharedSeats {
-    /// Per event: when the seats were read, and the seats.
-    events: PerEvent<(Instant, Arc<Vec<MapSeat>>)>,
-}
-
-impl SharedSeats {
-    /// The event's seats: the shared read if it is younger than [`SHARED_SEATS_TTL`],
-    /// else a new one (by one caller; the others wait for it and share it).
-    async fn seats(&self, state: &AppState, event_id: i64) -> Result<Arc<Vec<MapSeat>>> {
-        let slot = self.events.slot(event_id);
-        let mut shared = slot.lock().await;
-        if let Some((read_at, seats)) = &*shared
-            && read_at.elapsed() < SHARED_SEATS_TTL
-        {
-            return Ok(seats.clone());
+    /// The seats drawn for the viewer, section by section: every section, or only
+    /// section `only`. The states are the board's but for the viewer's own seats (held
+    /// now, bought), which are as they are now.
+    pub fn sections(&self, only: Option<&str>) -> Vec<SectionView> {
+        let mut sections = Vec::new();
+        let seats = self.board.seats.iter();
+        for seat in seats.filter(|seat| only.is_none_or(|code| seat.section_code == code)) {
+            push_seat(&mut sections, seat, self.seat_state(seat));
         }
-        let read = queries::map_seats(&state.db, event_id);
-        let seats = Arc::new(crate::telemetry::postgres("map_seats", read).await?);
-        *shared = Some((Instant::now(), seats.clone()));
-        Ok(seats)
+        sections
     }
 
-    /// Drops the event's shared read (a sale of it just committed here), so the next
-    /// view reads the seats again.
-    pub fn forget(&self, event_id: i64) {
-        self.events.forget(event_id);
+    /// Seat `seat`'s state for the viewer.
+    fn seat_state(&self, seat: &MapSeat) -> SeatState {
+        let bought = self.sold_to_viewer.contains(&seat.seat_id);
+        let mine = self.my_holds.iter().any(|h| h.seat_id == seat.seat_id);
+        match (seat.sold || bought, bought, mine) {
+            (true, true, _) => SeatState::SoldToYou,
+            (true, false, _) => SeatState::Sold,
+            (false, _, true) => SeatState::HeldByYou,
+            (false, _, false) => match self.board.holder(seat.seat_id) {
+                Some(holder) if holder != self.buyer_id => SeatState::Held,
+                _ => SeatState::Available,
+            },
+        }
+    }
+
+    /// How many of `seats` are available as the viewer sees them now: the board's
+    /// `available` count of them, less the seats the viewer has held since the board was
+    /// read, plus those it has let go of.
+    pub fn available_of<'a>(
+        &self,
+        seats: impl Iterator<Item = &'a MapSeat>,
+        available: usize,
+    ) -> usize {
+        let mut available = available as isize;
+        for seat in seats.filter(|seat| !seat.sold) {
+            let was_held = self.board.holder(seat.seat_id).is_some();
+            let mine = self.my_holds.iter().any(|h| h.seat_id == seat.seat_id);
+            let was_mine = self.board.holder(seat.seat_id) == Some(self.buyer_id.as_str());
+            available += match (was_held, mine, was_mine) {
+                (false, true, _) => -1,
+                (true, false, true) => 1,
+                _ => 0,
+            };
+        }
+        available.max(0) as usize
     }
 }
 
-/// Builds the map of `event_id` for `buyer_id`. Round trips: the event and its zones from
-/// Postgres, its seats shared with every other view ([`SharedSeats`]), the seats sold to
-/// the buyer (a small query, skipped for a buyer new on this request, who has none), and
-/// one Redis round trip. `None` if the event does not exist.
+/// Builds the map of `event_id` for `buyer_id`: the event's shared [`Board`]
+/// ([`super::board::Boards`]: no store read most of the time), and the buyer's own part,
+/// as it is now: their holds (one Redis script, [`lease::LeaseStore::held_by`]) and the
+/// seats sold to them (one small query), both skipped for a buyer new on this request,
+/// who has none. `None` if the event does not exist.
 pub async fn load(
     state: &AppState,
     event_id: i64,
@@ -233,62 +252,56 @@ pub async fn load(
     new_buyer: bool,
 ) -> Result<Option<SeatMap>> {
     let group = super::event_group(&state.settings.lease_namespace, event_id);
-    let sold_to_buyer = async {
+    let buyers_own = async {
         if new_buyer {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), GroupSnapshot::default()));
         }
-        queries::seats_sold_to(&state.db, event_id, buyer_id).await
+        let (sold, held) = tokio::join!(
+            queries::seats_sold_to(&state.db, event_id, buyer_id),
+            state.leases.held_by(&group, buyer_id),
+        );
+        Ok::<_, crate::http::error::Error>((sold?, held?))
     };
-    let (event, seats, mine, zones, holds) = tokio::join!(
-        events::find(&state.db, event_id),
-        state.seat_maps.seats(state, event_id),
-        sold_to_buyer,
-        queries::zones(&state.db, event_id),
-        state.leases.holders(&group),
-    );
-    let Some(event) = event? else { return Ok(None) };
-    let holds = holds?;
-    let held: HashMap<&str, &Holding> = holds
+    let (board, buyers_own) = tokio::join!(state.boards.get(state, event_id), buyers_own);
+    let Some(board) = board? else { return Ok(None) };
+    let (sold, held) = buyers_own?;
+    let mut my_holds: Vec<MyHold> = held
         .holdings
         .iter()
-        .map(|h| (h.name.as_str(), h))
+        .filter_map(|h| {
+            let seat = board.seat(h.name.parse().ok()?)?;
+            Some(MyHold {
+                seat_id: seat.seat_id,
+                title: title(seat),
+                remaining_ms: h.expires_at_ms.saturating_sub(held.now_ms),
+                until: clock_time(h.expires_at_ms),
+                fencing_token: h.fencing_token.0,
+                price_cents: seat.price_cents,
+            })
+        })
         .collect();
-    let (seats, zones) = (seats?, zones?);
-    let mine: HashSet<i64> = mine?.into_iter().collect();
-    let total = seats.len();
-    let mut map = SeatMap {
-        event,
-        zones,
-        sections: Vec::new(),
-        my_holds: Vec::new(),
-        my_seats: Vec::new(),
-        available: 0,
-        total,
-    };
-    for seat in seats.iter() {
-        let holding = held.get(seat.seat_id.to_string().as_str()).copied();
-        let state = seat_state(seat, mine.contains(&seat.seat_id), holding, buyer_id);
-        match state {
-            SeatState::Available => map.available += 1,
-            SeatState::HeldByYou => {
-                let h = holding.expect("held seats have a holding");
-                map.my_holds.push(MyHold {
-                    seat_id: seat.seat_id,
-                    title: title(seat),
-                    remaining_ms: h.expires_at_ms.saturating_sub(holds.now_ms),
-                    until: clock_time(h.expires_at_ms),
-                    fencing_token: h.fencing_token.0,
-                    price_cents: seat.price_cents,
-                });
-            }
-            SeatState::SoldToYou => map.my_seats.push(title(seat)),
-            SeatState::Held | SeatState::Sold => {}
-        }
-        push_seat(&mut map.sections, seat, state);
-    }
+    my_holds.sort_by_key(|h| board.position(h.seat_id));
+    let mut sold_to_viewer: Vec<i64> = sold;
+    sold_to_viewer.sort_by_key(|&id| board.position(id));
+    let my_seats = sold_to_viewer
+        .iter()
+        .filter_map(|&id| board.seat(id).map(title))
+        .collect();
     if !state.leases.one_clock() {
-        own_countdowns(state, event_id, &mut map.my_holds).await?;
+        own_countdowns(state, event_id, &mut my_holds).await?;
     }
+    let mut map = SeatMap {
+        event: board.event.clone(),
+        zones: board.zones.clone(),
+        total: board.seats.len(),
+        available: 0,
+        board: board.clone(),
+        my_holds,
+        my_seats,
+        buyer_id: buyer_id.to_owned(),
+        sold_to_viewer: sold_to_viewer.into_iter().collect(),
+    };
+    map.available = map.available_of(board.seats.iter(), board.available);
     Ok(Some(map))
 }
 
@@ -315,16 +328,6 @@ async fn own_countdowns(state: &AppState, event_id: i64, holds: &mut [MyHold]) -
         hold.until = clock_time(now_ms + left_ms);
     }
     Ok(())
-}
-
-fn seat_state(seat: &MapSeat, mine: bool, holding: Option<&Holding>, buyer_id: &str) -> SeatState {
-    match (seat.sold, mine, holding) {
-        (true, true, _) => SeatState::SoldToYou,
-        (true, false, _) => SeatState::Sold,
-        (false, _, Some(h)) if h.holder == buyer_id => SeatState::HeldByYou,
-        (false, _, Some(_)) => SeatState::Held,
-        (false, _, None) => SeatState::Available,
-    }
 }
 
 fn title(seat: &MapSeat) -> String {

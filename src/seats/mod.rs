@@ -13,6 +13,7 @@
 //!   admission when the event has one.
 //! * `routes`: thin HTTP handlers; `live`: the seat map's server-sent events.
 
+pub mod board;
 pub mod cart;
 pub mod catalog;
 pub mod layout;

@@ -4,12 +4,11 @@
 //!
 //! What this module builds is the part of those pages every viewer shares: the plan and
 //! each section's counts, from seat states that do not depend on who looks (a seat held
-//! by the viewer counts as held, like anyone's). The buyer's own part (name, holds, cart,
-//! form token) is the page's panel, rendered beside it, so the overview could later be
-//! rendered once per change and cached.
+//! by the viewer counts as held, like anyone's). It is built and rendered once per board
+//! ([`super::board`]) and served to every view; the buyer's own part (name, holds, cart,
+//! form token) is the page's panel, rendered beside it.
 
-use super::map::{SeatMap, SeatState, SectionView};
-use super::queries::{SectionShape, VenuePlan};
+use super::queries::{MapSeat, SectionShape, VenuePlan};
 use crate::money::format_cents;
 
 /// A venue of at most this many seats shows every seat under its overview (the
@@ -35,6 +34,7 @@ pub struct Overview {
 }
 
 /// One section on the overview.
+#[derive(Clone)]
 pub struct SectionSummary {
     /// Its code (the `{code}` of its page).
     pub code: String,
@@ -58,15 +58,20 @@ pub struct SectionSummary {
 }
 
 impl Overview {
-    /// The overview of `map`'s event: `plan` and `shapes` as seeded (migration 0013), the
-    /// counts from the map's seats.
-    pub fn new(plan: VenuePlan, shapes: &[SectionShape], map: &SeatMap) -> Overview {
-        let sections = map
-            .sections
-            .iter()
+    /// The overview of an event: `plan` and `shapes` as seeded (migration 0013), the
+    /// counts from its `seats` (in drawing order, so each section's are together), of
+    /// which those `taken` (sold or held) are not available.
+    pub fn new(
+        plan: VenuePlan,
+        shapes: &[SectionShape],
+        seats: &[MapSeat],
+        taken: impl Fn(&MapSeat) -> bool,
+    ) -> Overview {
+        let sections = seats
+            .chunk_by(|a, b| a.section_code == b.section_code)
             .map(|section| {
-                let shape = shapes.iter().find(|s| s.code == section.code);
-                SectionSummary::new(section, shape)
+                let shape = shapes.iter().find(|s| s.code == section[0].section_code);
+                SectionSummary::new(section, shape, &taken)
             })
             .collect();
         let drawn = plan.map_view_box.is_some() && shapes.iter().all(|s| s.shape_path.is_some());
@@ -85,29 +90,31 @@ impl Overview {
 }
 
 impl SectionSummary {
-    fn new(section: &SectionView, shape: Option<&SectionShape>) -> SectionSummary {
-        let seats = section.rows.iter().flat_map(|row| &row.seats);
-        let mut ids: Vec<i64> = seats.clone().map(|seat| seat.id).collect();
+    /// The summary of one section's `seats` (not empty).
+    fn new(
+        seats: &[MapSeat],
+        shape: Option<&SectionShape>,
+        taken: impl Fn(&MapSeat) -> bool,
+    ) -> SectionSummary {
+        let mut ids: Vec<i64> = seats.iter().map(|seat| seat.seat_id).collect();
         ids.sort_unstable();
-        let prices = seats.clone().map(|seat| seat.price_cents);
+        let prices = seats.iter().map(|seat| seat.price_cents);
         SectionSummary {
-            code: section.code.clone(),
-            name: section.name.clone(),
+            code: seats[0].section_code.clone(),
+            name: seats[0].section_name.clone(),
             path: shape.and_then(|s| s.shape_path.clone()).unwrap_or_default(),
             label: [
                 shape.and_then(|s| s.label_x).unwrap_or_default(),
                 shape.and_then(|s| s.label_y).unwrap_or_default(),
             ],
             total: ids.len(),
-            available: seats
-                .clone()
-                .filter(|seat| seat.state == SeatState::Available)
-                .count(),
+            available: seats.iter().filter(|seat| !taken(seat)).count(),
             price_cents: (
                 prices.clone().min().unwrap_or_default(),
                 prices.max().unwrap_or_default(),
             ),
             wheelchair: seats
+                .iter()
                 .filter(|seat| seat.access.as_deref() == Some("wheelchair"))
                 .count(),
             seat_ids: ranges(&ids),

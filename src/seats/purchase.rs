@@ -322,7 +322,7 @@ async fn sell_fenced(
     // (d) COMMIT: from here the order stands, whatever happens next.
     telemetry::postgres("commit", tx.commit()).await?;
     telemetry::confirm(ConfirmOutcome::Accepted);
-    state.seat_maps.forget(seat.event_id);
+    state.boards.forget(seat.event_id);
     tracing::info!(order = order_id, "seat sold");
     pause::point(PausePoint::AfterCommit).await;
     // (e) Release the hold and retire the seat (best effort).
@@ -440,7 +440,7 @@ async fn sell_all_fenced(
     // (d) COMMIT, then (e) each hold released and its seat retired.
     telemetry::postgres("commit", tx.commit()).await?;
     if let Some((seat, _)) = holds.first() {
-        state.seat_maps.forget(seat.event_id);
+        state.boards.forget(seat.event_id);
     }
     for (seat, lease) in holds {
         telemetry::confirm(ConfirmOutcome::Accepted);

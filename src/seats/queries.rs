@@ -310,7 +310,7 @@ pub struct MapSeat {
 }
 
 /// Every seat of the event, ordered by section, row and number: one query, the same for
-/// every viewer (so it is shared: [`super::map::SharedSeats`]).
+/// every viewer (so it is shared: [`super::board::Boards`]).
 pub async fn map_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<MapSeat>> {
     sqlx::query_as(
         "SELECT s.id AS seat_id, sec.code AS section_code, sec.name AS section_name,
@@ -338,7 +338,7 @@ pub async fn seats_sold_to(db: &PgPool, event_id: i64, buyer_id: &str) -> sqlx::
 }
 
 /// A price zone of the event's venue, for the legend.
-#[derive(Debug, sqlx::FromRow)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Zone {
     /// Its short code, unique within its venue.
     pub code: String,

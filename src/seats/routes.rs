@@ -11,9 +11,9 @@ use lease::Entry;
 use serde::Deserialize;
 
 use super::map::{self, SeatMap, SectionView};
-use super::overview::{self, Overview, SectionSummary};
+use super::overview::{self, SectionSummary};
 use super::{SeatRef, parse_id};
-use super::{cart, purchase, queries, waiting_room};
+use super::{cart, purchase, waiting_room};
 use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, Empty, FormToken};
 use crate::http::error::{Error, Result};
@@ -47,16 +47,17 @@ pub fn purchase_routes() -> Router<AppState> {
 }
 
 /// The event's page: the overview (and, for a small venue, every seat), or one section's
-/// seats. What every viewer shares (`overview`, `grid`, `section`) is kept apart from
-/// the buyer's own part (`map`'s holds and tickets, name, form token), so the shared
-/// part could be rendered once per change.
+/// seats. What every viewer shares is the board's (`map.board`: the overview is
+/// rendered once per board, [`super::board`]); the rest is the buyer's own part (the
+/// holds and tickets in `map`, name, form token) and the seats drawn for them (`grid`).
 #[derive(Template, WebTemplate)]
 #[template(path = "event.html")]
 pub(super) struct EventPage {
-    /// The event, its key, the buyer's holds and tickets (its `sections` moved to `grid`).
+    /// The event, its key and board, the buyer's holds and tickets.
     pub map: SeatMap,
-    /// The venue drawn, on the overview; `None` on a section's page.
-    pub overview: Option<Overview>,
+    /// The page opens on the venue drawn (the board's `overview_html`); not on a
+    /// section's page.
+    pub show_overview: bool,
     /// The sections whose seats the page shows.
     pub grid: Vec<SectionView>,
     /// On a section's page: that section.
@@ -136,7 +137,7 @@ async fn page(
     let buyer_name = buyer.name().await?;
     Ok(EventPage {
         map,
-        overview: None,
+        show_overview: false,
         grid: Vec::new(),
         section: None,
         seat_base: String::new(),
@@ -163,20 +164,12 @@ async fn show(
         Ok(until) => until,
         Err(to_queue) => return Ok(to_queue.into_response()),
     };
-    let (map, plan, shapes) = tokio::join!(
-        event_map(&state, &buyer, &event),
-        queries::venue_plan(&state.db, event_id),
-        queries::section_shapes(&state.db, event_id),
-    );
-    let mut map = map?;
-    let plan = plan?.unwrap_or_default();
-    let overview = Overview::new(plan, &shapes?, &map);
-    let sections = std::mem::take(&mut map.sections);
+    let map = event_map(&state, &buyer, &event).await?;
     let mut page = page(&state, &buyer, &csrf, map, admitted_until).await?;
     if page.map.total <= overview::ALL_SEATS_UP_TO {
-        page.grid = sections;
+        page.grid = page.map.sections(None);
     }
-    page.overview = Some(overview);
+    page.show_overview = true;
     page.seat_base = format!("{event_id}/");
     Ok((csrf, page).into_response())
 }
@@ -194,16 +187,20 @@ async fn show_section(
         Ok(until) => until,
         Err(to_queue) => return Ok(to_queue.into_response()),
     };
-    let mut map = event_map(&state, &buyer, &event).await?;
+    let map = event_map(&state, &buyer, &event).await?;
     let no_section = || Error::NotFound(format!("This event's venue has no section {code:?}."));
-    let summary = Overview::new(Default::default(), &[], &map)
-        .sections
-        .into_iter()
+    let mut summary = (map.board.overview.sections.iter())
         .find(|s| s.code == code)
-        .ok_or_else(no_section)?;
-    let sections = std::mem::take(&mut map.sections);
+        .ok_or_else(no_section)?
+        .clone();
+    let its_seats = map
+        .board
+        .seats
+        .iter()
+        .filter(|seat| seat.section_code == code);
+    summary.available = map.available_of(its_seats, summary.available);
     let mut page = page(&state, &buyer, &csrf, map, admitted_until).await?;
-    page.grid = sections.into_iter().filter(|s| s.code == code).collect();
+    page.grid = page.map.sections(Some(&code));
     page.section = Some(summary);
     page.seat_base = "../".into();
     Ok((csrf, page).into_response())

@@ -14,7 +14,8 @@
 --                         block is needed, to this server's identity ('' without the guard)
 -- KEYS[4]  retired set    lease:{group}:~retired  names never leased again (retire.lua)
 -- KEYS[5]  holder's set   lease:{group}:~held-by:<holder>  names granted to this holder
---                         under a limit (PX: the longest grant in it)
+--                         (PX: the longest grant in it), counted under a limit and
+--                         read by held_by.lua
 -- KEYS[6]  admitted zset  lease:{group}:~admitted  the group's waiting room (enter.lua):
 --                         member -> expires_at_ms; read only when ARGV[8] names one
 -- KEYS[7..6+N]  lease keys  lease:{group}:<name>  string: owner token, with a PX TTL
@@ -26,7 +27,7 @@
 --          "acquired-group <N> <name 1> … <name N> <token> <expires_at_ms> <holder>"
 -- ARGV[5]  the reservation marker's TTL in milliseconds
 -- ARGV[6]  limit: the most leases the holder may have in the group at once, this grant
---          included; 0 for none (then the holder's set is neither read nor written)
+--          included; 0 for none (then the holder's set is not counted)
 -- ARGV[7]  1: failover guard on; 0: off (lab only: `--lab-disable-failover-guard`)
 -- ARGV[8]  admission: the owner token of the holder's admission to the waiting room
 --          (enter.lua), which must be live for anything to be granted; '' for none
@@ -160,12 +161,12 @@ for _, name in ipairs(names) do
   redis.call('HSET', holders_key, name, entry)
 end
 
--- Count the grant against the holder's limit; the set lives as long as its longest grant.
-if limit > 0 then
-  redis.call('SADD', held_by_key, unpack(names))
-  if redis.call('PTTL', held_by_key) < ttl_ms then
-    redis.call('PEXPIRE', held_by_key, ttl_ms)
-  end
+-- Record the grant in the holder's set, which the limit counts and held_by.lua reads (a
+-- holder's own leases without reading the whole group); it lives as long as its
+-- longest grant.
+redis.call('SADD', held_by_key, unpack(names))
+if redis.call('PTTL', held_by_key) < ttl_ms then
+  redis.call('PEXPIRE', held_by_key, ttl_ms)
 end
 
 -- Tell the group's watchers (events.rs parses these).

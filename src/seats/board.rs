@@ -1,0 +1,161 @@
+//! The event's board: the part of its pages that every viewer shares, read from the
+//! stores and built once, then served to every view for [`BOARD_TTL`].
+//!
+//! An on-sale is a crowd looking at one map. What each of them sees alike (the event,
+//! its zones, its 11,056 seats and which are sold or held, the venue drawn with each
+//! section's counts) does not depend on who looks, so it is read and rendered once per
+//! event a second, by one caller while the others wait for it ([`PerEvent`]), and a view
+//! adds only what is the buyer's own: their holds (one Redis script, [`map::load`]) and
+//! tickets (one small query), both skipped for a buyer new on this request.
+//!
+//! A board can be up to [`BOARD_TTL`] behind the stores. That is what a page shows as it
+//! loads, never what decides a hold or a sale (Redis and Postgres do, each time), and a
+//! page's stream opens with a snapshot of the moment ([`super::live`]) that corrects it.
+//! A sale committed by this process drops the event's board at once ([`Boards::forget`]).
+//!
+//! [`map::load`]: super::map::load
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use askama::Template;
+
+use super::overview::Overview;
+use super::per_event::PerEvent;
+use super::queries::{self, MapSeat, Zone};
+use crate::events::{self, EventSummary};
+use crate::http::error::Result;
+use crate::state::AppState;
+
+/// How long one board is served before the next view reads the stores again: a sale or
+/// hold made through another server shows on a freshly loaded page within this (and on
+/// open pages at once, by their stream).
+pub const BOARD_TTL: Duration = Duration::from_secs(1);
+
+/// What every viewer of an event's pages shares (see the module docs).
+pub struct Board {
+    /// The event.
+    pub event: EventSummary,
+    /// Its price zones, dearest first.
+    pub zones: Vec<Zone>,
+    /// Every seat, in drawing order (section, row, number), sold or not as read.
+    pub seats: Vec<MapSeat>,
+    /// Seats neither sold nor held, as read.
+    pub available: usize,
+    /// The venue drawn with each section's counts (held seats count as taken, whoever
+    /// holds them).
+    pub overview: Overview,
+    /// `overview` rendered (`templates/overview.html`): the same bytes for every view.
+    pub overview_html: String,
+    /// Where each seat id is in `seats`.
+    index: HashMap<i64, usize>,
+    /// The holder of each held seat, by seat id, as read.
+    held: HashMap<i64, String>,
+}
+
+impl Board {
+    /// Seat `seat_id` of the event, if it has one.
+    pub fn seat(&self, seat_id: i64) -> Option<&MapSeat> {
+        self.index.get(&seat_id).map(|&i| &self.seats[i])
+    }
+
+    /// Where seat `seat_id` is drawn among the event's seats (for sorting a buyer's).
+    pub fn position(&self, seat_id: i64) -> usize {
+        self.index.get(&seat_id).copied().unwrap_or(usize::MAX)
+    }
+
+    /// Who held seat `seat_id` when the board was read.
+    pub fn holder(&self, seat_id: i64) -> Option<&str> {
+        self.held.get(&seat_id).map(String::as_str)
+    }
+}
+
+/// The boards of the events being viewed, each rebuilt at most once a [`BOARD_TTL`].
+#[derive(Default)]
+pub struct Boards {
+    /// Per event: when it was read, and its board (`None`: there is no such event).
+    events: PerEvent<(Instant, Option<Arc<Board>>)>,
+}
+
+impl Boards {
+    /// Event `event_id`'s board: the shared one if it is younger than [`BOARD_TTL`], else
+    /// a new one (read by one caller; the others wait for it and share it). `None` if
+    /// there is no such event (also kept for [`BOARD_TTL`], so a crowd asking for one
+    /// costs one read). Errors: a store that does not answer.
+    pub async fn get(&self, state: &AppState, event_id: i64) -> Result<Option<Arc<Board>>> {
+        let slot = self.events.slot(event_id);
+        let mut shared = slot.lock().await;
+        if let Some((read_at, board)) = &*shared
+            && read_at.elapsed() < BOARD_TTL
+        {
+            return Ok(board.clone());
+        }
+        let board = build(state, event_id).await?.map(Arc::new);
+        *shared = Some((Instant::now(), board.clone()));
+        Ok(board)
+    }
+
+    /// Drops the event's board (a sale of it just committed here), so the next view
+    /// reads the stores again.
+    pub fn forget(&self, event_id: i64) {
+        self.events.forget(event_id);
+    }
+}
+
+/// The overview as HTML, rendered once per board.
+#[derive(Template)]
+#[template(path = "overview.html")]
+struct OverviewHtml<'a> {
+    event: &'a EventSummary,
+    overview: &'a Overview,
+}
+
+/// Reads the event from the stores and builds its board: five Postgres queries and one
+/// Redis round trip, run together; `None` if no such event.
+async fn build(state: &AppState, event_id: i64) -> Result<Option<Board>> {
+    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let seats = crate::telemetry::postgres("map_seats", queries::map_seats(&state.db, event_id));
+    let (event, seats, zones, plan, shapes, holds) = tokio::join!(
+        events::find(&state.db, event_id),
+        seats,
+        queries::zones(&state.db, event_id),
+        queries::venue_plan(&state.db, event_id),
+        queries::section_shapes(&state.db, event_id),
+        state.leases.holders(&group),
+    );
+    let Some(event) = event? else {
+        return Ok(None);
+    };
+    let seats = seats?;
+    let held: HashMap<i64, String> = holds?
+        .holdings
+        .into_iter()
+        .filter_map(|h| Some((h.name.parse().ok()?, h.holder)))
+        .collect();
+    let taken = |seat: &MapSeat| seat.sold || held.contains_key(&seat.seat_id);
+    let overview = Overview::new(plan?.unwrap_or_default(), &shapes?, &seats, taken);
+    let available = seats.iter().filter(|seat| !taken(seat)).count();
+    // Rendering writes only strings checked at seeding and numbers: it cannot fail.
+    let overview_html = OverviewHtml {
+        event: &event,
+        overview: &overview,
+    }
+    .render()
+    .unwrap_or_default();
+    let index = seats
+        .iter()
+        .enumerate()
+        .map(|(i, seat)| (seat.seat_id, i))
+        .collect();
+    Ok(Some(Board {
+        event,
+        zones: zones?,
+        seats,
+        available,
+        overview,
+        overview_html,
+        index,
+        held,
+    }))
+}
