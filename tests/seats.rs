@@ -939,8 +939,9 @@ async fn a_bad_event_in_any_venue_file_seeds_nothing_and_names_the_file() {
 
 /// An open map converges to the stores' truth after a change it was never told of: a
 /// hold deleted from Redis behind the lease library's back (no release message, no
-/// expiry) leaves the map showing it held until the next convergence step finds the
-/// truth moved and sends every open map a snapshot without it.
+/// expiry) leaves the map showing it held until two convergence steps find the truth
+/// moved and send every open map a snapshot without it. It does so while another buyer
+/// keeps holding and releasing a seat beside it, so that messages never stop.
 #[tokio::test]
 async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
     let app = tiny().await;
@@ -960,6 +961,27 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
     let (name, data) = stream.next().await;
     assert_eq!(name, "snapshot");
     assert!(data.contains(&format!("\"{}\"", seats[0])), "held: {data}");
+
+    // Another buyer holds and releases seat 2 every 100 ms, until the test ends.
+    let busy = {
+        let (address, seat) = (app.address.clone(), seats[1]);
+        tokio::spawn(async move {
+            let mut other = HttpBuyer::new();
+            other
+                .get(&format!("{address}/events/{event}"))
+                .await
+                .unwrap();
+            loop {
+                for action in ["hold", "release"] {
+                    other
+                        .seat_action(&address, event, seat, action)
+                        .await
+                        .unwrap();
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            }
+        })
+    };
 
     // The hold vanishes without a word: its key and its holding deleted directly.
     let key = app.seat_key(event, seats[0]);
@@ -981,6 +1003,7 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
             break;
         }
     }
+    busy.abort();
 }
 
 /// The page at `url` as `buyer` gets it once it contains `wanted`. An event's pages are

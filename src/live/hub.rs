@@ -43,7 +43,13 @@ pub struct LiveHub {
     /// What works less well than it should, by subject (e.g. `expiry notifications`):
     /// shown by `/healthz`, logged once when it appears.
     notes: Mutex<std::collections::BTreeMap<&'static str, String>>,
+    /// Told of every message sent on a topic with subscribers, in the order they get it
+    /// ([`LiveHub::observe`]).
+    observer: std::sync::OnceLock<Observer>,
 }
+
+/// Called with each topic and message as it is sent ([`LiveHub::observe`]).
+pub type Observer = Box<dyn Fn(&str, &LiveMessage) + Send + Sync>;
 
 /// The topics with subscribers, and the counter their generations come from.
 #[derive(Default)]
@@ -121,6 +127,7 @@ impl LiveHub {
             closed: AtomicBool::default(),
             feeds: watch::Sender::default(),
             notes: Mutex::default(),
+            observer: std::sync::OnceLock::new(),
         }
     }
 
@@ -168,6 +175,9 @@ impl LiveHub {
         let generation = topics.next();
         if let Some(t) = topics.by_name.get_mut(topic) {
             t.generation = generation;
+            if let Some(observe) = self.observer.get() {
+                observe(topic, &message);
+            }
             if t.sender.send(Arc::new(message)).is_err() {
                 topics.by_name.remove(topic);
             }
@@ -259,10 +269,22 @@ impl LiveHub {
         let message = Arc::new(LiveMessage::resync());
         let mut topics = self.topics.lock().expect("hub lock");
         let generation = topics.next();
-        topics.by_name.retain(|_, t| {
+        topics.by_name.retain(|name, t| {
             t.generation = generation;
+            if let Some(observe) = self.observer.get() {
+                observe(name, &message);
+            }
             t.sender.send(message.clone()).is_ok()
         });
+    }
+
+    /// Has `observer` told of every message sent from now on, with its topic, while the
+    /// hub's lock is held: in the order subscribers get them, before any is read (one
+    /// observer per hub; a second is ignored). It must be quick and must not call the
+    /// hub. [`crate::seats::live::Snapshots`] keeps what each event's open maps show
+    /// with it.
+    pub fn observe(&self, observer: Observer) {
+        let _ = self.observer.set(observer);
     }
 }
 
@@ -336,6 +358,25 @@ mod tests {
         );
         drop(one);
         assert!(hub.subscribe("event:1").is_some(), "a place is free again");
+    }
+
+    #[test]
+    fn the_observer_is_told_of_each_message_sent_to_subscribers_in_order() {
+        let hub = LiveHub::new(8);
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let log = told.clone();
+        hub.observe(Box::new(move |topic, message| {
+            log.lock().unwrap().push(format!("{topic} {}", message.event));
+        }));
+        let _page = hub.subscribe("event:1").unwrap();
+        let seat = |n| LiveMessage {
+            event: "seat".into(),
+            data: serde_json::json!({ "seat": n }),
+        };
+        hub.publish("event:1", seat(1));
+        hub.publish("event:2", seat(2)); // nobody listens: nothing sent, nothing told
+        hub.resync_all();
+        assert_eq!(*told.lock().unwrap(), ["event:1 seat", "event:1 resync"]);
     }
 
     #[test]

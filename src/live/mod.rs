@@ -24,6 +24,6 @@ mod hub;
 mod listeners;
 mod stream;
 
-pub use hub::{Feed, LiveHub, LiveMessage, Subscription};
+pub use hub::{Feed, LiveHub, LiveMessage, Observer, Subscription};
 pub use listeners::{HEARTBEAT_QUERY, NOTIFY_CHANNEL, spawn};
 pub use stream::{Update, page_stream};
