@@ -28,8 +28,17 @@ config() { # config BIND STATS_BIND HOST:PORT...
     i=$((i + 1))
     servers+="    server app$i $backend cookie app$i"$'\n'
   done
+  # HAProxy needs about two open files per connection (client and server side) and
+  # refuses to start if it cannot raise its limit to match: half of this shell's hard
+  # limit, less a margin, at most 32768.
+  local files maxconn
+  files="$(ulimit -Hn)"
+  [ "$files" = unlimited ] && files=1048576
+  maxconn=$(((files - 1000) / 2))
+  [ "$maxconn" -le 32768 ] || maxconn=32768
   local text
   text="$(cat "$SCRIPTS/haproxy.cfg")"
+  text="${text//@MAXCONN@/$maxconn}"
   text="${text//@BIND@/$bind}"
   text="${text//@STATS_BIND@/$stats}"
   text="${text//@SERVERS@/${servers%$'\n'}}"
