@@ -366,7 +366,9 @@ mod tests {
         let told = Arc::new(Mutex::new(Vec::new()));
         let log = told.clone();
         hub.observe(Box::new(move |topic, message| {
-            log.lock().unwrap().push(format!("{topic} {}", message.event));
+            log.lock()
+                .unwrap()
+                .push(format!("{topic} {}", message.event));
         }));
         let _page = hub.subscribe("event:1").unwrap();
         let seat = |n| LiveMessage {

@@ -23,7 +23,7 @@ use askama::Template;
 
 use super::overview::Overview;
 use super::per_event::PerEvent;
-use super::queries::{self, MapSeat, Zone};
+use super::queries::{self, FreeSeat, MapSeat, Zone};
 use crate::events::{self, EventSummary};
 use crate::http::error::Result;
 use crate::state::AppState;
@@ -43,6 +43,9 @@ pub struct Board {
     pub seats: Vec<MapSeat>,
     /// Seats neither sold nor held, as read.
     pub available: usize,
+    /// The unsold seats as best available picks among them: dearest first, then in
+    /// drawing order ([`super::cart::pick_block`]).
+    pub free: Vec<FreeSeat>,
     /// The venue drawn with each section's counts (held seats count as taken, whoever
     /// holds them).
     pub overview: Overview,
@@ -69,6 +72,41 @@ impl Board {
     pub fn holder(&self, seat_id: i64) -> Option<&str> {
         self.held.get(&seat_id).map(String::as_str)
     }
+
+    /// The seats held when the board was read.
+    pub fn held_seats(&self) -> impl Iterator<Item = i64> + '_ {
+        self.held.keys().copied()
+    }
+}
+
+/// The unsold of `seats` (in drawing order) as best available picks among them: dearest
+/// first, each price in drawing order, each seat knowing whether an aisle or its row's end
+/// comes right after it.
+fn free_seats(seats: &[MapSeat]) -> Vec<FreeSeat> {
+    let mut free: Vec<FreeSeat> = (seats.iter().enumerate())
+        .filter(|(_, seat)| !seat.sold)
+        .map(|(i, seat)| {
+            let next = seats.get(i + 1).filter(|next| {
+                next.section_id == seat.section_id
+                    && next.row_label == seat.row_label
+                    && next.number == seat.number + 1
+            });
+            FreeSeat {
+                seat_id: seat.seat_id,
+                section_id: seat.section_id,
+                section_code: seat.section_code.clone(),
+                row_label: seat.row_label.clone(),
+                number: seat.number,
+                aisle_before: seat.aisle_before,
+                aisle_after: next.is_none_or(|next| next.aisle_before),
+                access: seat.access.clone(),
+                price_cents: seat.price_cents,
+            }
+        })
+        .collect();
+    // Stable: within a price the drawing order stays.
+    free.sort_by_key(|seat| std::cmp::Reverse(seat.price_cents));
+    free
 }
 
 /// The boards of the events being viewed, each rebuilt at most once a [`BOARD_TTL`].
@@ -143,6 +181,7 @@ async fn build(state: &AppState, event_id: i64) -> Result<Option<Board>> {
     }
     .render()
     .unwrap_or_default();
+    let free = free_seats(&seats);
     let index = seats
         .iter()
         .enumerate()
@@ -153,6 +192,7 @@ async fn build(state: &AppState, event_id: i64) -> Result<Option<Board>> {
         zones: zones?,
         seats,
         available,
+        free,
         overview,
         overview_html,
         index,

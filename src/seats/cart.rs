@@ -103,20 +103,22 @@ pub async fn best_available(
     if event.started() {
         return Err(Refusal::EventStarted.into());
     }
+    // Pick among the seats the event's board shows free (read at most a second ago, and
+    // shared with every view: a crowd asking at once costs no read of Postgres), less
+    // the buyer's own holds as they are now (one script). The board may be behind: a
+    // block someone else held or bought since is refused by the hold script, the only
+    // judge, and the next pick leaves it out.
     let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let (board, mine) = tokio::join!(
+        state.boards.get(state, event_id),
+        state.leases.held_by(&group, buyer.id())
+    );
+    let board = board?.ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
+    let mine = mine?.holdings.into_iter().filter_map(|h| h.name.parse().ok());
+    let mut taken: HashSet<i64> = board.held_seats().chain(mine).collect();
     let mut last = None;
     for _ in 0..PICKS {
-        let (free, holds) = tokio::join!(
-            queries::unsold_seats(&state.db, event_id),
-            state.leases.holders(&group)
-        );
-        let held: HashSet<i64> = holds?
-            .holdings
-            .iter()
-            .filter_map(|h| h.name.parse().ok())
-            .collect();
-        let free = free?;
-        let block = match pick_block(&free, &held, wanted) {
+        let block = match pick_block(&board.free, &taken, wanted) {
             Pick::Block(block) => block,
             Pick::OnlyStranding => return Err(Refusal::StrandsSeat { quantity }.into()),
             Pick::None => return Err(Refusal::NoBlock { quantity }.into()),
@@ -130,8 +132,12 @@ pub async fn best_available(
                     section_code,
                 });
             }
-            // Someone took part of the block since the read: pick again.
-            Err(err @ LeaseError::Held { .. }) => last = Some(err),
+            // Someone held or bought part of the block since the board was read: pick
+            // again without it.
+            Err(err @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
+                taken.extend(seats);
+                last = Some(err);
+            }
             Err(err) => return Err(purchase::hold_refused(err)),
         }
     }
@@ -191,7 +197,7 @@ pub enum Pick<'a> {
 }
 
 /// The best block for `wanted` among `free` (ordered by price, highest first, then
-/// section, row and number, as [`queries::unsold_seats`] returns them): the first one, in
+/// section, row and number, as the event's board keeps them: [`super::board::Board::free`]): the first one, in
 /// that order, of `wanted.quantity` adjacent seats (same section, row and price,
 /// consecutive numbers, no aisle between them), none in `held`, that fits the filters
 /// ([`Wanted`]) and strands no seat.

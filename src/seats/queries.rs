@@ -224,7 +224,8 @@ pub async fn order_of(db: &PgPool, seat: SeatRef, buyer_id: &str) -> sqlx::Resul
     .await
 }
 
-/// An unsold seat, for picking a block of adjacent seats ([`super::cart::pick_block`]).
+/// An unsold seat, for picking a block of adjacent seats ([`super::cart::pick_block`]);
+/// the event's board keeps them ([`super::board::Board::free`]).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct FreeSeat {
     /// `seats.id`.
@@ -245,26 +246,6 @@ pub struct FreeSeat {
     pub access: Option<String>,
     /// The seat's price for this event, in cents.
     pub price_cents: i64,
-}
-
-/// The event's unsold seats, best price zone first (highest price), then section, row
-/// and number: one query.
-pub async fn unsold_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<FreeSeat>> {
-    sqlx::query_as(
-        "SELECT s.id AS seat_id, s.section_id, sec.code AS section_code, s.row_label, s.number,
-                s.aisle_before, s.access, es.price_cents,
-                NOT EXISTS (SELECT 1 FROM seats n
-                             WHERE n.section_id = s.section_id AND n.row_label = s.row_label
-                               AND n.number = s.number + 1 AND NOT n.aisle_before) AS aisle_after
-           FROM event_seats es
-           JOIN seats s ON s.id = es.seat_id
-           JOIN sections sec ON sec.id = s.section_id
-          WHERE es.event_id = $1 AND NOT es.sold
-          ORDER BY es.price_cents DESC, sec.position, s.row_position, s.number",
-    )
-    .bind(event_id)
-    .fetch_all(db)
-    .await
 }
 
 /// The seats `seat_ids` of the event named for a person, in seat order and joined:
@@ -289,6 +270,8 @@ pub async fn seat_names(db: &PgPool, event_id: i64, seat_ids: &[i64]) -> sqlx::R
 pub struct MapSeat {
     /// `seats.id`.
     pub seat_id: i64,
+    /// `sections.id`.
+    pub section_id: i64,
     /// The section's short code.
     pub section_code: String,
     /// The section's name.
@@ -313,7 +296,7 @@ pub struct MapSeat {
 /// every viewer (so it is shared: [`super::board::Boards`]).
 pub async fn map_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<MapSeat>> {
     sqlx::query_as(
-        "SELECT s.id AS seat_id, sec.code AS section_code, sec.name AS section_name,
+        "SELECT s.id AS seat_id, s.section_id, sec.code AS section_code, sec.name AS section_name,
                 s.row_label, s.number, s.aisle_before, z.code AS zone_code, s.access,
                 es.price_cents, es.sold
            FROM event_seats es

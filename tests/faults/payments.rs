@@ -419,7 +419,9 @@ async fn a_checkout_hung_up_on_while_a_confirm_is_parked_leaves_nothing_open() {
         let client = buyer.another_tab(Default::default());
         let url = event_url(&d, &servers[1].address, "checkout");
         let hung = tokio::spawn(async move { client.post(&url, &[]).await });
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Long enough for the checkout to reach the server on a busy machine, well inside
+        // the confirm's 600 ms park, which keeps the checkout from finishing first.
+        tokio::time::sleep(Duration::from_millis(250)).await;
         hung.abort();
         let first = first.await.unwrap();
         assert_no_5xx(&case, &[&first]);
