@@ -4,7 +4,7 @@
 //! An on-sale is a crowd looking at one map. What each of them sees alike (the event,
 //! its zones, its 11,056 seats and which are sold or held, the venue drawn with each
 //! section's counts) does not depend on who looks, so it is read and rendered once per
-//! event a second, by one caller while the others wait for it ([`PerEvent`]), and a view
+//! event a second, by one caller while the others wait for it (`PerEvent`), and a view
 //! adds only what is the buyer's own: their holds (one Redis script, [`map::load`]) and
 //! tickets (one small query), both skipped for a buyer new on this request.
 //!

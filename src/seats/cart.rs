@@ -114,7 +114,10 @@ pub async fn best_available(
         state.leases.held_by(&group, buyer.id())
     );
     let board = board?.ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
-    let mine = mine?.holdings.into_iter().filter_map(|h| h.name.parse().ok());
+    let mine = mine?
+        .holdings
+        .into_iter()
+        .filter_map(|h| h.name.parse().ok());
     let mut taken: HashSet<i64> = board.held_seats().chain(mine).collect();
     let mut last = None;
     for _ in 0..PICKS {
