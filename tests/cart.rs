@@ -184,6 +184,41 @@ async fn best_available_4_holds_4_adjacent_seats_of_one_row_with_one_token() {
     }
 }
 
+/// Best available picks from the event's board, read at most a second ago and shared by
+/// everyone asking in that second: a buyer whose pick someone took since picks again with
+/// the holds read afresh, so eight buyers one after another, within the board's second,
+/// all get a whole pair (with three picks from the board alone, the fourth was refused).
+#[tokio::test]
+async fn buyers_asking_within_the_boards_second_each_get_a_block() {
+    let app = tiny().await;
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let mut buyers = Vec::new();
+    for _ in 0..8 {
+        buyers.push(buyer(&app, event).await);
+    }
+    for (i, b) in buyers.iter().enumerate() {
+        let reply = best_available(&app, b, event, "2").await;
+        assert_eq!(
+            reply.status,
+            StatusCode::SEE_OTHER,
+            "buyer {i}: {}",
+            reply.body
+        );
+    }
+    let holds = holds(&app, event).await;
+    assert_eq!(holds.len(), 8, "{holds:?}");
+    let seats: Vec<i64> = holds
+        .values()
+        .flat_map(|(seats, _)| seats.iter().copied())
+        .collect();
+    let distinct: std::collections::HashSet<i64> = seats.iter().copied().collect();
+    assert_eq!(
+        (seats.len(), distinct.len()),
+        (16, 16),
+        "disjoint pairs: {holds:?}"
+    );
+}
+
 #[tokio::test]
 async fn two_buyers_best_available_4_at_once_get_disjoint_whole_groups() {
     let app = tiny().await;

@@ -30,9 +30,10 @@ use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
 use crate::telemetry;
 
-/// How many fresh picks [`best_available`] makes when another buyer took part of the
-/// block it chose between its read and its hold.
-const PICKS: usize = 3;
+/// How many picks [`best_available`] makes: the first from the event's board, each
+/// later one (after another buyer took part of the block it chose) with the holds read
+/// again.
+const PICKS: usize = 5;
 
 /// What a buyer asks best available for: how many seats, and the filters of the form.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -107,7 +108,9 @@ pub async fn best_available(
     // shared with every view: a crowd asking at once costs no read of Postgres), less
     // the buyer's own holds as they are now (one script). The board may be behind: a
     // block someone else held or bought since is refused by the hold script, the only
-    // judge, and the next pick leaves it out.
+    // judge, and the next pick leaves it out and every seat held by then (a crowd asking
+    // in the same second picks from the same board, so after one collision the holds
+    // are read again, one Redis round trip, rather than collide again).
     let group = super::event_group(&state.settings.lease_namespace, event_id);
     let (board, mine) = tokio::join!(
         state.boards.get(state, event_id),
@@ -136,9 +139,15 @@ pub async fn best_available(
                 });
             }
             // Someone held or bought part of the block since the board was read: pick
-            // again without it.
+            // again without it, nor any seat held now.
             Err(err @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
                 taken.extend(seats);
+                let now = state.leases.holders(&group).await?;
+                taken.extend(
+                    now.holdings
+                        .iter()
+                        .filter_map(|h| h.name.parse::<i64>().ok()),
+                );
                 last = Some(err);
             }
             Err(err) => return Err(purchase::hold_refused(err)),
