@@ -77,8 +77,9 @@ impl LeaseKey {
         format!("lease:{{{}}}:~retired", self.group)
     }
 
-    /// The group's `~held-by` set of `holder` ([`held_by_key`]).
-    pub(crate) fn held_by_key(&self, holder: &str) -> String {
+    /// `lease:{group}:~held-by:<holder>`: the names `holder` was granted in the group
+    /// (`scripts/acquire.lua` writes it, `scripts/held_by.lua` reads it).
+    pub fn held_by_key(&self, holder: &str) -> String {
         held_by_key(&self.group, holder)
     }
 

@@ -115,7 +115,7 @@ async fn prepare(
     // B and C start one and two staggers after A, each a little later as the seed draws.
     let mut rng = StdRng::seed_from_u64(scenario.seed);
     let mut servers = Vec::new();
-    for (i, name) in ["A", "B", "C"].into_iter().enumerate() {
+    for (i, name) in SERVERS.into_iter().enumerate() {
         let jitter = if i == 0 {
             0
         } else {
@@ -192,6 +192,9 @@ impl Prepared {
         Ok(recorder.await?)
     }
 }
+
+/// The simulated servers of each side, by name (each its holder label).
+pub(super) const SERVERS: [&str; 3] = ["A", "B", "C"];
 
 /// The lock of run `run_id`'s `side`: 14C in the group `<namespace>:lab:<run>:<side>`.
 fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {

@@ -55,20 +55,21 @@ pub(super) async fn persist(redis: &RedisStore, key: &LeaseKey) -> RedisResult<(
 }
 
 /// The fault "Redis restarts empty", for one run's lock: deletes every key of its group
-/// by name (the lease, the fence counter and ceiling, the holders hash, the retired set
-/// and the lab's own in-Redis ledger), as a restart without persistence loses them. By
+/// by name (the lease, the fence counter and ceiling, the holders hash, the retired set,
+/// each server's held-by set and the lab's own in-Redis ledger), as a restart without persistence loses them. By
 /// name, not by a scan, so that it costs one round trip however many keys other apps
 /// keep in the same Redis, and touches nothing of theirs. (A block reservation's marker,
 /// `~reserving:<nonce>`, is left: it lives 30 s and is only read by its own install.)
 /// Returns how many keys were lost. Also the cleanup after a run.
 pub(super) async fn delete_lock_keys(redis: &RedisStore, key: &LeaseKey) -> RedisResult<usize> {
-    let keys = [
+    let mut keys = vec![
         key.lease_key(),
         key.fence_key(),
         key.holders_key(),
         key.retired_key(),
         ledger_key(key.group()),
     ];
+    keys.extend(super::run::SERVERS.map(|server| key.held_by_key(server)));
     redis.connection().del(&keys).await
 }
 
