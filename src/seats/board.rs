@@ -77,6 +77,13 @@ impl Board {
     pub fn held_seats(&self) -> impl Iterator<Item = i64> + '_ {
         self.held.keys().copied()
     }
+
+    /// The seats `holder` held when the board was read.
+    pub fn held_by<'a>(&'a self, holder: &'a str) -> impl Iterator<Item = i64> + 'a {
+        (self.held.iter())
+            .filter(move |(_, by)| by.as_str() == holder)
+            .map(|(&seat_id, _)| seat_id)
+    }
 }
 
 /// The unsold of `seats` (in drawing order) as best available picks among them: dearest

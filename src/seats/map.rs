@@ -217,26 +217,22 @@ impl SeatMap {
         }
     }
 
-    /// How many of `seats` are available as the viewer sees them now: the board's
-    /// `available` count of them, less the seats the viewer has held since the board was
-    /// read, plus those it has let go of.
-    pub fn available_of<'a>(
-        &self,
-        seats: impl Iterator<Item = &'a MapSeat>,
-        available: usize,
-    ) -> usize {
-        let mut available = available as isize;
-        for seat in seats.filter(|seat| !seat.sold) {
-            let was_held = self.board.holder(seat.seat_id).is_some();
-            let mine = self.my_holds.iter().any(|h| h.seat_id == seat.seat_id);
-            let was_mine = self.board.holder(seat.seat_id) == Some(self.buyer_id.as_str());
-            available += match (was_held, mine, was_mine) {
-                (false, true, _) => -1,
-                (true, false, true) => 1,
-                _ => 0,
-            };
-        }
-        available.max(0) as usize
+    /// How many seats `in_scope` are available as the viewer sees them now: the board's
+    /// `available` count of them, less the unsold ones the viewer has held since the
+    /// board was read, plus those it has let go of. Looks only at the viewer's own
+    /// seats, never at every seat of the venue.
+    pub fn available_of(&self, in_scope: impl Fn(&MapSeat) -> bool, available: usize) -> usize {
+        let counts = |seat_id: i64| {
+            (self.board.seat(seat_id)).is_some_and(|seat| !seat.sold && in_scope(seat))
+        };
+        let mine = |seat_id: i64| self.my_holds.iter().any(|h| h.seat_id == seat_id);
+        let held_since = (self.my_holds.iter())
+            .filter(|h| self.board.holder(h.seat_id).is_none() && counts(h.seat_id))
+            .count();
+        let let_go = (self.board.held_by(&self.buyer_id))
+            .filter(|&seat_id| !mine(seat_id) && counts(seat_id))
+            .count();
+        (available + let_go).saturating_sub(held_since)
     }
 }
 
@@ -301,7 +297,7 @@ pub async fn load(
         buyer_id: buyer_id.to_owned(),
         sold_to_viewer: sold_to_viewer.into_iter().collect(),
     };
-    map.available = map.available_of(board.seats.iter(), board.available);
+    map.available = map.available_of(|_| true, board.available);
     Ok(Some(map))
 }
 

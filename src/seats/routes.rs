@@ -193,12 +193,7 @@ async fn show_section(
         .find(|s| s.code == code)
         .ok_or_else(no_section)?
         .clone();
-    let its_seats = map
-        .board
-        .seats
-        .iter()
-        .filter(|seat| seat.section_code == code);
-    summary.available = map.available_of(its_seats, summary.available);
+    summary.available = map.available_of(|seat| seat.section_code == code, summary.available);
     let mut page = page(&state, &buyer, &csrf, map, admitted_until).await?;
     page.grid = page.map.sections(Some(&code));
     page.section = Some(summary);
