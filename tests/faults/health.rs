@@ -27,7 +27,10 @@ async fn with_postgres_down_no_backend_is_ready_yet_the_proxy_still_serves_a_hol
     let postgres = PostgresServer::start().await.unwrap();
     let (_, redis) = store_urls().unwrap();
     let d = Deployment::new(&postgres.admin_url(), &redis, TINY_VENUES).await;
-    let servers = [d.server(|_| {}).await, d.server(|_| {}).await];
+    // Holds outlast the test: the deployment's 2 s can lapse between the second hold's
+    // answer and the check that it is in Redis on a busy machine (CI saw it).
+    let long_holds = |s: &mut seatlock::config::Settings| s.hold_ttl_ms = 60_000;
+    let servers = [d.server(long_holds).await, d.server(long_holds).await];
     let addresses: Vec<&str> = servers.iter().map(|s| s.address.as_str()).collect();
     let proxy = HaProxy::start(&addresses).await.unwrap();
 
