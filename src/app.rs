@@ -7,13 +7,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tower_http::compression::CompressionLayer;
-use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
@@ -238,10 +236,6 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             deadline::bound,
         ))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
-        .layer(RequestBodyTimeoutLayer::new(
-            state.settings.header_timeout(),
-        ))
         // gzip for clients that ask (the arena's overview: 24 kB of HTML, 4 kB sent);
         // tower-http's default predicate leaves event streams and tiny bodies
         // alone, so live pages are not buffered.
@@ -325,7 +319,7 @@ async fn stores(
 }
 
 async fn not_found() -> crate::http::error::Error {
-    crate::http::error::Error::NotFound("There is no such page.".into())
+    crate::http::error::Error::no_such_page()
 }
 
 async fn app_js() -> impl IntoResponse {

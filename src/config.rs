@@ -171,8 +171,9 @@ pub struct Settings {
         requires_if("true", "enable_race_lab")
     )]
     pub lab_disable_failover_guard: bool,
-    /// Time a client has to send a request's headers, and again its body, in
-    /// milliseconds: a slower connection is closed (slowloris), which frees its slot.
+    /// Time a client has to send a request's headers, and again its whole body, in
+    /// milliseconds: a connection slower with its headers is closed (slowloris), which
+    /// frees its slot; a body slower than this is answered 408.
     /// Responses may take as long as they need (live pages' event streams).
     #[arg(long, env = "SEATLOCK_HEADER_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..))]
     pub header_timeout_ms: u64,

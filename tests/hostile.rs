@@ -219,6 +219,21 @@ async fn unknown_and_malformed_ids_get_4xx_pages_and_take_no_lock() {
             .unwrap();
         assert_page(&reply, status, &path);
     }
+    // A 404 says which part of the path is unknown: the event, or the seat in it.
+    for (path, words) in [
+        (
+            format!("/events/999999/seats/{known}/hold"),
+            "There is no such event.",
+        ),
+        (
+            format!("/events/{event}/seats/999999/hold"),
+            "This event has no such seat.",
+        ),
+    ] {
+        let reply = buyer.post(&format!("{base}{path}"), &[]).await.unwrap();
+        assert_page(&reply, StatusCode::NOT_FOUND, &path);
+        assert!(reply.body.contains(words), "{path}: {}", reply.body);
+    }
     // Unknown ids took no lock: no fence ceiling reserved, no lease key made.
     let (ceilings, keys) = lock_state(&app).await;
     assert!(ceilings.is_empty(), "{ceilings:?}");
@@ -576,6 +591,62 @@ async fn a_forged_buyer_cookie_is_a_new_stranger_who_cannot_touch_the_hold() {
         .await
         .unwrap();
     assert_eq!(orders, 0);
+}
+
+/// POSTs `body` to `url` with its `Content-Length` and the `Cookie` header, sending
+/// `sent` bytes of it `pace` apart and then nothing more; returns the raw response.
+async fn post_slowly(url: &str, cookie: &str, body: &[u8], sent: usize, pace: Duration) -> String {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let trickle = body[..sent].to_vec();
+    let sending = tokio::spawn(async move {
+        writer.write_all(head.as_bytes()).await?;
+        for byte in trickle {
+            tokio::time::sleep(pace).await;
+            writer.write_all(&[byte]).await?;
+        }
+        // The rest never comes, and the connection stays open.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        std::io::Result::Ok(())
+    });
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(15), reader.read_to_end(&mut response)).await;
+    sending.abort();
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+/// A body that arrives too slowly, whether it stops half way or trickles a byte at a
+/// time, is answered 408 once the header timeout has passed, not a 503 that blames a
+/// store at the request's deadline; nothing is written, and the buyer's next try works.
+#[tokio::test]
+async fn a_body_sent_too_slowly_gets_408_and_changes_nothing() {
+    let (app, event, seats, _) = app(|s| s.header_timeout_ms = 1_000).await;
+    let buyer = visitor(&app, event).await;
+    let cookie = buyer.cookie_header(&app.address).unwrap();
+    let url = format!("{}/events/{event}/seats/{}/hold", app.address, seats[0]);
+    let body = format!("authenticity_token={}", urlencode(buyer.csrf_token()));
+    let half = body.len() / 2;
+    for (sent, pace) in [
+        (half, Duration::ZERO),
+        (body.len() - 1, Duration::from_millis(150)),
+    ] {
+        let response = post_slowly(&url, &cookie, body.as_bytes(), sent, pace).await;
+        assert!(
+            response.starts_with("HTTP/1.1 408"),
+            "{sent} bytes {pace:?} apart: {response}"
+        );
+        assert!(response.contains("arrived too slowly"), "{response}");
+    }
+    assert_nothing_written(&app, event).await;
+    let reply = buyer.post_raw(&url, body).await.unwrap();
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
 }
 
 /// Slow clients: connections that send part of their headers and then nothing are closed

@@ -821,7 +821,7 @@ async fn with_the_leases_in_a_redis_of_their_own_holds_are_pushed_live() {
     let mut pushed = app
         .state
         .live
-        .subscribe(&format!("event:{event}"))
+        .subscribe(&seatlock::live::event_topic(event))
         .expect("a place in the stream budget");
 
     let reply = HttpBuyer::new()

@@ -77,7 +77,7 @@ pub async fn place_bid(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
             // An unknown id must not take a lock: each distinct id would leave a fence
             // ceiling row in Postgres and a fence hash in Redis behind.
             if !state.known_items.exists(&state.db, bid.item_id).await? {
-                return Err(no_such_item());
+                return Err(Error::no_such_auction());
             }
             // 1. The bid lock, 2. the fenced write under it, 3. the owner-checked
             // release, whatever the write's outcome.
@@ -141,7 +141,7 @@ pub async fn bid_under_lease(
     let mut tx = state.db.begin().await?;
     let item = queries::item(&mut *tx, bid.item_id)
         .await?
-        .ok_or_else(no_such_item)?;
+        .ok_or_else(Error::no_such_auction)?;
     rules::check_bid(&item, bid.amount_cents).map_err(Refusal::from)?;
     pause::point(PausePoint::BeforeWrite).await;
     // The fenced write: the token, the high bid and the end are checked again by the
@@ -183,16 +183,12 @@ fn accepted(bid: &Bid<'_>, placed: queries::PlacedBid, fencing_token: Option<i64
     }
 }
 
-fn no_such_item() -> Error {
-    Error::NotFound("There is no such auction.".into())
-}
-
 /// Explains a bid that [`queries::place_bid`] refused, from a fresh read: no such item,
 /// a rule (ended, too low: another bid got in first), or, with a token, a stale token.
 async fn bid_refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Error {
     let item = match queries::item(&state.db, bid.item_id).await {
         Ok(Some(item)) => item,
-        Ok(None) => return no_such_item(),
+        Ok(None) => return Error::no_such_auction(),
         Err(err) => return err.into(),
     };
     // The rules first: a bid that lost to another one (or to the clock) says so.

@@ -109,7 +109,7 @@ pub(super) async fn stream(
         .ok_or(Error::StreamsFull)?;
     let first = render(&state, item_id, &buyer_id, "snapshot")
         .await?
-        .ok_or_else(|| Error::NotFound("There is no such auction.".into()))?;
+        .ok_or_else(Error::no_such_auction)?;
     Ok(page_stream(subscription, first, move |message| {
         let (state, buyer_id) = (state.clone(), buyer_id.clone());
         async move {

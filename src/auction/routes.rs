@@ -186,7 +186,7 @@ async fn item_page(
 ) -> Result<ItemPage> {
     let live = LiveItem::load(state, item_id, buyer.id())
         .await?
-        .ok_or_else(|| Error::NotFound("There is no such auction.".into()))?;
+        .ok_or_else(Error::no_such_auction)?;
     let (amount, error, refusal) = match refused {
         Some((amount, error)) => (
             amount,

@@ -141,7 +141,8 @@ struct AuthenticityToken {
 }
 
 /// A urlencoded form of type `T` whose `authenticity_token` field matched the CSRF
-/// cookie and the buyer. Rejections: 413 for a body over the limit, 403 for a missing
+/// cookie and the buyer (its body already read whole, within the limit, by
+/// [`crate::http::deadline::bound`]). Rejections: 403 for a missing
 /// or wrong token, 400 for a form that does not parse as `T`.
 pub struct CsrfForm<T>(pub T);
 
@@ -158,10 +159,7 @@ where
         let token = Csrf::from_ref(state).token(&mut parts).await?;
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
-            .map_err(|rejection| match rejection.status().as_u16() {
-                413 => Error::TooLarge,
-                _ => Error::BadRequest("The form could not be read.".into()),
-            })?;
+            .map_err(|_| Error::BadRequest("The form could not be read.".into()))?;
         let sent: AuthenticityToken =
             serde_urlencoded::from_bytes(&bytes).map_err(|_| forbidden())?;
         token

@@ -8,24 +8,55 @@
 //! authorization or its bid lock to their TTLs and idempotency keys (see
 //! [`crate::seats::purchase`]), and the connection it was using is checked before reuse
 //! (`crate::db`). The response body is not bounded: a live page's stream runs on.
+//!
+//! The deadline is the stores' budget, so it starts once the request is whole: its body is
+//! read first, within the header timeout (a client that sends it slower, a trickle
+//! included, is answered 408, not a 503 that blames a store) and the body limit (413).
 
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use crate::app::BODY_LIMIT_BYTES;
 use crate::http::error::Error;
 use crate::state::AppState;
 
 /// What a request cut off at its deadline names as unavailable.
 const WHAT: &str = "A store";
 
-/// Middleware: runs the request within the deadline, else answers 503.
+/// Middleware: reads the request's body whole (408 if it takes longer than the header
+/// timeout, 413 past [`BODY_LIMIT_BYTES`]), then runs the request within the deadline,
+/// else answers 503.
 pub async fn bound(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    within(state.settings.request_deadline(), next.run(req))
-        .await
-        .unwrap_or_else(IntoResponse::into_response)
+    let (parts, body) = req.into_parts();
+    let body = match read_whole(body, state.settings.header_timeout()).await {
+        Ok(body) => body,
+        Err(err) => return err.into_response(),
+    };
+    within(
+        state.settings.request_deadline(),
+        next.run(Request::from_parts(parts, body)),
+    )
+    .await
+    .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// `body` read into memory within `limit` (the whole read, not each chunk: a byte every
+/// few seconds does not keep it going). Errors: 408 too slow, 413 too large, 400 a body
+/// that broke off.
+async fn read_whole(body: Body, limit: Duration) -> Result<Body, Error> {
+    let read = Limited::new(body, BODY_LIMIT_BYTES).collect();
+    match tokio::time::timeout(limit, read).await {
+        Ok(Ok(collected)) => Ok(Body::from(collected.to_bytes())),
+        Ok(Err(err)) if err.is::<LengthLimitError>() => Err(Error::TooLarge),
+        Ok(Err(_)) => Err(Error::BadRequest("The form could not be read.".into())),
+        Err(_) => Err(Error::RequestTimeout),
+    }
 }
 
 /// `work`, or [`Error::Unavailable`] once `deadline` (a [`crate::config::Settings::request_deadline`])

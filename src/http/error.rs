@@ -173,6 +173,10 @@ pub enum Error {
     /// The request body is over [`crate::app::BODY_LIMIT_BYTES`]: 413.
     #[error("The request is too large.")]
     TooLarge,
+    /// The request body did not arrive whole within the header timeout
+    /// (`--header-timeout-ms`): 408. The client is slow, not a store.
+    #[error("The form arrived too slowly to be read; nothing was changed. Please send it again.")]
+    RequestTimeout,
     /// Redis or Postgres is unreachable; names which one: 503.
     #[error("{0} is unavailable, please try again in a moment")]
     Unavailable(&'static str),
@@ -295,6 +299,26 @@ fn constraint_error(constraint: &str) -> Option<Error> {
 }
 
 impl Error {
+    /// 404: the path names an event that does not exist.
+    pub fn no_such_event() -> Error {
+        Error::NotFound("There is no such event.".into())
+    }
+
+    /// 404: the event exists, and the seat is not one of its venue's.
+    pub fn no_such_seat() -> Error {
+        Error::NotFound("This event has no such seat.".into())
+    }
+
+    /// 404: the path names no page (an unknown route, or a section the venue lacks).
+    pub fn no_such_page() -> Error {
+        Error::NotFound("There is no such page.".into())
+    }
+
+    /// 404: the path names an auction item that does not exist.
+    pub fn no_such_auction() -> Error {
+        Error::NotFound("There is no such auction.".into())
+    }
+
     /// The refusal's code, if this is a [`Refusal`].
     pub fn refusal_code(&self) -> Option<&'static str> {
         match self {
@@ -311,6 +335,7 @@ impl Error {
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Refused(_) => StatusCode::CONFLICT,
             Error::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Error::Unavailable(_) | Error::StreamsFull => StatusCode::SERVICE_UNAVAILABLE,
             Error::Database(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

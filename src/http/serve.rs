@@ -3,8 +3,8 @@
 //!
 //! * A request's headers must arrive within [`Limits::header_timeout`] (hyper's
 //!   `header_read_timeout`): a connection that sends part of its headers and then nothing
-//!   (slowloris) is closed. A request body has the same time
-//!   (`tower_http`'s `RequestBodyTimeoutLayer`, in [`crate::app::router`]).
+//!   (slowloris) is closed. A request body has the same time, for the whole of it, and
+//!   gets a 408 past it ([`crate::http::deadline::bound`]).
 //! * At most [`Limits::max_connections`] connections are served at once; further ones
 //!   wait in the kernel's accept queue until one closes. Live pages' event streams are
 //!   budgeted apart, below it ([`crate::live::LiveHub`]), so requests always have room.

@@ -62,7 +62,7 @@ pub(super) fn seat_message(event: &LeaseEvent, prefix: &str) -> Option<(String, 
         }
     };
     Some((
-        format!("event:{event_id}"),
+        super::event_topic(event_id),
         LiveMessage {
             event: "seat".into(),
             data,

@@ -27,3 +27,17 @@ mod stream;
 pub use hub::{Feed, LiveHub, LiveMessage, Observer, Subscription};
 pub use listeners::{HEARTBEAT_QUERY, NOTIFY_CHANNEL, spawn};
 pub use stream::{Update, page_stream};
+
+/// The prefix of every event map's topic, `event:<event id>` (also written by the sale's
+/// `pg_notify` in `crate::seats::queries`).
+pub const EVENT_TOPIC_PREFIX: &str = "event:";
+
+/// The topic of event `event_id`'s maps.
+pub fn event_topic(event_id: i64) -> String {
+    format!("{EVENT_TOPIC_PREFIX}{event_id}")
+}
+
+/// The event whose maps `topic` is for; `None` for another kind of topic.
+pub fn event_of_topic(topic: &str) -> Option<i64> {
+    topic.strip_prefix(EVENT_TOPIC_PREFIX)?.parse().ok()
+}

@@ -39,7 +39,7 @@ pub(super) async fn hold_group_route(
         .catalog
         .event(&state.db, event_id)
         .await?
-        .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
+        .ok_or_else(Error::no_such_event)?;
     if let Some(seat) = seats.iter().find(|&&seat| !event.has_seat(seat)) {
         return Err(Error::NotFound(format!("This event has no seat {seat}.")));
     }

@@ -49,7 +49,7 @@ async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
         return purchase::hold(state, buyer, seat).await.map(drop);
     }
     match seat_queries::seat_status(&state.db, seat).await? {
-        None => Err(Error::NotFound("This event has no such seat.".into())),
+        None => Err(Error::no_such_seat()),
         Some(status) if status.sold => Err(Refusal::AlreadySold.into()),
         Some(_) => Ok(()),
     }

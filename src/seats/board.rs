@@ -176,7 +176,7 @@ async fn build(state: &AppState, event_id: i64) -> Result<Option<Board>> {
     let held: HashMap<i64, String> = holds?
         .holdings
         .into_iter()
-        .filter_map(|h| Some((h.name.parse().ok()?, h.holder)))
+        .filter_map(|h| Some((super::seat_of(&h)?, h.holder)))
         .collect();
     let taken = |seat: &MapSeat| seat.sold || held.contains_key(&seat.seat_id);
     let overview = Overview::new(plan?.unwrap_or_default(), &shapes?, &seats, taken);

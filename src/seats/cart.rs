@@ -100,7 +100,7 @@ pub async fn best_available(
         .catalog
         .event(&state.db, event_id)
         .await?
-        .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
+        .ok_or_else(Error::no_such_event)?;
     if event.started() {
         return Err(Refusal::EventStarted.into());
     }
@@ -116,11 +116,11 @@ pub async fn best_available(
         state.boards.get(state, event_id),
         state.leases.held_by(&group, buyer.id())
     );
-    let board = board?.ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
+    let board = board?.ok_or_else(Error::no_such_event)?;
     let mine = mine?
         .holdings
         .into_iter()
-        .filter_map(|h| h.name.parse().ok());
+        .filter_map(|h| super::seat_of(&h));
     let mut taken: HashSet<i64> = board.held_seats().chain(mine).collect();
     let mut last = None;
     for _ in 0..PICKS {
@@ -143,11 +143,7 @@ pub async fn best_available(
             Err(err @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
                 taken.extend(seats);
                 let now = state.leases.holders(&group).await?;
-                taken.extend(
-                    now.holdings
-                        .iter()
-                        .filter_map(|h| h.name.parse::<i64>().ok()),
-                );
+                taken.extend(now.holdings.iter().filter_map(super::seat_of));
                 last = Some(err);
             }
             Err(err) => return Err(purchase::hold_refused(err)),
@@ -439,7 +435,7 @@ pub(crate) async fn held_seats(state: &AppState, buyer: &Buyer, event_id: i64) -
         .holdings
         .iter()
         .filter(|h| h.holder == buyer.id())
-        .filter_map(|h| h.name.parse::<i64>().ok())
+        .filter_map(super::seat_of)
         .collect();
     seats.sort_unstable();
     Ok(seats)

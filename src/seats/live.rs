@@ -39,18 +39,15 @@ use super::per_event::PerEvent;
 use super::{parse_id, queries};
 use crate::events;
 use crate::http::error::{Error, Result};
-use crate::live::{LiveMessage, Update, page_stream};
+use crate::live::{
+    EVENT_TOPIC_PREFIX, LiveMessage, Update, event_of_topic, event_topic, page_stream,
+};
 use crate::state::AppState;
 
 /// How often an event with open maps is read again and, if the truth moved without a
 /// message, sent to them ([`spawn_convergence`]): the bound on how long an open map can
 /// stay wrong after a lost message.
 pub const CONVERGE_INTERVAL: Duration = Duration::from_secs(3);
-
-/// The topic of event `event_id`'s maps.
-fn topic(event_id: i64) -> String {
-    format!("event:{event_id}")
-}
 
 /// The opening snapshot of each event's maps, shared by every viewer while it is
 /// current, and what the open maps show (see the module docs).
@@ -102,7 +99,7 @@ impl Snapshots {
     /// their pages do (`web/app.js`): a seat change to its seat, a snapshot in place of
     /// everything; after a resync what they show is not known until the next stable read.
     pub fn observe(&self, topic: &str, message: &LiveMessage) {
-        let Some(event_id) = topic.strip_prefix("event:").and_then(|id| id.parse().ok()) else {
+        let Some(event_id) = event_of_topic(topic) else {
             return;
         };
         let mut shown = self.shown.lock().expect("shown lock");
@@ -140,7 +137,7 @@ impl Snapshots {
         generation: u64,
         data: &serde_json::Value,
     ) {
-        if state.live.generation(&topic(event_id)) != Some(generation) {
+        if state.live.generation(&event_topic(event_id)) != Some(generation) {
             return;
         }
         let mut shown = self.shown.lock().expect("shown lock");
@@ -155,7 +152,7 @@ impl Snapshots {
     async fn get(&self, state: &AppState, event_id: i64) -> Result<Option<serde_json::Value>> {
         let slot = self.events.slot(event_id);
         let mut cached = slot.lock().await;
-        let Some(generation) = state.live.generation(&topic(event_id)) else {
+        let Some(generation) = state.live.generation(&event_topic(event_id)) else {
             return read(state, event_id).await;
         };
         if let Some((at, data)) = &*cached
@@ -177,7 +174,7 @@ impl Snapshots {
     /// with what the maps show, and if a seat differs as it did at the last step, sends
     /// the truth to them as a snapshot and shares it. Whether it sent one.
     async fn converge(&self, state: &AppState, event_id: i64) -> Result<bool> {
-        let Some(generation) = state.live.generation(&topic(event_id)) else {
+        let Some(generation) = state.live.generation(&event_topic(event_id)) else {
             self.shown.lock().expect("shown lock").remove(&event_id);
             return Ok(false);
         };
@@ -208,11 +205,11 @@ impl Snapshots {
             event: "snapshot".into(),
             data: data.clone(),
         };
-        state.live.publish(&topic(event_id), message);
+        state.live.publish(&event_topic(event_id), message);
         // Current as of the message just sent.
         *cached = state
             .live
-            .generation(&topic(event_id))
+            .generation(&event_topic(event_id))
             .map(|generation| (generation, data));
         Ok(true)
     }
@@ -285,8 +282,8 @@ pub fn spawn_convergence(state: AppState) {
             if state.live.is_closed() {
                 return;
             }
-            let open: Vec<i64> = (state.live.topics("event:").iter())
-                .filter_map(|topic| topic.strip_prefix("event:")?.parse().ok())
+            let open: Vec<i64> = (state.live.topics(EVENT_TOPIC_PREFIX).iter())
+                .filter_map(|topic| event_of_topic(topic))
                 .collect();
             // Events whose maps all closed are forgotten.
             (state.snapshots.shown.lock().expect("shown lock")).retain(|id, _| open.contains(id));
@@ -322,11 +319,11 @@ pub(super) async fn stream(
     // Subscribe first, then read the snapshot: no change can fall between the two.
     let subscription = state
         .live
-        .subscribe(&topic(event_id))
+        .subscribe(&event_topic(event_id))
         .ok_or(Error::StreamsFull)?;
     let first = snapshot(&state, event_id)
         .await?
-        .ok_or_else(|| Error::NotFound("There is no such event.".into()))?;
+        .ok_or_else(Error::no_such_event)?;
     Ok(page_stream(subscription, first, move |message| {
         let state = state.clone();
         async move { update(&state, event_id, &message).await }

@@ -265,7 +265,7 @@ pub async fn load(
         .holdings
         .iter()
         .filter_map(|h| {
-            let seat = board.seat(h.name.parse().ok()?)?;
+            let seat = board.seat(super::seat_of(h)?)?;
             Some(MyHold {
                 seat_id: seat.seat_id,
                 title: title(seat),

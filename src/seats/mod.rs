@@ -56,6 +56,12 @@ pub fn lease_key(namespace: &LeaseNamespace, seat: SeatRef) -> LeaseKey {
     namespace.key("event", seat.event_id, &seat.seat_id.to_string())
 }
 
+/// The seat a holding of [`event_group`] is on: its name parsed back to the seat id that
+/// [`lease_key`] wrote (`None` for a name no seat key has).
+pub fn seat_of(holding: &lease::Holding) -> Option<i64> {
+    holding.name.parse().ok()
+}
+
 /// Parses a positive id from a URL segment; `what` names it in the 400 message.
 pub fn parse_id(raw: &str, what: &str) -> Result<i64, Error> {
     raw.parse::<i64>()

@@ -51,7 +51,7 @@ pub enum HoldOutcome {
 /// Round trips: one Redis script (the lease), nothing else (the buyer is known from their
 /// signed cookie); Postgres none, except one read on the event's first hold in this
 /// process. Errors: 404
-/// unknown seat, 409 sold, event started, "someone is buying this seat" or the buyer's
+/// no such event or no such seat, 409 sold, event started, "someone is buying this seat" or the buyer's
 /// limit reached (`--max-seats-per-buyer`, counted by Redis in the same script:
 /// [`Refusal::SeatLimit`]), 503 store unavailable.
 ///
@@ -60,9 +60,10 @@ pub enum HoldOutcome {
 #[tracing::instrument(name = "hold", skip_all, fields(event = seat.event_id, seat = seat.seat_id, buyer = buyer.id(), fencing_token = Empty))]
 pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<HoldOutcome> {
     let event = state.catalog.event(&state.db, seat.event_id).await?;
-    let event = event
-        .filter(|event| event.has_seat(seat.seat_id))
-        .ok_or_else(|| Error::NotFound("This event has no such seat.".into()))?;
+    let event = event.ok_or_else(Error::no_such_event)?;
+    if !event.has_seat(seat.seat_id) {
+        return Err(Error::no_such_seat());
+    }
     if event.started() {
         telemetry::hold_refused(&Refusal::EventStarted);
         return Err(Refusal::EventStarted.into());

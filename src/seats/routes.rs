@@ -232,7 +232,7 @@ async fn event_map(state: &AppState, buyer: &Buyer, event: &str) -> Result<SeatM
     let event_id = parse_id(event, "event")?;
     map::load(state, event_id, buyer.id(), buyer.is_new())
         .await?
-        .ok_or_else(|| Error::NotFound("There is no such event.".into()))
+        .ok_or_else(Error::no_such_event)
 }
 
 async fn show_checkout(
@@ -416,7 +416,7 @@ impl FromRequest<AppState> for SeatPost {
         let (mut parts, body) = req.into_parts();
         let Path((event, seat)) = Path::<(String, String)>::from_request_parts(&mut parts, state)
             .await
-            .map_err(|_| Error::NotFound("There is no such page.".into()))?;
+            .map_err(|_| Error::no_such_page())?;
         let CsrfForm(SeatForm { section }) =
             CsrfForm::from_request(Request::from_parts(parts, body), state).await?;
         Ok(SeatPost(seat_ref(&event, &seat)?, MapPage { section }))

@@ -347,9 +347,8 @@ async fn the_live_feed_hears_the_expiries_of_every_master() {
         let mut pushed = app
             .state
             .live
-            .subscribe(&format!(
-                "event:{}",
-                key.group().rsplit(':').next().unwrap()
+            .subscribe(&seatlock::live::event_topic(
+                key.group().rsplit(':').next().unwrap().parse().unwrap(),
             ))
             .expect("a place in the stream budget");
         app.state

@@ -152,7 +152,7 @@ async fn after_a_switchover_the_live_feed_moves_to_the_new_primary_and_shows_lap
     let mut pushed = app
         .state
         .live
-        .subscribe(&format!("event:{event}"))
+        .subscribe(&seatlock::live::event_topic(event))
         .expect("a place in the stream budget");
     let reply = HttpBuyer::new()
         .seat_action(&app.address, event, seats[0], "hold")

@@ -81,7 +81,7 @@ pub(crate) async fn event(state: &AppState, event_id: i64) -> Result<std::sync::
         .catalog
         .event(&state.db, event_id)
         .await?
-        .ok_or_else(|| Error::NotFound("There is no such event.".into()))
+        .ok_or_else(Error::no_such_event)
 }
 
 /// Whether event `event_id` has a waiting room. Errors: 404 no such event.
