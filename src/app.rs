@@ -19,7 +19,7 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 use crate::config::{PurchaseStrategy, Settings};
 use crate::http::{buyer, csrf, deadline, health};
 use crate::ledger::PgFenceLedger;
-use crate::state::{AppState, RoomStore, SessionRedis};
+use crate::state::{AppState, RoomStore, SessionRedis, Shared};
 use crate::telemetry;
 use crate::{auction, events, live, orders, racelab, seats};
 
@@ -62,7 +62,7 @@ impl Application {
             db.clone(),
             settings.lease_namespace.to_string(),
         );
-        let state = AppState {
+        let state = AppState::new(Shared {
             db,
             leases,
             redis,
@@ -76,7 +76,7 @@ impl Application {
             boards: Arc::default(),
             known_items: Arc::default(),
             draining: Arc::default(),
-        };
+        });
         // Not ready before the live feeds are subscribed (pages would miss changes),
         // unless a store is down: then start anyway, and /healthz says which feed.
         if !state

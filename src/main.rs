@@ -6,6 +6,11 @@ use seatlock::config::{Cli, Command};
 use sqlx::postgres::PgPoolOptions;
 use tracing_subscriber::EnvFilter;
 
+// mimalloc, not glibc's malloc: a profile of the hold path put a quarter of the server's
+// CPU in malloc, free and their consolidation (docs/performance.md, "Where the time goes").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()

@@ -31,6 +31,11 @@
 //! and the floor rows alone; `trips` is the round-trip rows. Run by `cargo bench` only:
 //! under `cargo test` (no `--bench` argument) it does nothing.
 
+// The server's allocator (src/main.rs), so the floor server, which runs in this
+// process, is on the same stack as the product.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod breakdown;
 mod cluster;
 mod crowd;

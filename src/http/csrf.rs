@@ -13,6 +13,8 @@
 //!    site, for browsers that send it (all current ones do). Which origin is this site's,
 //!    behind a proxy, is [`crate::http::proxy`]'s to say.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{FromRef, FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -32,8 +34,9 @@ use crate::http::proxy::BuyerOrigin;
 /// `Csrf::for_buyer` derives each buyer's own.
 #[derive(Clone)]
 pub struct Csrf {
-    cookie: CsrfConfig,
-    secret: String,
+    // Shared: the CSRF extractors take a copy per request.
+    cookie: Arc<CsrfConfig>,
+    secret: Arc<str>,
 }
 
 impl Csrf {
@@ -51,12 +54,12 @@ impl Csrf {
             // The cookie holds a random token in clear; the form carries an HMAC of it,
             // which a cross-site page can neither read nor compute (signed double submit).
             Some(secret) => Csrf {
-                cookie: cookie.with_key(None),
-                secret: secret.to_owned(),
+                cookie: Arc::new(cookie.with_key(None)),
+                secret: secret.into(),
             },
             None => Csrf {
-                cookie,
-                secret: random_text(),
+                cookie: Arc::new(cookie),
+                secret: random_text().into(),
             },
         }
     }
@@ -64,7 +67,7 @@ impl Csrf {
     /// The configuration for the buyer `buyer_id`: the form token is HMAC(secret ":"
     /// buyer id, cookie token).
     fn for_buyer(&self, buyer_id: &str) -> CsrfConfig {
-        self.cookie
+        (*self.cookie)
             .clone()
             .with_salt(format!("{}:{buyer_id}", self.secret))
     }
