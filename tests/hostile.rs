@@ -622,6 +622,24 @@ async fn post_slowly(url: &str, cookie: &str, body: &[u8], sent: usize, pace: Du
     String::from_utf8_lossy(&response).into_owned()
 }
 
+/// POSTs the start of a body to `url` with `Expect: 100-continue` and a `Content-Length`
+/// of `announced` bytes, and sends nothing more; returns the raw response.
+async fn post_announcing(url: &str, cookie: &str, start: &[u8], announced: u64) -> String {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\nExpect: 100-continue\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {announced}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let _ = stream.write_all(start).await;
+    let mut response = vec![0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(15), stream.read(&mut response)).await;
+    let n = read.expect("an answer").unwrap_or(0);
+    String::from_utf8_lossy(&response[..n]).into_owned()
+}
+
 /// A body that arrives too slowly, whether it stops half way or trickles a byte at a
 /// time, is answered 408 once the header timeout has passed, not a 503 that blames a
 /// store at the request's deadline; nothing is written, and the buyer's next try works.
@@ -643,7 +661,14 @@ async fn a_body_sent_too_slowly_gets_408_and_changes_nothing() {
             "{sent} bytes {pace:?} apart: {response}"
         );
         assert!(response.contains("arrived too slowly"), "{response}");
+        let head = response.to_ascii_lowercase();
+        assert!(head.contains("\r\nconnection: close\r\n"), "{response}");
     }
+    // A body announced over the limit is refused at once: no `100 Continue` invites it,
+    // and no timeout is waited for.
+    let huge = format!("{body}&padding=");
+    let response = post_announcing(&url, &cookie, huge.as_bytes(), 1_000_000_000_000).await;
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
     assert_nothing_written(&app, event).await;
     let reply = buyer.post_raw(&url, body).await.unwrap();
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);

@@ -15,8 +15,9 @@
 
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -36,7 +37,14 @@ pub async fn bound(State(state): State<AppState>, req: Request, next: Next) -> R
     let (parts, body) = req.into_parts();
     let body = match read_whole(body, state.settings.header_timeout()).await {
         Ok(body) => body,
-        Err(err) => return err.into_response(),
+        Err(err) => {
+            // The body was not read to its end, so the connection cannot carry another
+            // request: say so (RFC 9110 asks it of a 408), and hyper closes it.
+            let mut response = err.into_response();
+            let close = HeaderValue::from_static("close");
+            response.headers_mut().insert(header::CONNECTION, close);
+            return response;
+        }
     };
     within(
         state.settings.request_deadline(),
@@ -47,9 +55,14 @@ pub async fn bound(State(state): State<AppState>, req: Request, next: Next) -> R
 }
 
 /// `body` read into memory within `limit` (the whole read, not each chunk: a byte every
-/// few seconds does not keep it going). Errors: 408 too slow, 413 too large, 400 a body
-/// that broke off.
+/// few seconds does not keep it going). Errors: 408 too slow, 413 too large (announced
+/// or sent), 400 a body that broke off.
 async fn read_whole(body: Body, limit: Duration) -> Result<Body, Error> {
+    // A `Content-Length` over the limit is refused before a byte is read (nor is a
+    // `100 Continue` sent, which would invite the upload).
+    if body.size_hint().lower() > BODY_LIMIT_BYTES as u64 {
+        return Err(Error::TooLarge);
+    }
     let read = Limited::new(body, BODY_LIMIT_BYTES).collect();
     match tokio::time::timeout(limit, read).await {
         Ok(Ok(collected)) => Ok(Body::from(collected.to_bytes())),
