@@ -241,12 +241,17 @@ async fn unknown_and_malformed_ids_get_4xx_pages_and_take_no_lock() {
     assert_nothing_written(&app, event).await;
 }
 
+/// `http://host:port/path` as (`host:port`, `/path`), for a request written by hand.
+fn host_and_path(url: &str) -> (&str, &str) {
+    let rest = url.strip_prefix("http://").unwrap();
+    rest.split_at(rest.find('/').unwrap())
+}
+
 /// POSTs `body` to `url` with `Transfer-Encoding: chunked` (no `Content-Length`, so the
 /// limit can only be enforced while reading) and the given `Cookie` header; returns the
 /// status code.
 async fn post_chunked(url: &str, cookie: &str, body: &[u8]) -> u16 {
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let (host, path) = host_and_path(url);
     let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\nConnection: close\r\n\
@@ -596,8 +601,7 @@ async fn a_forged_buyer_cookie_is_a_new_stranger_who_cannot_touch_the_hold() {
 /// POSTs `body` to `url` with its `Content-Length` and the `Cookie` header, sending
 /// `sent` bytes of it `pace` apart and then nothing more; returns the raw response.
 async fn post_slowly(url: &str, cookie: &str, body: &[u8], sent: usize, pace: Duration) -> String {
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let (host, path) = host_and_path(url);
     let stream = tokio::net::TcpStream::connect(host).await.unwrap();
     let (mut reader, mut writer) = stream.into_split();
     let head = format!(
@@ -625,8 +629,7 @@ async fn post_slowly(url: &str, cookie: &str, body: &[u8], sent: usize, pace: Du
 /// POSTs the start of a body to `url` with `Expect: 100-continue` and a `Content-Length`
 /// of `announced` bytes, and sends nothing more; returns the raw response.
 async fn post_announcing(url: &str, cookie: &str, start: &[u8], announced: u64) -> String {
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let (host, path) = host_and_path(url);
     let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: {host}\r\nCookie: {cookie}\r\nExpect: 100-continue\r\n\

@@ -162,7 +162,7 @@ where
         let token = Csrf::from_ref(state).token(&mut parts).await?;
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
-            .map_err(|_| Error::BadRequest("The form could not be read.".into()))?;
+            .map_err(|_| Error::form_unreadable())?;
         let sent: AuthenticityToken =
             serde_urlencoded::from_bytes(&bytes).map_err(|_| forbidden())?;
         token

@@ -67,7 +67,7 @@ async fn read_whole(body: Body, limit: Duration) -> Result<Body, Error> {
     match tokio::time::timeout(limit, read).await {
         Ok(Ok(collected)) => Ok(Body::from(collected.to_bytes())),
         Ok(Err(err)) if err.is::<LengthLimitError>() => Err(Error::TooLarge),
-        Ok(Err(_)) => Err(Error::BadRequest("The form could not be read.".into())),
+        Ok(Err(_)) => Err(Error::form_unreadable()),
         Err(_) => Err(Error::RequestTimeout),
     }
 }

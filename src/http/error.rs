@@ -319,6 +319,11 @@ impl Error {
         Error::NotFound("There is no such auction.".into())
     }
 
+    /// 400: the request's body broke off before its end, or is not a body at all.
+    pub fn form_unreadable() -> Error {
+        Error::BadRequest("The form could not be read.".into())
+    }
+
     /// The refusal's code, if this is a [`Refusal`].
     pub fn refusal_code(&self) -> Option<&'static str> {
         match self {
