@@ -66,11 +66,20 @@ async fn a_backend_killed_mid_traffic_is_routed_around_and_the_invariant_holds()
     let at_down = traffic.tally.outcomes.lock().unwrap().clone();
     let at_down_total = traffic.tally.requests();
     let sessions_at_down = proxy.backends().await.unwrap();
-    // The buyers keep going, the third pinned to the dead backend among them.
+    // The buyers keep going, the third pinned to the dead backend among them, until
+    // each survivor has served some: a survivor's few buyers may all be in a stalled
+    // confirm (a pause of a hold and a half) for the first 200 requests.
     eventually(
         Duration::from_secs(60),
-        "200 more requests after the backend went down",
-        || async { traffic.tally.requests() >= at_down_total + 200 },
+        "200 more requests after the backend went down, each survivor serving some",
+        || async {
+            let now = proxy.backends().await.unwrap_or_default();
+            traffic.tally.requests() >= at_down_total + 200
+                && ["app2", "app3"].iter().all(|survivor| {
+                    now.get(*survivor).map_or(0, |b| b.sessions)
+                        > sessions_at_down[*survivor].sessions
+                })
+        },
     )
     .await;
     let tally = traffic.stop().await;
