@@ -123,22 +123,27 @@ impl Processes {
         }
         let (busy, idle) = machine_ticks();
         let machine_s = (seconds(Some(busy)), seconds(Some(idle)));
-        let page = reqwest::get(metrics_url).await?.text().await?;
-        let metrics = page
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| {
-                let (name, value) = l.rsplit_once(' ')?;
-                Some((name.to_owned(), value.parse().ok()?))
-            })
-            .collect();
         Ok(Snapshot {
             at: Instant::now(),
             cpu_s,
             machine_s,
-            metrics,
+            metrics: metrics(metrics_url).await?,
         })
     }
+}
+
+/// The server's metrics page at `metrics_url`, each sample by its name (labels
+/// included, as the page writes them).
+pub(crate) async fn metrics(metrics_url: &str) -> anyhow::Result<BTreeMap<String, f64>> {
+    let page = reqwest::get(metrics_url).await?.text().await?;
+    Ok(page
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_owned(), value.parse().ok()?))
+        })
+        .collect())
 }
 
 /// Per `per` operations between two snapshots: CPU milliseconds of each group, of the

@@ -147,7 +147,7 @@ fn per(growth: f64) -> f64 {
 }
 
 /// A process's resident set size (`VmRSS`), in kB.
-fn rss_kb(pid: u32) -> anyhow::Result<f64> {
+pub(crate) fn rss_kb(pid: u32) -> anyhow::Result<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     status
         .lines()

@@ -22,10 +22,11 @@
 //! | `seat_map_ms_{100..100000}_seats` | `GET /events/{id}` (criterion median) | the 100-seat figure |
 //! | `server_rss_mb_64` | the server's peak RSS (`VmHWM`) after the 64-buyer rows | |
 //! | `arena_view_vs_healthz_64`, `*_bytes_per_*` | what lookers cost ([`crowd`]) | |
+//! | `open_maps_*`, `hold_ms_with_open_maps` | 10,000 open maps of the arena: snapshots, a hold's fan-out to all, a hold's latency beside them ([`maps`]) | |
 //!
 //! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time; `BENCH_ONLY`
 //! (a comma-separated list of `lease`, `etcd`, `cluster`, `http`, `floor`, `trips`, `sizes`,
-//! `map`, `crowd`) runs
+//! `map`, `crowd`, `maps`) runs
 //! only those groups, to re-measure one quickly (the report then has only their rows).
 //! `http` is every concurrency level and the floor rows; `floor` is the 64-buyer level
 //! and the floor rows alone; `trips` is the round-trip rows. Run by `cargo bench` only:
@@ -41,6 +42,7 @@ mod cluster;
 mod crowd;
 mod etcd;
 mod floor;
+mod maps;
 mod report;
 mod stores;
 mod venues;
@@ -711,6 +713,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("crowd") {
         rt.block_on(crowd::rows(&setup, &mut rows))?;
+    }
+    if wanted("maps") {
+        rt.block_on(maps::rows(&setup, &mut rows))?;
     }
     if wanted("trips") {
         rt.block_on(round_trip_rows(&setup, &mut rows))?;
