@@ -7,7 +7,6 @@
 //! | `redis_keys_per_anonymous_view` | Redis keys written per first view of the arena by a cookieless visitor (`DBSIZE` growth): 0 | |
 //! | `redis_keys_per_open_map` | the same per open live stream of the arena: 0 | |
 //! | `redis_bytes_per_anonymous_view`, `redis_bytes_per_open_map` | Redis `used_memory` growth per view, per open map (the allocator's and the connections' buffers move it a little either way) | |
-//! | `server_kb_per_open_map` | the server's RSS growth per open live stream | |
 //! | `redis_bytes_per_shopper` | the same per buyer holding one seat | |
 
 use anyhow::Context;
@@ -69,8 +68,7 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     ));
 
     // Open maps: each a live stream, held open while measured.
-    let pid = s.server.pid().context("the server has exited")?;
-    let (redis_before, rss_before) = (used_memory(&mut redis).await?, rss_kb(pid)?);
+    let redis_before = used_memory(&mut redis).await?;
     let keys_before = dbsize(&mut redis).await?;
     let mut streams = Vec::with_capacity(CROWD);
     for _ in 0..CROWD {
@@ -85,7 +83,6 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     }
     let redis_per_map = per(used_memory(&mut redis).await? - redis_before);
     let keys_per_map = per(dbsize(&mut redis).await? - keys_before);
-    let kb_per_map = (rss_kb(pid)? - rss_before) / CROWD as f64;
     drop(streams);
     rows.push(
         Row::alone("redis_keys_per_open_map", "keys", keys_per_map).target(Target::AtMost(0.0)),
@@ -95,7 +92,6 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
         "bytes",
         redis_per_map,
     ));
-    rows.push(Row::alone("server_kb_per_open_map", "kB (RSS)", kb_per_map));
 
     // Shoppers: each holds one seat (a lease, its holding, the buyer's set).
     let before = used_memory(&mut redis).await?;
@@ -118,7 +114,7 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     rows.push(Row::alone("redis_bytes_per_shopper", "bytes", per_shopper));
     eprintln!(
         "  bytes: {per_view:.0} per anonymous view, {redis_per_map:.0} per open map \
-         (server {kb_per_map:.1} kB), {per_shopper:.0} per shopper"
+         {per_shopper:.0} per shopper"
     );
     Ok(())
 }
@@ -144,16 +140,4 @@ async fn used_memory(redis: &mut redis::aio::MultiplexedConnection) -> anyhow::R
 /// something else held meanwhile).
 fn per(growth: f64) -> f64 {
     (growth / CROWD as f64).max(0.0)
-}
-
-/// A process's resident set size (`VmRSS`), in kB.
-pub(crate) fn rss_kb(pid: u32) -> anyhow::Result<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .context("no VmRSS line")?
-        .parse()
-        .context("VmRSS")
 }
