@@ -15,7 +15,7 @@
 //!
 //! [`map::load`]: super::map::load
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,12 @@ use crate::state::AppState;
 /// hold made through another server shows on a freshly loaded page within this (and on
 /// open pages at once, by their stream).
 pub const BOARD_TTL: Duration = Duration::from_secs(1);
+
+/// How long one read of an event's holds made after a collision ([`Boards::held_now`])
+/// serves the other picks that collide: a crowd asking best available in the same
+/// instant collides in the same instant, and thousands of reads of a hash of thousands
+/// of holds would fill Redis's output buffers and stall every other call behind them.
+pub const HOLDS_TTL: Duration = Duration::from_millis(100);
 
 /// What every viewer of an event's pages shares (see the module docs).
 pub struct Board {
@@ -116,11 +122,14 @@ fn free_seats(seats: &[MapSeat]) -> Vec<FreeSeat> {
     free
 }
 
-/// The boards of the events being viewed, each rebuilt at most once a [`BOARD_TTL`].
+/// The boards of the events being viewed, each rebuilt at most once a [`BOARD_TTL`],
+/// and the holds read after collisions, at most once a [`HOLDS_TTL`].
 #[derive(Default)]
 pub struct Boards {
     /// Per event: when it was read, and its board (`None`: there is no such event).
     events: PerEvent<(Instant, Option<Arc<Board>>)>,
+    /// Per event: when its holds were read, and the seats held.
+    holds: PerEvent<(Instant, Arc<HashSet<i64>>)>,
 }
 
 impl Boards {
@@ -139,6 +148,29 @@ impl Boards {
         let board = build(state, event_id).await?.map(Arc::new);
         *shared = Some((Instant::now(), board.clone()));
         Ok(board)
+    }
+
+    /// The seats of event `event_id` held now, as read at most [`HOLDS_TTL`] ago: one
+    /// Redis round trip (the event's holders) by one caller, shared by the others that
+    /// ask meanwhile. For picking again after a collision (best available,
+    /// [`super::cart`]): a hint, never a judge (the hold script is). Errors: Redis
+    /// does not answer.
+    pub async fn held_now(&self, state: &AppState, event_id: i64) -> Result<Arc<HashSet<i64>>> {
+        let slot = self.holds.slot(event_id);
+        let mut shared = slot.lock().await;
+        if let Some((read_at, held)) = &*shared
+            && read_at.elapsed() < HOLDS_TTL
+        {
+            return Ok(held.clone());
+        }
+        let group = super::event_group(&state.settings.lease_namespace, event_id);
+        let holders = state.leases.holders(&group).await?;
+        let held: Arc<HashSet<i64>> = (holders.holdings.iter())
+            .filter_map(super::seat_of)
+            .collect::<HashSet<_>>()
+            .into();
+        *shared = Some((Instant::now(), held.clone()));
+        Ok(held)
     }
 
     /// Drops the event's board (a sale of it just committed here), so the next view

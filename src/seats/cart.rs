@@ -35,6 +35,12 @@ use crate::telemetry;
 /// again.
 const PICKS: usize = 5;
 
+/// After a collision, how many of the best blocks left the next pick is drawn from, at
+/// random: buyers who asked in the same instant all picked the same best block and all
+/// but one collided; picking the next best again, they would all collide again (a
+/// thundering herd), so they spread over this many instead.
+const SPREAD: usize = 16;
+
 /// What a buyer asks best available for: how many seats, and the filters of the form.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Wanted {
@@ -75,9 +81,10 @@ pub struct HeldBlock {
 
 /// Holds `wanted.quantity` adjacent seats of `event_id` for `buyer` in one step.
 ///
-/// Reads the unsold seats (Postgres, one query) and the live holds (Redis, one round
-/// trip), picks the first block ([`pick_block`]) and holds it with the group script; a
-/// block that someone else took meanwhile is picked again, up to three times.
+/// Picks the best block among the seats the event's board shows free ([`pick_block`])
+/// and holds it with the group script; a block that someone else took meanwhile is
+/// picked again ([`PICKS`] picks in all), each time among the [`SPREAD`] best blocks
+/// left, at random, the holds read again ([`super::board::Boards::held_now`]).
 /// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
 /// event started, no such block ([`Refusal::NoBlock`]), only blocks that would strand a
 /// seat ([`Refusal::StrandsSeat`]), the buyer's limit ([`Refusal::SeatLimit`]), or held
@@ -110,7 +117,8 @@ pub async fn best_available(
     // block someone else held or bought since is refused by the hold script, the only
     // judge, and the next pick leaves it out and every seat held by then (a crowd asking
     // in the same second picks from the same board, so after one collision the holds
-    // are read again, one Redis round trip, rather than collide again).
+    // are read again, one Redis round trip shared by every pick colliding meanwhile, and
+    // the next pick is drawn among the best blocks left rather than the best alone).
     let group = super::event_group(&state.settings.lease_namespace, event_id);
     let (board, mine) = tokio::join!(
         state.boards.get(state, event_id),
@@ -123,8 +131,9 @@ pub async fn best_available(
         .filter_map(|h| super::seat_of(&h));
     let mut taken: HashSet<i64> = board.held_seats().chain(mine).collect();
     let mut last = None;
-    for _ in 0..PICKS {
-        let block = match pick_block(&board.free, &taken, wanted) {
+    for pick in 0..PICKS {
+        let spread = if pick == 0 { 1 } else { SPREAD };
+        let block = match pick_one_of(&board.free, &taken, wanted, spread) {
             Pick::Block(block) => block,
             Pick::OnlyStranding => return Err(Refusal::StrandsSeat { quantity }.into()),
             Pick::None => return Err(Refusal::NoBlock { quantity }.into()),
@@ -142,8 +151,7 @@ pub async fn best_available(
             // again without it, nor any seat held now.
             Err(err @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
                 taken.extend(seats);
-                let now = state.leases.holders(&group).await?;
-                taken.extend(now.holdings.iter().filter_map(super::seat_of));
+                taken.extend(state.boards.held_now(state, event_id).await?.iter());
                 last = Some(err);
             }
             Err(err) => return Err(purchase::hold_refused(err)),
@@ -221,28 +229,46 @@ pub fn pick_block<'a>(
     held: &HashSet<i64>,
     wanted: &Wanted,
 ) -> Pick<'a> {
+    pick_one_of(free, held, wanted, 1)
+}
+
+/// [`pick_block`]'s block, or one drawn at random among the first `spread` blocks that
+/// fit, in the same order, no two of them sharing a seat (`spread` 1: the best).
+fn pick_one_of<'a>(
+    free: &'a [queries::FreeSeat],
+    held: &HashSet<i64>,
+    wanted: &Wanted,
+    spread: usize,
+) -> Pick<'a> {
     let quantity = wanted.quantity as usize;
     let mut stranding = false;
-    for run in runs(free, held) {
+    let mut fitting = Vec::with_capacity(spread);
+    'runs: for run in runs(free, held) {
         let Some(room) = run.len().checked_sub(quantity) else {
             continue;
         };
+        // The next block of this run may start here, not sharing a seat with the last.
+        let mut next = 0;
         for before in 0..=room {
             let block = &run[before..before + quantity];
-            if !wanted.fits(block) {
+            if before < next || !wanted.fits(block) {
                 continue;
             }
             if before == 1 || room - before == 1 {
                 stranding = true;
                 continue;
             }
-            return Pick::Block(block);
+            fitting.push(block);
+            if fitting.len() == spread {
+                break 'runs;
+            }
+            next = before + quantity;
         }
     }
-    if stranding {
-        Pick::OnlyStranding
-    } else {
-        Pick::None
+    match fitting.len() {
+        0 if stranding => Pick::OnlyStranding,
+        0 => Pick::None,
+        n => Pick::Block(fitting[rand::random_range(0..n)]),
     }
 }
 
@@ -581,6 +607,26 @@ mod tests {
         assert_eq!(
             pick_block(&five, &HashSet::from([1, 2]), &seats(2)),
             Pick::OnlyStranding
+        );
+    }
+
+    #[test]
+    fn after_a_collision_picks_spread_over_the_best_blocks_none_sharing_a_seat() {
+        let twelve: Vec<(i64, i32, bool, i64)> =
+            (1..=12).map(|n| (n, n as i32, false, 9)).collect();
+        let free = row("A", &twelve);
+        let held = HashSet::from([3]);
+        let mut picked = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            picked.insert(ids(pick_one_of(&free, &held, &seats(2), 3)).unwrap());
+        }
+        // Runs 1-2 and 4-12: the three best blocks, none sharing a seat, each drawn.
+        let best = [vec![1, 2], vec![4, 5], vec![6, 7]];
+        assert_eq!(picked, std::collections::BTreeSet::from(best));
+        // A spread of one is the best block.
+        assert_eq!(
+            ids(pick_one_of(&free, &held, &seats(2), 1)),
+            Some(vec![1, 2])
         );
     }
 
