@@ -498,7 +498,7 @@ async fn buy(sale: &Sale, person: &Person, quantity: u64) -> Story {
 }
 
 /// At the on-sale (or now, if later): best available for `quantity` seats, retried
-/// after a refusal or no answer; then the map again (as the redirect takes the browser),
+/// after a refusal or no answer; then the page the redirect names (the held section),
 /// and unless they hang up, the checkout page and its purchase, retried if not answered.
 /// Their public buyer id and when the hold was answered, if it was granted.
 async fn shop(
@@ -521,7 +521,7 @@ async fn shop(
         let hold = browser.post(&best_available, &form);
         if let Some(reply) = answered(&tally.hold, hold).await {
             if reply.status == StatusCode::SEE_OTHER {
-                held_at = Some(Instant::now());
+                held_at = Some((Instant::now(), reply.location));
                 break;
             }
             if person.role == Role::Bot && reply.is_refused(&Refusal::NotAdmitted) {
@@ -530,12 +530,15 @@ async fn shop(
             }
         }
     }
-    let held_at = held_at?;
+    let (held_at, redirect) = held_at?;
     tally.seats_held.fetch_add(quantity, Ordering::Relaxed);
     if person.role == Role::Bot {
         tally.bot_holds.fetch_add(1, Ordering::Relaxed);
     }
-    let page = answered(&tally.page, browser.get(&base)).await;
+    // The redirect's page: the arena's held section, whose seat grid names the buyer
+    // (the overview has no grid).
+    let page_url = redirect.map_or(base.clone(), |to| format!("{}{}", sale.base, to));
+    let page = answered(&tally.page, browser.get(&page_url)).await;
     let held = page
         .and_then(|p| page_buyer_id(&p.body))
         .map(|id| (id, held_at));
