@@ -7,7 +7,7 @@ use sqlx::postgres::PgPoolOptions;
 use tracing_subscriber::EnvFilter;
 
 // mimalloc, not glibc's malloc: a profile of the hold path put a quarter of the server's
-// CPU in malloc, free and their consolidation (docs/performance.md, "After the allocator").
+// CPU in malloc, free and their consolidation (docs/performance.md, "Where the time goes").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
