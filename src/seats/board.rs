@@ -138,16 +138,8 @@ impl Boards {
     /// there is no such event (also kept for [`BOARD_TTL`], so a crowd asking for one
     /// costs one read). Errors: a store that does not answer.
     pub async fn get(&self, state: &AppState, event_id: i64) -> Result<Option<Arc<Board>>> {
-        let slot = self.events.slot(event_id);
-        let mut shared = slot.lock().await;
-        if let Some((read_at, board)) = &*shared
-            && read_at.elapsed() < BOARD_TTL
-        {
-            return Ok(board.clone());
-        }
-        let board = build(state, event_id).await?.map(Arc::new);
-        *shared = Some((Instant::now(), board.clone()));
-        Ok(board)
+        let read = async { Ok(build(state, event_id).await?.map(Arc::new)) };
+        self.events.fresh(event_id, BOARD_TTL, read).await
     }
 
     /// The seats of event `event_id` held now, as read at most [`HOLDS_TTL`] ago: one
@@ -156,21 +148,15 @@ impl Boards {
     /// [`super::cart`]): a hint, never a judge (the hold script is). Errors: Redis
     /// does not answer.
     pub async fn held_now(&self, state: &AppState, event_id: i64) -> Result<Arc<HashSet<i64>>> {
-        let slot = self.holds.slot(event_id);
-        let mut shared = slot.lock().await;
-        if let Some((read_at, held)) = &*shared
-            && read_at.elapsed() < HOLDS_TTL
-        {
-            return Ok(held.clone());
-        }
-        let group = super::event_group(&state.settings.lease_namespace, event_id);
-        let holders = state.leases.holders(&group).await?;
-        let held: Arc<HashSet<i64>> = (holders.holdings.iter())
-            .filter_map(super::seat_of)
-            .collect::<HashSet<_>>()
-            .into();
-        *shared = Some((Instant::now(), held.clone()));
-        Ok(held)
+        let read = async {
+            let group = super::event_group(&state.settings.lease_namespace, event_id);
+            let holders = state.leases.holders(&group).await?;
+            let held: HashSet<i64> = (holders.holdings.iter())
+                .filter_map(super::seat_of)
+                .collect();
+            Ok(Arc::new(held))
+        };
+        self.holds.fresh(event_id, HOLDS_TTL, read).await
     }
 
     /// Drops the event's board (a sale of it just committed here), so the next view
