@@ -33,11 +33,11 @@ use crate::state::AppState;
 /// open pages at once, by their stream).
 pub const BOARD_TTL: Duration = Duration::from_secs(1);
 
-/// How long one read of an event's holds made after a collision ([`Boards::held_now`])
-/// serves the other picks that collide: a crowd asking best available in the same
-/// instant collides in the same instant, and thousands of reads of a hash of thousands
-/// of holds would fill Redis's output buffers and stall every other call behind them.
-pub const HOLDS_TTL: Duration = Duration::from_millis(100);
+/// The least time between two reads of an event's holds made after collisions
+/// ([`Boards::held_since`]): a crowd asking best available in the same instant collides
+/// in the same instant, and thousands of reads of a hash of thousands of holds would
+/// fill Redis's output buffers and stall every other call behind them.
+pub const HOLDS_SPACING: Duration = Duration::from_millis(100);
 
 /// What every viewer of an event's pages shares (see the module docs).
 pub struct Board {
@@ -123,7 +123,7 @@ fn free_seats(seats: &[MapSeat]) -> Vec<FreeSeat> {
 }
 
 /// The boards of the events being viewed, each rebuilt at most once a [`BOARD_TTL`],
-/// and the holds read after collisions, at most once a [`HOLDS_TTL`].
+/// and the holds read after collisions, at most once a [`HOLDS_SPACING`].
 #[derive(Default)]
 pub struct Boards {
     /// Per event: when it was read, and its board (`None`: there is no such event).
@@ -142,21 +142,37 @@ impl Boards {
         self.events.fresh(event_id, BOARD_TTL, read).await
     }
 
-    /// The seats of event `event_id` held now, as read at most [`HOLDS_TTL`] ago: one
-    /// Redis round trip (the event's holders) by one caller, shared by the others that
-    /// ask meanwhile. For picking again after a collision (best available,
-    /// [`super::cart`]): a hint, never a judge (the hold script is). Errors: Redis
-    /// does not answer.
-    pub async fn held_now(&self, state: &AppState, event_id: i64) -> Result<Arc<HashSet<i64>>> {
-        let read = async {
-            let group = super::event_group(&state.settings.lease_namespace, event_id);
-            let holders = state.leases.holders(&group).await?;
-            let held: HashSet<i64> = (holders.holdings.iter())
-                .filter_map(super::seat_of)
-                .collect();
-            Ok(Arc::new(held))
-        };
-        self.holds.fresh(event_id, HOLDS_TTL, read).await
+    /// The seats of event `event_id` held, as read by a read that started after `since`
+    /// (a pick's collision, so the holds that refused it are in it). One Redis round
+    /// trip (the event's holders), shared: a caller takes the last read if it started
+    /// after `since`, else waits for the next, which starts no sooner than
+    /// [`HOLDS_SPACING`] after the last and serves every caller that collided before it.
+    /// For picking again after a collision (best available, [`super::cart`]): a hint,
+    /// never a judge (the hold script is). Errors: Redis does not answer.
+    pub async fn held_since(
+        &self,
+        state: &AppState,
+        event_id: i64,
+        since: Instant,
+    ) -> Result<Arc<HashSet<i64>>> {
+        let slot = self.holds.slot(event_id);
+        let mut last = slot.lock().await;
+        if let Some((started, held)) = &*last {
+            if *started >= since {
+                return Ok(held.clone());
+            }
+            // Callers colliding meanwhile queue on the lock and share the next read.
+            tokio::time::sleep_until((*started + HOLDS_SPACING).into()).await;
+        }
+        let started = Instant::now();
+        let group = super::event_group(&state.settings.lease_namespace, event_id);
+        let holders = state.leases.holders(&group).await?;
+        let held: Arc<HashSet<i64>> = (holders.holdings.iter())
+            .filter_map(super::seat_of)
+            .collect::<HashSet<_>>()
+            .into();
+        *last = Some((started, held.clone()));
+        Ok(held)
     }
 
     /// Drops the event's board (a sale of it just committed here), so the next view

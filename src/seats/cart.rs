@@ -84,7 +84,7 @@ pub struct HeldBlock {
 /// Picks the best block among the seats the event's board shows free ([`pick_block`])
 /// and holds it with the group script; a block that someone else took meanwhile is
 /// picked again ([`PICKS`] picks in all), each time among the [`SPREAD`] best blocks
-/// left, at random, the holds read again ([`super::board::Boards::held_now`]).
+/// left, at random, the holds read again ([`super::board::Boards::held_since`]).
 /// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
 /// event started, no such block ([`Refusal::NoBlock`]), only blocks that would strand a
 /// seat ([`Refusal::StrandsSeat`]), the buyer's limit ([`Refusal::SeatLimit`]), or held
@@ -117,8 +117,9 @@ pub async fn best_available(
     // block someone else held or bought since is refused by the hold script, the only
     // judge, and the next pick leaves it out and every seat held by then (a crowd asking
     // in the same second picks from the same board, so after one collision the holds
-    // are read again, one Redis round trip shared by every pick colliding meanwhile, and
-    // the next pick is drawn among the best blocks left rather than the best alone).
+    // are read again, a read that started after the collision and is shared by every
+    // pick colliding meanwhile, and the next pick is drawn among the best blocks left
+    // rather than the best alone).
     let group = super::event_group(&state.settings.lease_namespace, event_id);
     let (board, mine) = tokio::join!(
         state.boards.get(state, event_id),
@@ -150,8 +151,15 @@ pub async fn best_available(
             // Someone held or bought part of the block since the board was read: pick
             // again without it, nor any seat held now.
             Err(err @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
+                let collided = std::time::Instant::now();
                 taken.extend(seats);
-                taken.extend(state.boards.held_now(state, event_id).await?.iter());
+                taken.extend(
+                    state
+                        .boards
+                        .held_since(state, event_id, collided)
+                        .await?
+                        .iter(),
+                );
                 last = Some(err);
             }
             Err(err) => return Err(purchase::hold_refused(err)),
