@@ -184,6 +184,89 @@ async fn best_available_4_holds_4_adjacent_seats_of_one_row_with_one_token() {
     }
 }
 
+/// A crowd asking best available at the same instant, on the demo hall (many rows, cut
+/// by aisles): all but one collide on the best block, then each picks again at random
+/// among more and more of the best blocks left (one per run of free seats, at its
+/// start), with the holds read after its collision. Every buyer gets a block of three,
+/// no two share a seat, and no block leaves a single seat alone beside another hold (a
+/// spread over several blocks of one run did, under a crowd).
+#[tokio::test]
+async fn a_crowd_asking_best_available_at_once_each_get_a_block_stranding_no_seat() {
+    const CROWD: usize = 40;
+    let app = TestApp::builder()
+        .venues(seatlock_harness::DEMO_VENUES)
+        .spawn()
+        .await
+        .expect("test app");
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let mut crowd = Vec::new();
+    for _ in 0..CROWD {
+        crowd.push(buyer(&app, event).await);
+    }
+    let asked = crowd.iter().map(|b| best_available(&app, b, event, "3"));
+    for (i, reply) in futures_util::future::join_all(asked)
+        .await
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            reply.status,
+            StatusCode::SEE_OTHER,
+            "buyer {i}: {:?}",
+            reply.refusal
+        );
+    }
+    let holds = holds(&app, event).await;
+    assert_eq!(holds.len(), CROWD, "{holds:?}");
+    let held: BTreeSet<i64> = holds
+        .values()
+        .flat_map(|(seats, _)| seats.clone())
+        .collect();
+    assert_eq!(held.len(), 3 * CROWD, "disjoint blocks: {holds:?}");
+
+    // Each stretch of seats (one row, consecutive numbers, no aisle between): no free
+    // seat with a hold on one side and a hold or the stretch's end on the other.
+    let seats: Vec<(i64, i64, String, i32, bool)> = sqlx::query_as(
+        "SELECT es.seat_id, s.section_id, s.row_label, s.number, s.aisle_before
+           FROM event_seats es JOIN seats s ON s.id = es.seat_id
+          WHERE es.event_id = $1 ORDER BY s.section_id, s.row_label, s.number",
+    )
+    .bind(event)
+    .fetch_all(app.db())
+    .await
+    .unwrap();
+    let mut stretches: Vec<Vec<i64>> = Vec::new();
+    for (i, (id, section, row, number, aisle_before)) in seats.iter().enumerate() {
+        let next_to_last = i > 0 && {
+            let (_, last_section, last_row, last_number, _) = &seats[i - 1];
+            last_section == section && last_row == row && last_number + 1 == *number
+        };
+        if next_to_last && !aisle_before {
+            stretches.last_mut().unwrap().push(*id);
+        } else {
+            stretches.push(vec![*id]);
+        }
+    }
+    for stretch in &stretches {
+        let taken = |i: Option<usize>| {
+            i.and_then(|i| stretch.get(i))
+                .is_none_or(|s| held.contains(s))
+        };
+        let is_held = |i: Option<usize>| {
+            i.and_then(|i| stretch.get(i))
+                .is_some_and(|s| held.contains(s))
+        };
+        for (i, seat) in stretch.iter().enumerate() {
+            let (left, right) = (i.checked_sub(1), Some(i + 1));
+            let lone = !held.contains(seat) && taken(left) && taken(right);
+            assert!(
+                !(lone && (is_held(left) || is_held(right))),
+                "seat {seat} left alone in {stretch:?} (held: {held:?})"
+            );
+        }
+    }
+}
+
 /// Best available picks from the event's board, read at most a second ago and shared by
 /// everyone asking in that second: a buyer whose pick someone took since picks again with
 /// the holds read afresh, so eight buyers one after another, within the board's second,

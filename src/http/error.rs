@@ -75,6 +75,15 @@ pub enum Refusal {
         /// The number of seats asked for.
         quantity: u64,
     },
+    /// Best available's every pick was taken by other buyers a moment before its hold
+    /// (a crowd asking at once): nothing was held: `blocks_taken`.
+    #[error(
+        "Other buyers took each block of {quantity} seats together that we tried for you, a moment before you. Nothing is held: please try again."
+    )]
+    BlocksTaken {
+        /// The number of seats asked for.
+        quantity: u64,
+    },
     /// At checkout, the holds on `seats` had lapsed: nothing was bought, the buyer's
     /// other holds stay: `holds_lapsed`.
     #[error(
@@ -129,7 +138,8 @@ pub enum Refusal {
 
 impl Refusal {
     /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`,
-    /// `seat_limit`, `no_block`, `strands_seat`, `holds_lapsed`, `payment_voided`, `not_admitted`, `busy`,
+    /// `seat_limit`, `no_block`, `strands_seat`, `blocks_taken`, `holds_lapsed`, `payment_voided`,
+    /// `not_admitted`, `busy`,
     /// `stale_bid_lock`, `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
     /// ([`BidRefusal::code`]).
     pub fn code(&self) -> &'static str {
@@ -142,6 +152,7 @@ impl Refusal {
             Refusal::SeatLimit { .. } => "seat_limit",
             Refusal::NoBlock { .. } => "no_block",
             Refusal::StrandsSeat { .. } => "strands_seat",
+            Refusal::BlocksTaken { .. } => "blocks_taken",
             Refusal::HoldsLapsed { .. } => "holds_lapsed",
             Refusal::PaymentVoided => "payment_voided",
             Refusal::NotAdmitted => "not_admitted",

@@ -36,9 +36,10 @@ use crate::telemetry;
 const PICKS: usize = 5;
 
 /// After a collision, how many of the best blocks left the next pick is drawn from, at
-/// random: buyers who asked in the same instant all picked the same best block and all
-/// but one collided; picking the next best again, they would all collide again (a
-/// thundering herd), so they spread over this many instead.
+/// random, multiplied by this after each further collision (16, 256, 4096...): buyers
+/// who asked in the same instant all picked the same best block and all but one
+/// collided; picking the next best again, they would all collide again (a thundering
+/// herd), so they spread, the wider the more they collide, as a backoff spreads in time.
 const SPREAD: usize = 16;
 
 /// What a buyer asks best available for: how many seats, and the filters of the form.
@@ -83,12 +84,12 @@ pub struct HeldBlock {
 ///
 /// Picks the best block among the seats the event's board shows free ([`pick_block`])
 /// and holds it with the group script; a block that someone else took meanwhile is
-/// picked again ([`PICKS`] picks in all), each time among the [`SPREAD`] best blocks
-/// left, at random, the holds read again ([`super::board::Boards::held_since`]).
+/// picked again ([`PICKS`] picks in all), each time at random among more of the best
+/// blocks left ([`SPREAD`]), the holds read again ([`super::board::Boards::held_since`]).
 /// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
 /// event started, no such block ([`Refusal::NoBlock`]), only blocks that would strand a
-/// seat ([`Refusal::StrandsSeat`]), the buyer's limit ([`Refusal::SeatLimit`]), or held
-/// by others on every pick; 503 store unavailable.
+/// seat ([`Refusal::StrandsSeat`]), the buyer's limit ([`Refusal::SeatLimit`]), or taken
+/// by others on every pick ([`Refusal::BlocksTaken`]); 503 store unavailable.
 #[tracing::instrument(name = "best_available", skip_all, fields(event = event_id, buyer = buyer.id(), quantity = wanted.quantity))]
 pub async fn best_available(
     state: &AppState,
@@ -131,9 +132,11 @@ pub async fn best_available(
         .into_iter()
         .filter_map(|h| super::seat_of(&h));
     let mut taken: HashSet<i64> = board.held_seats().chain(mine).collect();
-    let mut last = None;
-    for pick in 0..PICKS {
-        let spread = if pick == 0 { 1 } else { SPREAD };
+    // The seats of blocks refused as sold since the board was read (one of each is, and
+    // the holds do not show it).
+    let mut sold_since = Vec::new();
+    let mut spread = 1;
+    for _ in 0..PICKS {
         let block = match pick_one_of(&board.free, &taken, wanted, spread) {
             Pick::Block(block) => block,
             Pick::OnlyStranding => return Err(Refusal::StrandsSeat { quantity }.into()),
@@ -149,23 +152,22 @@ pub async fn best_available(
                 });
             }
             // Someone held or bought part of the block since the board was read: pick
-            // again without it, nor any seat held now.
-            Err(err @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
+            // again among the seats free in a read of the holds made after the refusal.
+            // It replaces what was known (a seat of the refused block that nobody holds
+            // stays free, so no block is placed one seat off a hold that is not there).
+            Err(refused @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
                 let collided = std::time::Instant::now();
-                taken.extend(seats);
-                taken.extend(
-                    state
-                        .boards
-                        .held_since(state, event_id, collided)
-                        .await?
-                        .iter(),
-                );
-                last = Some(err);
+                if matches!(refused, LeaseError::Retired) {
+                    sold_since.extend(seats);
+                }
+                let held = state.boards.held_since(state, event_id, collided).await?;
+                taken = held.iter().chain(&sold_since).copied().collect();
+                spread = spread.saturating_mul(SPREAD);
             }
             Err(err) => return Err(purchase::hold_refused(err)),
         }
     }
-    Err(last.map_or(Refusal::NoBlock { quantity }.into(), Error::from))
+    Err(Refusal::BlocksTaken { quantity }.into())
 }
 
 /// Holds exactly `seats` (ids of seats of `event_id`, checked by the caller) for `buyer`
@@ -240,8 +242,10 @@ pub fn pick_block<'a>(
     pick_one_of(free, held, wanted, 1)
 }
 
-/// [`pick_block`]'s block, or one drawn at random among the first `spread` blocks that
-/// fit, in the same order, no two of them sharing a seat (`spread` 1: the best).
+/// [`pick_block`]'s block, or one drawn at random among the best blocks of the first
+/// `spread` runs that have one (`spread` 1: the best). One block per run: two blocks of
+/// one run, each stranding no seat alone, could strand one together once two buyers
+/// won them; blocks of different runs never touch.
 fn pick_one_of<'a>(
     free: &'a [queries::FreeSeat],
     held: &HashSet<i64>,
@@ -250,27 +254,24 @@ fn pick_one_of<'a>(
 ) -> Pick<'a> {
     let quantity = wanted.quantity as usize;
     let mut stranding = false;
-    let mut fitting = Vec::with_capacity(spread);
-    'runs: for run in runs(free, held) {
+    let mut fitting = Vec::new();
+    for run in runs(free, held) {
         let Some(room) = run.len().checked_sub(quantity) else {
             continue;
         };
-        // The next block of this run may start here, not sharing a seat with the last.
-        let mut next = 0;
-        for before in 0..=room {
-            let block = &run[before..before + quantity];
-            if before < next || !wanted.fits(block) {
-                continue;
-            }
-            if before == 1 || room - before == 1 {
-                stranding = true;
-                continue;
-            }
+        let best = (0..=room)
+            .map(|before| (before, &run[before..before + quantity]))
+            .filter(|(_, block)| wanted.fits(block))
+            .find(|&(before, _)| {
+                let strands = before == 1 || room - before == 1;
+                stranding |= strands;
+                !strands
+            });
+        if let Some((_, block)) = best {
             fitting.push(block);
             if fitting.len() == spread {
-                break 'runs;
+                break;
             }
-            next = before + quantity;
         }
     }
     match fitting.len() {
@@ -619,22 +620,27 @@ mod tests {
     }
 
     #[test]
-    fn after_a_collision_picks_spread_over_the_best_blocks_none_sharing_a_seat() {
-        let twelve: Vec<(i64, i32, bool, i64)> =
-            (1..=12).map(|n| (n, n as i32, false, 9)).collect();
-        let free = row("A", &twelve);
-        let held = HashSet::from([3]);
+    fn after_a_collision_picks_spread_over_the_best_block_of_each_run() {
+        // Row A: runs 1-2, 4-5 and 7-16 (3 and 6 held); row B: 17-26 (27-32 held).
+        let sixteen = |label, first: i64| {
+            let seats: Vec<_> = (1..=16).map(|n| (first + n, n as i32, false, 9)).collect();
+            row(label, &seats)
+        };
+        let mut free = sixteen("A", 0);
+        free.extend(sixteen("B", 16));
+        let held = HashSet::from([3, 6, 27, 28, 29, 30, 31, 32]);
         let mut picked = std::collections::BTreeSet::new();
-        for _ in 0..200 {
-            picked.insert(ids(pick_one_of(&free, &held, &seats(2), 3)).unwrap());
+        for _ in 0..300 {
+            picked.insert(ids(pick_one_of(&free, &held, &seats(3), 3)).unwrap());
         }
-        // Runs 1-2 and 4-12: the three best blocks, none sharing a seat, each drawn.
-        let best = [vec![1, 2], vec![4, 5], vec![6, 7]];
+        // 1-2 and 4-5 are too short: each other run gives its best block alone, never
+        // a second one (7-9 and 11-13 won by two buyers would strand 10).
+        let best = [vec![7, 8, 9], vec![17, 18, 19]];
         assert_eq!(picked, std::collections::BTreeSet::from(best));
         // A spread of one is the best block.
         assert_eq!(
-            ids(pick_one_of(&free, &held, &seats(2), 1)),
-            Some(vec![1, 2])
+            ids(pick_one_of(&free, &held, &seats(3), 1)),
+            Some(vec![7, 8, 9])
         );
     }
 
