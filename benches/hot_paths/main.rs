@@ -19,7 +19,7 @@
 //! | `confirm_vs_floor_64` | HTTP confirms/s, 64 buyers | the same against the [`floor`] server (fenced UPDATE + order in one transaction, release) |
 //! | `{hold,release}_postgres_round_trips` | Postgres round trips per hold, per release, counted on the wire ([`seatlock_harness::pgwire`]) | |
 //! | `hold_p50_ms_{100..100000}_seats` | p50 of one buyer's holds on a venue of that size | the 100-seat figure (ratio = growth) |
-//! | `seat_map_ms_{100..100000}_seats` | `GET /events/{id}` (criterion median) | the 100-seat figure |
+//! | `seat_map_{100..100000}_seats_ms` | `GET /events/{id}` (criterion median) | the 100-seat figure |
 //! | `server_rss_mb_64` | the server's peak RSS (`VmHWM`) after the 64-buyer rows | |
 //! | `arena_view_vs_healthz_64`, `*_bytes_per_*` | what lookers cost ([`crowd`]) | |
 //! | `open_maps_*`, `hold_ms_with_open_maps` | 10,000 open maps of the arena: snapshots, a hold's fan-out to all, a hold's latency beside them ([`maps`]) | |

@@ -84,8 +84,8 @@ pub struct HeldBlock {
 ///
 /// Picks the best block among the seats the event's board shows free ([`pick_block`])
 /// and holds it with the group script; a block that someone else took meanwhile is
-/// picked again ([`PICKS`] picks in all), each time at random among more of the best
-/// blocks left ([`SPREAD`]), the holds read again ([`super::board::Boards::held_since`]).
+/// picked again a few times (`PICKS`), each time at random among more of the best
+/// blocks left (`SPREAD`), the holds read again ([`super::board::Boards::held_since`]).
 /// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
 /// event started, no such block ([`Refusal::NoBlock`]), only blocks that would strand a
 /// seat ([`Refusal::StrandsSeat`]), the buyer's limit ([`Refusal::SeatLimit`]), or taken
