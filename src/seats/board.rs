@@ -138,8 +138,16 @@ impl Boards {
     /// there is no such event (also kept for [`BOARD_TTL`], so a crowd asking for one
     /// costs one read). Errors: a store that does not answer.
     pub async fn get(&self, state: &AppState, event_id: i64) -> Result<Option<Arc<Board>>> {
-        let read = async { Ok(build(state, event_id).await?.map(Arc::new)) };
-        self.events.fresh(event_id, BOARD_TTL, read).await
+        let slot = self.events.slot(event_id);
+        let mut shared = slot.lock().await;
+        if let Some((read_at, board)) = &*shared
+            && read_at.elapsed() < BOARD_TTL
+        {
+            return Ok(board.clone());
+        }
+        let board = build(state, event_id).await?.map(Arc::new);
+        *shared = Some((Instant::now(), board.clone()));
+        Ok(board)
     }
 
     /// The seats of event `event_id` held, as read by a read that started after `since`

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// One event's slot: empty until the first read.
 pub(crate) type Slot<T> = Arc<tokio::sync::Mutex<Option<T>>>;
@@ -37,29 +36,5 @@ impl<T> PerEvent<T> {
             .lock()
             .expect("per-event lock")
             .remove(&event_id);
-    }
-}
-
-impl<T: Clone> PerEvent<(Instant, T)> {
-    /// Event `event_id`'s value if it was read less than `ttl` ago; else `read()`'s,
-    /// kept for the next `ttl`. The event's lock is held across `read`, so of callers
-    /// arriving meanwhile one reads and the others share what it read. An error is
-    /// returned and not kept: the next caller reads again.
-    pub(crate) async fn fresh<E>(
-        &self,
-        event_id: i64,
-        ttl: Duration,
-        read: impl Future<Output = Result<T, E>>,
-    ) -> Result<T, E> {
-        let slot = self.slot(event_id);
-        let mut shared = slot.lock().await;
-        if let Some((read_at, value)) = &*shared
-            && read_at.elapsed() < ttl
-        {
-            return Ok(value.clone());
-        }
-        let value = read.await?;
-        *shared = Some((Instant::now(), value.clone()));
-        Ok(value)
     }
 }
