@@ -113,7 +113,7 @@ pub(crate) async fn rows(s: &Setup, rows: &mut Vec<Row>) -> anyhow::Result<()> {
     }
     rows.push(Row::alone("redis_bytes_per_shopper", "bytes", per_shopper));
     eprintln!(
-        "  bytes: {per_view:.0} per anonymous view, {redis_per_map:.0} per open map \
+        "  bytes: {per_view:.0} per anonymous view, {redis_per_map:.0} per open map, \
          {per_shopper:.0} per shopper"
     );
     Ok(())
