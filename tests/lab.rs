@@ -136,125 +136,186 @@ async fn a_bad_lab_form_is_refused_with_a_message_and_starts_nothing() {
 }
 
 /// Every combination is allowed, not only each step's own fault: whatever was chosen,
-/// the run ends, both sides' tables are whole (rows numbered from 1 without a gap, time
-/// never going back), what they say the seat's row accepted is what the row counted, and
-/// the lock's keys are gone afterwards (with step 2 off, the one that never expires too),
-/// and so are its rows in the fence ledger. The step-on side breaks nothing, but in the
-/// one case the page names: A, paused 1.55 s, wakes after B's grant and before B's write,
-/// and with every step on 14C is sold twice (the fence refuses only a write older than
-/// one the row has seen).
+/// the run ends and is recorded whole (see [`recorded_whole`]), and with every step on
+/// nothing breaks. Four runs at once, as four readers of the page would start them.
 #[tokio::test]
 async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
     let app = lab_app().await;
+    let mut started = Vec::new();
+    for (step, fault, pause_ms) in [
+        ("lease", "redis-restart", "1900"),
+        ("fencing", "pause-before-write", "2300"),
+        ("conditional", "crash-before-write", "1900"),
+        ("lease", "crash-after-grant", "1900"),
+    ] {
+        started.push((step, fault, start_run(&app, step, fault, pause_ms).await));
+    }
+    for (step, fault, run) in started {
+        let on = recorded_whole(&app, step, fault, run).await;
+        assert_eq!(
+            violations(&on),
+            Vec::<&str>::new(),
+            "{step} {fault}: every step on: {on:#?}"
+        );
+    }
+}
+
+/// The one case the page names where every step on still sells 14C twice: A, paused
+/// 1.55 s, wakes after the next holder's grant and before its write, and the fence lets
+/// A's token through (it refuses only a write older than one the row has seen). Where A
+/// lands is up to the machine's timing (a busy one delays A's read and payment more than
+/// the lease's lapse), so each run is judged by what A's write met: a row without the next
+/// holder's write, accepted and then sold twice; one with it, refused and nothing broken.
+/// A run is started again, up to five times, until A lands in the window; none landing
+/// fails the test.
+#[tokio::test]
+async fn with_every_step_on_a_holder_waking_between_the_next_grant_and_its_write_sells_twice() {
+    let app = lab_app().await;
+    let (step, fault) = ("fencing", "pause-before-write");
+    for _ in 0..5 {
+        let run = start_run(&app, step, fault, "1550").await;
+        let on = recorded_whole(&app, step, fault, run).await;
+        // What each write met in its own transaction: A's, a row that had not yet seen
+        // the next holder's write (accepted, 2 ≥ 0) or one that had (refused, 2 < 3);
+        // the next holder's, a row at token 0 or 2, accepted either way.
+        let accepted = |a: bool| {
+            on.iter()
+                .filter(|r| (r["server"] == "A") == a && starts(r, "did", "writes"))
+                .any(|r| starts(r, "seat", "accepted"))
+        };
+        let in_window = accepted(true) && accepted(false);
+        let expected = if in_window {
+            vec!["second-sale"]
+        } else {
+            vec![]
+        };
+        assert_eq!(violations(&on), expected, "run {run}: {on:#?}");
+        if in_window {
+            return;
+        }
+    }
+    panic!("five runs: A never woke between the next holder's grant and its write");
+}
+
+/// Starts a run of `step` switched off with A's `fault` and `pause_ms` (seed 7), as the
+/// form does; returns its id from the permalink it redirects to.
+async fn start_run(app: &TestApp, step: &str, fault: &str, pause_ms: &str) -> i64 {
     let mut reader = HttpBuyer::new();
     reader.get(&format!("{}/lab", app.address)).await.unwrap();
-    let mut started = Vec::new();
-    for (step, fault, pause_ms, on_side_breaks) in [
-        ("lease", "redis-restart", "1900", None),
-        ("fencing", "pause-before-write", "1550", Some("second-sale")),
-        ("conditional", "crash-before-write", "1900", None),
-        ("lease", "crash-after-grant", "1900", None),
-    ] {
-        let reply = reader
-            .post(
-                &format!("{}/lab/runs", app.address),
-                &with_pause(step, fault, pause_ms),
-            )
-            .await
-            .unwrap();
-        assert_eq!(
-            reply.status,
-            StatusCode::SEE_OTHER,
-            "{step} {fault}: {}",
-            reply.body
-        );
-        let run: i64 = reply
-            .location
-            .as_deref()
-            .and_then(|l| l.strip_prefix("/lab/runs/"))
-            .and_then(|id| id.parse().ok())
-            .expect("a run's permalink");
-        started.push((step, fault, run, on_side_breaks));
-    }
-    for (step, fault, run, on_side_breaks) in started {
-        let history = format!("{}/lab/runs/{run}/history.json", app.address);
-        let what = format!("{step} {fault}: run {run} to finish");
-        eventually(Duration::from_secs(30), &what, || async {
-            history_of(&history).await["run"]["finished"] == true
-        })
-        .await;
-        let json = history_of(&history).await;
-        assert_eq!(json["run"]["step"], step);
-        assert_eq!(json["run"]["cut_off"], false);
-        let rows = json["rows"].as_array().unwrap();
-        for side in ["off", "on"] {
-            let rows: Vec<&serde_json::Value> = rows.iter().filter(|r| r["side"] == side).collect();
-            assert!(rows.len() >= 3, "{step} {fault} {side}: {rows:#?}");
-            for (n, row) in rows.iter().enumerate() {
-                assert_eq!(
-                    row["seq"],
-                    n as i64 + 1,
-                    "{step} {fault} {side}: numbered in order"
-                );
-            }
-            let times: Vec<i64> = rows.iter().map(|r| r["at_ms"].as_i64().unwrap()).collect();
-            assert!(
-                times.is_sorted(),
-                "{step} {fault} {side}: time goes back: {times:?}"
-            );
-            let accepted = rows
-                .iter()
-                .filter(|r| r["seat"].as_str().unwrap().starts_with("accepted"))
-                .count() as i32;
-            let sales: i32 =
-                sqlx::query_scalar("SELECT sales FROM lab_seats WHERE run_id = $1 AND side = $2")
-                    .bind(run)
-                    .bind(side)
-                    .fetch_one(app.db())
-                    .await
-                    .unwrap();
+    let reply = reader
+        .post(
+            &format!("{}/lab/runs", app.address),
+            &with_pause(step, fault, pause_ms),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.status,
+        StatusCode::SEE_OTHER,
+        "{step} {fault}: {}",
+        reply.body
+    );
+    reply
+        .location
+        .as_deref()
+        .and_then(|l| l.strip_prefix("/lab/runs/"))
+        .and_then(|id| id.parse().ok())
+        .expect("a run's permalink")
+}
+
+/// Whether `row`'s `field` starts with `prefix`.
+fn starts(row: &serde_json::Value, field: &str, prefix: &str) -> bool {
+    row[field].as_str().unwrap().starts_with(prefix)
+}
+
+/// The kinds of the rows marked `violation`, in order.
+fn violations(rows: &[serde_json::Value]) -> Vec<&str> {
+    rows.iter()
+        .filter(|r| r["mark"] == "violation")
+        .map(|r| r["mark_kind"].as_str().unwrap())
+        .collect()
+}
+
+/// Waits for `run` to finish and checks it was recorded whole: both sides' tables
+/// numbered from 1 without a gap, time never going back, what they say the seat's row
+/// accepted is what the row counted, and the lock's keys gone afterwards (with step 2
+/// off, the one that never expires too), and so are its rows in the fence ledger. Returns
+/// the step-on side's rows.
+async fn recorded_whole(
+    app: &TestApp,
+    step: &str,
+    fault: &str,
+    run: i64,
+) -> Vec<serde_json::Value> {
+    let history = format!("{}/lab/runs/{run}/history.json", app.address);
+    let what = format!("{step} {fault}: run {run} to finish");
+    eventually(Duration::from_secs(30), &what, || async {
+        history_of(&history).await["run"]["finished"] == true
+    })
+    .await;
+    let json = history_of(&history).await;
+    assert_eq!(json["run"]["step"], step);
+    assert_eq!(json["run"]["cut_off"], false);
+    let rows = json["rows"].as_array().unwrap();
+    for side in ["off", "on"] {
+        let rows: Vec<&serde_json::Value> = rows.iter().filter(|r| r["side"] == side).collect();
+        assert!(rows.len() >= 3, "{step} {fault} {side}: {rows:#?}");
+        for (n, row) in rows.iter().enumerate() {
             assert_eq!(
-                accepted, sales,
-                "{step} {fault} {side}: the table against the row"
+                row["seq"],
+                n as i64 + 1,
+                "{step} {fault} {side}: numbered in order"
             );
-            if side == "on" {
-                let broken: Vec<&str> = rows
-                    .iter()
-                    .filter(|r| r["mark"] == "violation")
-                    .map(|r| r["mark_kind"].as_str().unwrap())
-                    .collect();
-                let expected: Vec<&str> = on_side_breaks.into_iter().collect();
-                assert_eq!(broken, expected, "{step} {fault}: every step on: {rows:#?}");
-            }
         }
-        let mut redis = app.state.redis.connection();
-        let pattern = format!(
-            "lease:{{{}:*",
-            app.state.settings.lease_namespace.group("lab", run)
-        );
-        let left: Vec<String> = redis::cmd("KEYS")
-            .arg(&pattern)
-            .query_async(&mut redis)
-            .await
-            .unwrap();
+        let times: Vec<i64> = rows.iter().map(|r| r["at_ms"].as_i64().unwrap()).collect();
         assert!(
-            left.is_empty(),
-            "{step} {fault}: keys left behind: {left:?}"
+            times.is_sorted(),
+            "{step} {fault} {side}: time goes back: {times:?}"
         );
-        let ceilings: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM fence_ceilings WHERE lease_group LIKE $1")
-                .bind(format!(
-                    "{}:%",
-                    app.state.settings.lease_namespace.group("lab", run)
-                ))
+        let accepted = rows
+            .iter()
+            .filter(|r| starts(r, "seat", "accepted"))
+            .count() as i32;
+        let sales: i32 =
+            sqlx::query_scalar("SELECT sales FROM lab_seats WHERE run_id = $1 AND side = $2")
+                .bind(run)
+                .bind(side)
                 .fetch_one(app.db())
                 .await
                 .unwrap();
         assert_eq!(
-            ceilings, 0,
-            "{step} {fault}: the run's ledger rows are gone"
+            accepted, sales,
+            "{step} {fault} {side}: the table against the row"
         );
     }
+    let mut redis = app.state.redis.connection();
+    let pattern = format!(
+        "lease:{{{}:*",
+        app.state.settings.lease_namespace.group("lab", run)
+    );
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg(&pattern)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert!(
+        left.is_empty(),
+        "{step} {fault}: keys left behind: {left:?}"
+    );
+    let ceilings: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM fence_ceilings WHERE lease_group LIKE $1")
+            .bind(format!(
+                "{}:%",
+                app.state.settings.lease_namespace.group("lab", run)
+            ))
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert_eq!(
+        ceilings, 0,
+        "{step} {fault}: the run's ledger rows are gone"
+    );
+    rows.iter().filter(|r| r["side"] == "on").cloned().collect()
 }
 
 /// A run recorded as started `started_secs_ago` seconds ago whose server never finished
