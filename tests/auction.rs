@@ -394,7 +394,9 @@ async fn two_closers_close_each_item_once_with_the_right_result() {
 
 #[tokio::test]
 async fn a_closer_paused_past_its_lease_cannot_write() {
-    let app = app(|s| s.close_lease_ttl_ms = 100).await;
+    // Long enough for B's own close, watchdog and all, on a busy machine; A's lapse is
+    // waited for.
+    let app = app(|s| s.close_lease_ttl_ms = 1_000).await;
     let id = item(&app, |_| {}).await;
     end_now(&app, id).await;
 

@@ -327,7 +327,9 @@ async fn shown_token(buyer: &mut HttpBuyer, app: &TestApp, event: i64) -> i64 {
 
 #[tokio::test]
 async fn a_fencing_token_in_the_form_is_ignored_forged_or_replayed() {
-    let (app, event, seats, _) = app(|s| s.hold_ttl_ms = 300).await;
+    // Long enough for B's hold to outlive A's refused confirm and B's own on a busy
+    // machine; A's lapse is waited for.
+    let (app, event, seats, _) = app(|s| s.hold_ttl_ms = 1_000).await;
     let base = &app.address;
     let seat = seats[0];
     let url = |action: &str| format!("{base}/events/{event}/seats/{seat}/{action}");

@@ -137,7 +137,8 @@ async fn a_bad_lab_form_is_refused_with_a_message_and_starts_nothing() {
 
 /// Every combination is allowed, not only each step's own fault: whatever was chosen,
 /// the run ends and is recorded whole (see [`recorded_whole`]), and with every step on
-/// nothing breaks. Four runs at once, as four readers of the page would start them.
+/// nothing breaks but in the one case of the test below. Four runs at once, as four
+/// readers of the page would start them.
 #[tokio::test]
 async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
     let app = lab_app().await;
@@ -152,9 +153,17 @@ async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
     }
     for (step, fault, run) in started {
         let on = recorded_whole(&app, step, fault, run).await;
+        // The schedule keeps A's default pause a quarter second from the next holder's
+        // write, but four runs on a busy machine can slow one side by more: then A's
+        // write lands in the window below, and is judged as there.
+        let expected = if late_holder_landed_in_the_window(&on) {
+            vec!["second-sale"]
+        } else {
+            vec![]
+        };
         assert_eq!(
             violations(&on),
-            Vec::<&str>::new(),
+            expected,
             "{step} {fault}: every step on: {on:#?}"
         );
     }
@@ -175,15 +184,7 @@ async fn with_every_step_on_a_holder_waking_between_the_next_grant_and_its_write
     for _ in 0..5 {
         let run = start_run(&app, step, fault, "1550").await;
         let on = recorded_whole(&app, step, fault, run).await;
-        // What each write met in its own transaction: A's, a row that had not yet seen
-        // the next holder's write (accepted, 2 ≥ 0) or one that had (refused, 2 < 3);
-        // the next holder's, a row at token 0 or 2, accepted either way.
-        let accepted = |a: bool| {
-            on.iter()
-                .filter(|r| (r["server"] == "A") == a && starts(r, "did", "writes"))
-                .any(|r| starts(r, "seat", "accepted"))
-        };
-        let in_window = accepted(true) && accepted(false);
+        let in_window = late_holder_landed_in_the_window(&on);
         let expected = if in_window {
             vec!["second-sale"]
         } else {
@@ -195,6 +196,19 @@ async fn with_every_step_on_a_holder_waking_between_the_next_grant_and_its_write
         }
     }
     panic!("five runs: A never woke between the next holder's grant and its write");
+}
+
+/// Whether A's late write landed between the next holder's grant and its write, as what
+/// each write met in its own transaction says: A's, a row that had not yet seen the next
+/// holder's write (accepted, 2 ≥ 0) and not one that had (refused, 2 < 3); the next
+/// holder's, a row at 0 or 2, accepted either way. Only then does every step on sell twice.
+fn late_holder_landed_in_the_window(on: &[serde_json::Value]) -> bool {
+    let accepted = |a: bool| {
+        on.iter()
+            .filter(|r| (r["server"] == "A") == a && starts(r, "did", "writes"))
+            .any(|r| starts(r, "seat", "accepted"))
+    };
+    accepted(true) && accepted(false)
 }
 
 /// Starts a run of `step` switched off with A's `fault` and `pause_ms` (seed 7), as the

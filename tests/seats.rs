@@ -8,7 +8,7 @@ use seatlock::http::error::Refusal;
 use seatlock::profile::BuyerProfile;
 use seatlock::seats::SeatRef;
 use seatlock::seats::queries::{self, Sale};
-use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TestApp};
+use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TestApp, eventually};
 
 async fn tiny() -> TestApp {
     TestApp::builder().spawn().await.expect("test app")
@@ -243,12 +243,18 @@ async fn only_the_last_attempt_to_leave_a_payment_voids_it() {
 
 #[tokio::test]
 async fn a_holder_whose_lease_lapsed_cannot_buy_after_a_newer_holder_did() {
-    let app = tiny_with_ttl(300).await;
+    // Long enough for B's hold to outlive B's confirm on a busy machine.
+    let app = tiny_with_ttl(1_000).await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
     let base = &app.address;
     a.seat_action(base, event, seats[4], "hold").await.unwrap();
-    tokio::time::sleep(Duration::from_millis(450)).await; // A "pauses" past its lease
+    // A "pauses" past its lease.
+    let key = app.seat_key(event, seats[4]);
+    eventually(Duration::from_secs(5), "A's hold to lapse", || async {
+        app.state.leases.remaining(&key).await.unwrap().is_none()
+    })
+    .await;
     let hold = b.seat_action(base, event, seats[4], "hold").await.unwrap();
     assert_eq!(hold.status, StatusCode::SEE_OTHER);
     let bought = b

@@ -162,7 +162,7 @@ async fn the_holder_limit_refuses_past_it_and_frees_with_releases_and_lapses() {
     // A lapsed lease is not counted (Redis's clock), nor one that was retired.
     let short = keys(&[1, 2, 3]);
     client
-        .acquire_all(&short[0..2], "c", Duration::from_millis(200), Some(2))
+        .acquire_all(&short[0..2], "c", Duration::from_millis(1_000), Some(2))
         .await
         .unwrap();
     let refused = client.acquire_all(&short[2..3], "c", ttl, Some(2)).await;
@@ -170,7 +170,7 @@ async fn the_holder_limit_refuses_past_it_and_frees_with_releases_and_lapses() {
         refused,
         Err(LeaseError::OverLimit { held: 2, limit: 2 })
     ));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let granted = client
         .acquire_all(&short[1..3], "c", ttl, Some(2))
         .await

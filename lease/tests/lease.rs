@@ -64,7 +64,7 @@ async fn only_one_caller_gets_the_lease() {
 #[tokio::test]
 async fn pttl_right_after_a_grant_is_within_the_ttl() {
     let client = client();
-    for ttl_ms in [300, 10_000, 600_000] {
+    for ttl_ms in [1_000, 10_000, 600_000] {
         let key = key("1");
         let ttl = Duration::from_millis(ttl_ms);
         client.acquire(&key, "a", ttl).await.unwrap();
@@ -145,20 +145,22 @@ async fn an_expired_lease_goes_to_the_next_caller_with_a_larger_token() {
 async fn renew_extends_a_live_lease_and_never_recreates_an_expired_one() {
     let client = client();
     let key = key("1");
+    // A 2 s TTL, renewed halfway, checked halfway between the first expiry and the
+    // renewed one: each check has half a second to spare on a busy machine.
     let mut lease = client
-        .acquire(&key, "a", Duration::from_millis(300))
+        .acquire(&key, "a", Duration::from_millis(2_000))
         .await
         .unwrap();
     let first_expiry = lease.expires_at_ms();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     assert!(client.renew(&mut lease).await.unwrap());
     assert!(lease.expires_at_ms() > first_expiry);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
     assert!(
         exists(&client, &key).await,
         "renewed: still held after the first TTL"
     );
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(!exists(&client, &key).await);
     assert!(!client.renew(&mut lease).await.unwrap());
     assert!(
@@ -246,12 +248,13 @@ async fn concurrent_holds_on_different_seats_get_distinct_tokens() {
 async fn the_watchdog_keeps_a_lease_past_its_ttl_and_release_stops_it() {
     let client = client();
     let key = key("1");
+    // Renewals every 400 ms, each with most of a TTL to spare on a busy machine.
     let lease = client
-        .acquire(&key, "a", Duration::from_millis(300))
+        .acquire(&key, "a", Duration::from_millis(1_200))
         .await
         .unwrap();
     let watchdog = client.watch(lease);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
     assert!(exists(&client, &key).await, "renewed every ttl/3");
     assert!(matches!(watchdog.status(), WatchdogEvent::Held { .. }));
     assert!(watchdog.release(&*client).await.unwrap());
@@ -377,21 +380,21 @@ async fn a_release_racing_a_renewal_never_leaves_a_key_behind() {
     println!("renewal reached Redis first in {renewed_first} of 200 rounds");
 }
 
-/// A watchdog renewing every 100 ms while someone releases its lease at a random moment:
-/// the watchdog reports the loss and never brings the key back. (A 300 ms TTL leaves the
-/// watchdog slack on a loaded machine: with 30 ms, a renewal late by one scheduling hiccup
-/// let the lease lapse before the release.)
+/// A watchdog renewing every 300 ms while someone releases its lease at a random moment
+/// within two renewals: the watchdog reports the loss and never brings the key back. (The
+/// 900 ms TTL leaves the watchdog half a second of slack on a loaded machine: with 30 ms,
+/// a renewal late by one scheduling hiccup let the lease lapse before the release.)
 #[tokio::test]
 async fn a_watchdog_renewing_while_its_lease_is_released_never_recreates_it() {
     let client = client();
     for round in 0..30 {
         let key = key(&round.to_string());
         let lease = client
-            .acquire(&key, "a", Duration::from_millis(300))
+            .acquire(&key, "a", Duration::from_millis(900))
             .await
             .unwrap();
         let mut watchdog = client.watch(lease.clone());
-        tokio::time::sleep(Duration::from_micros(rand::rng().random_range(0..250_000))).await;
+        tokio::time::sleep(Duration::from_micros(rand::rng().random_range(0..600_000))).await;
         assert!(client.release(&lease).await.unwrap(), "round {round}");
         tokio::time::timeout(Duration::from_secs(2), watchdog.lost())
             .await

@@ -303,7 +303,7 @@ async fn visits_renew_an_admission_up_to_its_cap() {
 async fn an_admitted_member_that_never_arrives_frees_its_place_after_the_arrival_window() {
     let (client, group) = (client(), group());
     let terms = RoomTerms {
-        arrival_window: Duration::from_millis(400),
+        arrival_window: Duration::from_millis(1_000),
         ..terms(1)
     };
     let m = members(3);
@@ -315,9 +315,9 @@ async fn an_admitted_member_that_never_arrives_frees_its_place_after_the_arrival
     assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 1);
     // m[1] never arrives: after the arrival window its place passes to m[2], not after
     // a whole admission TTL (a minute here).
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 1);
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(admitted(&entry(&client, &group, &m[2], &terms).await));
 }
 

@@ -15,7 +15,7 @@ use crate::deployment::*;
 #[tokio::test]
 async fn a_holder_stopped_past_its_lease_is_refused_by_its_fencing_token_when_it_wakes() {
     let d = Deployment::tiny().await;
-    let slow = d.server(|s| s.payment_delay_ms = 1_000).await;
+    let slow = d.server(|s| s.payment_delay_ms = 3_000).await;
     let other = d.server(|_| {}).await;
     let seat = d.seats[0];
     let (first, _, first_token) = holder(&d, &slow.address, seat).await;
@@ -26,9 +26,9 @@ async fn a_holder_stopped_past_its_lease_is_refused_by_its_fencing_token_when_it
         let url = format!("{address}/events/{event}{confirm_url}");
         first.post(&url, &[]).await.unwrap()
     });
-    // The confirm is in its 1 s payment; stop the whole process there, longer than the
-    // hold's 2 s lease.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The confirm is in its 3 s payment (a second to reach it, two to spare on a busy
+    // machine); stop the whole process there, longer than the hold's 2 s lease.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     slow.signal("STOP").unwrap();
     eventually(
         Duration::from_secs(10),
