@@ -419,9 +419,24 @@ async fn a_checkout_hung_up_on_while_a_confirm_is_parked_leaves_nothing_open() {
         let client = buyer.another_tab(Default::default());
         let url = event_url(&d, &servers[1].address, "checkout");
         let hung = tokio::spawn(async move { client.post(&url, &[]).await });
-        // Long enough for the checkout to reach the server on a busy machine, well inside
-        // the confirm's 600 ms park, which keeps the checkout from finishing first.
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        // Hang up once the checkout is running on the server (detached): its payment for
+        // s2 is authorized. The confirm's park keeps the checkout from finishing first.
+        eventually(
+            Duration::from_secs(10),
+            "the checkout to authorize s2",
+            || async {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM payments WHERE event_id = $1 AND seat_id = $2",
+                )
+                .bind(d.event)
+                .bind(s2)
+                .fetch_one(&d.db)
+                .await
+                .unwrap()
+                    > 0
+            },
+        )
+        .await;
         hung.abort();
         let first = first.await.unwrap();
         assert_no_5xx(&case, &[&first]);
