@@ -424,17 +424,7 @@ async fn a_checkout_hung_up_on_while_a_confirm_is_parked_leaves_nothing_open() {
         eventually(
             Duration::from_secs(10),
             "the checkout to authorize s2",
-            || async {
-                sqlx::query_scalar::<_, i64>(
-                    "SELECT count(*) FROM payments WHERE event_id = $1 AND seat_id = $2",
-                )
-                .bind(d.event)
-                .bind(s2)
-                .fetch_one(&d.db)
-                .await
-                .unwrap()
-                    > 0
-            },
+            || async { !d.payments(s2).await.is_empty() },
         )
         .await;
         hung.abort();
