@@ -104,18 +104,11 @@ impl LeaseKey {
     }
 }
 
-/// The four keys of `group`'s waiting room (`scripts/enter.lua` names each): the queue,
-/// when each queued member was last seen, the admitted members, and the room's hash.
-pub(crate) fn room_keys(group: &str) -> [String; 4] {
-    ["queue", "queue-seen", "admitted", "room"].map(|part| format!("lease:{{{group}}}:~{part}"))
-}
-
-/// `lease:{group}:~admitted`: the sorted set of the members admitted to `group`'s waiting
-/// room, scored by their admission's expiry (Unix ms). Its `ZCARD` counts the places
-/// taken: the live admissions, plus any that lapsed since the room's last step (each step
-/// removes those first), so it never undercounts.
+/// `lease:{group}:~admitted`: the sorted set of the holders admitted to `group`'s
+/// waiting room ([`crate::room`]), by admission owner token, scored by the admission's
+/// expiry (Unix ms). `acquire.lua` reads it to gate a grant.
 pub fn admitted_key(group: &str) -> String {
-    room_keys(group)[2].clone()
+    format!("lease:{{{group}}}:~admitted")
 }
 
 /// `lease:{group}:~held-by:<holder>`: the names `holder` was granted in the group

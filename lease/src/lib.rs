@@ -185,7 +185,7 @@ pub use fence::{DEFAULT_BLOCK_SIZE, FenceLedger};
 pub use keys::{InvalidKey, LeaseKey};
 pub use lease::{GroupSnapshot, Holding, Lease};
 pub use memory::MemoryLedger;
-pub use room::{Entered, Entry, RoomTerms};
+pub use room::{Arrival, Joined, Place, RoomTerms, RoomView, Tick};
 pub use store::RedisStore;
 pub use token::{FencingToken, MAX_FENCING_TOKEN, OwnerToken};
 pub use watchdog::{Watchdog, WatchdogEvent};

@@ -11,8 +11,7 @@ use std::sync::LazyLock;
 
 use redis::{ErrorKind, RedisError, Script};
 
-use crate::keys::{admitted_key, held_by_key, holders_key, room_keys};
-use crate::room::{Entered, Entry, RoomTerms};
+use crate::keys::{admitted_key, held_by_key, holders_key};
 use crate::store::RedisStore;
 use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
 
@@ -236,110 +235,6 @@ pub(crate) async fn renew(
     Ok((expires_at_ms > 0).then_some(expires_at_ms as u64))
 }
 
-/// A buyer's step into a waiting room: renew, or queue once; admit while there is room.
-static ENTER: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/now_ms.lua"),
-        include_str!("scripts/admission_ended.lua"),
-        include_str!("scripts/enter.lua")
-    ))
-});
-
-/// Out of a waiting room: unqueue, end the admission.
-static LEAVE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/now_ms.lua"),
-        include_str!("scripts/admission_ended.lua"),
-        include_str!("scripts/leave.lua")
-    ))
-});
-
-/// One run of `enter.lua` for `member` in the waiting room of `group`.
-pub(crate) async fn enter(
-    redis: &RedisStore,
-    group: &str,
-    member: &OwnerToken,
-    terms: &RoomTerms,
-    here: bool,
-) -> redis::RedisResult<Entered> {
-    let mut invocation = ENTER.prepare_invoke();
-    for key in room_keys(group) {
-        invocation.key(key);
-    }
-    // The pre-queue draw, in (0, 1): the member's own random token read as a number (its
-    // last 13 hex digits, 52 bits), so the same member always draws the same place:
-    // leaving and joining again, or a closed tab, draws nothing new. Written in
-    // exponent form so that Redis and Lua read every value exactly.
-    let bits = member
-        .as_str()
-        .len()
-        .checked_sub(13)
-        .and_then(|from| u64::from_str_radix(&member.as_str()[from..], 16).ok());
-    let bits = bits.unwrap_or_else(|| rand::random::<u64>() >> 12);
-    let draw = (bits + 1) as f64 / ((1u64 << 52) + 1) as f64;
-    invocation
-        .arg(member.as_str())
-        .arg(terms.shoppers.max(1))
-        .arg(millis(terms.admission_ttl))
-        .arg(millis(terms.admission_cap))
-        .arg(terms.on_sale_at_ms)
-        .arg(format!("{draw:e}"))
-        .arg(millis(terms.grace))
-        .arg(u8::from(here))
-        .arg(millis(terms.arrival_window));
-    let (status, a, b, c, waits): (String, u64, u64, u64, Vec<u64>) =
-        redis.invoke("enter", &invocation).await?;
-    let entry = match status.as_str() {
-        "admitted" => Entry::Admitted {
-            expires_at_ms: a,
-            queue_length: c,
-        },
-        "queued" => Entry::Queued {
-            position: a,
-            queue_length: b,
-            wait_estimate: std::time::Duration::from_millis(c),
-        },
-        "prequeue" => Entry::PreQueue {
-            opens_in: std::time::Duration::from_millis(a),
-            queue_length: b,
-        },
-        _ => {
-            return Err(RedisError::from((
-                ErrorKind::UnexpectedReturnType,
-                "enter.lua: unknown status",
-                status,
-            )));
-        }
-    };
-    let admitted_waits = waits
-        .into_iter()
-        .map(std::time::Duration::from_millis)
-        .collect();
-    Ok(Entered {
-        entry,
-        admitted_waits,
-    })
-}
-
-/// One run of `leave.lua`: whether an admission ended.
-pub(crate) async fn leave(
-    redis: &RedisStore,
-    group: &str,
-    member: &OwnerToken,
-) -> redis::RedisResult<bool> {
-    let mut invocation = LEAVE.prepare_invoke();
-    for key in room_keys(group) {
-        invocation.key(key);
-    }
-    invocation.arg(member.as_str());
-    let ended: i64 = redis.invoke("leave", &invocation).await?;
-    Ok(ended == 1)
-}
-
-fn millis(d: std::time::Duration) -> u64 {
-    d.as_millis() as u64
-}
-
 /// Owner token and holding read together, with the Redis time.
 static CURRENT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -445,12 +340,6 @@ mod tests {
             ("renew.lua", include_str!("scripts/renew.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
             ("held_by.lua", include_str!("scripts/held_by.lua")),
-            ("enter.lua", include_str!("scripts/enter.lua")),
-            ("leave.lua", include_str!("scripts/leave.lua")),
-            (
-                "admission_ended.lua",
-                include_str!("scripts/admission_ended.lua"),
-            ),
             ("now_ms.lua", include_str!("scripts/now_ms.lua")),
             (
                 "server_identity.lua",

@@ -1,13 +1,18 @@
-//! The waiting room (`lease::room`) against a real Redis (`REDIS_URL`): FIFO admission,
-//! never more than N admitted under a burst, a lapsed or ended admission admits the next
-//! member, a hold needs a live admission, the pre-queue in random order, quiet members
-//! lose their place, renewal up to the cap. Each test uses its own random group.
+//! The waiting room (`lease::room`) against a real Redis (`REDIS_URL`): one place per
+//! holder in join order, the ticker's frontier never admitting more than N, lapsed
+//! admissions and missed turns freeing their places, places left before their turn
+//! skipped, a hold needing a live admission, the pre-queue, the fence on a late ticker,
+//! the room's message on the channel, and a room Redis lost. Each test uses its own
+//! random group.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::future::join_all;
 use lease::{
-    Entry, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, OwnerToken, RoomTerms,
+    Arrival, FencingToken, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, OwnerToken,
+    Place, RoomTerms, RoomView, Tick,
 };
 use rand::Rng;
 
@@ -26,237 +31,341 @@ fn terms(shoppers: u64) -> RoomTerms {
         shoppers,
         admission_ttl: Duration::from_secs(60),
         admission_cap: Duration::from_secs(120),
-        on_sale_at_ms: 0,
-        grace: Duration::from_secs(30),
         arrival_window: Duration::from_secs(60),
+        on_sale_at_ms: 0,
     }
 }
 
-fn members(n: usize) -> Vec<OwnerToken> {
-    (0..n).map(|_| OwnerToken::random()).collect()
+/// A holder of the room: its label, its admission's owner token, and its ticket.
+struct Holder {
+    label: String,
+    member: OwnerToken,
+    place: u64,
+    epoch: String,
 }
 
-/// The Redis clock, Unix ms.
-async fn redis_now_ms(client: &LeaseClient<MemoryLedger>) -> u64 {
-    let (secs, micros): (u64, u64) = redis::cmd("TIME")
-        .query_async(&mut client.redis())
-        .await
-        .unwrap();
-    secs * 1000 + micros / 1000
-}
-
-/// A visit of a member who is here (seatlock: a map view).
-async fn entry(
+/// `n` holders join in turn; each gets the next place in line.
+async fn join_in_turn(
     client: &LeaseClient<MemoryLedger>,
     group: &str,
-    member: &OwnerToken,
+    n: usize,
     terms: &RoomTerms,
-) -> Entry {
-    client
-        .enter(group, member, terms, true)
-        .await
-        .unwrap()
-        .entry
-}
-
-/// A poll (seatlock: the queue page's stream): keeps a place, renews nothing.
-async fn poll(
-    client: &LeaseClient<MemoryLedger>,
-    group: &str,
-    member: &OwnerToken,
-    terms: &RoomTerms,
-) -> Entry {
-    client
-        .enter(group, member, terms, false)
-        .await
-        .unwrap()
-        .entry
-}
-
-fn admitted(entry: &Entry) -> bool {
-    matches!(entry, Entry::Admitted { .. })
-}
-
-fn position(entry: &Entry) -> u64 {
-    match entry {
-        Entry::Queued { position, .. } => *position,
-        other => panic!("not queued: {other:?}"),
+) -> Vec<Holder> {
+    let mut holders = Vec::new();
+    for i in 0..n {
+        let label = format!("h{i}");
+        let joined = client.join(group, &label, terms).await.unwrap();
+        assert_eq!(joined.place, Place::Line(i as u64 + 1), "{label}");
+        holders.push(Holder {
+            label,
+            member: OwnerToken::random(),
+            place: i as u64 + 1,
+            epoch: joined.epoch,
+        });
     }
+    holders
+}
+
+async fn arrive(
+    client: &LeaseClient<MemoryLedger>,
+    group: &str,
+    h: &Holder,
+    terms: &RoomTerms,
+) -> Arrival {
+    let ticket = (h.place, h.epoch.as_str());
+    (client
+        .arrive(group, &h.label, &h.member, ticket, terms)
+        .await)
+        .unwrap()
+}
+
+/// One tick by the ticker holding `token`; the view it published.
+async fn tick(
+    client: &LeaseClient<MemoryLedger>,
+    group: &str,
+    token: u64,
+    terms: &RoomTerms,
+) -> RoomView {
+    match client
+        .tick(group, FencingToken(token), terms)
+        .await
+        .unwrap()
+    {
+        Tick::Ticked(view) => view,
+        fenced => panic!("token {token}: {fenced:?}"),
+    }
+}
+
+fn admitted(arrival: &Arrival) -> bool {
+    matches!(arrival, Arrival::Admitted { .. })
 }
 
 #[tokio::test]
-async fn members_are_admitted_in_the_order_they_joined() {
+async fn holders_get_one_place_each_in_join_order_and_turns_come_in_that_order() {
     let (client, group, terms) = (client(), group(), terms(2));
-    let m = members(6);
-    for (i, member) in m.iter().enumerate() {
-        let e = entry(&client, &group, member, &terms).await;
-        if i < 2 {
-            assert!(admitted(&e), "member {i}: {e:?}");
-        } else {
-            assert_eq!(position(&e), i as u64 - 1, "member {i}");
-        }
-    }
-    // Each admission that ends lets exactly the next one in, in join order.
-    for next in 2..6 {
-        assert!(client.leave(&group, &m[next - 2]).await.unwrap());
-        let e = entry(&client, &group, &m[next], &terms).await;
-        assert!(admitted(&e), "member {next} is next: {e:?}");
-        for (later, member) in m.iter().enumerate().skip(next + 1) {
-            let e = entry(&client, &group, member, &terms).await;
-            assert_eq!(position(&e), (later - next) as u64, "member {later}");
-        }
-    }
+    let h = join_in_turn(&client, &group, 5, &terms).await;
+    // A second join (another tab, a lost ticket) gets the same place.
+    let again = client.join(&group, &h[3].label, &terms).await.unwrap();
+    assert_eq!(again.place, Place::Line(4));
+
+    let view = tick(&client, &group, 1, &terms).await;
+    assert_eq!((view.frontier, view.issued, view.shopping), (2, 5, 2));
+    assert_eq!(view.waiting(), 3);
+    assert_eq!(
+        arrive(&client, &group, &h[2], &terms).await,
+        Arrival::Waiting
+    );
+    assert!(admitted(&arrive(&client, &group, &h[0], &terms).await));
+    assert!(admitted(&arrive(&client, &group, &h[1], &terms).await));
+    // Full: a tick moves nothing.
+    assert_eq!(tick(&client, &group, 1, &terms).await.frontier, 2);
+
+    // One leaves: the next tick gives the next place its turn.
+    let ticket = (h[0].place, h[0].epoch.as_str());
+    assert!(
+        client
+            .leave(&group, &h[0].label, &h[0].member, ticket)
+            .await
+            .unwrap()
+    );
+    assert_eq!(tick(&client, &group, 1, &terms).await.frontier, 3);
+    assert!(admitted(&arrive(&client, &group, &h[2], &terms).await));
+    assert_eq!(
+        arrive(&client, &group, &h[3], &terms).await,
+        Arrival::Waiting
+    );
+    // A holder who left and comes back with the old ticket is at the back.
+    assert_eq!(
+        arrive(&client, &group, &h[0], &terms).await,
+        Arrival::Spent { place: 6 }
+    );
 }
 
 #[tokio::test]
-async fn a_burst_of_joins_never_admits_more_than_n() {
-    let (group, terms) = (group(), terms(5));
-    // Several clients (connections), as several servers would be.
-    let clients: Vec<_> = (0..4).map(|_| client()).collect();
-    let joins = (0..200).map(|i| {
-        let (client, group, terms) = (clients[i % 4].clone(), group.clone(), terms.clone());
-        tokio::spawn(async move {
-            let member = OwnerToken::random();
-            let entered = client.enter(&group, &member, &terms, true).await.unwrap();
-            (admitted(&entered.entry), entered.admitted_waits.len())
-        })
+async fn a_burst_of_joins_and_ticks_never_has_more_than_n_shopping() {
+    let (client, group, terms) = (client(), group(), terms(3));
+    let joins = (0..50).map(|i| {
+        let (client, group, terms) = (client.clone(), group.clone(), terms.clone());
+        async move { client.join(&group, &format!("h{i}"), &terms).await.unwrap() }
     });
-    let results = futures_util::future::join_all(joins).await;
-    let admitted_count = results.iter().filter(|r| r.as_ref().unwrap().0).count();
-    let reported: usize = results.iter().map(|r| r.as_ref().unwrap().1).sum();
-    assert_eq!(admitted_count, 5);
-    assert_eq!(reported, 5, "each admission reported by exactly one call");
+    let mut places: Vec<u64> = join_all(joins)
+        .await
+        .into_iter()
+        .map(|j| match j.place {
+            Place::Line(n) => n,
+            pre => panic!("{pre:?}"),
+        })
+        .collect();
+    places.sort_unstable();
+    assert_eq!(places, (1..=50).collect::<Vec<_>>(), "one place each");
+    let ticks = (0..10).map(|_| {
+        let (client, group, terms) = (client.clone(), group.clone(), terms.clone());
+        async move { tick(&client, &group, 1, &terms).await }
+    });
+    for view in join_all(ticks).await {
+        assert!(view.shopping <= 3, "{view:?}");
+        assert_eq!(view.frontier, 3, "{view:?}");
+    }
 }
 
 #[tokio::test]
-async fn a_lapsed_admission_admits_the_next_member() {
+async fn a_lapsed_admission_frees_its_place_at_the_next_tick() {
     let (client, group) = (client(), group());
     let terms = RoomTerms {
-        admission_ttl: Duration::from_millis(300),
+        admission_ttl: Duration::from_millis(1_000),
+        admission_cap: Duration::from_millis(2_000),
         ..terms(1)
     };
-    let m = members(2);
-    assert!(admitted(&entry(&client, &group, &m[0], &terms).await));
-    assert_eq!(position(&entry(&client, &group, &m[1], &terms).await), 1);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let next = client.enter(&group, &m[1], &terms, true).await.unwrap();
-    assert!(admitted(&next.entry), "{next:?}");
-    assert_eq!(next.admitted_waits.len(), 1);
-    // The member whose admission lapsed queues again, at the back.
-    assert_eq!(position(&entry(&client, &group, &m[0], &terms).await), 1);
+    let h = join_in_turn(&client, &group, 2, &terms).await;
+    tick(&client, &group, 1, &terms).await;
+    assert!(admitted(&arrive(&client, &group, &h[0], &terms).await));
+    assert_eq!(tick(&client, &group, 1, &terms).await.frontier, 1);
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let view = tick(&client, &group, 1, &terms).await;
+    assert_eq!((view.frontier, view.shopping), (2, 1), "{view:?}");
+    assert!(admitted(&arrive(&client, &group, &h[1], &terms).await));
+    // The lapsed holder's old ticket puts it at the back.
+    assert_eq!(
+        arrive(&client, &group, &h[0], &terms).await,
+        Arrival::Spent { place: 3 }
+    );
+}
+
+#[tokio::test]
+async fn a_turn_not_taken_within_the_arrival_window_is_over_and_frees_its_place() {
+    let (client, group) = (client(), group());
+    let terms = RoomTerms {
+        arrival_window: Duration::from_millis(1_000),
+        ..terms(1)
+    };
+    let h = join_in_turn(&client, &group, 2, &terms).await;
+    assert_eq!(tick(&client, &group, 1, &terms).await.shopping, 1);
+    // Half the window on: still h0's turn.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(tick(&client, &group, 1, &terms).await.frontier, 1);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let view = tick(&client, &group, 1, &terms).await;
+    assert_eq!((view.frontier, view.shopping), (2, 1), "{view:?}");
+    assert_eq!(
+        arrive(&client, &group, &h[0], &terms).await,
+        Arrival::Spent { place: 3 }
+    );
+    assert!(admitted(&arrive(&client, &group, &h[1], &terms).await));
+}
+
+#[tokio::test]
+async fn a_place_left_before_its_turn_is_skipped() {
+    let (client, group, terms) = (client(), group(), terms(1));
+    let h = join_in_turn(&client, &group, 3, &terms).await;
+    tick(&client, &group, 1, &terms).await;
+    let ticket = (h[1].place, h[1].epoch.as_str());
+    assert!(
+        !client
+            .leave(&group, &h[1].label, &h[1].member, ticket)
+            .await
+            .unwrap()
+    );
+    // The leaver joins again at the back.
+    let back = client.join(&group, &h[1].label, &terms).await.unwrap();
+    assert_eq!(back.place, Place::Line(4));
+    assert!(admitted(&arrive(&client, &group, &h[0], &terms).await));
+    let ticket = (h[0].place, h[0].epoch.as_str());
+    client
+        .leave(&group, &h[0].label, &h[0].member, ticket)
+        .await
+        .unwrap();
+    // Place 2 was left: place 3's turn comes next, and only it.
+    let view = tick(&client, &group, 1, &terms).await;
+    assert_eq!((view.frontier, view.shopping), (3, 1), "{view:?}");
+    assert!(admitted(&arrive(&client, &group, &h[2], &terms).await));
 }
 
 #[tokio::test]
 async fn a_hold_needs_a_live_admission_checked_in_its_own_script() {
     let (client, group) = (client(), group());
     let terms = RoomTerms {
-        admission_ttl: Duration::from_millis(400),
+        admission_ttl: Duration::from_millis(1_000),
         ..terms(1)
     };
     let seat = |n: u32| LeaseKey::new(group.clone(), n.to_string()).unwrap();
     let ttl = Duration::from_secs(10);
-    let (a, b) = (OwnerToken::random(), OwnerToken::random());
-    assert!(admitted(&entry(&client, &group, &a, &terms).await));
-    assert_eq!(position(&entry(&client, &group, &b, &terms).await), 1);
+    let h = join_in_turn(&client, &group, 2, &terms).await;
+    tick(&client, &group, 1, &terms).await;
 
-    // Queued, never admitted: refused, nothing written.
-    let refused = client
-        .acquire_admitted(&[seat(1)], "b", ttl, None, &b)
-        .await;
-    assert!(
-        matches!(refused, Err(LeaseError::NotAdmitted)),
-        "{refused:?}"
-    );
+    // A turn that came is not an admission until the holder arrives; one in line never
+    // is: refused, nothing written.
+    for holder in &h {
+        let refused = client
+            .acquire_admitted(&[seat(1)], &holder.label, ttl, None, &holder.member)
+            .await;
+        assert!(
+            matches!(refused, Err(LeaseError::NotAdmitted)),
+            "{refused:?}"
+        );
+    }
     assert!(client.holders(&group).await.unwrap().holdings.is_empty());
 
+    assert!(admitted(&arrive(&client, &group, &h[0], &terms).await));
     let held = client
-        .acquire_admitted(&[seat(1)], "a", ttl, None, &a)
+        .acquire_admitted(&[seat(1)], &h[0].label, ttl, None, &h[0].member)
         .await
         .unwrap();
     // The admission lapses: no more seats, but the hold keeps its own TTL.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
     let refused = client
-        .acquire_admitted(&[seat(2)], "a", ttl, None, &a)
+        .acquire_admitted(&[seat(2)], &h[0].label, ttl, None, &h[0].member)
         .await;
     assert!(
         matches!(refused, Err(LeaseError::NotAdmitted)),
         "{refused:?}"
     );
     assert!(client.is_held(&held[0]).await.unwrap());
+}
 
-    // The next member is admitted, holds, and after leaving may not hold again.
-    assert!(admitted(&entry(&client, &group, &b, &terms).await));
+#[tokio::test]
+async fn the_pre_queue_joins_in_order_and_the_sale_opens_on_the_redis_clock() {
+    let (client, group) = (client(), group());
+    let now_ms = {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut client.redis())
+            .await
+            .unwrap();
+        secs * 1000 + micros / 1000
+    };
+    let terms = RoomTerms {
+        on_sale_at_ms: now_ms + 1_000,
+        ..terms(2)
+    };
+    for k in 1..=3 {
+        let joined = client
+            .join(&group, &format!("early{k}"), &terms)
+            .await
+            .unwrap();
+        assert_eq!(joined.place, Place::PreQueue(k));
+    }
+    let view = tick(&client, &group, 1, &terms).await;
+    assert_eq!((view.on_sale, view.frontier, view.prequeue), (false, 0, 3));
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    // After the on-sale the next holder comes after the pre-queue's three places.
+    let late = client.join(&group, "late", &terms).await.unwrap();
+    assert_eq!(late.place, Place::Line(4));
+    let view = tick(&client, &group, 1, &terms).await;
+    assert_eq!((view.on_sale, view.frontier, view.issued), (true, 2, 4));
+}
+
+#[tokio::test]
+async fn a_paused_tickers_late_step_is_refused_by_the_fence() {
+    let (client, group, terms) = (client(), group(), terms(1));
+    let h = join_in_turn(&client, &group, 3, &terms).await;
+    assert_eq!(tick(&client, &group, 41, &terms).await.frontier, 1);
+    // A newer ticker takes over (token 42) and steps after h0 left.
+    let ticket = (h[0].place, h[0].epoch.as_str());
     client
-        .acquire_admitted(&[seat(2)], "b", ttl, None, &b)
+        .leave(&group, &h[0].label, &h[0].member, ticket)
         .await
         .unwrap();
-    assert!(client.leave(&group, &b).await.unwrap());
-    let refused = client
-        .acquire_admitted(&[seat(3)], "b", ttl, None, &b)
-        .await;
-    assert!(
-        matches!(refused, Err(LeaseError::NotAdmitted)),
-        "{refused:?}"
-    );
-}
-
-#[tokio::test]
-async fn the_pre_queue_is_shuffled_once_and_ahead_of_later_arrivals() {
-    let (client, group) = (client(), group());
-    let terms = RoomTerms {
-        on_sale_at_ms: redis_now_ms(&client).await + 700,
-        ..terms(1)
-    };
-    let early = members(20);
-    for member in &early {
-        let e = entry(&client, &group, member, &terms).await;
-        assert!(matches!(e, Entry::PreQueue { .. }), "{e:?}");
-    }
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let late = OwnerToken::random();
-    // The first enter after the on-sale admits the pre-queue's drawn first.
-    let late_entry = entry(&client, &group, &late, &terms).await;
+    assert_eq!(tick(&client, &group, 42, &terms).await.frontier, 2);
+    let ticket = (h[1].place, h[1].epoch.as_str());
+    client
+        .leave(&group, &h[1].label, &h[1].member, ticket)
+        .await
+        .unwrap();
+    // The old ticker wakes: refused, nothing written though a place is free.
+    let late = client.tick(&group, FencingToken(41), &terms).await.unwrap();
     assert_eq!(
-        position(&late_entry),
-        20,
-        "after all 19 still queued early members"
-    );
-    let mut places = vec![];
-    let mut admitted_early = 0;
-    for member in &early {
-        match entry(&client, &group, member, &terms).await {
-            Entry::Queued { position, .. } => places.push(position),
-            Entry::Admitted { .. } => admitted_early += 1,
-            other => panic!("{other:?}"),
+        late,
+        Tick::Fenced {
+            highest: FencingToken(42)
         }
-    }
-    assert_eq!(admitted_early, 1);
-    let mut sorted = places.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, (1..=19).collect::<Vec<_>>(), "a permutation");
-    assert_ne!(places, sorted, "not in join order (a 1 in 19! chance)");
+    );
+    assert_eq!(client.room(&group).await.unwrap().unwrap().frontier, 2);
+    assert_eq!(tick(&client, &group, 42, &terms).await.frontier, 3);
 }
 
 #[tokio::test]
-async fn a_queued_member_that_stops_asking_loses_its_place() {
-    let (client, group) = (client(), group());
-    let terms = RoomTerms {
-        grace: Duration::from_millis(300),
-        ..terms(1)
-    };
-    let m = members(3);
-    assert!(admitted(&entry(&client, &group, &m[0], &terms).await));
-    assert_eq!(position(&entry(&client, &group, &m[1], &terms).await), 1);
-    assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 2);
-    // m[1] closes its tab; m[2] keeps asking.
-    for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        entry(&client, &group, &m[2], &terms).await;
-        entry(&client, &group, &m[0], &terms).await;
-    }
-    assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 1);
-    assert!(client.leave(&group, &m[0]).await.unwrap());
-    assert!(admitted(&entry(&client, &group, &m[2], &terms).await));
+async fn each_tick_publishes_the_room_on_the_groups_channel_as_it_reads() {
+    let (client, group, terms) = (client(), group(), terms(2));
+    let url = std::env::var("REDIS_URL").unwrap();
+    let mut pubsub = redis::Client::open(url)
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    let channel = LeaseKey::new(group.clone(), "x").unwrap().events_channel();
+    pubsub.subscribe(&channel).await.unwrap();
+    join_in_turn(&client, &group, 3, &terms).await;
+    let view = tick(&client, &group, 1, &terms).await;
+    let message = tokio::time::timeout(Duration::from_secs(5), pubsub.on_message().next())
+        .await
+        .unwrap()
+        .unwrap();
+    let payload: String = message.get_payload().unwrap();
+    assert_eq!(RoomView::parse(&payload), Some(view.clone()));
+    let read = client.room(&group).await.unwrap().unwrap();
+    assert_eq!(
+        (read.epoch, read.frontier, read.issued, read.shopping),
+        (view.epoch, 2, 3, 2)
+    );
 }
 
 #[tokio::test]
@@ -267,132 +376,48 @@ async fn visits_renew_an_admission_up_to_its_cap() {
         admission_cap: Duration::from_millis(1_500),
         ..terms(1)
     };
-    let member = OwnerToken::random();
-    let Entry::Admitted {
+    let h = join_in_turn(&client, &group, 1, &terms).await;
+    tick(&client, &group, 1, &terms).await;
+    let Arrival::Admitted {
         expires_at_ms: first,
-        ..
-    } = entry(&client, &group, &member, &terms).await
+    } = arrive(&client, &group, &h[0], &terms).await
     else {
-        panic!("admitted")
+        panic!("admitted");
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let Entry::Admitted {
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let Arrival::Admitted {
         expires_at_ms: renewed,
-        ..
-    } = entry(&client, &group, &member, &terms).await
+    } = arrive(&client, &group, &h[0], &terms).await
     else {
-        panic!("still admitted")
+        panic!("renewed");
     };
-    assert!(renewed >= first + 250, "renewed: {first} -> {renewed}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let Entry::Admitted {
-        expires_at_ms: capped,
-        ..
-    } = entry(&client, &group, &member, &terms).await
-    else {
-        panic!("still admitted")
-    };
-    // Admitted at first - 1000; never past that + 1500.
+    // Renewed, but to the cap (admitted + 1.5 s), not to now + 1 s.
     assert!(
-        capped <= first + 500,
-        "capped at the admission + cap: {capped} vs {first}"
+        renewed > first && renewed <= first + 500,
+        "{first} {renewed}"
+    );
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(
+        arrive(&client, &group, &h[0], &terms).await,
+        Arrival::Spent { place: 2 },
+        "past the cap the admission is over"
     );
 }
 
 #[tokio::test]
-async fn an_admitted_member_that_never_arrives_frees_its_place_after_the_arrival_window() {
-    let (client, group) = (client(), group());
-    let terms = RoomTerms {
-        arrival_window: Duration::from_millis(1_000),
-        ..terms(1)
-    };
-    let m = members(3);
-    assert!(admitted(&entry(&client, &group, &m[0], &terms).await));
-    assert_eq!(position(&entry(&client, &group, &m[1], &terms).await), 1);
-    assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 2);
-    // m[0] buys and leaves; m[2]'s call admits m[1], whose tab has just closed.
-    assert!(client.leave(&group, &m[0]).await.unwrap());
-    assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 1);
-    // m[1] never arrives: after the arrival window its place passes to m[2], not after
-    // a whole admission TTL (a minute here).
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(position(&entry(&client, &group, &m[2], &terms).await), 1);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(admitted(&entry(&client, &group, &m[2], &terms).await));
-}
-
-#[tokio::test]
-async fn a_member_admitted_by_its_own_poll_or_first_call_gets_only_the_arrival_window() {
-    let (client, group) = (client(), group());
-    let terms = RoomTerms {
-        arrival_window: Duration::from_millis(300),
-        ..terms(1)
-    };
-    let m = members(2);
-    // A first call that is not "here" (seatlock: a crawler's cookieless visit, or a
-    // frozen queue page's stream) admits for the window only, then the place passes on.
-    assert!(admitted(&poll(&client, &group, &m[0], &terms).await));
-    assert_eq!(position(&poll(&client, &group, &m[1], &terms).await), 1);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(admitted(&poll(&client, &group, &m[1], &terms).await));
-    // Here within the window: the full admission (a minute), which a poll keeps.
-    let Entry::Admitted { expires_at_ms, .. } = entry(&client, &group, &m[1], &terms).await else {
-        panic!("admitted")
-    };
-    assert!(expires_at_ms > redis_now_ms(&client).await + 30_000);
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    assert!(admitted(&poll(&client, &group, &m[1], &terms).await));
-}
-
-#[tokio::test]
-async fn a_stall_of_the_store_longer_than_the_grace_costs_no_place() {
-    let (client, group) = (client(), group());
-    let terms = RoomTerms {
-        grace: Duration::from_millis(600),
-        ..terms(1)
-    };
-    let m = members(6);
-    for member in &m {
-        entry(&client, &group, member, &terms).await;
-    }
-    // Nobody calls for twice the grace, as when Redis or every server is stopped; then
-    // the last member calls first.
-    tokio::time::sleep(Duration::from_millis(1_200)).await;
-    for (i, member) in m.iter().enumerate().skip(1).rev() {
-        assert_eq!(
-            position(&poll(&client, &group, member, &terms).await),
-            i as u64,
-            "member {i}"
-        );
-    }
-}
-
-#[tokio::test]
-async fn leaving_the_pre_queue_and_joining_again_draws_the_same_place() {
-    let (client, group) = (client(), group());
-    let terms = RoomTerms {
-        on_sale_at_ms: redis_now_ms(&client).await + 60_000,
-        ..terms(1)
-    };
-    let member = OwnerToken::random();
-    let queue = format!("lease:{{{group}}}:~queue");
-    let place = async || -> f64 {
-        redis::cmd("ZSCORE")
-            .arg(&queue)
-            .arg(member.as_str())
-            .query_async(&mut client.redis())
-            .await
-            .unwrap()
-    };
-    assert!(matches!(
-        entry(&client, &group, &member, &terms).await,
-        Entry::PreQueue { .. }
-    ));
-    let drawn = place().await;
-    assert!(drawn > 0.0 && drawn < 1.0, "{drawn}");
-    for _ in 0..3 {
-        assert!(!client.leave(&group, &member).await.unwrap(), "only queued");
-        entry(&client, &group, &member, &terms).await;
-        assert_eq!(place().await, drawn, "the same draw");
-    }
+async fn a_ticket_of_a_room_redis_lost_is_of_another_epoch() {
+    let (client, group, terms) = (client(), group(), terms(1));
+    let h = join_in_turn(&client, &group, 1, &terms).await;
+    tick(&client, &group, 1, &terms).await;
+    let _: () = redis::cmd("DEL")
+        .arg(format!("lease:{{{group}}}:~room"))
+        .query_async(&mut client.redis())
+        .await
+        .unwrap();
+    assert_eq!(
+        arrive(&client, &group, &h[0], &terms).await,
+        Arrival::OtherEpoch
+    );
+    let joined = client.join(&group, &h[0].label, &terms).await.unwrap();
+    assert_ne!(joined.epoch, h[0].epoch);
 }

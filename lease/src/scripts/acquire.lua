@@ -16,7 +16,7 @@
 -- KEYS[5]  holder's set   lease:{group}:~held-by:<holder>  names granted to this holder
 --                         (PX: the longest grant in it), counted under a limit and
 --                         read by held_by.lua
--- KEYS[6]  admitted zset  lease:{group}:~admitted  the group's waiting room (enter.lua):
+-- KEYS[6]  admitted zset  lease:{group}:~admitted  the group's waiting room (room/arrive.lua):
 --                         member -> expires_at_ms; read only when ARGV[8] names one
 -- KEYS[7..6+N]  lease keys  lease:{group}:<name>  string: owner token, with a PX TTL
 -- ARGV[1]  owner token (every lease key's value)
@@ -30,7 +30,7 @@
 --          included; 0 for none (then the holder's set is not counted)
 -- ARGV[7]  1: failover guard on; 0: off (lab only: `--lab-disable-failover-guard`)
 -- ARGV[8]  admission: the owner token of the holder's admission to the waiting room
---          (enter.lua), which must be live for anything to be granted; '' for none
+--          (room/arrive.lua), which must be live for anything to be granted; '' for none
 -- ARGV[8+i]  the resource name of KEYS[6+i]
 --
 -- Reply {status, a, b, holder, name}:
