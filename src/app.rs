@@ -21,7 +21,7 @@ use crate::http::{buyer, csrf, deadline, health};
 use crate::ledger::PgFenceLedger;
 use crate::state::{AppState, RoomStore, SessionRedis, Shared};
 use crate::telemetry;
-use crate::{auction, events, live, orders, racelab, seats};
+use crate::{auction, events, live, orders, racelab, seats, waiting_room};
 
 /// The name of the session cookie; its value is the session id, nothing else.
 pub const SESSION_COOKIE: &str = "seatlock.sid";
@@ -74,6 +74,7 @@ impl Application {
             catalog: Arc::default(),
             snapshots: Arc::default(),
             boards: Arc::default(),
+            rooms: Arc::default(),
             known_items: Arc::default(),
             draining: Arc::default(),
         });
@@ -209,7 +210,7 @@ pub fn router(state: AppState) -> Router {
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .merge(seats::router())
-        .merge(seats::waiting_room::router())
+        .merge(waiting_room::router())
         .merge(match state.settings.purchase_strategy {
             PurchaseStrategy::Fenced => seats::purchase_routes(),
             _ => racelab::purchase_routes(),
@@ -255,7 +256,7 @@ pub fn router(state: AppState) -> Router {
 /// shorter than the etcd in use grants), naming the flag, and more seats per buyer than
 /// one hold on the store takes.
 ///
-/// Also the waiting rooms' store ([`crate::seats::waiting_room`]): the Redis lease client, whose
+/// Also the waiting rooms' store ([`crate::waiting_room`]): the Redis lease client, whose
 /// hold script checks admissions; `None` on etcd, where the server refuses to start with
 /// `--waiting-room-shoppers` set.
 async fn stores(

@@ -109,6 +109,11 @@ pub struct Settings {
     /// minutes; at most a day.
     #[arg(long, env = "SEATLOCK_ADMISSION_TTL_MS", default_value_t = 900_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
     pub admission_ttl_ms: u64,
+    /// How long a waiting-room turn waits for its buyer, in milliseconds: a buyer whose
+    /// turn comes while away (a phone in a pocket) keeps it this long, and a buyer gone
+    /// for good holds an idle place this long. Default: two minutes.
+    #[arg(long, env = "SEATLOCK_ARRIVAL_WINDOW_MS", default_value_t = 120_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub arrival_window_ms: u64,
     /// Simulated payment time before a purchase is written, in milliseconds.
     #[arg(long, env = "SEATLOCK_PAYMENT_DELAY_MS", default_value_t = 0)]
     pub payment_delay_ms: u64,
@@ -315,6 +320,11 @@ impl Settings {
     /// The admission TTL of a waiting room as a `Duration`.
     pub fn admission_ttl(&self) -> Duration {
         Duration::from_millis(self.admission_ttl_ms)
+    }
+
+    /// A waiting-room turn's arrival window as a `Duration`.
+    pub fn arrival_window(&self) -> Duration {
+        Duration::from_millis(self.arrival_window_ms)
     }
 
     /// The simulated payment delay as a `Duration`.
@@ -541,6 +551,7 @@ mod tests {
             max_seats_per_buyer: 3,
             waiting_room_shoppers: 5,
             admission_ttl_ms: 4_321,
+            arrival_window_ms: 7_654,
             payment_delay_ms: 56,
             lease_namespace: "ns-7".parse().unwrap(),
             secret: Some("s".repeat(40)),

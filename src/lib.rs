@@ -8,7 +8,7 @@
 //! Layout, top to bottom: **wiring** ([`app`] builds the HTTP application once for
 //! `main`, the tests, the end-to-end suite and the load test; [`config`] is every setting
 //! and its one default; [`state`], `db`, `telemetry`, [`ledger`], [`seed`]);
-//! **features**, each owning its rules and queries ([`seats`] with its [`seats::waiting_room`], [`auction`], [`live`],
+//! **features**, each owning its rules and queries ([`seats`], its [`waiting_room`], [`auction`], [`live`],
 //! `events`, `orders`, and [`racelab`], the unsafe strategies the race lab compares
 //! and the [`racelab::pause`] seam of confirm and bid); **HTTP plumbing** shared by them
 //! ([`http`]: the buyer's session, CSRF, the error type that maps every failure to a
@@ -32,6 +32,7 @@ pub mod seats;
 pub mod seed;
 pub mod state;
 pub(crate) mod telemetry;
+pub mod waiting_room;
 
 /// The migrations in `migrations/`, embedded: `seatlock migrate` and every test database
 /// run these.

@@ -31,7 +31,7 @@ impl std::ops::Deref for SessionRedis {
     }
 }
 
-/// The store of the events' waiting rooms ([`crate::seats::waiting_room`]): the Redis lease
+/// The store of the events' waiting rooms ([`crate::waiting_room`]): the Redis lease
 /// client, whose hold script checks an admission in the same step as the grant.
 pub type RoomStore = Arc<LeaseClient<PgFenceLedger>>;
 
@@ -85,6 +85,8 @@ pub struct Shared {
     pub boards: Arc<crate::seats::board::Boards>,
     /// Each event's seat-map snapshot, shared by every open map while it is current.
     pub snapshots: Arc<crate::seats::live::Snapshots>,
+    /// What this process knows of each event's waiting room ([`crate::waiting_room`]).
+    pub rooms: Arc<crate::waiting_room::Rooms>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
     pub known_items: Arc<crate::auction::known_items::KnownItems>,
     /// Set once the server is told to stop (SIGTERM): `/readyz` then says so.

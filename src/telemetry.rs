@@ -11,8 +11,9 @@
 //! | `seatlock_postgres_round_trip_seconds` | histogram, seconds | `op` | Postgres calls, pool wait included: `event_seats` (an event's seats, once per process), `authorize`, `sell`, `commit`, `fence_ledger` |
 //! | `lease_redis_round_trip_seconds` | histogram, seconds | `op` | Redis round trips, through the lease library's connection: the leases' (`acquire`, `release`, `retire`, `renew`, `holders`, …) and the sessions' (`session_load`, `session_save`, `session_create`, `session_delete`, [`crate::http::sessions`]) |
 //! | `seatlock_queue_length` | gauge | `event` | buyers in the event's waiting-room queue, as last seen by this process |
-//! | `seatlock_admissions_total` | counter | | buyers admitted from a waiting room (each counted by the one process whose call admitted it) |
+//! | `seatlock_admissions_total` | counter | | buyers who arrived for their turn in a waiting room (each counted by the process that served the arrival) |
 //! | `seatlock_queue_wait_seconds` | histogram, seconds | | how long each admitted buyer waited in the queue ([`QUEUE_WAIT_BUCKETS_SECONDS`]) |
+//! | `seatlock_queue_ticks_fenced_total` | counter | | waiting-room ticks refused by the room's fence: a ticker that paused past its lease and woke late |
 //! | `lease_renewals_total` | counter | `result` = `renewed` / `not_owner` | lease renewals (the closer's watchdog) |
 //! | `lease_watchdog_losses_total` | counter | | watchdogs that reported their lease lost |
 //! | `lease_lock_wait_seconds` | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time a bid waited for the item's bid lock (backoff included) |
@@ -54,6 +55,8 @@ pub(crate) const QUEUE_LENGTH: &str = "seatlock_queue_length";
 pub(crate) const ADMISSIONS_TOTAL: &str = "seatlock_admissions_total";
 /// Histogram (seconds): each admitted buyer's wait in the queue.
 pub(crate) const QUEUE_WAIT_SECONDS: &str = "seatlock_queue_wait_seconds";
+/// Counter: waiting-room ticks refused by the room's fence (a ticker that woke late).
+pub(crate) const QUEUE_TICKS_FENCED_TOTAL: &str = "seatlock_queue_ticks_fenced_total";
 
 /// Gauge: live event streams open on this process (at most `--max-streams`).
 pub(crate) const STREAMS_OPEN: &str = "seatlock_live_streams_open";
@@ -80,19 +83,20 @@ pub(crate) const QUEUE_WAIT_BUCKETS_SECONDS: [f64; 10] = [
     1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 ];
 
-/// What one step into a waiting room found ([`lease::LeaseClient::enter`]): the queue's
-/// length, and the waits of the buyers that step admitted.
-pub(crate) fn room_entered(event_id: i64, entered: &lease::Entered) {
-    let length = match entered.entry {
-        lease::Entry::Admitted { queue_length, .. }
-        | lease::Entry::Queued { queue_length, .. }
-        | lease::Entry::PreQueue { queue_length, .. } => queue_length,
-    };
-    metrics::gauge!(QUEUE_LENGTH, "event" => event_id.to_string()).set(length as f64);
-    for wait in &entered.admitted_waits {
-        metrics::counter!(ADMISSIONS_TOTAL).increment(1);
-        metrics::histogram!(QUEUE_WAIT_SECONDS).record(wait.as_secs_f64());
-    }
+/// A waiting room's line as this process last saw it: `waiting` buyers in it.
+pub(crate) fn queue_seen(event_id: i64, waiting: u64) {
+    metrics::gauge!(QUEUE_LENGTH, "event" => event_id.to_string()).set(waiting as f64);
+}
+
+/// A buyer arrived for their turn, after `waited` in line.
+pub(crate) fn admitted(waited: Duration) {
+    metrics::counter!(ADMISSIONS_TOTAL).increment(1);
+    metrics::histogram!(QUEUE_WAIT_SECONDS).record(waited.as_secs_f64());
+}
+
+/// A ticker's step was refused by the room's fence: a newer ticker had stepped it.
+pub(crate) fn tick_fenced() {
+    metrics::counter!(QUEUE_TICKS_FENCED_TOTAL).increment(1);
 }
 
 /// Upper bounds of the latency histograms' buckets, in seconds (100 µs to 2.5 s).
@@ -161,7 +165,14 @@ fn describe() {
         STREAMS_REFUSED_TOTAL,
         "Live event streams refused (503) because every one of --max-streams was open."
     );
-    describe_counter!(ADMISSIONS_TOTAL, "Buyers admitted from a waiting room.");
+    describe_counter!(
+        ADMISSIONS_TOTAL,
+        "Buyers who arrived for their turn in a waiting room."
+    );
+    describe_counter!(
+        QUEUE_TICKS_FENCED_TOTAL,
+        "Waiting-room ticks refused by the room's fence (a ticker that woke late)."
+    );
     describe_histogram!(
         QUEUE_WAIT_SECONDS,
         metrics::Unit::Seconds,

@@ -338,9 +338,10 @@
       function () { return { name: "snapshot", data: live.innerHTML }; });
   }
 
-  // The waiting room's queue page: its own stream (not shared between tabs: each tab
-  // keeps its place by asking), "position" while queued, "admitted" when it is the
-  // buyer's turn: then on to the map.
+  // The waiting room's queue page: one stream per browser, shared by its tabs (the
+  // place is the browser's ticket, the same in every tab): "position" while queued,
+  // "admitted" when the buyer's turn comes (then on to the map), "reload" when the
+  // browser has no ticket yet (the page takes one).
   function liveQueue() {
     const queue = document.getElementById("queue");
     if (!queue || !window.EventSource) return;
@@ -348,9 +349,12 @@
       const el = document.getElementById(id);
       if (el) el.textContent = value;
     };
-    openStream(queue.dataset.stream, {
+    let last = null;
+    subscribe(queue, queue.dataset.stream, {
       position: function (data) {
         const standing = JSON.parse(data);
+        if (standing.position === undefined) return; // a tab joined before any news
+        last = data;
         queue.dataset.position = standing.position;
         text("position", standing.position);
         text("queue-length", standing.queue_length);
@@ -359,8 +363,9 @@
           window.location.reload(); // the sale opened: show the queue's wording
         }
       },
-      admitted: function (data) { window.location.assign(JSON.parse(data).url); }
-    }, function (state) { queue.dataset.live = state; });
+      admitted: function (data) { window.location.assign(JSON.parse(data).url); },
+      reload: function () { window.location.reload(); }
+    }, function () { return { name: "position", data: last || "{}" }; });
   }
 
   // A lab run's page (templates/lab_run.html): while the run goes, each "row" event is

@@ -289,9 +289,31 @@ impl EventStream {
         }
     }
 
+    /// The stream at `url` as `buyer`'s browser opens it (its cookies sent: a queue
+    /// page's stream is the buyer's own). The response, whatever its status, and the
+    /// stream once it is 200.
+    pub async fn open_as(buyer: &HttpBuyer, url: &str) -> Result<EventStream, StatusCode> {
+        let response = buyer.client.get(url).send().await.unwrap();
+        if response.status() != StatusCode::OK {
+            return Err(response.status());
+        }
+        Ok(EventStream {
+            response,
+            buffer: String::new(),
+        })
+    }
+
     /// The next event's name and data (data lines joined by newlines), within 5 s.
     pub async fn next(&mut self) -> (String, String) {
-        tokio::time::timeout(Duration::from_secs(5), async {
+        tokio::time::timeout(Duration::from_secs(5), self.next_or_end())
+            .await
+            .expect("an event within 5 s")
+            .expect("stream open")
+    }
+
+    /// The next event's name and data, or `None` once the server ended the stream.
+    pub async fn next_or_end(&mut self) -> Option<(String, String)> {
+        async {
             loop {
                 if let Some(end) = self.buffer.find("\n\n") {
                     let block: String = self.buffer.drain(..end + 2).collect();
@@ -304,16 +326,15 @@ impl EventStream {
                         }
                     }
                     if !name.is_empty() {
-                        return (name, data.join("\n"));
+                        return Some((name, data.join("\n")));
                     }
                     continue; // a keep-alive comment
                 }
-                let chunk = self.response.chunk().await.unwrap().expect("stream open");
+                let chunk = self.response.chunk().await.ok()??;
                 self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
             }
-        })
+        }
         .await
-        .expect("an event within 5 s")
     }
 }
 

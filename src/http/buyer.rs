@@ -86,9 +86,9 @@ impl Identities {
         Identities { key }
     }
 
-    /// What a request's signed cookies say: the buyer id, if one verifies, and the seats
-    /// (event, seat) whose had-hold cookie names that id.
-    fn read(&self, headers: &HeaderMap) -> (Option<String>, HashSet<(i64, i64)>) {
+    /// What a request's signed cookies say: the buyer id, if one verifies, the seats
+    /// (event, seat) whose had-hold cookie names that id, and the cookies themselves.
+    fn read(&self, headers: &HeaderMap) -> (Option<String>, HashSet<(i64, i64)>, CookieJar) {
         let mut jar = CookieJar::new();
         for value in headers.get_all(header::COOKIE) {
             let Ok(value) = value.to_str() else { continue };
@@ -116,7 +116,7 @@ impl Identities {
                 }
             }
         }
-        (id, held)
+        (id, held, jar)
     }
 
     /// `cookie` signed, as a `Set-Cookie` value (HttpOnly, SameSite=Lax, path `/`).
@@ -174,12 +174,13 @@ fn random_id() -> String {
 
 /// What [`identify`] puts in each request: the key, the buyer's id once known (read from
 /// the cookie, or minted by the first extractor that needs it), the seats the browser
-/// remembers holding, and the cookies to set on the response.
+/// remembers holding, the request's cookies, and the cookies to set on the response.
 #[derive(Clone)]
 struct Identified {
     identities: Identities,
     id: Arc<OnceLock<String>>,
     held: Arc<HashSet<(i64, i64)>>,
+    jar: Arc<CookieJar>,
     outbox: Arc<Mutex<Vec<HeaderValue>>>,
 }
 
@@ -192,7 +193,7 @@ pub async fn identify(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let (known, held) = identities.read(req.headers());
+    let (known, held, jar) = identities.read(req.headers());
     let id = Arc::new(OnceLock::new());
     if let Some(known) = known.clone() {
         let _ = id.set(known);
@@ -202,6 +203,7 @@ pub async fn identify(
         identities: identities.clone(),
         id: id.clone(),
         held: Arc::new(held),
+        jar: Arc::new(jar),
         outbox: outbox.clone(),
     });
     let mut response = next.run(req).await;
@@ -378,19 +380,37 @@ impl Buyer {
     /// (a signed cookie on this response): only to tell a lapsed hold from none.
     pub fn remember_hold(&self, event_id: i64, seat_id: i64) {
         let value = held_value(&self.id, event_id, seat_id);
-        let cookie =
-            Cookie::build((held_cookie(event_id, seat_id), value)).max_age(HELD_COOKIE_MAX_AGE);
-        self.send(self.identified.identities.signed(cookie.build()));
+        self.set_signed_cookie(held_cookie(event_id, seat_id), value, HELD_COOKIE_MAX_AGE);
     }
 
     /// Has the browser forget [`Buyer::remember_hold`]'s cookie (released or bought).
     pub fn forget_hold(&self, event_id: i64, seat_id: i64) {
         if self.had_hold(event_id, seat_id) {
-            let gone = Cookie::build((held_cookie(event_id, seat_id), ""))
-                .path("/")
-                .max_age(cookie::time::Duration::ZERO);
-            self.send(HeaderValue::from_str(&gone.build().to_string()).ok());
+            self.remove_cookie(held_cookie(event_id, seat_id));
         }
+    }
+
+    /// The value of the request's cookie `name` if its signature verifies under the
+    /// server secret (`None`: absent, or forged). What the value claims (whose it is, for
+    /// which subject) is the caller's to check: the signature covers the value.
+    pub fn signed_cookie(&self, name: &str) -> Option<String> {
+        let signed = self.identified.jar.signed(&self.identified.identities.key);
+        signed.get(name).map(|cookie| cookie.value().to_owned())
+    }
+
+    /// Sets cookie `name` to `value`, signed, for `max_age`, on this response (HttpOnly,
+    /// SameSite=Lax, path `/`).
+    pub fn set_signed_cookie(&self, name: String, value: String, max_age: cookie::time::Duration) {
+        let cookie = Cookie::build((name, value)).max_age(max_age);
+        self.send(self.identified.identities.signed(cookie.build()));
+    }
+
+    /// Has the browser drop cookie `name`.
+    pub fn remove_cookie(&self, name: String) {
+        let gone = Cookie::build((name, ""))
+            .path("/")
+            .max_age(cookie::time::Duration::ZERO);
+        self.send(HeaderValue::from_str(&gone.build().to_string()).ok());
     }
 
     fn send(&self, cookie: Option<HeaderValue>) {

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast::error::RecvError;
@@ -46,6 +47,8 @@ pub struct LiveHub {
     /// Told of every message sent on a topic with subscribers, in the order they get it
     /// ([`LiveHub::observe`]).
     observer: std::sync::OnceLock<Observer>,
+    /// The last message [`LiveHub::publish_retained`] sent on each topic, and when.
+    retained: Mutex<HashMap<String, (Instant, Arc<LiveMessage>)>>,
 }
 
 /// Called with each topic and message as it is sent ([`LiveHub::observe`]).
@@ -128,6 +131,7 @@ impl LiveHub {
             feeds: watch::Sender::default(),
             notes: Mutex::default(),
             observer: std::sync::OnceLock::new(),
+            retained: Mutex::default(),
         }
     }
 
@@ -182,6 +186,23 @@ impl LiveHub {
                 topics.by_name.remove(topic);
             }
         }
+    }
+
+    /// [`LiveHub::publish`], and keeps `message` as the topic's latest, for readers that
+    /// want the current state without subscribing ([`LiveHub::retained`]): the waiting
+    /// rooms' state, one small message per event.
+    pub fn publish_retained(&self, topic: &str, message: LiveMessage) {
+        let kept = (Instant::now(), Arc::new(message.clone()));
+        (self.retained.lock().expect("retained lock")).insert(topic.to_owned(), kept);
+        self.publish(topic, message);
+    }
+
+    /// The last message [`LiveHub::publish_retained`] sent on `topic`, and when it was
+    /// sent (this process's clock).
+    pub fn retained(&self, topic: &str) -> Option<(Instant, Arc<LiveMessage>)> {
+        (self.retained.lock().expect("retained lock"))
+            .get(topic)
+            .cloned()
     }
 
     /// The generation of `topic`: it changes with every message sent on it, so what was

@@ -130,6 +130,17 @@ async fn redis_session(
             }
         };
         let payload: String = msg.get_payload().unwrap_or_default();
+        // A waiting room's state after its ticker's step: kept, and sent to the queue
+        // pages' streams.
+        if let Some(event_id) = room_event(msg.get_channel_name(), &payload, prefix) {
+            let data = serde_json::Value::String(payload);
+            let room = LiveMessage {
+                event: "room".into(),
+                data,
+            };
+            hub.publish_retained(&super::queue_topic(event_id), room);
+            continue;
+        }
         // A group grant is one message naming every seat: each seat's change goes out.
         for event in events::parse(msg.get_channel_name(), &payload) {
             let Some((topic, message)) = seat_message(&event, prefix) else {
@@ -187,6 +198,14 @@ fn touch_at_expiry(mut redis: lease::store::Connection, key: String, expires_at_
             tracing::debug!(key, error = %err, "could not touch a lapsing lease");
         }
     });
+}
+
+/// The event whose room `payload` (a `room …` message, [`lease::RoomView`]) on
+/// `channel` describes, if it is one of this deployment's event groups (`prefix`).
+fn room_event(channel: &str, payload: &str, prefix: &str) -> Option<i64> {
+    lease::RoomView::parse(payload)?;
+    let group = channel.strip_prefix("lease:{")?.strip_suffix("}:~events")?;
+    group.strip_prefix(prefix)?.parse().ok()
 }
 
 /// The `host:port` of each server, to tell when the servers to listen to change.

@@ -37,6 +37,12 @@ pub fn event_topic(event_id: i64) -> String {
     format!("{EVENT_TOPIC_PREFIX}{event_id}")
 }
 
+/// The topic of event `event_id`'s waiting room: the room's state after each step of its
+/// ticker (`room …` messages, [`lease::RoomView`]), for the queue pages' streams.
+pub fn queue_topic(event_id: i64) -> String {
+    format!("queue:{event_id}")
+}
+
 /// The event whose maps `topic` is for; `None` for another kind of topic.
 pub fn event_of_topic(topic: &str) -> Option<i64> {
     topic.strip_prefix(EVENT_TOPIC_PREFIX)?.parse().ok()

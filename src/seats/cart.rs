@@ -24,11 +24,12 @@ use std::collections::HashSet;
 use lease::{Lease, LeaseError};
 
 use super::purchase::{self, Checkout};
-use super::{SeatRef, queries, waiting_room};
+use super::{SeatRef, queries};
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
 use crate::telemetry;
+use crate::waiting_room;
 
 /// How many picks [`best_available`] makes: the first from the event's board, each
 /// later one (after another buyer took part of the block it chose) with the holds read

@@ -31,6 +31,8 @@ pub struct EventSeats {
     pub on_sale_at: Option<DateTime<Utc>>,
     /// `events.waiting_room_shoppers`: `None` leaves it to `--waiting-room-shoppers`.
     pub waiting_room_shoppers: Option<i32>,
+    /// `events.queue_seed`: the seed that orders the waiting room's pre-queue.
+    pub queue_seed: u64,
     /// The venue's IANA zone, for times shown to buyers.
     pub time_zone: String,
     seat_ids: HashSet<i64>,
@@ -91,6 +93,7 @@ impl Catalog {
             starts_at: row.starts_at,
             on_sale_at: row.on_sale_at,
             waiting_room_shoppers: row.waiting_room_shoppers,
+            queue_seed: row.queue_seed as u64,
             time_zone: row.time_zone,
             seat_ids: row.seat_ids.into_iter().collect(),
         });

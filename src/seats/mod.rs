@@ -9,8 +9,6 @@
 //! * [`overview`]: the venue drawn section by section, each shaded by what is left, and
 //!   the one section a buyer picks ([`layout`]: where the sections are).
 //! * [`queries`]: the SQL.
-//! * [`waiting_room`]: the on-sale's queue in front of an event's map; a hold needs an
-//!   admission when the event has one.
 //! * `routes`: thin HTTP handlers; `live`: the seat map's server-sent events.
 
 pub mod board;
@@ -25,9 +23,8 @@ mod per_event;
 pub mod purchase;
 pub mod queries;
 mod routes;
-pub mod waiting_room;
 
-pub(crate) use routes::SeatPost;
+pub(crate) use routes::{SeatPost, in_words};
 pub use routes::{purchase_routes, router};
 
 use lease::LeaseKey;

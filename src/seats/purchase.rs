@@ -21,12 +21,12 @@ use tracing::field::Empty;
 
 use super::SeatRef;
 use super::queries::{self, Sale};
-use super::waiting_room;
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Refusal, Result};
 use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
 use crate::telemetry::{self, ConfirmOutcome};
+use crate::waiting_room;
 
 /// What a hold request ended in.
 #[derive(Debug)]

@@ -44,6 +44,8 @@ pub struct EventRow {
     pub on_sale_at: Option<DateTime<Utc>>,
     /// `events.waiting_room_shoppers`: `None` leaves it to `--waiting-room-shoppers`.
     pub waiting_room_shoppers: Option<i32>,
+    /// `events.queue_seed` (migration 0014): orders the waiting room's pre-queue.
+    pub queue_seed: i64,
     /// `venues.time_zone` (migration 0012): the venue's IANA zone.
     pub time_zone: String,
     /// The ids of its seats.
@@ -55,7 +57,7 @@ pub struct EventRow {
 /// ([`super::catalog::Catalog`]).
 pub async fn event_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventRow>> {
     sqlx::query_as(
-        "SELECT e.name, e.starts_at, e.on_sale_at, e.waiting_room_shoppers, v.time_zone,
+        "SELECT e.name, e.starts_at, e.on_sale_at, e.waiting_room_shoppers, e.queue_seed, v.time_zone,
                 array(SELECT seat_id FROM event_seats WHERE event_id = e.id) AS seat_ids
            FROM events e JOIN venues v ON v.id = e.venue_id WHERE e.id = $1",
     )

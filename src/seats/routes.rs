@@ -6,20 +6,20 @@ use axum::Router;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use lease::Entry;
 
 use serde::Deserialize;
 
 use super::map::{self, SeatMap, SectionView};
 use super::overview::{self, SectionSummary};
 use super::{SeatRef, parse_id};
-use super::{cart, purchase, waiting_room};
+use super::{cart, purchase};
 use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, Empty, FormToken};
 use crate::http::error::{Error, Result};
 use crate::money::format_cents;
 use crate::racelab::pause::Pause;
 use crate::state::AppState;
+use crate::waiting_room;
 
 /// `GET /events/{id}` (the overview), `GET /events/{id}/sections/{code}` (one section's
 /// seats), its stream, release, and the cart: best available, the checkout page and its
@@ -117,13 +117,10 @@ async fn admission(
     buyer: &Buyer,
     event_id: i64,
 ) -> Result<std::result::Result<Option<String>, Redirect>> {
-    Ok(
-        match waiting_room::enter(state, buyer, event_id, true).await? {
-            None => Ok(None),
-            Some(Entry::Admitted { expires_at_ms, .. }) => Ok(Some(map::clock_time(expires_at_ms))),
-            Some(_) => Err(Redirect::to(&format!("/events/{event_id}/queue"))),
-        },
-    )
+    Ok(match waiting_room::gate(state, buyer, event_id).await? {
+        waiting_room::Gate::Open(until) => Ok(until.map(map::clock_time)),
+        waiting_room::Gate::Queue => Err(Redirect::to(&format!("/events/{event_id}/queue"))),
+    })
 }
 
 /// The page for `buyer` around `map`: the parts that are the buyer's own.

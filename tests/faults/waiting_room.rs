@@ -1,14 +1,16 @@
-//! The waiting room across real server processes: admission in join order whichever
-//! server a buyer asks, never more than N shopping under a burst, a lapsed admission
-//! admitting the next buyer (and the rule for holds it leaves behind), holds refused
-//! without an admission (a fresh cookie jar only queues), a server killed mid-admission,
-//! Redis restarted empty. App clocks apart: `clocks.rs`.
+//! The waiting room across real server processes: turns in join order whichever server a
+//! buyer asks, never more than N shopping under a burst, lapses and leaves freeing their
+//! places with every position exact, holds refused without an admission, forged and
+//! borrowed tickets, the ticker killed or paused past its lease, Redis restarted empty,
+//! queue streams inside the stream budget and ended by the drain. App clocks apart:
+//! `clocks.rs`.
 
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use reqwest::StatusCode;
 use seatlock::http::error::Refusal;
+use seatlock_harness::http::EventStream;
 use seatlock_harness::{HttpBuyer, RedisServer, ServerProcess, TINY_VENUES, store_urls};
 
 use crate::deployment::*;
@@ -30,31 +32,53 @@ pub(crate) async fn with_room(d: &Deployment, shoppers: i32, on_sale_in: Option<
 }
 
 /// What a buyer's visit to the event found.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Visit {
-    /// The seat map: the buyer is admitted.
+    /// The seat map: the buyer shops.
     Map,
     /// The queue page, with its `data-position` (0: the pre-queue, before the on-sale).
     Queued(u64),
 }
 
-/// `buyer` opens the event through `server`; if sent to the queue, opens the queue page.
+/// `buyer` opens the event through `server` as a browser does: the map, or the queue page
+/// it is sent to; a queue page that sends the buyer back (the turn came) opens the map.
 /// Either page's form token is remembered (both have a form).
 pub(crate) async fn visit(buyer: &mut HttpBuyer, d: &Deployment, server: &str) -> Visit {
-    let page = buyer.get(&d.page(server)).await.unwrap();
-    if page.status == StatusCode::OK {
-        return Visit::Map;
-    }
     let queue = format!("{}/queue", d.page(server));
-    assert_eq!(page.status, SEE_OTHER, "{}", page.body);
-    assert_eq!(page.location.as_deref(), Some(&queue[server.len()..]));
-    let page = buyer.get(&queue).await.unwrap();
-    if page.status == SEE_OTHER {
-        return Visit::Map; // admitted between the two requests
+    for _ in 0..3 {
+        let page = buyer.get(&d.page(server)).await.unwrap();
+        if page.status == StatusCode::OK {
+            return Visit::Map;
+        }
+        assert_eq!(page.status, SEE_OTHER, "{}", page.body);
+        assert_eq!(page.location.as_deref(), Some(&queue[server.len()..]));
+        let page = buyer.get(&queue).await.unwrap();
+        if page.status == SEE_OTHER {
+            continue; // the turn came between the two: the map takes it
+        }
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let position = between(&page.body, "data-position=\"", "\"").expect("the queue page");
+        return Visit::Queued(position.parse().unwrap());
     }
-    assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let position = between(&page.body, "data-position=\"", "\"").expect("the queue page");
-    Visit::Queued(position.parse().unwrap())
+    panic!("the map and the queue page kept sending the buyer to each other");
+}
+
+/// Visits until the visit finds `expected` (the ticker steps once a second, and a takeover
+/// takes a lease's length), within 20 s; the last visit's finding otherwise.
+pub(crate) async fn settles(
+    buyer: &mut HttpBuyer,
+    d: &Deployment,
+    server: &str,
+    expected: Visit,
+) -> Visit {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = visit(buyer, d, server).await;
+        if seen == expected || tokio::time::Instant::now() > deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// `buyer` leaves the room (the Leave button of the map or the queue page).
@@ -64,17 +88,24 @@ async fn leave(buyer: &HttpBuyer, d: &Deployment, server: &str) {
     assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
 }
 
-/// `n` fresh buyers open the event in turn, buyer `i` through `server(i)`: the first
-/// shops, the others queue at places 1, 2, … (checked).
+/// `n` fresh buyers open the event in turn, buyer `i` through `server(i)`; the first
+/// then shops and the others wait at positions 1, 2, … (checked).
 async fn queue_up(d: &Deployment, n: usize, server: impl Fn(usize) -> String) -> Vec<HttpBuyer> {
     let mut buyers: Vec<HttpBuyer> = (0..n).map(|_| HttpBuyer::new()).collect();
     for (i, buyer) in buyers.iter_mut().enumerate() {
-        let expected = if i == 0 {
-            Visit::Map
-        } else {
-            Visit::Queued(i as u64)
-        };
-        assert_eq!(visit(buyer, d, &server(i)).await, expected, "buyer {i}");
+        visit(buyer, d, &server(i)).await;
+    }
+    assert_eq!(
+        settles(&mut buyers[0], d, &server(0), Visit::Map).await,
+        Visit::Map
+    );
+    for (i, buyer) in buyers.iter_mut().enumerate().skip(1) {
+        let expected = Visit::Queued(i as u64);
+        assert_eq!(
+            settles(buyer, d, &server(i), expected.clone()).await,
+            expected,
+            "buyer {i}"
+        );
     }
     buyers
 }
@@ -84,24 +115,24 @@ async fn servers(d: &Deployment, n: usize) -> Vec<ServerProcess> {
 }
 
 #[tokio::test]
-async fn buyers_are_admitted_in_join_order_whichever_of_three_servers_they_ask() {
+async fn buyers_take_turns_in_join_order_whichever_of_three_servers_they_ask() {
     let d = Deployment::tiny().await;
     with_room(&d, 1, None).await;
     let servers = servers(&d, 3).await;
     let at = |i: usize| servers[i % 3].address.clone();
     let mut buyers = queue_up(&d, 6, at).await;
-    // Each turn that ends admits exactly the next buyer in join order, even when the
-    // later buyers ask first, through other servers.
+    // Each turn that ends gives exactly the next buyer in join order theirs, even when
+    // the later buyers ask first, through other servers; every position is exact.
     for next in 1..6 {
         leave(&buyers[next - 1], &d, &at(next + 1)).await;
+        assert_eq!(
+            settles(&mut buyers[next], &d, &at(next * 2), Visit::Map).await,
+            Visit::Map
+        );
         for later in (next + 1..6).rev() {
             let seen = visit(&mut buyers[later], &d, &at(later + next)).await;
             assert_eq!(seen, Visit::Queued((later - next) as u64), "buyer {later}");
         }
-        assert_eq!(
-            visit(&mut buyers[next], &d, &at(next * 2)).await,
-            Visit::Map
-        );
     }
 }
 
@@ -110,9 +141,18 @@ async fn a_burst_of_buyers_through_three_servers_never_has_more_than_n_shopping(
     let d = Deployment::tiny().await;
     with_room(&d, 3, None).await;
     let servers = servers(&d, 3).await;
-    let visits = (0..45).map(|i| {
+    let mut buyers: Vec<HttpBuyer> = (0..45).map(|_| HttpBuyer::new()).collect();
+    let arrivals = buyers.iter_mut().enumerate().map(|(i, buyer)| {
         let (server, d) = (servers[i % 3].address.clone(), &d);
-        async move { visit(&mut HttpBuyer::new(), d, &server).await }
+        async move { visit(buyer, d, &server).await }
+    });
+    join_all(arrivals).await;
+    // Once the ticker has stepped, and every one of them asks again: three shop, and the
+    // rest have one position each.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let visits = buyers.iter_mut().enumerate().map(|(i, buyer)| {
+        let (server, d) = (servers[(i + 1) % 3].address.clone(), &d);
+        async move { visit(buyer, d, &server).await }
     });
     let visits = join_all(visits).await;
     let shopping = visits.iter().filter(|v| **v == Visit::Map).count();
@@ -129,7 +169,46 @@ async fn a_burst_of_buyers_through_three_servers_never_has_more_than_n_shopping(
 }
 
 #[tokio::test]
-async fn a_lapsed_admission_admits_the_next_buyer_and_its_holds_keep_their_own_ttl() {
+async fn positions_stay_exact_across_leaves_and_lapses_on_two_servers() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 2, None).await;
+    let servers = join_all((0..2).map(|_| d.server(|s| s.admission_ttl_ms = 1_500))).await;
+    let at = |i: usize| servers[i % 2].address.clone();
+    let mut b: Vec<HttpBuyer> = (0..6).map(|_| HttpBuyer::new()).collect();
+    for (i, buyer) in b.iter_mut().enumerate() {
+        visit(buyer, &d, &at(i)).await;
+    }
+    for i in 0..2 {
+        assert_eq!(
+            settles(&mut b[i], &d, &at(i + 1), Visit::Map).await,
+            Visit::Map
+        );
+    }
+    for i in 2..6 {
+        let expected = Visit::Queued(i as u64 - 1);
+        assert_eq!(
+            settles(&mut b[i], &d, &at(i), expected.clone()).await,
+            expected
+        );
+    }
+    // B0 leaves; B1 stops opening pages and its admission lapses. B2 and B3 shop, in
+    // that order, and B4, B5 move up by exactly two.
+    leave(&b[0], &d, &at(1)).await;
+    assert_eq!(settles(&mut b[2], &d, &at(0), Visit::Map).await, Visit::Map);
+    assert_eq!(visit(&mut b[3], &d, &at(1)).await, Visit::Queued(1));
+    assert_eq!(settles(&mut b[3], &d, &at(1), Visit::Map).await, Visit::Map);
+    for i in 4..6 {
+        assert_eq!(
+            visit(&mut b[i], &d, &at(i + 1)).await,
+            Visit::Queued(i as u64 - 3)
+        );
+    }
+    // B1 comes back after its lapse: at the back of the line, behind B5.
+    assert_eq!(visit(&mut b[1], &d, &at(0)).await, Visit::Queued(3));
+}
+
+#[tokio::test]
+async fn a_lapsed_admission_gives_the_next_buyer_their_turn_and_its_holds_keep_their_own_ttl() {
     let d = Deployment::tiny().await;
     with_room(&d, 1, None).await;
     let server = d
@@ -139,17 +218,18 @@ async fn a_lapsed_admission_admits_the_next_buyer_and_its_holds_keep_their_own_t
         })
         .await;
     let at = server.address.as_str();
-    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
-    assert_eq!(visit(&mut a, &d, at).await, Visit::Map);
-    let held = act(&a, at, &d, d.seats[0], "hold").await;
+    let mut buyers = queue_up(&d, 2, |_| at.to_owned()).await;
+    let [a, b] = &mut buyers[..] else {
+        unreachable!()
+    };
+    let held = act(a, at, &d, d.seats[0], "hold").await;
     assert_eq!(held.status, SEE_OTHER, "{}", held.body);
-    assert_eq!(visit(&mut b, &d, at).await, Visit::Queued(1));
 
-    // A stops opening pages: the admission lapses on Redis's clock, and B's next poll
-    // is admitted.
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
-    assert_eq!(visit(&mut b, &d, at).await, Visit::Map);
-    // A's queue page says A still holds a seat, with the way to buy it.
+    // A stops opening pages: the admission lapses on Redis's clock, and B's turn comes.
+    assert_eq!(settles(b, &d, at, Visit::Map).await, Visit::Map);
+    // A's next visit puts A back in line, and the queue page says A still holds a seat,
+    // with the way to buy it.
+    assert_eq!(visit(a, &d, at).await, Visit::Queued(1));
     let queued = a.get(&format!("{}/queue", d.page(at))).await.unwrap().body;
     assert!(queued.contains("You still hold 1 seat"), "{queued}");
     assert!(
@@ -158,16 +238,14 @@ async fn a_lapsed_admission_admits_the_next_buyer_and_its_holds_keep_their_own_t
     );
     // A may take no more seats, but the hold it has keeps its TTL and its fence: it buys.
     assert!(
-        act(&a, at, &d, d.seats[1], "hold")
+        act(a, at, &d, d.seats[1], "hold")
             .await
             .is_refused(&Refusal::NotAdmitted)
     );
     assert!(d.held(d.seats[0]).await);
-    let bought = act(&a, at, &d, d.seats[0], "confirm").await;
+    let bought = act(a, at, &d, d.seats[0], "confirm").await;
     assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
     assert!(bought.location.unwrap().starts_with("/orders/"));
-    // A is queued again, at the back.
-    assert_eq!(visit(&mut a, &d, at).await, Visit::Queued(1));
 }
 
 #[tokio::test]
@@ -177,7 +255,7 @@ async fn holds_need_an_admission_so_a_fresh_cookie_jar_only_queues() {
     let server = d.server(|s| s.max_seats_per_buyer = 2).await;
     let at = server.address.as_str();
     let mut shopper = HttpBuyer::new();
-    assert_eq!(visit(&mut shopper, &d, at).await, Visit::Map);
+    assert_eq!(settles(&mut shopper, &d, at, Visit::Map).await, Visit::Map);
     for seat in &d.seats[..2] {
         assert_eq!(act(&shopper, at, &d, *seat, "hold").await.status, SEE_OTHER);
     }
@@ -187,8 +265,8 @@ async fn holds_need_an_admission_so_a_fresh_cookie_jar_only_queues() {
         "{third:?}"
     );
 
-    // The same person with a fresh cookie jar is a new buyer at the back of the queue,
-    // not a new allowance: every hold is refused until the room admits it.
+    // The same person with a fresh cookie jar is a new buyer at the back of the line,
+    // not a new allowance: every hold is refused until their turn.
     let mut fresh = HttpBuyer::new();
     assert_eq!(visit(&mut fresh, &d, at).await, Visit::Queued(1));
     let refused = act(&fresh, at, &d, d.seats[2], "hold").await;
@@ -200,36 +278,168 @@ async fn holds_need_an_admission_so_a_fresh_cookie_jar_only_queues() {
     assert!(best.is_refused(&Refusal::NotAdmitted), "{best:?}");
     assert!(!d.held(d.seats[2]).await);
 
-    // The shopper's purchase ends their turn: the fresh jar is admitted next.
+    // The shopper's purchase ends their turn: the fresh jar's comes next.
     let bought = shopper
         .post(&event_url(&d, at, "checkout"), &[])
         .await
         .unwrap();
     assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
-    assert_eq!(visit(&mut fresh, &d, at).await, Visit::Map);
+    assert_eq!(settles(&mut fresh, &d, at, Visit::Map).await, Visit::Map);
     assert_eq!(visit(&mut shopper, &d, at).await, Visit::Queued(1));
 }
 
+/// The ticket cookie of `buyer` for the deployment's event, as the browser keeps it.
+fn ticket(buyer: &HttpBuyer, d: &Deployment, server: &str) -> String {
+    buyer
+        .cookie(server, &format!("seatlock.queue.{}", d.event))
+        .expect("a ticket")
+}
+
 #[tokio::test]
-async fn a_server_killed_mid_admission_costs_no_buyer_a_place() {
+async fn a_forged_a_borrowed_and_another_events_ticket_admit_nobody_and_write_nothing() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 1, None).await;
+    // A second event with a room of its own, where the waiting buyer also queues.
+    let other: i64 = sqlx::query_scalar(
+        "INSERT INTO events (venue_id, name, starts_at, on_sale_at, waiting_room_shoppers)
+         SELECT venue_id, 'Other night', starts_at, on_sale_at, 1 FROM events WHERE id = $1
+         RETURNING id",
+    )
+    .bind(d.event)
+    .fetch_one(&d.db)
+    .await
+    .unwrap();
+    let server = d.server(|_| {}).await;
+    let at = server.address.as_str();
+    let mut buyers = queue_up(&d, 2, |_| at.to_owned()).await;
+    let name = format!("seatlock.queue.{}", d.event);
+    let shopper_ticket = ticket(&buyers[0], &d, at);
+    let waiting_ticket = ticket(&buyers[1], &d, at);
+    let other_page = format!("{at}/events/{other}");
+    buyers[1].get(&other_page).await.unwrap();
+    let other_ticket = buyers[1]
+        .cookie(at, &format!("seatlock.queue.{other}"))
+        .expect("a ticket for the other event");
+
+    // Forged: the waiting buyer rewrites their ticket to place 1 (the signature breaks).
+    let mut forger = buyers.pop().unwrap();
+    let forged = waiting_ticket.replacen(".L2.", ".L1.", 1);
+    assert_ne!(forged, waiting_ticket);
+    forger.set_cookie(at, &name, &forged).unwrap();
+    // Borrowed: a stranger presents the shopper's ticket (it names the shopper).
+    let mut stranger = HttpBuyer::new();
+    visit(&mut stranger, &d, at).await;
+    stranger.set_cookie(at, &name, &shopper_ticket).unwrap();
+    // Another event's: a buyer presents their (signed, genuine) ticket of the other event
+    // as this event's.
+    let mut mover = HttpBuyer::new();
+    mover.get(&other_page).await.unwrap();
+    let moved = mover
+        .cookie(at, &format!("seatlock.queue.{other}"))
+        .unwrap_or(other_ticket);
+    mover.set_cookie(at, &name, &moved).unwrap();
+
+    for (who, buyer) in [
+        ("forged", &mut forger),
+        ("borrowed", &mut stranger),
+        ("another event's", &mut mover),
+    ] {
+        assert!(
+            matches!(visit(buyer, &d, at).await, Visit::Queued(_)),
+            "{who}"
+        );
+        let hold = act(buyer, at, &d, d.seats[3], "hold").await;
+        assert!(hold.is_refused(&Refusal::NotAdmitted), "{who}: {hold:?}");
+    }
+    assert!(!d.held(d.seats[3]).await, "nothing written");
+}
+
+#[tokio::test]
+async fn a_ticker_killed_mid_advance_is_replaced_and_no_turn_is_skipped_or_given_twice() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 1, None).await;
+    let mut first = d.server(|_| {}).await;
+    let mut buyers = queue_up(&d, 4, |_| first.address.clone()).await;
+    // A second server has served the room too, so it contends for the ticker's lease.
+    let second = d.server(|_| {}).await;
+    let at = second.address.as_str();
+    assert_eq!(visit(&mut buyers[3], &d, at).await, Visit::Queued(3));
+    // The only ticker dies (SIGKILL) just as the turn is about to move.
+    leave(&buyers[0], &d, at).await;
+    first.kill().await.unwrap();
+    // The second server's ticker takes the lease once it lapses: B1's turn, then B2's.
+    assert_eq!(
+        settles(&mut buyers[1], &d, at, Visit::Map).await,
+        Visit::Map
+    );
+    assert_eq!(visit(&mut buyers[2], &d, at).await, Visit::Queued(1));
+    assert_eq!(visit(&mut buyers[3], &d, at).await, Visit::Queued(2));
+    leave(&buyers[1], &d, at).await;
+    assert_eq!(
+        settles(&mut buyers[2], &d, at, Visit::Map).await,
+        Visit::Map
+    );
+    assert_eq!(visit(&mut buyers[3], &d, at).await, Visit::Queued(1));
+}
+
+#[tokio::test]
+async fn a_ticker_paused_past_its_lease_is_fenced_when_it_wakes_and_never_more_than_n_shop() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 1, None).await;
+    let first = d.server(|_| {}).await;
+    let mut buyers = queue_up(&d, 4, |_| first.address.clone()).await;
+    let second = d.server(|_| {}).await;
+    let at = second.address.as_str();
+    assert_eq!(visit(&mut buyers[3], &d, at).await, Visit::Queued(3));
+    // The ticker's process stops past its lease (5 s); the other takes over and moves
+    // the line on.
+    first.signal("STOP").unwrap();
+    leave(&buyers[0], &d, at).await;
+    assert_eq!(
+        settles(&mut buyers[1], &d, at, Visit::Map).await,
+        Visit::Map
+    );
+    // The old ticker wakes: whatever step it sends carries its old token and is refused;
+    // the room stays one shopper, and the line stays exact.
+    first.signal("CONT").unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for server in [first.address.as_str(), at] {
+        assert_eq!(visit(&mut buyers[2], &d, server).await, Visit::Queued(1));
+        assert_eq!(visit(&mut buyers[3], &d, server).await, Visit::Queued(2));
+    }
+    let shopping: u64 = redis::cmd("ZCARD")
+        .arg(format!(
+            "lease:{{{}}}:~admitted",
+            seatlock::seats::event_group(&d.settings.lease_namespace, d.event)
+        ))
+        .query_async(&mut d.leases.redis())
+        .await
+        .unwrap();
+    assert_eq!(shopping, 1);
+}
+
+#[tokio::test]
+async fn a_server_killed_costs_no_buyer_a_place() {
     let d = Deployment::tiny().await;
     with_room(&d, 1, None).await;
     let mut first = d.server(|_| {}).await;
     let second = d.server(|_| {}).await;
-    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
-    assert_eq!(visit(&mut a, &d, &first.address).await, Visit::Map);
-    assert_eq!(visit(&mut b, &d, &first.address).await, Visit::Queued(1));
+    let mut buyers = queue_up(&d, 2, |_| first.address.clone()).await;
     first.kill().await.unwrap();
 
-    // The room and the sessions live in Redis: the other server knows both buyers.
+    // The room lives in Redis and the places in the browsers' tickets: the other server
+    // knows both buyers.
     let at = second.address.as_str();
-    assert_eq!(visit(&mut b, &d, at).await, Visit::Queued(1));
-    assert_eq!(visit(&mut a, &d, at).await, Visit::Map);
-    assert_eq!(act(&a, at, &d, d.seats[0], "hold").await.status, SEE_OTHER);
+    assert_eq!(visit(&mut buyers[1], &d, at).await, Visit::Queued(1));
+    assert_eq!(visit(&mut buyers[0], &d, at).await, Visit::Map);
+    assert_eq!(
+        act(&buyers[0], at, &d, d.seats[0], "hold").await.status,
+        SEE_OTHER
+    );
 }
 
 #[tokio::test]
-async fn redis_restarted_empty_loses_the_queue_and_buyers_join_again_as_they_ask() {
+async fn redis_restarted_empty_loses_the_room_and_buyers_join_again_as_they_ask() {
     let mut redis = RedisServer::start().await.unwrap();
     let (admin, _) = store_urls().unwrap();
     let d = Deployment::new(&admin, &redis.url(), TINY_VENUES).await;
@@ -239,14 +449,12 @@ async fn redis_restarted_empty_loses_the_queue_and_buyers_join_again_as_they_ask
     let mut buyers = queue_up(&d, 3, |_| at.to_owned()).await;
     redis.restart_empty().await.unwrap();
 
-    // The sessions went with the room: each browser is a new buyer, and the room fills
-    // again in the order the buyers ask (here the last one first). No 5xx, no hang.
+    // The room went with Redis (its epoch with it): each ticket is stale, and the room
+    // fills again in the order the buyers ask (here the last one first). No 5xx.
     let order = [2, 1, 0];
     let expected = [Visit::Map, Visit::Queued(1), Visit::Queued(2)];
     for (i, expected) in order.into_iter().zip(expected) {
-        let seen = tokio::time::timeout(Duration::from_secs(10), visit(&mut buyers[i], &d, at))
-            .await
-            .expect("answered");
+        let seen = settles(&mut buyers[i], &d, at, expected.clone()).await;
         assert_eq!(seen, expected, "buyer {i}");
     }
 }
@@ -257,24 +465,26 @@ async fn buying_one_of_several_held_seats_keeps_the_turn_until_the_last() {
     with_room(&d, 1, None).await;
     let server = d.server(|_| {}).await;
     let at = server.address.as_str();
-    let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
-    assert_eq!(visit(&mut a, &d, at).await, Visit::Map);
+    let mut buyers = queue_up(&d, 2, |_| at.to_owned()).await;
+    let [a, b] = &mut buyers[..] else {
+        unreachable!()
+    };
     for seat in &d.seats[..2] {
-        assert_eq!(act(&a, at, &d, *seat, "hold").await.status, SEE_OTHER);
+        assert_eq!(act(a, at, &d, *seat, "hold").await.status, SEE_OTHER);
     }
-    assert_eq!(visit(&mut b, &d, at).await, Visit::Queued(1));
     assert_eq!(
-        act(&a, at, &d, d.seats[0], "confirm").await.status,
+        act(a, at, &d, d.seats[0], "confirm").await.status,
         SEE_OTHER
     );
     // A still holds a seat: still A's turn, B still waits.
-    assert_eq!(visit(&mut b, &d, at).await, Visit::Queued(1));
-    assert_eq!(visit(&mut a, &d, at).await, Visit::Map);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(visit(b, &d, at).await, Visit::Queued(1));
+    assert_eq!(visit(a, &d, at).await, Visit::Map);
     assert_eq!(
-        act(&a, at, &d, d.seats[1], "confirm").await.status,
+        act(a, at, &d, d.seats[1], "confirm").await.status,
         SEE_OTHER
     );
-    assert_eq!(visit(&mut b, &d, at).await, Visit::Map);
+    assert_eq!(settles(b, &d, at, Visit::Map).await, Visit::Map);
 }
 
 /// Before the on-sale the queue page says when it opens on the venue's clock (the tiny
@@ -308,4 +518,70 @@ async fn the_queue_page_gives_the_on_sale_on_the_venues_clock() {
         page.contains(&format!("at <time>{shown}</time>")),
         "{shown}: {page}"
     );
+}
+
+#[tokio::test]
+async fn queue_streams_count_against_the_stream_budget_and_end_on_the_drain() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 1, None).await;
+    let mut server = d
+        .server(|s| {
+            s.max_streams = 3;
+            s.drain_ms = 1_000;
+        })
+        .await;
+    let at = server.address.clone();
+    let mut buyers = queue_up(&d, 4, |_| at.clone()).await;
+    let url = format!("{}/queue/stream", d.page(&at));
+    let mut open = Vec::new();
+    for buyer in &buyers[1..] {
+        let mut stream = EventStream::open_as(buyer, &url)
+            .await
+            .expect("within the budget");
+        assert_eq!(stream.next().await.0, "position");
+        open.push(stream);
+    }
+    // The budget is spent: a fourth stream, a queue's or a map's, is refused at once.
+    let refused = EventStream::open_as(&buyers[0], &url).await.err();
+    assert_eq!(refused, Some(StatusCode::SERVICE_UNAVAILABLE));
+    let map = reqwest::get(format!("{}/stream", d.page(&at)))
+        .await
+        .unwrap();
+    assert_eq!(map.status(), StatusCode::SERVICE_UNAVAILABLE);
+    visit(&mut buyers[0], &d, &at).await;
+
+    // SIGTERM: once the drain's second has passed, the open queue streams end and the
+    // server exits, well within the time a supervisor gives it.
+    server.signal("TERM").unwrap();
+    for mut stream in open {
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            while stream.next_or_end().await.is_some() {}
+        });
+        ended.await.expect("the queue stream ended on the drain");
+    }
+    server
+        .exited_within(Duration::from_secs(6))
+        .await
+        .expect("the drain finished with queue pages open");
+}
+
+#[tokio::test]
+async fn a_queued_browsers_stream_says_admitted_when_the_turn_comes() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 1, None).await;
+    let server = d.server(|_| {}).await;
+    let at = server.address.as_str();
+    let buyers = queue_up(&d, 2, |_| at.to_owned()).await;
+    let url = format!("{}/queue/stream", d.page(at));
+    let mut stream = EventStream::open_as(&buyers[1], &url).await.unwrap();
+    let (name, data) = stream.next().await;
+    assert_eq!(name, "position");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&data).unwrap()["position"],
+        1
+    );
+    leave(&buyers[0], &d, at).await;
+    let (name, data) = stream.next().await;
+    assert_eq!(name, "admitted", "{data}");
+    assert!(data.contains(&format!("/events/{}", d.event)));
 }

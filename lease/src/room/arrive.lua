@@ -18,7 +18,9 @@
 -- ARGV[8]  how long the room's keys live after this write, ms
 --
 -- Reply {status, n}:
---   {'admitted', expires_at_ms}  shopping until then (Unix ms, Redis clock)
+--   {'arrived', expires_at_ms}   the turn is taken: shopping until then (Unix ms,
+--                                Redis clock)
+--   {'admitted', expires_at_ms}  already shopping: renewed, until then
 --   {'waiting', 0}               the place's turn has not come
 --   {'spent', place}             the turn came and is over (left, lapsed or missed):
 --                                a new place at the back of the line
@@ -63,7 +65,7 @@ if turn and now < tonumber(turn) + window_ms then
   redis.call('ZADD', admitted_key, now + ttl_ms, member)
   redis.call('HSET', since_key, member, now)
   renew_keys()
-  return {'admitted', now + ttl_ms}
+  return {'arrived', now + ttl_ms}
 end
 
 -- The turn is over. The holder goes to the back of the line, with a new place.

@@ -1,7 +1,7 @@
 -- leave.lua: a holder leaves a waiting room (seatlock: after buying, or the Leave
 -- button). An admission ends at once, and so does a turn not yet taken: the place is
 -- free for the ticker's next step. A place still waiting in line is marked gone, so
--- the ticker skips it, and the holder's next join is at the back.
+-- the ticker skips it. Either way the holder's next join is at the back.
 --
 -- KEYS[1]  room hash  lease:{group}:~room      epoch, frontier
 -- KEYS[2]  admitted   lease:{group}:~admitted  member -> expires_at_ms
@@ -25,7 +25,7 @@ if place > 0 and room[1] == ARGV[4] then
     ended = 1
   elseif place > tonumber(room[2] or '0') then
     redis.call('ZADD', gone_key, place, place)
-    redis.call('HDEL', places_key, holder)
   end
 end
+redis.call('HDEL', places_key, holder)
 return ended

@@ -39,7 +39,8 @@ use rand::seq::SliceRandom;
 use redis::{ErrorKind, RedisError, Script};
 use std::sync::LazyLock;
 
-use crate::keys::{admitted_key, events_channel};
+pub use crate::keys::admitted_key;
+use crate::keys::events_channel;
 use crate::{FenceLedger, FencingToken, Lease, LeaseClient, LeaseError, LeaseKey, OwnerToken};
 
 /// A room's terms, the same for every server and every call for one group.
@@ -93,6 +94,8 @@ pub enum Arrival {
     Admitted {
         /// When the admission lapses unless renewed.
         expires_at_ms: u64,
+        /// Whether this call took the turn (the holder's first arrival), not a renewal.
+        arrived: bool,
     },
     /// The place's turn has not come.
     Waiting,
@@ -142,6 +145,22 @@ impl RoomView {
             shopping: number()?,
             at_ms: number()?,
         })
+    }
+
+    /// The `room …` message of this view, as `tick.lua` publishes it and
+    /// [`RoomView::parse`] reads it (for a server that read the view itself and passes
+    /// it on).
+    pub fn message(&self) -> String {
+        format!(
+            "room {} {} {} {} {} {} {}",
+            self.epoch,
+            self.frontier,
+            self.issued,
+            self.prequeue,
+            u8::from(self.on_sale),
+            self.shopping,
+            self.at_ms
+        )
     }
 
     /// How many wait in line: places given whose turn has not come.
@@ -281,7 +300,10 @@ impl<L: FenceLedger + 'static> LeaseClient<L> {
             .arg(terms.keep_ms());
         let (status, n): (String, u64) = self.store().invoke("arrive", &invocation).await?;
         Ok(match status.as_str() {
-            "admitted" => Arrival::Admitted { expires_at_ms: n },
+            "arrived" | "admitted" => Arrival::Admitted {
+                expires_at_ms: n,
+                arrived: status == "arrived",
+            },
             "waiting" => Arrival::Waiting,
             "spent" => Arrival::Spent { place: n },
             "other_epoch" => Arrival::OtherEpoch,
@@ -454,6 +476,7 @@ mod tests {
             }
         );
         assert_eq!(view.waiting(), 50);
+        assert_eq!(RoomView::parse(&view.message()), Some(view.clone()));
         assert!(RoomView::parse("acquired 14 42 1700000000000 b").is_none());
         assert!(RoomView::parse("room 0a1b 40").is_none());
     }

@@ -1,0 +1,241 @@
+//! The queue's HTTP side: the page a queued buyer waits on, its stream, and Leave. A
+//! queued buyer's page, poll and stream cost no store round trip: their standing comes
+//! from their ticket and the room's state in memory (see the module docs).
+
+use std::time::Duration;
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use rand::Rng;
+use serde::Serialize;
+
+use super::rooms::{Seen, view_of};
+use super::ticket::Ticket;
+use super::{Room, Standing, event, standing, terms};
+use crate::http::buyer::Buyer;
+use crate::http::csrf::{CsrfForm, Empty, FormToken};
+use crate::http::error::{Error, Result};
+use crate::live::{Update, page_stream, queue_topic};
+use crate::seats::parse_id;
+use crate::state::AppState;
+
+/// `GET /events/{id}/queue`, its stream, and `POST /events/{id}/queue/leave`.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/events/{event}/queue", get(show))
+        .route("/events/{event}/queue/stream", get(stream))
+        .route("/events/{event}/queue/leave", post(leave))
+}
+
+/// Where a queued buyer stands, as the page and its stream show it.
+#[derive(Debug, Serialize, PartialEq)]
+struct StandingView {
+    /// 1 = next in; 0 before the on-sale (the pre-queue's order is drawn at the on-sale).
+    position: u64,
+    /// Buyers waiting.
+    queue_length: u64,
+    /// The estimated wait (or, in the pre-queue, the time to the on-sale), in words.
+    wait: String,
+    /// Whether the on-sale has begun.
+    on_sale: bool,
+}
+
+impl StandingView {
+    /// The view of `standing`, or `None` once the buyer's turn has come.
+    fn of(standing: &Standing) -> Option<StandingView> {
+        Some(match standing {
+            Standing::Turn => return None,
+            Standing::InLine {
+                position,
+                waiting,
+                wait,
+            } => StandingView {
+                position: *position,
+                queue_length: *waiting,
+                wait: about(*wait),
+                on_sale: true,
+            },
+            Standing::PreQueue { waiting, opens_in } => StandingView {
+                position: 0,
+                queue_length: *waiting,
+                wait: about(*opens_in),
+                on_sale: false,
+            },
+        })
+    }
+}
+
+/// The queue page: works without JavaScript (it reloads itself every 10 s, from the
+/// ticket, at no store's cost); with it, the stream updates `data-position`.
+#[derive(Template, WebTemplate)]
+#[template(path = "queue.html")]
+struct QueuePage {
+    event_id: i64,
+    event_name: String,
+    standing: StandingView,
+    /// How many shop at once.
+    shoppers: u64,
+    /// How long a turn to shop lasts, in words ("15 minutes").
+    turn: String,
+    /// How long a turn waits for the buyer, in words ("2 minutes").
+    arrival_window: String,
+    /// The on-sale time ("14:30:00 EST"), if the event has one.
+    opens_at: Option<String>,
+    /// The seed the pre-queue's order is drawn from.
+    queue_seed: u64,
+    /// Seats of the event the buyer still held when their last turn ended.
+    held: usize,
+    authenticity_token: String,
+}
+
+/// The event's map, for a buyer whose turn has come (or an event without a room).
+fn to_map(event_id: i64) -> Response {
+    Redirect::to(&format!("/events/{event_id}")).into_response()
+}
+
+async fn show(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    csrf: FormToken,
+    Path(event_id): Path<String>,
+) -> Result<Response> {
+    let event_id = parse_id(&event_id, "event")?;
+    let event = event(&state, event_id).await?;
+    let Some(terms) = terms(&state.settings, &event) else {
+        return Ok(to_map(event_id));
+    };
+    let (ticket, standing) = standing(&state, &buyer, (event_id, &event), &terms).await?;
+    let Some(standing) = StandingView::of(&standing) else {
+        return Ok(to_map(event_id));
+    };
+    let page = QueuePage {
+        event_id,
+        event_name: event.name.clone(),
+        standing,
+        shoppers: terms.shoppers,
+        turn: crate::seats::in_words(terms.admission_ttl),
+        arrival_window: crate::seats::in_words(terms.arrival_window),
+        opens_at: event
+            .on_sale_at
+            .map(|at| crate::events::venue_time(&event.time_zone, at, "%H:%M:%S %Z")),
+        queue_seed: event.queue_seed,
+        held: ticket.held,
+        authenticity_token: csrf.authenticity.clone(),
+    };
+    Ok((csrf, page).into_response())
+}
+
+/// The stream's `retry:`: a reconnect after this long, drawn from 2 to 8 s per stream,
+/// so that a crowd whose streams ended together (a server drained) comes back spread.
+fn retry_after() -> Duration {
+    Duration::from_millis(rand::rng().random_range(2_000..8_000))
+}
+
+/// `GET /events/{id}/queue/stream`: the buyer's standing as a `position` event (the
+/// [`StandingView`] as JSON), again whenever the room's state moves it, then one
+/// `admitted` event (`{"url": …}`) when the turn comes; `reload` if the buyer has no
+/// ticket (the page joins). Counted against `--max-streams` like a map's stream, and
+/// ended by the drain. No store is asked: the room's state comes on the hub.
+async fn stream(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path(event_id): Path<String>,
+) -> Result<Response> {
+    let event_id = parse_id(&event_id, "event")?;
+    let event = event(&state, event_id).await?;
+    let Some(terms) = terms(&state.settings, &event) else {
+        return Err(Error::NotFound("This event has no waiting room.".into()));
+    };
+    // Subscribe first, then read the room: no step can fall between the two.
+    let subscription = (state.live)
+        .subscribe(&queue_topic(event_id))
+        .ok_or(Error::StreamsFull)?;
+    let seen = state.rooms.seen(&state, event_id, &terms).await?;
+    let Some(ticket) = Ticket::read(&buyer, event_id) else {
+        let reload = Event::default().event("reload").data("{}");
+        return Ok(
+            page_stream(subscription, reload.retry(retry_after()), |_| async {
+                Update::End
+            })
+            .into_response(),
+        );
+    };
+    let map_url = serde_json::json!({ "url": format!("/events/{event_id}") });
+    let standing_event =
+        move |state: &AppState, seen: Option<Seen>| -> (Option<StandingView>, Event) {
+            let room = Room {
+                state,
+                event_id,
+                seed: event.queue_seed,
+                terms: &terms,
+            };
+            let seen = seen.unwrap_or_else(|| Seen::empty(&ticket));
+            let view = StandingView::of(&room.standing(&ticket, &seen));
+            let sse = match &view {
+                Some(view) => Event::default().event("position").json_data(view),
+                None => Event::default().event("admitted").json_data(&map_url),
+            };
+            (view, sse.expect("JSON"))
+        };
+    let (mut shown, first) = standing_event(&state, seen);
+    let mut done = shown.is_none();
+    Ok(
+        page_stream(subscription, first.retry(retry_after()), move |message| {
+            let state = state.clone();
+            // What the room's state now says: the message's own, or after a gap what this
+            // server knows (read again if old).
+            let next = if done {
+                None
+            } else {
+                let seen = view_of(&message).map(|view| Seen {
+                    view,
+                    age: Duration::ZERO,
+                });
+                Some(match seen {
+                    Some(seen) => standing_event(&state, Some(seen)),
+                    None => standing_event(&state, state.rooms.heard(&state, event_id)),
+                })
+            };
+            let update = match next {
+                None => Update::End,
+                Some((view, _)) if view.is_some() && view == shown => Update::Skip,
+                Some((view, sse)) => {
+                    done = view.is_none();
+                    shown = view;
+                    Update::Send(sse)
+                }
+            };
+            async move { update }
+        })
+        .into_response(),
+    )
+}
+
+/// `POST /events/{id}/queue/leave`: out of the line, or the turn ends; back to the
+/// events.
+async fn leave(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    Path(event_id): Path<String>,
+    CsrfForm(Empty {}): CsrfForm<Empty>,
+) -> Result<Redirect> {
+    let event_id = parse_id(&event_id, "event")?;
+    super::leave(&state, &buyer, event_id).await?;
+    Ok(Redirect::to("/"))
+}
+
+/// A duration in round words for a person: "less than a minute", "about 3 minutes",
+/// "about 2 hours".
+fn about(d: Duration) -> String {
+    let minutes = d.as_secs().div_ceil(60);
+    match minutes {
+        0 | 1 => "less than a minute".into(),
+        m if m < 120 => format!("about {m} minutes"),
+        m => format!("about {} hours", m.div_ceil(60)),
+    }
+}
