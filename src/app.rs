@@ -55,9 +55,11 @@ impl Application {
         let csrf = csrf::Csrf::new(settings.secret.as_deref());
         let identities = buyer::Identities::new(settings.secret.as_deref());
         let live = Arc::new(live::LiveHub::new(settings.max_streams as usize));
+        let lapses = Arc::new(live::LapseTouches::new(leases.clone()));
         live::spawn(
             live.clone(),
             leases.clone(),
+            lapses.clone(),
             settings.lease_store_url().to_owned(),
             db.clone(),
             settings.lease_namespace.to_string(),
@@ -71,6 +73,7 @@ impl Application {
             csrf,
             identities,
             live,
+            lapses,
             catalog: Arc::default(),
             snapshots: Arc::default(),
             boards: Arc::default(),

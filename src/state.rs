@@ -78,6 +78,9 @@ pub struct Shared {
     pub identities: crate::http::buyer::Identities,
     /// Live updates for the pages this process serves.
     pub live: Arc<crate::live::LiveHub>,
+    /// Reads each Redis lease key just after its expiry, so that its lapse is heard on
+    /// time: fed by the grants the live feed hears and the open maps' reads.
+    pub lapses: Arc<crate::live::LapseTouches>,
     /// Each event's seats and start, read once (a hold asks no Postgres).
     pub catalog: Arc<crate::seats::catalog::Catalog>,
     /// Each event's board (seats, holds, overview), built at most once a second and

@@ -11,6 +11,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
 use super::changes::seat_message;
+use super::lapses::LapseTouches;
 use super::{Feed, LiveHub, LiveMessage};
 
 /// How often the Redis feed's connection is pinged (the Postgres feed's: after how long
@@ -35,16 +36,22 @@ pub const NOTIFY_CHANNEL: &str = "seatlock_live";
 /// when Redis is the lease store, else the store's own stream of changes,
 /// `live::changes`) and Postgres LISTEN. `lease_store_url` is the lease store's
 /// (`--lease-store-url`, else `--redis-url`); `namespace` is the lease namespace of this
-/// deployment (only its event groups are watched).
+/// deployment (only its event groups are watched); `lapses` is told of every grant heard.
 pub fn spawn(
     hub: Arc<LiveHub>,
     leases: Arc<dyn lease::LeaseStore>,
+    lapses: Arc<LapseTouches>,
     lease_store_url: String,
     db: PgPool,
     namespace: String,
 ) {
     if leases.name() == "redis" {
-        tokio::spawn(listen_redis(hub.clone(), lease_store_url, namespace));
+        tokio::spawn(listen_redis(
+            hub.clone(),
+            lapses,
+            lease_store_url,
+            namespace,
+        ));
     } else {
         tokio::spawn(super::changes::listen(hub.clone(), leases, namespace));
     }
@@ -52,11 +59,16 @@ pub fn spawn(
 }
 
 /// Redis: `PSUBSCRIBE` to the event groups' lease channels and the expiry notifications.
-async fn listen_redis(hub: Arc<LiveHub>, redis_url: String, namespace: String) {
+async fn listen_redis(
+    hub: Arc<LiveHub>,
+    lapses: Arc<LapseTouches>,
+    redis_url: String,
+    namespace: String,
+) {
     let prefix = format!("{namespace}:event:");
     let mut first = true;
     loop {
-        match redis_session(&hub, &redis_url, &prefix, first).await {
+        match redis_session(&hub, &lapses, &redis_url, &prefix, first).await {
             Ok(()) => tracing::warn!("redis pub/sub connection closed; reconnecting"),
             Err(err) => tracing::debug!(error = %err, "redis pub/sub unavailable; retrying"),
         }
@@ -69,6 +81,7 @@ async fn listen_redis(hub: Arc<LiveHub>, redis_url: String, namespace: String) {
 /// One connection's worth of Redis messages; returns when the connection ends.
 async fn redis_session(
     hub: &LiveHub,
+    lapses: &LapseTouches,
     url: &str,
     prefix: &str,
     first: bool,
@@ -146,11 +159,12 @@ async fn redis_session(
             let Some((topic, message)) = seat_message(&event, prefix) else {
                 continue;
             };
+            // Its lapse is heard on time, whatever Redis's expiry cycle does.
             if let LeaseEvent::Acquired {
                 key, expires_at_ms, ..
             } = &event
             {
-                touch_at_expiry(manager.clone(), key.lease_key(), *expires_at_ms);
+                lapses.schedule_grant(key.clone(), *expires_at_ms);
             }
             hub.publish(&topic, message);
         }
@@ -178,26 +192,6 @@ async fn check_store(hub: &LiveHub, redis: &mut lease::store::Connection) {
         }
     };
     hub.set_note("eviction", eviction);
-}
-
-/// Reads the TTL of lease `key` just after `expires_at_ms` (Unix ms, Redis clock; this
-/// clock is assumed close). A read makes Redis expire a key that is due, and so send its
-/// expiry notification, at once: left alone, Redis finds due keys by sampling ten times
-/// a second, which takes seconds when many keys have a TTL. A released or renewed lease
-/// is read harmlessly; the notification stays the fallback.
-fn touch_at_expiry(mut redis: lease::store::Connection, key: String, expires_at_ms: u64) {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let wait = Duration::from_millis(expires_at_ms.saturating_sub(now_ms) + 20);
-    tokio::spawn(async move {
-        tokio::time::sleep(wait).await;
-        let touched: redis::RedisResult<i64> =
-            redis::cmd("PTTL").arg(&key).query_async(&mut redis).await;
-        if let Err(err) = touched {
-            tracing::debug!(key, error = %err, "could not touch a lapsing lease");
-        }
-    });
 }
 
 /// The event whose room `payload` (a `room …` message, [`lease::RoomView`]) on

@@ -4,8 +4,9 @@
 //! Each change is announced by the store that makes it, in the same atomic step:
 //!
 //! * holds and releases: the lease scripts `PUBLISH` on the group's Redis channel
-//!   ([`lease::events`]); lapsed holds: Redis keyspace expiry notifications (with etcd as
-//!   the lease store: a watch on the event groups' keys, [`lease::LeaseStore::changes`]);
+//!   ([`lease::events`]); lapsed holds: Redis keyspace expiry notifications, on time
+//!   because each key is read just after its expiry ([`LapseTouches`]) (with etcd as the
+//!   lease store: a watch on the event groups' keys, [`lease::LeaseStore::changes`]);
 //! * sales, bids and auction closes: `pg_notify('seatlock_live', …)` inside the statement
 //!   that writes them, delivered by Postgres only if the transaction commits.
 //!
@@ -21,10 +22,12 @@
 
 mod changes;
 mod hub;
+mod lapses;
 mod listeners;
 mod stream;
 
 pub use hub::{Feed, LiveHub, LiveMessage, Observer, Subscription};
+pub use lapses::LapseTouches;
 pub use listeners::{HEARTBEAT_QUERY, NOTIFY_CHANNEL, spawn};
 pub use stream::{Update, page_stream};
 

@@ -245,7 +245,8 @@ async fn snapshot(state: &AppState, event_id: i64) -> Result<Option<Event>> {
 }
 
 /// Every held and sold seat of the event, read from the stores: `{"held": {seat: holder},
-/// "sold": [seat]}`; `None` if no such event.
+/// "sold": [seat]}`; `None` if no such event. Each hold is scheduled to be read at its
+/// expiry ([`crate::live::LapseTouches`]).
 async fn read(state: &AppState, event_id: i64) -> Result<Option<serde_json::Value>> {
     let group = super::event_group(&state.settings.lease_namespace, event_id);
     let (event, sold, holds) = tokio::join!(
@@ -256,7 +257,11 @@ async fn read(state: &AppState, event_id: i64) -> Result<Option<serde_json::Valu
     if event?.is_none() {
         return Ok(None);
     }
-    let held: HashMap<String, String> = holds?
+    let holds = holds?;
+    // Every hold the maps show is read at its expiry, so that its lapse reaches them on
+    // time: this server may have started after the grant, and never heard it.
+    state.lapses.schedule_group(&group, &holds);
+    let held: HashMap<String, String> = holds
         .holdings
         .into_iter()
         .map(|h| (h.name, h.holder))
