@@ -23,10 +23,11 @@
 //! | `server_rss_mb_64` | the server's peak RSS (`VmHWM`) after the 64-buyer rows | |
 //! | `arena_view_vs_healthz_64`, `*_bytes_per_*` | what lookers cost ([`crowd`]) | |
 //! | `open_maps_*`, `hold_ms_with_open_maps` | 10,000 open maps of the arena: snapshots, a hold's fan-out to all, a hold's latency beside them ([`maps`]) | |
+//! | `queue_redis_commands_per_browser_s_{400,4000}` | Redis commands per second per open queue stream ([`queue`]) | the absolute rate per stream |
 //!
 //! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time; `BENCH_ONLY`
 //! (a comma-separated list of `lease`, `etcd`, `cluster`, `http`, `floor`, `trips`, `sizes`,
-//! `map`, `crowd`, `maps`) runs
+//! `map`, `crowd`, `maps`, `queue`) runs
 //! only those groups, to re-measure one quickly (the report then has only their rows).
 //! `http` is every concurrency level and the floor rows; `floor` is the 64-buyer level
 //! and the floor rows alone; `trips` is the round-trip rows. Run by `cargo bench` only:
@@ -43,6 +44,7 @@ mod crowd;
 mod etcd;
 mod floor;
 mod maps;
+mod queue;
 mod report;
 mod stores;
 mod venues;
@@ -716,6 +718,9 @@ fn main() -> anyhow::Result<()> {
     }
     if wanted("maps") {
         rt.block_on(maps::rows(&setup, &mut rows))?;
+    }
+    if wanted("queue") {
+        rt.block_on(queue::rows(&setup, &mut rows))?;
     }
     if wanted("trips") {
         rt.block_on(round_trip_rows(&setup, &mut rows))?;

@@ -48,6 +48,9 @@ impl Reply {
     }
 }
 
+/// How long a crowd's buyer keeps an idle connection ([`HttpBuyer::in_a_crowd`]).
+const CROWD_IDLE: Duration = Duration::from_secs(1);
+
 impl HttpBuyer {
     /// A new buyer with an empty cookie jar.
     pub fn new() -> Self {
@@ -57,6 +60,19 @@ impl HttpBuyer {
     /// A new buyer that sends `headers` with every request (the race lab's pause header).
     pub fn with_headers(headers: reqwest::header::HeaderMap) -> Self {
         Self::build(headers, Default::default(), String::new(), None)
+    }
+
+    /// A new buyer of a crowd, sending `headers`: it lets a connection go after a second
+    /// without a request, so that a crowd of people who wait (in a queue, between polls)
+    /// holds few sockets, on a machine where one process may open only so many files.
+    pub fn in_a_crowd(headers: reqwest::header::HeaderMap) -> Self {
+        let jar = std::sync::Arc::default();
+        HttpBuyer {
+            client: Self::client(&jar, headers, None, Some(CROWD_IDLE)),
+            jar,
+            token: String::new(),
+            root: None,
+        }
     }
 
     /// A new buyer that trusts `root` (a PEM certificate) for https, as a browser trusts
@@ -88,12 +104,32 @@ impl HttpBuyer {
         token: String,
         root: Option<reqwest::Certificate>,
     ) -> Self {
+        let client = Self::client(&jar, headers, root.as_ref(), None);
+        HttpBuyer {
+            client,
+            jar,
+            token,
+            root,
+        }
+    }
+
+    /// The HTTP client of a buyer: `jar`'s cookies, `headers`, no redirects followed,
+    /// `root` trusted for https; idle connections closed after `idle` if given.
+    fn client(
+        jar: &std::sync::Arc<reqwest::cookie::Jar>,
+        headers: reqwest::header::HeaderMap,
+        root: Option<&reqwest::Certificate>,
+        idle: Option<Duration>,
+    ) -> reqwest::Client {
         let mut client = reqwest::Client::builder()
             .default_headers(headers)
             .cookie_provider(jar.clone())
             .redirect(Policy::none())
             .timeout(Duration::from_secs(30));
-        match &root {
+        if let Some(idle) = idle {
+            client = client.pool_idle_timeout(idle);
+        }
+        match root {
             Some(root) => client = client.add_root_certificate(root.clone()),
             None => {
                 if let Some(tls) = &*SYSTEM_TLS {
@@ -101,13 +137,7 @@ impl HttpBuyer {
                 }
             }
         }
-        let client = client.build().expect("an HTTP client builds");
-        HttpBuyer {
-            client,
-            jar,
-            token,
-            root,
-        }
+        client.build().expect("an HTTP client builds")
     }
 
     /// The value of cookie `name` this buyer would send to `base` (`http://host:port`).

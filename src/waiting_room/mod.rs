@@ -110,8 +110,9 @@ pub(crate) enum Standing {
         waiting: u64,
         wait: Duration,
     },
-    /// The buyer's turn has come: on to the map.
-    Turn,
+    /// The turn of the buyer's place has come (0: a ticket whose place the room never
+    /// gave, which the arrival sends to the back): on to the map.
+    Turn(u64),
 }
 
 /// The room `terms` of an event with `seed`, as a server sees it.
@@ -150,10 +151,10 @@ impl Room<'_> {
             };
         }
         let Some(place) = self.place(ticket, seen) else {
-            return Standing::Turn; // a ticket the room never gave: the map's gate decides
+            return Standing::Turn(0);
         };
         if place <= view.frontier {
-            return Standing::Turn;
+            return Standing::Turn(place);
         }
         let position = place - view.frontier;
         // The wait at the pace the frontier moved lately; before it has moved, one
@@ -236,20 +237,9 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
         return Ok(Gate::Open(None));
     };
     let (ticket, standing) = standing(state, buyer, (event_id, &event), &terms).await?;
-    if standing != Standing::Turn {
+    let Standing::Turn(place) = standing else {
         return Ok(Gate::Queue);
-    }
-    let room = Room {
-        state,
-        event_id,
-        seed: event.queue_seed,
-        terms: &terms,
     };
-    let seen = state.rooms.seen(state, event_id, &terms).await?;
-    let place = seen
-        .as_ref()
-        .and_then(|s| room.place(&ticket, s))
-        .unwrap_or(0);
     let token = buyer.admission_token(event_id);
     let ticket_in = (place, ticket.epoch.as_str());
     let group = group(state, event_id);

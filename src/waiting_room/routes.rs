@@ -49,7 +49,7 @@ impl StandingView {
     /// The view of `standing`, or `None` once the buyer's turn has come.
     fn of(standing: &Standing) -> Option<StandingView> {
         Some(match standing {
-            Standing::Turn => return None,
+            Standing::Turn(_) => return None,
             Standing::InLine {
                 position,
                 waiting,
@@ -70,8 +70,9 @@ impl StandingView {
     }
 }
 
-/// The queue page: works without JavaScript (it reloads itself every 10 s, from the
-/// ticket, at no store's cost); with it, the stream updates `data-position`.
+/// The queue page: works without JavaScript (it reloads itself, sooner the nearer the
+/// buyer's turn, from the ticket, at no store's cost); with it, the stream updates
+/// `data-position`.
 #[derive(Template, WebTemplate)]
 #[template(path = "queue.html")]
 struct QueuePage {
@@ -90,7 +91,23 @@ struct QueuePage {
     queue_seed: u64,
     /// Seats of the event the buyer still held when their last turn ended.
     held: usize,
+    /// Seconds until the page reloads itself without JavaScript ([`reload_after`]).
+    refresh_s: u64,
     authenticity_token: String,
+}
+
+/// When a queue page without JavaScript should look again: a quarter of the estimated
+/// wait (or the time to the on-sale), from 2 s near the head to 30 s far back, and a
+/// fifth either way at random. So a crowd's reloads come spread over time, and most come
+/// from the few near their turn.
+fn reload_after(standing: &Standing) -> Duration {
+    let wait = match standing {
+        Standing::InLine { wait, .. } => *wait / 4,
+        Standing::PreQueue { opens_in, .. } => *opens_in,
+        Standing::Turn(_) => Duration::ZERO,
+    };
+    let base = wait.clamp(Duration::from_secs(2), Duration::from_secs(30));
+    base.mul_f64(rand::rng().random_range(0.8..1.2))
 }
 
 /// The event's map, for a buyer whose turn has come (or an event without a room).
@@ -110,6 +127,7 @@ async fn show(
         return Ok(to_map(event_id));
     };
     let (ticket, standing) = standing(&state, &buyer, (event_id, &event), &terms).await?;
+    let refresh_s = reload_after(&standing).as_secs().max(1);
     let Some(standing) = StandingView::of(&standing) else {
         return Ok(to_map(event_id));
     };
@@ -125,6 +143,7 @@ async fn show(
             .map(|at| crate::events::venue_time(&event.time_zone, at, "%H:%M:%S %Z")),
         queue_seed: event.queue_seed,
         held: ticket.held,
+        refresh_s,
         authenticity_token: csrf.authenticity.clone(),
     };
     Ok((csrf, page).into_response())

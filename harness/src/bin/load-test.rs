@@ -97,7 +97,9 @@ struct OnsaleArgs {
     /// minute here, so a hung-up visitor's place comes back within the run).
     #[arg(long, default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=86_400_000))]
     admission_ttl_ms: u64,
-    /// How often a queued visitor asks the queue page, in ms.
+    /// How long a queued visitor waits before asking the queue page again when the page
+    /// names no refresh (an error page), in ms; otherwise they reload when the page says,
+    /// as a browser without JavaScript does.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..))]
     poll_ms: u64,
     /// The crowd arrives spread over this many ms…

@@ -18,7 +18,7 @@ use seatlock::http::error::Refusal;
 use tokio::sync::watch;
 
 use super::super::throughput::histogram;
-use crate::http::{HttpBuyer, Reply, page_buyer_id};
+use crate::http::{HttpBuyer, Reply, between, page_buyer_id};
 
 /// A request not answered within this long counts as unanswered (`unanswered`), and
 /// the person stops waiting for it (a stream: for its opening snapshot).
@@ -69,7 +69,8 @@ pub struct Sale {
     pub on_sale: Instant,
     /// Whether the event has a waiting room (lookers then press Leave when they go).
     pub room: bool,
-    /// How often a queued person asks the queue page.
+    /// How long a queued person waits before asking the queue page again when it names no
+    /// refresh (an error page).
     pub poll_every: Duration,
     /// How long a looker watches (if they do not hang up first).
     pub look_for: Duration,
@@ -89,6 +90,8 @@ pub struct Sale {
 pub struct Timings {
     windows: Mutex<(Histogram<u64>, Histogram<u64>)>,
     statuses: Mutex<BTreeMap<u16, u64>>,
+    /// Requests sent (answered or not).
+    pub sent: AtomicU64,
     pub unanswered: AtomicU64,
     /// Requests this process could not send: it had no file descriptor left.
     pub client_out_of_files: AtomicU64,
@@ -99,6 +102,7 @@ impl Timings {
         Timings {
             windows: Mutex::new((histogram(), histogram())),
             statuses: Mutex::new(BTreeMap::new()),
+            sent: AtomicU64::new(0),
             unanswered: AtomicU64::new(0),
             client_out_of_files: AtomicU64::new(0),
         }
@@ -198,6 +202,14 @@ impl Tally {
         ]
     }
 
+    /// Requests of every kind sent.
+    pub fn sent(&self) -> u64 {
+        self.kinds()
+            .iter()
+            .map(|(_, t)| t.sent.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Requests of every kind not answered within [`ANSWER_WITHIN`].
     pub fn unanswered(&self) -> u64 {
         self.kinds()
@@ -246,6 +258,7 @@ async fn answered<T: Answer>(
     request: impl Future<Output = anyhow::Result<T>>,
 ) -> Option<T> {
     let sent = Instant::now();
+    timings.sent.fetch_add(1, Ordering::Relaxed);
     let failed = match tokio::time::timeout(ANSWER_WITHIN, request).await {
         // A client too busy to look at its timer in time can see an answer late: past
         // the limit it is no answer either way.
@@ -339,20 +352,30 @@ async fn open_map(sale: &Sale, buyer: &mut HttpBuyer, retries: u32) -> Option<Re
     None
 }
 
-/// Asks the queue page every `poll_every` until it sends them to the map (admitted) or
-/// the run closes; records the wait. `None` if never admitted.
+/// Asks the queue page until it sends them to the map (their turn) or the run closes,
+/// as a browser without JavaScript does: at once, then again when the page's refresh
+/// says (`data-refresh`, seconds: sooner near the head of the line), or after
+/// `poll_every` if it says nothing (an error page). Records the wait. `None` if their
+/// turn never came.
 async fn wait_in_queue(sale: &Sale, buyer: &mut HttpBuyer) -> Option<()> {
     let queue = format!("{}/events/{}/queue", sale.base, sale.event);
     let joined = Instant::now();
     sale.tally.queued.fetch_add(1, Ordering::Relaxed);
+    let mut wait = Duration::ZERO;
     let admitted = loop {
-        if pause_or_close(sale, sale.poll_every).await {
+        if pause_or_close(sale, wait).await {
             break false;
         }
-        if let Some(reply) = answered(&sale.tally.queue, buyer.get(&queue)).await
-            && reply.status == StatusCode::SEE_OTHER
-        {
-            break true;
+        wait = sale.poll_every;
+        if let Some(reply) = answered(&sale.tally.queue, buyer.get(&queue)).await {
+            if reply.status == StatusCode::SEE_OTHER {
+                break true;
+            }
+            if let Some(s) =
+                between(&reply.body, "data-refresh=\"", "\"").and_then(|s| s.parse::<u64>().ok())
+            {
+                wait = Duration::from_secs(s);
+            }
         }
     };
     sale.tally.queued.fetch_sub(1, Ordering::Relaxed);
@@ -442,14 +465,15 @@ fn record_holds(text: &mut String, arrivals: &mut HashMap<String, Instant>) {
 }
 
 /// A new browser: an empty cookie jar, asking for compressed pages as browsers do (the
-/// arena's map is a megabyte of HTML, some 75 kB gzipped).
+/// arena's map is a megabyte of HTML, some 75 kB gzipped), and letting an idle
+/// connection go after a second (a person waiting in a queue holds no socket).
 fn browser() -> HttpBuyer {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::ACCEPT_ENCODING,
         reqwest::header::HeaderValue::from_static("gzip"),
     );
-    HttpBuyer::with_headers(headers)
+    HttpBuyer::in_a_crowd(headers)
 }
 
 /// A looker: the map, then its stream for `look_for` (or until they hang up); with a

@@ -59,7 +59,8 @@ pub struct OnsaleConfig {
     pub waiting_room_shoppers: u64,
     /// The servers' `--admission-ttl-ms`: how long an admitted visitor's turn lasts.
     pub admission_ttl: Duration,
-    /// How often a queued visitor asks the queue page.
+    /// How long a queued visitor waits to ask the queue page again when it names no
+    /// refresh.
     pub poll_every: Duration,
     /// The crowd arrives spread over this long…
     pub arrive_over: Duration,
@@ -95,6 +96,8 @@ pub struct OnsaleReport {
     pub confirm_p99_ms: Option<f64>,
     /// `GET /events/{id}` and its checkout page, ms.
     pub page_p99_ms: Option<f64>,
+    /// Requests sent, of every kind (streams counted once each).
+    pub requests: u64,
     /// Requests with no answer within 10 s (a failed connection counts), and streams
     /// whose opening snapshot did not come within 10 s.
     pub unanswered: u64,
@@ -106,6 +109,13 @@ pub struct OnsaleReport {
     /// Queue wait, from joining (or the on-sale, for the pre-queue) to admission, s.
     pub queue_wait_p50_s: Option<f64>,
     pub queue_wait_p99_s: Option<f64>,
+    /// The queue page (`GET /events/{id}/queue`, each poll), ms.
+    pub queue_p99_ms: Option<f64>,
+    /// The seed the event's pre-queue was drawn from (`events.queue_seed`), with a room.
+    pub queue_seed: Option<i64>,
+    /// Redis's `total_commands_processed` per second (scripts' own calls included), the
+    /// most between two samples.
+    pub redis_commands_per_s_peak: f64,
     /// Redis's `used_memory`, the most sampled, MB.
     pub redis_peak_mb: f64,
     /// The servers' resident memory together (VmRSS), the most sampled, MB.
@@ -272,7 +282,7 @@ pub async fn run(
     let _ = close.send(true);
     stories.extend(join_all(looking).await);
     let stories: Vec<Story> = stories.into_iter().collect::<Result<_, _>>()?;
-    let (samples, redis_peak_bytes, rss_peak_kb) = sampler.await??;
+    let (samples, redis_peak_bytes, rss_peak_kb, commands_peak) = sampler.await??;
     drop(proxy);
     drop(servers);
 
@@ -283,7 +293,7 @@ pub async fn run(
         &sale.tally,
         &stories,
         (on_sale_at, capacity as u64),
-        (redis_peak_bytes, rss_peak_kb),
+        (redis_peak_bytes, rss_peak_kb, commands_peak),
     )
     .await?;
     Ok(OnsaleRun {
@@ -338,8 +348,9 @@ fn draw_crowd(config: &OnsaleConfig) -> Vec<Person> {
 
 /// Samples the crowd every [`SAMPLE_EVERY`] until the run closes: seats sold (Postgres),
 /// seats held per second, open streams, queue length, the window's latencies, Redis's
-/// memory and the servers' (`/proc/PID/status`). Returns the samples and the peaks of
-/// Redis's memory (bytes) and the servers' RSS (kB, summed).
+/// memory and command rate, and the servers' memory (`/proc/PID/status`). Returns the
+/// samples and the peaks of Redis's memory (bytes), the servers' RSS (kB, summed) and
+/// Redis's commands per second.
 async fn sample(
     sale: Arc<Sale>,
     db: PgPool,
@@ -347,11 +358,13 @@ async fn sample(
     pids: Vec<u32>,
     (start, capacity): (Instant, u64),
     progress: ProgressBar,
-) -> anyhow::Result<(Vec<Sample>, u64, u64)> {
+) -> anyhow::Result<(Vec<Sample>, u64, u64, f64)> {
     let tally = &sale.tally;
     let (mut samples, mut redis_peak, mut rss_peak) = (Vec::new(), 0u64, 0u64);
     let mut closing = sale.closing.clone();
     let mut last_held = (Instant::now(), 0u64);
+    let mut last_commands: Option<(Instant, u64)> = None;
+    let mut commands_peak = 0f64;
     loop {
         let stop = tokio::select! {
             _ = tokio::time::sleep(SAMPLE_EVERY) => false,
@@ -368,6 +381,20 @@ async fn sample(
             .await
             .unwrap_or_default();
         redis_peak = redis_peak.max(info_field(&info, "used_memory").unwrap_or(0));
+        let stats: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut redis)
+            .await
+            .unwrap_or_default();
+        if let Some(commands) = info_field(&stats, "total_commands_processed") {
+            let at = Instant::now();
+            if let Some((then, before)) = last_commands {
+                let per_s = commands.saturating_sub(before) as f64
+                    / at.duration_since(then).as_secs_f64().max(1e-3);
+                commands_peak = commands_peak.max(per_s);
+            }
+            last_commands = Some((at, commands));
+        }
         rss_peak = rss_peak.max(pids.iter().filter_map(|&pid| rss_kb(pid)).sum());
         let now = Instant::now();
         let held = tally.seats_held.load(Ordering::Relaxed);
@@ -400,7 +427,7 @@ async fn sample(
             confirm_p99_ms: ms(&confirm, 0.99),
         });
         if stop {
-            return Ok((samples, redis_peak, rss_peak));
+            return Ok((samples, redis_peak, rss_peak, commands_peak));
         }
     }
 }
@@ -455,7 +482,7 @@ async fn judge(
     tally: &Tally,
     stories: &[Story],
     (on_sale_at, capacity): (DateTime<Utc>, u64),
-    (redis_peak_bytes, rss_peak_kb): (u64, u64),
+    (redis_peak_bytes, rss_peak_kb, commands_peak): (u64, u64, f64),
 ) -> anyhow::Result<OnsaleReport> {
     let checked = check::check(db, event).await?;
     let (sold, last_sale): (i64, Option<DateTime<Utc>>) =
@@ -490,6 +517,14 @@ async fn judge(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .clone();
+    let queue_seed: Option<i64> = if config.waiting_room_shoppers > 0 {
+        sqlx::query_scalar("SELECT queue_seed FROM events WHERE id = $1")
+            .bind(event)
+            .fetch_optional(db)
+            .await?
+    } else {
+        None
+    };
     let sold_out_s = (sold as u64 >= capacity)
         .then_some(last_sale)
         .flatten()
@@ -503,11 +538,15 @@ async fn judge(
         hold_p99_ms: quantile(&tally.hold.all(), 0.99, 1e3),
         confirm_p99_ms: quantile(&tally.confirm.all(), 0.99, 1e3),
         page_p99_ms: quantile(&tally.page.all(), 0.99, 1e3),
+        requests: tally.sent(),
         unanswered: tally.unanswered(),
         streams_peak: tally.streams_peak.load(Ordering::Relaxed).max(0) as u64,
         fanout_p99_ms: quantile(&fanout, 0.99, 1e3),
         queue_wait_p50_s: quantile(&waits, 0.5, 1e6),
         queue_wait_p99_s: quantile(&waits, 0.99, 1e6),
+        queue_p99_ms: quantile(&tally.queue.all(), 0.99, 1e3),
+        queue_seed,
+        redis_commands_per_s_peak: commands_peak,
         redis_peak_mb: redis_peak_bytes as f64 / 1e6,
         server_rss_mb: rss_peak_kb as f64 / 1024.0,
     })
