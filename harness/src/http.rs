@@ -16,6 +16,9 @@ pub struct HttpBuyer {
     token: String,
     /// A certificate trusted beyond the system's (a test proxy's own, for https).
     root: Option<reqwest::Certificate>,
+    /// Whether `client` is shared with other buyers ([`HttpBuyer::in_a_crowd`]): then it
+    /// keeps no cookies, and this buyer's jar is sent and filled by hand.
+    shared: bool,
 }
 
 /// The TLS setup of every buyer that trusts the system's certificates alone, built once:
@@ -48,9 +51,6 @@ impl Reply {
     }
 }
 
-/// How long a crowd's buyer keeps an idle connection ([`HttpBuyer::in_a_crowd`]).
-const CROWD_IDLE: Duration = Duration::from_secs(1);
-
 impl HttpBuyer {
     /// A new buyer with an empty cookie jar.
     pub fn new() -> Self {
@@ -62,17 +62,60 @@ impl HttpBuyer {
         Self::build(headers, Default::default(), String::new(), None)
     }
 
-    /// A new buyer of a crowd, sending `headers`: it lets a connection go after a second
-    /// without a request, so that a crowd of people who wait (in a queue, between polls)
-    /// holds few sockets, on a machine where one process may open only so many files.
-    pub fn in_a_crowd(headers: reqwest::header::HeaderMap) -> Self {
-        let jar = std::sync::Arc::default();
+    /// A new buyer of a crowd (`load-test onsale`): its own cookie jar, but the
+    /// connections of `client`, shared by the whole crowd. One process here may open
+    /// only 20,000 files, and a connection per person, opened and closed as each waits,
+    /// left the kernel searching for a free port on every connect. So the crowd's
+    /// requests share connections, as a proxy's would. `client` should follow no
+    /// redirect and keep no cookies ([`HttpBuyer::crowd_client`]).
+    pub fn in_a_crowd(client: &reqwest::Client) -> Self {
         HttpBuyer {
-            client: Self::client(&jar, headers, None, Some(CROWD_IDLE)),
-            jar,
+            client: client.clone(),
+            jar: std::sync::Arc::default(),
             token: String::new(),
             root: None,
+            shared: true,
         }
+    }
+
+    /// The client a crowd shares ([`HttpBuyer::in_a_crowd`]): `headers` on every request,
+    /// no redirect followed, no cookies kept.
+    pub fn crowd_client(headers: reqwest::header::HeaderMap) -> reqwest::Client {
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .redirect(Policy::none())
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client builds")
+    }
+
+    /// A request of this buyer: with its cookies, when its client is shared.
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        use reqwest::cookie::CookieStore;
+        let request = self.client.request(method, url);
+        match url
+            .parse()
+            .ok()
+            .filter(|_| self.shared)
+            .and_then(|u| self.jar.cookies(&u))
+        {
+            Some(cookies) => request.header(reqwest::header::COOKIE, cookies),
+            None => request,
+        }
+    }
+
+    /// Sends `request` and, when the client is shared, keeps the cookies it sets.
+    async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        use reqwest::cookie::CookieStore;
+        let response = request.send().await?;
+        if self.shared {
+            let mut set = response
+                .headers()
+                .get_all(reqwest::header::SET_COOKIE)
+                .iter();
+            self.jar.set_cookies(&mut set, response.url());
+        }
+        Ok(response)
     }
 
     /// A new buyer that trusts `root` (a PEM certificate) for https, as a browser trusts
@@ -104,31 +147,28 @@ impl HttpBuyer {
         token: String,
         root: Option<reqwest::Certificate>,
     ) -> Self {
-        let client = Self::client(&jar, headers, root.as_ref(), None);
+        let client = Self::client(&jar, headers, root.as_ref());
         HttpBuyer {
             client,
             jar,
             token,
             root,
+            shared: false,
         }
     }
 
     /// The HTTP client of a buyer: `jar`'s cookies, `headers`, no redirects followed,
-    /// `root` trusted for https; idle connections closed after `idle` if given.
+    /// `root` trusted for https.
     fn client(
         jar: &std::sync::Arc<reqwest::cookie::Jar>,
         headers: reqwest::header::HeaderMap,
         root: Option<&reqwest::Certificate>,
-        idle: Option<Duration>,
     ) -> reqwest::Client {
         let mut client = reqwest::Client::builder()
             .default_headers(headers)
             .cookie_provider(jar.clone())
             .redirect(Policy::none())
             .timeout(Duration::from_secs(30));
-        if let Some(idle) = idle {
-            client = client.pool_idle_timeout(idle);
-        }
         match root {
             Some(root) => client = client.add_root_certificate(root.clone()),
             None => {
@@ -172,17 +212,14 @@ impl HttpBuyer {
     /// POSTs `body` to `url` as a urlencoded form, exactly as given (no token added):
     /// for oversized or hand-made bodies.
     pub async fn post_raw(&self, url: &str, body: String) -> anyhow::Result<Reply> {
-        let response = self
-            .client
-            .post(url)
+        let request = self
+            .request(reqwest::Method::POST, url)
             .header(
                 reqwest::header::CONTENT_TYPE,
                 "application/x-www-form-urlencoded",
             )
-            .body(body)
-            .send()
-            .await?;
-        Self::reply(response).await
+            .body(body);
+        Self::reply(self.send(request).await?).await
     }
 
     async fn reply(response: reqwest::Response) -> anyhow::Result<Reply> {
@@ -222,7 +259,8 @@ impl HttpBuyer {
 
     /// GETs `url` and remembers the page's CSRF token, if it has a form.
     pub async fn get(&mut self, url: &str) -> anyhow::Result<Reply> {
-        let reply = Self::reply(self.client.get(url).send().await?).await?;
+        let request = self.request(reqwest::Method::GET, url);
+        let reply = Self::reply(self.send(request).await?).await?;
         if let Some(token) = authenticity_token(&reply.body) {
             self.token = token;
         }
@@ -323,7 +361,8 @@ impl EventStream {
     /// page's stream is the buyer's own). The response, whatever its status, and the
     /// stream once it is 200.
     pub async fn open_as(buyer: &HttpBuyer, url: &str) -> Result<EventStream, StatusCode> {
-        let response = buyer.client.get(url).send().await.unwrap();
+        let request = buyer.request(reqwest::Method::GET, url);
+        let response = buyer.send(request).await.unwrap();
         if response.status() != StatusCode::OK {
             return Err(response.status());
         }

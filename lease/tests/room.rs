@@ -380,6 +380,7 @@ async fn visits_renew_an_admission_up_to_its_cap() {
     tick(&client, &group, 1, &terms).await;
     let Arrival::Admitted {
         expires_at_ms: first,
+        arrived: true,
     } = arrive(&client, &group, &h[0], &terms).await
     else {
         panic!("admitted");
@@ -387,6 +388,7 @@ async fn visits_renew_an_admission_up_to_its_cap() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     let Arrival::Admitted {
         expires_at_ms: renewed,
+        arrived: false,
     } = arrive(&client, &group, &h[0], &terms).await
     else {
         panic!("renewed");

@@ -95,6 +95,7 @@ fn random_text() -> String {
 
 /// A page's CSRF token: `authenticity` goes in its forms; returned with the page (as a
 /// response part) it sets the CSRF cookie the token is checked against.
+#[derive(Clone)]
 pub struct FormToken {
     cookie: CsrfToken,
     /// The value of every form's `authenticity_token` field.

@@ -111,15 +111,21 @@ impl CheckoutPage {
 
 /// Behind a waiting room, only an admitted buyer sees the event's pages (and the view
 /// renews the admission): `Ok(until)` with when the buyer's turn ends (`None` without a
-/// room), or `Err` with the way to the queue page, before any map is read.
+/// room), or `Err` with the queue page to answer instead, before any map is read.
 async fn admission(
     state: &AppState,
     buyer: &Buyer,
+    csrf: &FormToken,
     event_id: i64,
-) -> Result<std::result::Result<Option<String>, Redirect>> {
+) -> Result<std::result::Result<Option<String>, Response>> {
     Ok(match waiting_room::gate(state, buyer, event_id).await? {
         waiting_room::Gate::Open(until) => Ok(until.map(map::clock_time)),
-        waiting_room::Gate::Queue => Err(Redirect::to(&format!("/events/{event_id}/queue"))),
+        waiting_room::Gate::Queue(Some(waiting)) => {
+            Err(waiting_room::page(state, csrf.clone(), event_id, waiting).await?)
+        }
+        waiting_room::Gate::Queue(None) => {
+            Err(Redirect::to(&format!("/events/{event_id}/queue")).into_response())
+        }
     })
 }
 
@@ -157,9 +163,9 @@ async fn show(
     Path(event): Path<String>,
 ) -> Result<Response> {
     let event_id = parse_id(&event, "event")?;
-    let admitted_until = match admission(&state, &buyer, event_id).await? {
+    let admitted_until = match admission(&state, &buyer, &csrf, event_id).await? {
         Ok(until) => until,
-        Err(to_queue) => return Ok(to_queue.into_response()),
+        Err(queue) => return Ok(queue),
     };
     let map = event_map(&state, &buyer, &event).await?;
     let mut page = page(&state, &buyer, &csrf, map, admitted_until).await?;
@@ -180,9 +186,9 @@ async fn show_section(
     Path((event, code)): Path<(String, String)>,
 ) -> Result<Response> {
     let event_id = parse_id(&event, "event")?;
-    let admitted_until = match admission(&state, &buyer, event_id).await? {
+    let admitted_until = match admission(&state, &buyer, &csrf, event_id).await? {
         Ok(until) => until,
-        Err(to_queue) => return Ok(to_queue.into_response()),
+        Err(queue) => return Ok(queue),
     };
     let map = event_map(&state, &buyer, &event).await?;
     let no_section = || Error::NotFound(format!("This event's venue has no section {code:?}."));

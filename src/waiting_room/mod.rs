@@ -38,7 +38,7 @@ mod ticker;
 mod ticket;
 
 pub use rooms::Rooms;
-pub use routes::router;
+pub use routes::{page, router};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -218,13 +218,22 @@ async fn standing(
 }
 
 /// What an event's pages may show a buyer ([`gate`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Gate {
     /// The map: the event has no room (`None`), or the buyer shops until this time
     /// (Unix ms, Redis clock).
     Open(Option<u64>),
-    /// The queue page: the buyer's turn has not come, or is over.
-    Queue,
+    /// The queue: the buyer's turn has not come, or is over. Their place, for the
+    /// queue page served in place of the map ([`page`]); `None`: send them to
+    /// `GET /events/{id}/queue`, which works it out again (a room Redis lost).
+    Queue(Option<Waiting>),
+}
+
+/// A buyer's place and standing in line, as [`gate`] found them.
+#[derive(Debug)]
+pub struct Waiting {
+    ticket: Ticket,
+    standing: Standing,
 }
 
 /// Whether `buyer` may see event `event_id`'s pages. Without a room: yes, nothing asked.
@@ -238,7 +247,7 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
     };
     let (ticket, standing) = standing(state, buyer, (event_id, &event), &terms).await?;
     let Standing::Turn(place) = standing else {
-        return Ok(Gate::Queue);
+        return Ok(Gate::Queue(Some(Waiting { ticket, standing })));
     };
     let token = buyer.admission_token(event_id);
     let ticket_in = (place, ticket.epoch.as_str());
@@ -256,7 +265,7 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
             }
             Ok(Gate::Open(Some(expires_at_ms)))
         }
-        Arrival::Waiting => Ok(Gate::Queue),
+        Arrival::Waiting => Ok(Gate::Queue(None)),
         // The turn is over: back in line, at the back. The new ticket says how many
         // seats the buyer still holds from the turn (theirs to buy).
         Arrival::Spent { place } => {
@@ -265,13 +274,22 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
                 epoch: ticket.epoch,
                 place: Place::Line(place),
             };
-            let back = Ticket::new(back, held.len());
-            back.give(buyer, event_id);
-            Ok(Gate::Queue)
+            let ticket = Ticket::new(back, held.len());
+            ticket.give(buyer, event_id);
+            let room = Room {
+                state,
+                event_id,
+                seed: event.queue_seed,
+                terms: &terms,
+            };
+            let seen = (state.rooms.seen(state, event_id, &terms).await?)
+                .unwrap_or_else(|| Seen::empty(&ticket));
+            let standing = room.standing(&ticket, &seen);
+            Ok(Gate::Queue(Some(Waiting { ticket, standing })))
         }
         Arrival::OtherEpoch => {
             Ticket::take_back(buyer, event_id);
-            Ok(Gate::Queue)
+            Ok(Gate::Queue(None))
         }
     }
 }

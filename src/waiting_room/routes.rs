@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::rooms::{Seen, view_of};
 use super::ticket::Ticket;
-use super::{Room, Standing, event, standing, terms};
+use super::{Room, Standing, Waiting, event, standing, terms};
 use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, Empty, FormToken};
 use crate::http::error::{Error, Result};
@@ -96,18 +96,24 @@ struct QueuePage {
     authenticity_token: String,
 }
 
-/// When a queue page without JavaScript should look again: a quarter of the estimated
-/// wait (or the time to the on-sale), from 2 s near the head to 30 s far back, and a
-/// fifth either way at random. So a crowd's reloads come spread over time, and most come
-/// from the few near their turn.
+/// When a queue page without JavaScript should look again. In line: a quarter of the
+/// estimated wait, from 2 s near the head to 30 s far back, a fifth either way at
+/// random, so that most reloads come from the few near their turn. In the pre-queue:
+/// at the on-sale, spread over a second per thousand waiting, so that the pre-queue does
+/// not reload all at once.
 fn reload_after(standing: &Standing) -> Duration {
-    let wait = match standing {
-        Standing::InLine { wait, .. } => *wait / 4,
-        Standing::PreQueue { opens_in, .. } => *opens_in,
-        Standing::Turn(_) => Duration::ZERO,
-    };
-    let base = wait.clamp(Duration::from_secs(2), Duration::from_secs(30));
-    base.mul_f64(rand::rng().random_range(0.8..1.2))
+    let (min, max) = (Duration::from_secs(2), Duration::from_secs(30));
+    let mut rng = rand::rng();
+    match standing {
+        Standing::InLine { wait, .. } => (*wait / 4)
+            .clamp(min, max)
+            .mul_f64(rng.random_range(0.8..1.2)),
+        Standing::PreQueue { waiting, opens_in } => {
+            let spread = Duration::from_millis(*waiting).max(min);
+            (*opens_in + spread.mul_f64(rng.random())).clamp(min, max)
+        }
+        Standing::Turn(_) => min,
+    }
 }
 
 /// The event's map, for a buyer whose turn has come (or an event without a room).
@@ -115,6 +121,8 @@ fn to_map(event_id: i64) -> Response {
     Redirect::to(&format!("/events/{event_id}")).into_response()
 }
 
+/// `GET /events/{id}/queue`: the buyer's queue page, or the map once their turn has
+/// come.
 async fn show(
     State(state): State<AppState>,
     buyer: Buyer,
@@ -127,6 +135,24 @@ async fn show(
         return Ok(to_map(event_id));
     };
     let (ticket, standing) = standing(&state, &buyer, (event_id, &event), &terms).await?;
+    page(&state, csrf, event_id, Waiting { ticket, standing }).await
+}
+
+/// The queue page of a buyer `waiting` in event `event_id`'s line, served by the queue's
+/// own route and, in place of the map, by `GET /events/{id}` (as the waiting rooms in
+/// front of a site do: the page at the address the buyer asked for, reloading itself).
+/// A standing that is a turn sends the buyer to the map. Errors: 404 no such event.
+pub async fn page(
+    state: &AppState,
+    csrf: FormToken,
+    event_id: i64,
+    waiting: Waiting,
+) -> Result<Response> {
+    let event = event(state, event_id).await?;
+    let Some(terms) = terms(&state.settings, &event) else {
+        return Ok(to_map(event_id));
+    };
+    let Waiting { ticket, standing } = waiting;
     let refresh_s = reload_after(&standing).as_secs().max(1);
     let Some(standing) = StandingView::of(&standing) else {
         return Ok(to_map(event_id));

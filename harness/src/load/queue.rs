@@ -183,8 +183,8 @@ pub async fn run(
             story.join_answered = Some(Instant::now());
             record(&joins, sent);
             let mut admitted = match &joined {
-                Ok(r) if r.status == StatusCode::OK => true,
-                Ok(r) if r.status == StatusCode::SEE_OTHER => {
+                Ok(r) if r.status == StatusCode::OK && !r.body.contains("id=\"queue\"") => true,
+                Ok(r) if r.status == StatusCode::OK || r.status == StatusCode::SEE_OTHER => {
                     story.queued_until = Some(sent);
                     false
                 }
@@ -206,7 +206,8 @@ pub async fn run(
             story.admitted_at = Some(Instant::now());
             progress.inc(1);
             // Shop: the map (a visit renews the admission), one hold, then buy or leave.
-            if !matches!(buyer.get(&map).await, Ok(r) if r.status == StatusCode::OK) {
+            let shown = buyer.get(&map).await;
+            if !matches!(shown, Ok(r) if r.status == StatusCode::OK && !r.body.contains("id=\"queue\"")) {
                 story.failures += 1;
             }
             let sent = Instant::now();

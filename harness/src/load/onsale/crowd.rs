@@ -79,6 +79,8 @@ pub struct Sale {
     /// One client for every live stream (a stream needs no cookie; HTTP/1.1 gives each
     /// open stream a connection of its own, as a browser's tab has).
     pub streams: reqwest::Client,
+    /// The connections every browser's requests share ([`browsers`]).
+    pub browsers: reqwest::Client,
     pub tally: Tally,
     /// Turns true when the run ends: everyone still watching or queued goes home.
     pub closing: watch::Receiver<bool>,
@@ -337,9 +339,11 @@ async fn open_map(sale: &Sale, buyer: &mut HttpBuyer, retries: u32) -> Option<Re
         let Some(reply) = answered(&sale.tally.page, buyer.get(&map)).await else {
             continue;
         };
-        if reply.status == StatusCode::SEE_OTHER {
-            // The waiting room: wait for the turn, then the map again.
-            wait_in_queue(sale, buyer).await?;
+        // The waiting room answers the map's address with the queue page (or sends
+        // there): wait for the turn, then the map again.
+        let refresh = refresh_of(&reply);
+        if reply.status == StatusCode::SEE_OTHER || refresh.is_some() {
+            wait_in_queue(sale, buyer, refresh.unwrap_or_default()).await?;
             return answered(&sale.tally.page, buyer.get(&map))
                 .await
                 .filter(|r| r.status == StatusCode::OK);
@@ -352,16 +356,22 @@ async fn open_map(sale: &Sale, buyer: &mut HttpBuyer, retries: u32) -> Option<Re
     None
 }
 
+/// When a queue page says it reloads itself (`data-refresh`, seconds); `None` for any
+/// other page.
+fn refresh_of(reply: &Reply) -> Option<Duration> {
+    let seconds = between(&reply.body, "data-refresh=\"", "\"")?;
+    Some(Duration::from_secs(seconds.parse().ok()?))
+}
+
 /// Asks the queue page until it sends them to the map (their turn) or the run closes,
-/// as a browser without JavaScript does: at once, then again when the page's refresh
-/// says (`data-refresh`, seconds: sooner near the head of the line), or after
-/// `poll_every` if it says nothing (an error page). Records the wait. `None` if their
-/// turn never came.
-async fn wait_in_queue(sale: &Sale, buyer: &mut HttpBuyer) -> Option<()> {
+/// as a browser without JavaScript does: after `first`, then when each page's refresh
+/// says (sooner near the head of the line), or after `poll_every` if it says nothing
+/// (an error page). Records the wait. `None` if their turn never came.
+async fn wait_in_queue(sale: &Sale, buyer: &mut HttpBuyer, first: Duration) -> Option<()> {
     let queue = format!("{}/events/{}/queue", sale.base, sale.event);
     let joined = Instant::now();
     sale.tally.queued.fetch_add(1, Ordering::Relaxed);
-    let mut wait = Duration::ZERO;
+    let mut wait = first;
     let admitted = loop {
         if pause_or_close(sale, wait).await {
             break false;
@@ -371,11 +381,7 @@ async fn wait_in_queue(sale: &Sale, buyer: &mut HttpBuyer) -> Option<()> {
             if reply.status == StatusCode::SEE_OTHER {
                 break true;
             }
-            if let Some(s) =
-                between(&reply.body, "data-refresh=\"", "\"").and_then(|s| s.parse::<u64>().ok())
-            {
-                wait = Duration::from_secs(s);
-            }
+            wait = refresh_of(&reply).unwrap_or(wait);
         }
     };
     sale.tally.queued.fetch_sub(1, Ordering::Relaxed);
@@ -464,34 +470,36 @@ fn record_holds(text: &mut String, arrivals: &mut HashMap<String, Instant>) {
     }
 }
 
-/// A new browser: an empty cookie jar, asking for compressed pages as browsers do (the
-/// arena's map is a megabyte of HTML, some 75 kB gzipped), and letting an idle
-/// connection go after a second (a person waiting in a queue holds no socket).
-fn browser() -> HttpBuyer {
+/// A new browser: an empty cookie jar, on the crowd's shared connections
+/// ([`HttpBuyer::in_a_crowd`]).
+fn browser(sale: &Sale) -> HttpBuyer {
+    HttpBuyer::in_a_crowd(&sale.browsers)
+}
+
+/// The client every browser of the crowd sends through: asking for compressed pages as
+/// browsers do (the arena's map is a megabyte of HTML, some 75 kB gzipped).
+pub fn browsers() -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::ACCEPT_ENCODING,
         reqwest::header::HeaderValue::from_static("gzip"),
     );
-    HttpBuyer::in_a_crowd(headers)
+    HttpBuyer::crowd_client(headers)
 }
 
 /// A looker: the map, then its stream for `look_for` (or until they hang up); with a
 /// waiting room, Leave on the way out unless they hung up.
 async fn look(sale: &Sale, person: &Person) -> Story {
-    let mut browser = browser();
+    let mut browser = browser(sale);
     if open_map(sale, &mut browser, person.retries).await.is_none() {
         return Story::default();
     }
-    // Without a room to leave, the page's own connection is let go while they watch
-    // (the client's file descriptors are few beside a crowd).
-    let browser = sale.room.then_some(browser);
     let stay = person.hangs_up_after.unwrap_or(sale.look_for);
     let arrivals = watch(sale, person.probe, async {
         pause_or_close(sale, stay).await;
     })
     .await;
-    if let Some(browser) = browser.filter(|_| person.hangs_up_after.is_none()) {
+    if sale.room && person.hangs_up_after.is_none() {
         let leave = format!("{}/events/{}/queue/leave", sale.base, sale.event);
         answered(&sale.tally.queue, browser.post(&leave, &[])).await;
     }
@@ -503,7 +511,7 @@ async fn look(sale: &Sale, person: &Person) -> Story {
 
 /// A buyer: the map and its stream (open while they shop), then [`shop`].
 async fn buy(sale: &Sale, person: &Person, quantity: u64) -> Story {
-    let mut browser = browser();
+    let mut browser = browser(sale);
     if open_map(sale, &mut browser, person.retries).await.is_none() {
         return Story::default();
     }
@@ -593,7 +601,7 @@ async fn shop(
 /// page it is sent to, for the form token) and straight to best available for the most
 /// seats allowed; if granted, it checks out like a buyer.
 async fn bot_try(sale: &Sale) {
-    let mut jar = browser();
+    let mut jar = browser(sale);
     let map = format!("{}/events/{}", sale.base, sale.event);
     let Some(page) = answered(&sale.tally.page, jar.get(&map)).await else {
         return;

@@ -236,6 +236,7 @@ pub async fn run(
         streams: reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .build()?,
+        browsers: crowd::browsers(),
         tally: Tally::new(),
         closing,
     });
