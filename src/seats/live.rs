@@ -27,7 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
@@ -53,8 +53,9 @@ pub const CONVERGE_INTERVAL: Duration = Duration::from_secs(3);
 /// current, and what the open maps show (see the module docs).
 #[derive(Default)]
 pub struct Snapshots {
-    /// Per event: the topic's generation the snapshot was read at, and its data.
-    events: PerEvent<(u64, serde_json::Value)>,
+    /// Per event: the topic's generation the snapshot was read at, and its data as JSON,
+    /// serialized once for every stream that opens on it (the arena's is some 300 kB).
+    events: PerEvent<(u64, Arc<str>)>,
     /// Per event with open maps: what they show. Kept by [`Snapshots::observe`] under the
     /// hub's lock, so never lock the hub while holding it.
     shown: Mutex<HashMap<i64, Shown>>,
@@ -146,14 +147,14 @@ impl Snapshots {
             .or_insert_with(|| Shown::new(seat_states(data)));
     }
 
-    /// The event's snapshot data: the shared one if nothing was sent on its topic since it
-    /// was read, else read now (by one caller; the others wait for it and share it).
-    /// `None` if no such event.
-    async fn get(&self, state: &AppState, event_id: i64) -> Result<Option<serde_json::Value>> {
+    /// The event's snapshot data as JSON: the shared one if nothing was sent on its topic
+    /// since it was read, else read now (by one caller; the others wait for it and share
+    /// it). `None` if no such event.
+    async fn get(&self, state: &AppState, event_id: i64) -> Result<Option<Arc<str>>> {
         let slot = self.events.slot(event_id);
         let mut cached = slot.lock().await;
         let Some(generation) = state.live.generation(&event_topic(event_id)) else {
-            return read(state, event_id).await;
+            return Ok(read(state, event_id).await?.map(|data| json(&data)));
         };
         if let Some((at, data)) = &*cached
             && *at == generation
@@ -162,12 +163,14 @@ impl Snapshots {
         }
         // Read at `generation`: a message sent during the read moves the generation on,
         // so the next caller reads again rather than share a view that missed it.
-        let fresh = read(state, event_id).await?;
-        if let Some(data) = &fresh {
-            self.start_showing(state, event_id, generation, data);
-        }
-        *cached = fresh.clone().map(|data| (generation, data));
-        Ok(fresh)
+        let Some(data) = read(state, event_id).await? else {
+            *cached = None;
+            return Ok(None);
+        };
+        self.start_showing(state, event_id, generation, &data);
+        let data = json(&data);
+        *cached = Some((generation, data.clone()));
+        Ok(Some(data))
     }
 
     /// One convergence step for the event's maps: reads the stores, compares the truth
@@ -210,9 +213,14 @@ impl Snapshots {
         *cached = state
             .live
             .generation(&event_topic(event_id))
-            .map(|generation| (generation, data));
+            .map(|generation| (generation, json(&data)));
         Ok(true)
     }
+}
+
+/// `data` as JSON text, once, for every stream that opens on it.
+fn json(data: &serde_json::Value) -> Arc<str> {
+    data.to_string().into()
 }
 
 /// The seats whose state differs between `truth` and `shown`: seat → (truth, shown).
@@ -236,12 +244,7 @@ fn differences(
 /// [`Snapshots`]); `None` if no such event.
 async fn snapshot(state: &AppState, event_id: i64) -> Result<Option<Event>> {
     let data = state.snapshots.get(state, event_id).await?;
-    Ok(data.map(|data| {
-        Event::default()
-            .event("snapshot")
-            .json_data(data)
-            .expect("JSON")
-    }))
+    Ok(data.map(|data| Event::default().event("snapshot").data(&*data)))
 }
 
 /// Every held and sold seat of the event, read from the stores: `{"held": {seat: holder},
