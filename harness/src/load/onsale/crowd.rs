@@ -39,7 +39,8 @@ pub enum Role {
     /// Opens the map and its stream, watches, leaves.
     Looker,
     /// Opens the map and its stream, takes `quantity` seats with best available at the
-    /// on-sale, checks out.
+    /// on-sale (one fewer at a time while no block of that many together is left),
+    /// checks out.
     Buyer { quantity: u64 },
     /// [`BOT_JARS`] times: a fresh cookie jar straight to best available for the most
     /// seats a buyer may hold, past the queue if there is one.
@@ -542,15 +543,12 @@ async fn shop(
     tokio::time::sleep_until(sale.on_sale.into()).await;
     let base = format!("{}/events/{}", sale.base, sale.event);
     let tally = &sale.tally;
-    let quantity_field = quantity.to_string();
-    let form = [("quantity", quantity_field.as_str())];
     let best_available = format!("{base}/best-available");
     let mut held_at = None;
-    for attempt in 0..=person.retries {
-        if attempt > 0 && pause_or_close(sale, RETRY_AFTER).await {
-            return None;
-        }
-        let hold = browser.post(&best_available, &form);
+    let (mut quantity, mut attempt) = (quantity, 0);
+    while attempt <= person.retries {
+        let quantity_field = quantity.to_string();
+        let hold = browser.post(&best_available, &[("quantity", quantity_field.as_str())]);
         if let Some(reply) = answered(&tally.hold, hold).await {
             if reply.status == StatusCode::SEE_OTHER {
                 held_at = Some((Instant::now(), reply.location));
@@ -560,6 +558,18 @@ async fn shop(
                 tally.bot_refused.fetch_add(1, Ordering::Relaxed);
                 return None;
             }
+            // No block of that many together is left (or only one that would leave a
+            // seat alone): a person takes one seat fewer, as people do, and asks again.
+            let apart = reply.is_refused(&Refusal::NoBlock { quantity })
+                || reply.is_refused(&Refusal::StrandsSeat { quantity });
+            if apart && quantity > 1 {
+                quantity -= 1;
+                continue;
+            }
+        }
+        attempt += 1;
+        if attempt <= person.retries && pause_or_close(sale, RETRY_AFTER).await {
+            return None;
         }
     }
     let (held_at, redirect) = held_at?;
