@@ -548,7 +548,8 @@ async fn shop(
     let (mut quantity, mut attempt) = (quantity, 0);
     while attempt <= person.retries {
         let quantity_field = quantity.to_string();
-        let hold = browser.post(&best_available, &[("quantity", quantity_field.as_str())]);
+        let form = [("quantity", quantity_field.as_str())];
+        let hold = browser.post(&best_available, &form);
         if let Some(reply) = answered(&tally.hold, hold).await {
             if reply.status == StatusCode::SEE_OTHER {
                 held_at = Some((Instant::now(), reply.location));
