@@ -92,7 +92,7 @@ pub struct Sale {
 /// not answered.
 pub struct Timings {
     windows: Mutex<(Histogram<u64>, Histogram<u64>)>,
-    statuses: Mutex<BTreeMap<u16, u64>>,
+    statuses: Mutex<BTreeMap<String, u64>>,
     /// Requests sent (answered or not).
     pub sent: AtomicU64,
     pub unanswered: AtomicU64,
@@ -111,7 +111,7 @@ impl Timings {
         }
     }
 
-    fn record(&self, took: Duration, status: StatusCode) {
+    fn record(&self, took: Duration, outcome: String) {
         let us = took.as_micros().clamp(1, 60_000_000) as u64;
         let mut both = self.windows.lock().unwrap_or_else(|e| e.into_inner());
         let _ = both.0.record(us);
@@ -121,12 +121,13 @@ impl Timings {
             .statuses
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .entry(status.as_u16())
+            .entry(outcome)
             .or_default() += 1;
     }
 
-    /// How many answers had each HTTP status.
-    pub fn statuses(&self) -> BTreeMap<u16, u64> {
+    /// How many answers had each HTTP status (with the refusal's code, for a 409:
+    /// `409 blocks_taken`).
+    pub fn statuses(&self) -> BTreeMap<String, u64> {
         self.statuses
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -266,7 +267,7 @@ async fn answered<T: Answer>(
         // A client too busy to look at its timer in time can see an answer late: past
         // the limit it is no answer either way.
         Ok(Ok(reply)) if sent.elapsed() <= ANSWER_WITHIN => {
-            timings.record(sent.elapsed(), reply.status());
+            timings.record(sent.elapsed(), reply.outcome());
             return Some(reply);
         }
         Ok(Err(error)) => error,
@@ -280,21 +281,24 @@ async fn answered<T: Answer>(
     None
 }
 
-/// An answer to a request, with its HTTP status.
+/// An answer to a request: its HTTP status, and a refusal's code.
 trait Answer {
-    fn status(&self) -> StatusCode;
+    fn outcome(&self) -> String;
 }
 
 impl Answer for Reply {
-    fn status(&self) -> StatusCode {
-        self.status
+    fn outcome(&self) -> String {
+        match &self.refusal {
+            Some(code) => format!("{} {code}", self.status.as_u16()),
+            None => self.status.as_u16().to_string(),
+        }
     }
 }
 
 /// A stream's response, and the text read from it so far.
 impl Answer for (reqwest::Response, String) {
-    fn status(&self) -> StatusCode {
-        self.0.status()
+    fn outcome(&self) -> String {
+        self.0.status().as_u16().to_string()
     }
 }
 
