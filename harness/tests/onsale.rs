@@ -7,7 +7,7 @@
 mod common;
 
 /// The report's fields, exactly (the contract of `target/onsale/report.json`).
-const FIELDS: [&str; 15] = [
+const FIELDS: [&str; 19] = [
     "buyers",
     "sold",
     "sold_out_s",
@@ -16,11 +16,15 @@ const FIELDS: [&str; 15] = [
     "hold_p99_ms",
     "confirm_p99_ms",
     "page_p99_ms",
+    "requests",
     "unanswered",
     "streams_peak",
     "fanout_p99_ms",
     "queue_wait_p50_s",
     "queue_wait_p99_s",
+    "queue_p99_ms",
+    "queue_seed",
+    "redis_commands_per_s_peak",
     "redis_peak_mb",
     "server_rss_mb",
 ];
@@ -76,6 +80,8 @@ fn assert_invariants(report: &serde_json::Value, stdout: &str) {
     assert_eq!(n("double_sales"), 0, "{stdout}");
     assert_eq!(n("over_limit"), 0, "{stdout}");
     assert!(n("sold") > 0, "some seats sold: {stdout}");
+    assert!(n("requests") > n("buyers"), "every person sent requests: {stdout}");
+    assert!(report["redis_commands_per_s_peak"].as_f64().unwrap() > 0.0);
     assert!(report["hold_p99_ms"].as_f64().unwrap() > 0.0, "{stdout}");
     assert!(report["server_rss_mb"].as_f64().unwrap() > 0.0);
     assert!(report["redis_peak_mb"].as_f64().unwrap() > 0.0);
@@ -87,8 +93,8 @@ async fn a_small_crowd_buys_without_selling_a_seat_twice_or_over_the_limit() {
     assert_invariants(&report, &stdout);
     assert!(report["streams_peak"].as_u64().unwrap() > 0, "{stdout}");
     assert!(
-        report["queue_wait_p50_s"].is_null(),
-        "no room, no queue wait"
+        report["queue_wait_p50_s"].is_null() && report["queue_seed"].is_null(),
+        "no room, no queue wait and no seed"
     );
 }
 
@@ -103,5 +109,13 @@ async fn a_small_crowd_through_the_waiting_room_waits_and_buys() {
     assert!(
         report["queue_wait_p99_s"].as_f64().is_some(),
         "somebody waited in the queue: {stdout}"
+    );
+    assert!(
+        report["queue_p99_ms"].as_f64().is_some(),
+        "the queue page was asked: {stdout}"
+    );
+    assert!(
+        report["queue_seed"].as_i64().is_some(),
+        "the pre-queue's seed is reported: {stdout}"
     );
 }
