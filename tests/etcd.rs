@@ -464,12 +464,11 @@ async fn a_ttl_the_running_etcd_would_lengthen_stops_the_start() {
     let store = etcd.store().await.unwrap();
     let key = lease::LeaseKey::new("test:ttl", "seat-1").unwrap();
     let err = store
-        .acquire_all(
+        .acquire_all(&lease::Grant::new(
             std::slice::from_ref(&key),
             "a",
             Duration::from_secs(2),
-            None,
-        )
+        ))
         .await
         .unwrap_err();
     assert!(
@@ -542,7 +541,7 @@ async fn more_seats_than_one_etcd_txn_takes_are_refused_in_words() {
         .map(|i| lease::LeaseKey::new("test:many", format!("seat-{i}")).unwrap())
         .collect();
     let err = store
-        .acquire_all(&keys, "a", Duration::from_secs(2), None)
+        .acquire_all(&lease::Grant::new(&keys, "a", Duration::from_secs(2)))
         .await
         .unwrap_err();
     assert!(

@@ -96,7 +96,7 @@ impl ClusterTopology {
     /// server on this cluster.
     pub fn url(&self) -> String {
         let nodes = crate::procs::loopback_hosts(self.nodes.iter().map(|n| n.port));
-        format!("{}{nodes}", lease::store::CLUSTER_SCHEME)
+        format!("{}{nodes}", lease::redis::CLUSTER_SCHEME)
     }
 
     /// Every node as a running node sees them (`CLUSTER NODES`), failed ones left out.

@@ -128,7 +128,7 @@ impl SentinelTopology {
     /// `REDIS_URL` is set to for a server that follows failovers.
     pub fn url(&self) -> String {
         let hosts = crate::procs::loopback_hosts(self.sentinels.iter().map(|s| s.port));
-        format!("{}{hosts}/{MASTER_NAME}", lease::store::SENTINEL_SCHEME)
+        format!("{}{hosts}/{MASTER_NAME}", lease::redis::SENTINEL_SCHEME)
     }
 
     async fn wait_until_ready(&self) -> anyhow::Result<()> {

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::error::LeaseError;
+use crate::lease::Lease;
 use crate::telemetry::LOCK_WAIT_SECONDS;
-use crate::{Lease, LeaseError};
 
 /// How a busy lease is retried: attempt `n` (0-based) that finds the lease held sleeps a
 /// uniformly random time in `[0, min(cap, first * 2^n)]`, never longer than the holder's

@@ -1,19 +1,23 @@
-//! [`LeaseClient`]: the five steps on one Redis node, as the [`LeaseStore`] the application
-//! holds. Each operation is one Lua script (`scripts/`, loaded by `scripts.rs`) or one
-//! command, so each is one round trip and atomic on the server.
+//! [`LeaseClient`]: the five steps on Redis, as a [`LeaseStore`].
+//!
+//! Each operation is one Lua script or one command. So each is one round trip, and
+//! atomic on the server. The scripts are in `scripts/`; `scripts.rs` runs them.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 
-use crate::boundary::check_one_group;
-use crate::fence::Fence;
+use crate::changes;
+use crate::error::LeaseError;
+use crate::fence::{Fence, FenceLedger};
+use crate::keys::LeaseKey;
+use crate::lease::{Grant, GroupSnapshot, Lease, TtlLimits};
+use crate::redis::{Connection, RedisStore};
 use crate::scripts::{self, AcquireReply};
-use crate::{
-    FenceLedger, FencingToken, GroupSnapshot, Lease, LeaseChanges, LeaseError, LeaseKey,
-    LeaseStore, OwnerToken, RedisStore, TtlLimits, events, telemetry,
-};
+use crate::store::{LeaseChanges, LeaseStore, check_one_group};
+use crate::telemetry;
+use crate::token::{FencingToken, OwnerToken};
 
 /// Redis counts TTLs in milliseconds (`PX`), from 1 ms.
 const REDIS_TTL_LIMITS: TtlLimits = TtlLimits {
@@ -64,7 +68,7 @@ impl<L: FenceLedger> LeaseClient<L> {
 
     /// The current Redis connection, for callers that want to run their own commands on
     /// it (a cheap handle).
-    pub fn redis(&self) -> crate::store::Connection {
+    pub fn redis(&self) -> Connection {
         self.redis.connection()
     }
 
@@ -74,56 +78,71 @@ impl<L: FenceLedger> LeaseClient<L> {
     pub fn store(&self) -> &RedisStore {
         &self.redis
     }
+}
 
-    /// [`LeaseStore::acquire_all`], and behind a waiting room when `admission` names the
-    /// holder's admission ([`crate::room`]): the script then grants only while that
-    /// admission is live, checked in the same atomic step.
-    pub(crate) async fn grant(
-        &self,
-        keys: &[LeaseKey],
-        holder: &str,
-        ttl: Duration,
-        limit: Option<u64>,
-        admission: Option<&OwnerToken>,
-    ) -> Result<Vec<Lease>, LeaseError> {
-        // One script, one slot: a group hold is over distinct names of one group.
-        check_one_group(keys)?;
-        let ttl_ms = (ttl.as_millis() as u64).max(1);
-        // Step 3 starts here: a fresh random owner token, so that no other caller (nor an
-        // older process of this one) can release or renew what this grant creates.
+#[async_trait]
+impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn ttl_limits(&self) -> TtlLimits {
+        REDIS_TTL_LIMITS
+    }
+
+    /// Steps 1, 2 and 4 in one Lua script, `scripts/acquire.lua`.
+    ///
+    /// The script creates each key only if it is absent: `SET key owner NX PX ttl_ms`.
+    /// All keys get ONE new owner token and ONE fencing token. The script records each
+    /// holding and publishes one message for the group ([`changes`]).
+    ///
+    /// The script refuses the whole grant, writing nothing, when:
+    ///
+    /// * a key is retired: [`LeaseError::Retired`], checked first;
+    /// * the grant's admission is not live: [`LeaseError::NotAdmitted`];
+    /// * another owner holds a key: [`LeaseError::Held`], with that holder and its time left;
+    /// * the holder would pass the grant's limit: [`LeaseError::OverLimit`].
+    ///
+    /// The limit is counted by Redis, in the same script. It reads only this holder's
+    /// grants. Leases granted without a limit do not count against a later limit.
+    ///
+    /// Nothing is locked key by key. So two callers asking for overlapping keys each get
+    /// all or nothing, and never deadlock.
+    ///
+    /// The TTL is rounded down to whole milliseconds, at least 1 ms. A grant sent twice
+    /// after a dropped connection gets the same answer: the owner token makes it
+    /// idempotent. When the group's block of fencing tokens runs out, one more round trip
+    /// and one ledger call reserve the next block (step 5, [`FenceLedger`]).
+    async fn acquire_all(&self, grant: &Grant) -> Result<Vec<Lease>, LeaseError> {
+        // One script runs on one slot, so a grant is over distinct names of one group.
+        check_one_group(&grant.keys)?;
+        // Step 3 starts here. A fresh random owner token means no other caller can
+        // release or renew what this grant creates. Nor can an older run of this one.
         let owner = OwnerToken::random();
-        // Names the block reservation this acquire may ask for (step 5).
-        let reservation = format!("{:016x}", rand::random::<u64>());
-        let limit = limit.map_or(0, |n| n.max(1));
-        // Loops only while the group needs a new block of fencing tokens: every other
-        // answer is final.
+        let attempt = scripts::Attempt {
+            owner: &owner,
+            // Names the block reservation this grant may make (step 5).
+            reservation: &format!("{:016x}", rand::random::<u64>()),
+            failover_guard: self.fence.failover_guard,
+        };
+        // This loops only while the group needs a new block of fencing tokens.
+        // Every other answer is final.
         loop {
-            // Timed before sending: Redis starts the TTL later, so `held_until` errs early.
+            // Timed before sending. Redis starts the TTL later, so `held_until` errs early.
             let sent_at = tokio::time::Instant::now();
-            let reply = scripts::acquire(
-                &self.redis,
-                keys,
-                &owner,
-                ttl_ms,
-                holder,
-                &reservation,
-                limit,
-                self.fence.failover_guard,
-                admission,
-            )
-            .await?;
-            match reply {
+            match scripts::acquire(&self.redis, grant, &attempt).await? {
                 AcquireReply::Granted {
                     fencing_token,
                     expires_at_ms,
                 } => {
-                    return Ok(keys
+                    return Ok(grant
+                        .keys
                         .iter()
                         .map(|key| Lease {
                             key: key.clone(),
                             owner: owner.clone(),
                             fencing_token: FencingToken(fencing_token),
-                            ttl: Duration::from_millis(ttl_ms),
+                            ttl: Duration::from_millis(scripts::ttl_ms(grant)),
                             expires_at_ms,
                             sent_at: Some(sent_at),
                         })
@@ -143,54 +162,16 @@ impl<L: FenceLedger> LeaseClient<L> {
                 }
                 AcquireReply::Retired => return Err(LeaseError::Retired),
                 AcquireReply::NotAdmitted => return Err(LeaseError::NotAdmitted),
-                // Step 5: Redis may not issue past the ledger's ceiling (or, after a
-                // failover, from a block another server installed). Reserve a block,
-                // then ask again with the same owner token and marker.
+                // Step 5. Redis may not issue past the ledger's ceiling. After a failover
+                // it may not issue from a block another server installed. So reserve a
+                // block, then ask again with the same owner token and marker.
                 AcquireReply::NeedsBlock => {
                     self.fence
-                        .replenish(&self.redis, &keys[0], &reservation)
+                        .replenish(&self.redis, &grant.keys[0], attempt.reservation)
                         .await?;
                 }
             }
         }
-    }
-}
-
-#[async_trait]
-impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
-    fn name(&self) -> &'static str {
-        "redis"
-    }
-
-    fn ttl_limits(&self) -> TtlLimits {
-        REDIS_TTL_LIMITS
-    }
-
-    /// Steps 1, 2 and 4 in one atomic Lua script (`scripts/acquire.lua`) over one Redis
-    /// slot: each key is created only if absent with its TTL (`SET key owner NX PX
-    /// ttl_ms`), all of them under ONE new owner token and ONE fencing token, each holding
-    /// recorded and one message published for the group ([`events`]). The script refuses
-    /// the whole request if any key is retired ([`LeaseError::Retired`], checked first)
-    /// or held by another owner ([`LeaseError::Held`], that lease's holder and remaining
-    /// time), or, with `limit = Some(n)`, if the holder's live leases in the group plus
-    /// `keys.len()` would exceed `n` ([`LeaseError::OverLimit`], counted by Redis in the
-    /// same script, in O(n): only this holder's own grants are read). Nothing is locked
-    /// key by key, so two callers asking for overlapping groups get all or nothing each
-    /// and never deadlock. Leases granted without a limit are not counted against a
-    /// later limit.
-    ///
-    /// `ttl` is rounded down to whole milliseconds and must be at least 1 ms. Idempotent
-    /// for its owner token: a request resent after a dropped connection gets the same
-    /// grant. When the group's block of fencing tokens is used up (step 5), one more
-    /// round trip and one ledger call reserve the next ([`FenceLedger`]).
-    async fn acquire_all(
-        &self,
-        keys: &[LeaseKey],
-        holder: &str,
-        ttl: Duration,
-        limit: Option<u64>,
-    ) -> Result<Vec<Lease>, LeaseError> {
-        self.grant(keys, holder, ttl, limit, None).await
     }
 
     /// Step 3, compare-and-delete (`scripts/release.lua`): deletes the lease only while
@@ -258,9 +239,9 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         Ok(scripts::held_by(&self.redis, group, holder).await?)
     }
 
-    /// One script (`scripts/current.lua`). Whoever can present the label can then act as
-    /// the owner, so use it only where the label is itself authenticated (seatlock: the
-    /// buyer id from the server-side session).
+    /// One script (`scripts/current.lua`). Whoever presents the label can then act as the
+    /// owner. So use it only where the label is itself authenticated. In seatlock the
+    /// label is the buyer id, from a cookie the server signed.
     async fn owned_by(&self, key: &LeaseKey, holder: &str) -> Result<Option<Lease>, LeaseError> {
         let sent_at = tokio::time::Instant::now();
         let current = scripts::current(&self.redis, key).await?;
@@ -300,25 +281,25 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
     }
 
     /// `PSUBSCRIBE` to the groups' event channels and the expiry notifications
-    /// ([`events::patterns`]; on a cluster, at every node: [`events::subscribe`]), after turning those on
-    /// ([`events::enable_expiry_notifications`]; refused by a Redis that refuses `CONFIG`:
+    /// ([`changes::patterns`]; on a cluster, at every node: [`changes::subscribe`]), after turning those on
+    /// ([`changes::enable_expiry_notifications`]; refused by a Redis that refuses `CONFIG`:
     /// lapses are then not reported). Redis finds lapsed keys by sampling, so a lapse is
     /// reported up to about a second late unless someone reads the key.
     async fn changes(&self, group_prefix: &str) -> Result<LeaseChanges, LeaseError> {
         // Refused by a managed Redis: the stream then reports grants and releases only
         // (the application's live feed checks and reports this itself).
-        let _ = events::enable_expiry_notifications(&mut self.redis()).await;
+        let _ = changes::enable_expiry_notifications(&mut self.redis()).await;
         // On a cluster, one connection per node (keyspace notifications are per node).
         let timeout = std::time::Duration::from_secs(2);
         let nodes = self.store().pubsub_nodes().await?;
-        let nodes = events::subscribe(nodes, &format!("{group_prefix}*"), timeout).await?;
+        let nodes = changes::subscribe(nodes, &format!("{group_prefix}*"), timeout).await?;
         let pubsub =
             futures_util::stream::select_all(nodes.into_iter().map(|n| n.into_on_message()));
         // Expiry notifications name every key of the server: keep the groups asked for.
         let prefix = group_prefix.to_owned();
         Ok(Box::pin(pubsub.flat_map(move |msg| {
             let payload: String = msg.get_payload().unwrap_or_default();
-            let mut changes = events::parse(msg.get_channel_name(), &payload);
+            let mut changes = changes::parse(msg.get_channel_name(), &payload);
             changes.retain(|change| change.key().group().starts_with(&prefix));
             futures_util::stream::iter(changes)
         })))

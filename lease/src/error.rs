@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::TtlLimits;
+use crate::lease::TtlLimits;
 
 /// Why a lease operation failed. Callers usually map `Held` to "try again later",
 /// `Lost` to "your hold is gone", `Retired` to "gone for good" (seatlock: sold), and
@@ -48,11 +48,18 @@ pub enum LeaseError {
         /// The limit asked for.
         limit: u64,
     },
-    /// [`LeaseClient::acquire_admitted`](crate::LeaseClient::acquire_admitted) named an
-    /// admission that is not live in the group's waiting room (never admitted, lapsed or
-    /// ended: [`crate::room`]). Nothing was granted or written.
+    /// The grant named an admission that is not live in the group's waiting room
+    /// ([`crate::room`]). It was never admitted, or it lapsed or ended. Nothing was
+    /// granted or written.
     #[error("the holder has no live admission to this group's waiting room")]
     NotAdmitted,
+    /// The grant named an admission, and this store cannot check one: only the Redis
+    /// store keeps waiting rooms. Nothing was sent.
+    #[error("the {store} lease store cannot check a waiting room's admission")]
+    AdmissionUnchecked {
+        /// The store's name (`"etcd"`).
+        store: &'static str,
+    },
     /// [`LeaseStore::acquire_all`](crate::LeaseStore::acquire_all) was given no key, keys of several groups, or one
     /// name twice: a group hold is over distinct resources of one group (one Redis slot).
     /// Nothing was sent.

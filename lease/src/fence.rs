@@ -8,8 +8,11 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use tokio::sync::Mutex;
 
-use crate::store::RedisStore;
-use crate::{LeaseError, LeaseKey, MAX_FENCING_TOKEN, scripts, telemetry};
+use crate::error::LeaseError;
+use crate::keys::LeaseKey;
+use crate::redis::RedisStore;
+use crate::token::MAX_FENCING_TOKEN;
+use crate::{scripts, telemetry};
 
 /// Durable storage for fencing-token ceilings: the part of the fencing scheme that must
 /// survive Redis losing its data (the article's step 5). This is the one place the crate

@@ -90,7 +90,7 @@ impl LeaseKey {
     }
 
     /// `lease:{group}:~events`: the pub/sub channel announcing the group's grants and
-    /// releases (see [`crate::events`]).
+    /// releases (see [`crate::changes`]).
     pub fn events_channel(&self) -> String {
         events_channel(&self.group)
     }

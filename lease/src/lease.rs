@@ -1,9 +1,84 @@
-//! A granted [`Lease`] (what its holder keeps) and what anyone reading a group sees of
-//! it ([`Holding`], [`GroupSnapshot`]).
+//! A lease, from request to answer.
+//!
+//! A [`Grant`] asks for leases. A [`Lease`] is what the holder gets back. A [`Holding`]
+//! is what anyone reading a group sees of it. [`TtlLimits`] says which TTLs a store can
+//! grant.
 
 use std::time::Duration;
 
-use crate::{FencingToken, LeaseKey, OwnerToken};
+use crate::keys::LeaseKey;
+use crate::token::{FencingToken, OwnerToken};
+
+/// A request for leases, all or none: what
+/// [`LeaseStore::acquire_all`](crate::LeaseStore::acquire_all) grants.
+///
+/// Build one with [`Grant::new`], then add a limit or an admission if needed:
+///
+/// ```
+/// # use std::time::Duration;
+/// # use lease::{Grant, LeaseKey};
+/// let seats = [LeaseKey::new("show", "14C")?, LeaseKey::new("show", "14D")?];
+/// let grant = Grant::new(seats, "alice", Duration::from_secs(60)).limit(8);
+/// assert_eq!(grant.limit, Some(8));
+/// # Ok::<(), lease::InvalidKey>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The resources: at least one, all of one group, no name twice.
+    pub keys: Vec<LeaseKey>,
+    /// The holder's public label. Others see it; it proves nothing.
+    pub holder: String,
+    /// How long the leases last unless renewed.
+    pub ttl: Duration,
+    /// The most live leases the holder may have in the group, these included.
+    /// `None`: no limit.
+    pub limit: Option<u64>,
+    /// The holder's admission to the group's waiting room ([`crate::room`]). The grant
+    /// then succeeds only while that admission is live. `None`: no waiting room.
+    pub admission: Option<OwnerToken>,
+}
+
+impl Grant {
+    /// A request for leases on `keys`, labelled `holder`, for `ttl`. No limit, no
+    /// admission.
+    pub fn new(keys: impl AsRef<[LeaseKey]>, holder: impl Into<String>, ttl: Duration) -> Grant {
+        Grant {
+            keys: keys.as_ref().to_vec(),
+            holder: holder.into(),
+            ttl,
+            limit: None,
+            admission: None,
+        }
+    }
+
+    /// The same request, refused if the holder would have more than `limit` live leases
+    /// in the group.
+    pub fn limit(mut self, limit: u64) -> Grant {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The same request, granted only while `admission` is live in the group's waiting
+    /// room.
+    pub fn admission(mut self, admission: OwnerToken) -> Grant {
+        self.admission = Some(admission);
+        self
+    }
+}
+
+/// The TTLs a store can express: at least `min`, and a whole multiple of `step`.
+///
+/// Redis counts milliseconds: `min` and `step` are 1 ms. etcd counts whole seconds from
+/// 2 s. It raises a shorter lease to its minimum, 1.5 × the election timeout rounded up.
+/// With the default 1 s election timeout that is 2 s, so a shorter TTL would silently
+/// last longer than asked. [`TtlLimits::check`] is in `store.rs`, beside the trait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TtlLimits {
+    /// The shortest TTL the store keeps as asked.
+    pub min: Duration,
+    /// The granularity: every TTL must be a whole multiple of it.
+    pub step: Duration,
+}
 
 /// A granted lease: what the holder needs to act on it and to fence its writes.
 ///
@@ -49,8 +124,8 @@ impl Eq for Lease {}
 
 impl Lease {
     /// Rebuilds a lease this caller was granted earlier, from the parts it kept (for
-    /// example in a server-side session between two web requests: the owner token via
-    /// [`OwnerToken::as_str`], the rest as numbers).
+    /// example between two web requests: the owner token via [`OwnerToken::as_str`], the
+    /// rest as numbers).
     ///
     /// This grants nothing: the lease is only as good as Redis says. Release and renew
     /// check the owner token (compare-and-delete, compare-and-pexpire), so a rebuilt

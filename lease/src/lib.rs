@@ -1,38 +1,64 @@
 //! # lease: Redis leases with owner tokens and fencing tokens
 //!
 //! A distributed lock is a record in a store that every contender can reach: "I hold
-//! `seat 14C`", created by one process and refused to the others. This crate implements
-//! the five steps of the article *Distributed locks and leases* (see the project README)
-//! on a single Redis node. This is the one place the crate explains them; each step
-//! links to the one place it is done.
+//! `seat 14C`". One process creates it, and the store refuses it to the others. This
+//! crate implements the five steps of the article *Distributed locks and leases* (see
+//! the project README) on Redis: one server, a Sentinel-watched primary, or a Cluster.
+//! This page explains the steps once. Each step links to the one place it is done.
 //!
-//! 1. **Create-if-absent**: a grant is `SET key owner NX` (the Redis `SET` documentation,
-//!    "distributed locks" pattern), inside one script that first finds every key absent:
-//!    Redis runs one script at a time, so only the first of two callers creates the key,
-//!    and its `SET … NX` cannot fail. The line is in
-//!    `src/scripts/acquire.lua`, run by [`LeaseStore::acquire_all`] on a [`LeaseClient`]
+//! ## Layout
+//!
+//! The five steps are in these files. Read them first:
+//!
+//! * `lib.rs`: this page, the steps and where each one is done.
+//! * `token.rs`: the two tokens of a grant, [`OwnerToken`] and [`FencingToken`].
+//! * `keys.rs`: [`LeaseKey`], a resource in a group, and the Redis keys it uses.
+//! * `lease.rs`: a [`Grant`] asks for leases; a [`Lease`] is what the holder gets.
+//! * `store.rs`: the [`LeaseStore`] trait, what the application asks of a lease store.
+//! * `client.rs`: [`LeaseClient`], the Redis lease store. Each operation is one script.
+//! * `scripts.rs` and `scripts/`: the Lua scripts. `acquire.lua` holds the `SET … NX PX`.
+//! * `fence.rs`: the fence ledger that keeps fencing tokens rising across a Redis loss.
+//! * `watchdog.rs`: the [`Watchdog`], which renews a lease while its holder works.
+//! * `error.rs`: [`LeaseError`], why an operation failed.
+//!
+//! The rest are extensions:
+//!
+//! * `redis/`: the connection to Redis ([`RedisStore`]), its repairs, Sentinel and Cluster.
+//! * `room/`: a waiting room in front of a group, checked by the grant's own script.
+//! * `etcd/`: a [`LeaseStore`] on etcd, behind the `etcd` feature.
+//! * `changes.rs`: each grant, release and lapse of a group, as a [`changes::LeaseChange`].
+//! * `backoff.rs`: retrying a busy lease with jittered [`Backoff`].
+//! * `telemetry.rs`: the metrics the crate reports.
+//! * `memory.rs`: [`MemoryLedger`], a fence ledger in memory for examples and tests.
+//!
+//! ## The five steps
+//!
+//! 1. **Create-if-absent**: a grant is `SET key owner NX`. It runs inside one script that
+//!    first finds every key absent. Redis runs one script at a time. So only the first
+//!    of two callers creates the key, and its `SET … NX` cannot fail. The line is in
+//!    `scripts/acquire.lua`, run by [`LeaseStore::acquire_all`] on a [`LeaseClient`]
 //!    ([`LeaseStore::acquire`] for one resource).
-//! 2. **Lease**: the same `SET` carries `PX ttl_ms`, so a crashed holder blocks others for
-//!    at most one TTL (leases: Gray and Cheriton, 1989). A long task renews
-//!    ([`LeaseStore::renew`], `renew.lua`) every TTL/3: a [`Watchdog`] does it.
-//! 3. **Owner-checked release**: the key's value is a random [`OwnerToken`] (128 bits);
-//!    [`LeaseStore::release`] is a compare-and-delete (`release.lua`) and renew a
-//!    compare-and-pexpire, each one Lua script, so a slow holder can never delete or
-//!    extend a lease that has passed to someone else, and never recreates an expired key.
-//! 4. **Fencing token**: every grant also increments the group's counter in the same
-//!    script and returns it as a [`FencingToken`] (Kleppmann, "How to do distributed
-//!    locking", 2016; Chubby calls them *sequencers*). The protected resource must reject
-//!    a write whose token is lower than the last one it accepted: that, not the lease,
-//!    stops a paused holder once a newer holder has written. (Before the newer holder
-//!    writes, the old token still passes: a resource written once, like a seat, also
-//!    checks that the lease is still held, with its row locked, before it commits.)
-//! 5. **A store that survives**: a Redis that loses its data loses the leases (holders
-//!    learn it as [`LeaseError::Lost`]) but must never hand out a fencing token again.
-//!    Tokens come from blocks reserved in a durable [`FenceLedger`] (Postgres in
-//!    seatlock), which explains the blocks, the reservation marker and the failover
-//!    guard against a promoted replica. [`connect`] follows a Sentinel failover, or
-//!    a Redis Cluster's slots and failovers ([`RedisStore`]); with the `etcd` feature, `etcd::EtcdStore` is a consensus-backed
-//!    [`LeaseStore`] instead.
+//! 2. **Lease**: the same `SET` carries `PX ttl_ms`. So a crashed holder blocks others for
+//!    at most one TTL (Gray and Cheriton, 1989). A long task renews the lease
+//!    ([`LeaseStore::renew`], `renew.lua`) every TTL/3. A [`Watchdog`] does it.
+//! 3. **Owner-checked release**: the key's value is a random [`OwnerToken`] of 128 bits.
+//!    [`LeaseStore::release`] is a compare-and-delete (`release.lua`). Renew is a
+//!    compare-and-pexpire. Each is one Lua script. So a slow holder never deletes or
+//!    extends a lease that passed to someone else, and never recreates an expired key.
+//! 4. **Fencing token**: every grant also increments the group's counter, in the same
+//!    script, and returns it as a [`FencingToken`] (Kleppmann, 2016; Chubby calls them
+//!    *sequencers*). The protected resource rejects a write whose token is lower than the
+//!    last one it accepted. That, not the lease, stops a paused holder once a newer holder
+//!    has written. Before the newer holder writes, the old token still passes. So a
+//!    resource written once, like a seat, also checks that the lease is still held, with
+//!    its row locked, before it commits.
+//! 5. **A store that survives**: a Redis that loses its data loses the leases. Holders
+//!    learn it as [`LeaseError::Lost`]. But Redis must never hand out a fencing token
+//!    again. Tokens come from blocks reserved in a durable [`FenceLedger`] (Postgres in
+//!    seatlock). Its docs explain the blocks, the reservation marker and the failover
+//!    guard against a promoted replica. [`connect`] follows a Sentinel failover, or a
+//!    Redis Cluster's slots and failovers ([`RedisStore`]). With the `etcd` feature,
+//!    `etcd::EtcdStore` is a consensus-backed [`LeaseStore`] instead.
 //!
 //! ## Example
 //!
@@ -95,7 +121,7 @@
 //! | operation | what | Redis |
 //! |---|---|---|
 //! | [`acquire`](LeaseStore::acquire) | one try: a [`Lease`], or [`LeaseError::Held`] | one script |
-//! | [`acquire_all`](LeaseStore::acquire_all) | one try at several resources of one group, all or none, one fencing token, optionally under a per-holder limit ([`LeaseError::OverLimit`]) | one script |
+//! | [`acquire_all`](LeaseStore::acquire_all) | one try at a [`Grant`]: several resources of one group, all or none, one fencing token; optionally under a per-holder limit ([`LeaseError::OverLimit`]) or behind a waiting room's admission ([`LeaseError::NotAdmitted`]) | one script |
 //! | [`acquire_with_backoff`](LeaseStore::acquire_with_backoff) | retries a busy lease with jittered exponential [`Backoff`], bounded in attempts and time | one script per attempt |
 //! | [`renew`](LeaseStore::renew) | compare-and-pexpire: extends the lease by its TTL | one script |
 //! | [`watch`](LeaseClient::watch) | starts a [`Watchdog`]: renews every TTL/3, reports [`WatchdogEvent::Lost`] | one script per renewal |
@@ -106,7 +132,7 @@
 //! | [`owned_by`](LeaseStore::owned_by) | the live lease held under a label, owner token included | one script |
 //! | [`is_held`](LeaseStore::is_held), [`remaining`](LeaseStore::remaining) | one-instant checks | one command |
 //!
-//! [`events`] turns a group's pub/sub messages into [`events::LeaseEvent`]s.
+//! [`changes`] turns a group's pub/sub messages into [`changes::LeaseChange`]s.
 //!
 //! ## Keys
 //! A [`LeaseKey`] names a resource inside a *group* (for seatlock: the seats of one
@@ -123,7 +149,8 @@
 //! | `lease:{group}:~held-by:<holder>` | set, PX the longest grant in it | names granted to `holder` ([`LeaseStore::acquire_all`] counts them under a limit, [`LeaseStore::held_by`] reads them); a member counts while the holders hash gives it to `holder`, unexpired |
 //!
 //! Grants and releases are announced on the pub/sub channel `lease:{group}:~events` by the
-//! scripts that make them; see [`events`] for watching a group.
+//! scripts that make them; see [`changes`] for watching a group. A waiting room keeps a
+//! few more keys in the group's slot: see [`room`].
 //!
 //! The holders hash lets a reader list every live lease of a group in one round trip
 //! ([`LeaseStore::holders`]) instead of one `GET` per resource. Its entries carry their
@@ -157,35 +184,79 @@
 //! * Marc Brooker, *Exponential Backoff And Jitter* (AWS Architecture Blog, 2015): see
 //!   [`Backoff`].
 
-#![deny(missing_docs)]
-
 mod backoff;
-mod boundary;
+pub mod changes;
 mod client;
 mod error;
 #[cfg(feature = "etcd")]
 pub mod etcd;
-pub mod events;
 mod fence;
 mod keys;
 mod lease;
 mod memory;
+pub mod redis;
 pub mod room;
 mod scripts;
-pub mod store;
+mod store;
 pub mod telemetry;
 mod token;
 mod watchdog;
 
-pub use backoff::Backoff;
-pub use boundary::{LeaseChanges, LeaseStore, TtlLimits};
-pub use client::{LeaseClient, connect, connect_async};
-pub use error::LeaseError;
-pub use fence::{DEFAULT_BLOCK_SIZE, FenceLedger};
-pub use keys::{InvalidKey, LeaseKey};
-pub use lease::{GroupSnapshot, Holding, Lease};
-pub use memory::MemoryLedger;
-pub use room::{Arrival, Joined, Place, RoomTerms, RoomView, Tick};
-pub use store::RedisStore;
-pub use token::{FencingToken, MAX_FENCING_TOKEN, OwnerToken};
-pub use watchdog::{Watchdog, WatchdogEvent};
+pub use crate::backoff::Backoff;
+pub use crate::client::{LeaseClient, connect, connect_async};
+pub use crate::error::LeaseError;
+pub use crate::fence::{DEFAULT_BLOCK_SIZE, FenceLedger};
+pub use crate::keys::{InvalidKey, LeaseKey};
+pub use crate::lease::{Grant, GroupSnapshot, Holding, Lease, TtlLimits};
+pub use crate::memory::MemoryLedger;
+pub use crate::redis::RedisStore;
+pub use crate::room::{Arrival, Joined, Place, RoomTerms, RoomView, Tick};
+pub use crate::store::{LeaseChanges, LeaseStore};
+pub use crate::token::{FencingToken, MAX_FENCING_TOKEN, OwnerToken};
+pub use crate::watchdog::{Watchdog, WatchdogEvent};
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// The names `lib.rs`'s Layout section gives, as `file.rs` or `folder/`.
+    fn named_in_layout() -> BTreeSet<String> {
+        let lib = include_str!("lib.rs");
+        let layout = lib
+            .split("//! ## Layout")
+            .nth(1)
+            .and_then(|rest| rest.split("//! ## ").next())
+            .expect("lib.rs has a Layout section");
+        layout
+            .lines()
+            .filter_map(|line| line.strip_prefix("//! * `"))
+            .flat_map(|line| {
+                let names = line.split(':').next().unwrap_or_default();
+                names
+                    .split('`')
+                    .filter(|n| n.ends_with(".rs") || n.ends_with('/'))
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_layout_names_every_file_and_folder_of_src_and_nothing_else() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let on_disk: BTreeSet<String> = std::fs::read_dir(&src)
+            .unwrap()
+            .map(|entry| {
+                let entry = entry.unwrap();
+                let name = entry.file_name().into_string().unwrap();
+                if entry.file_type().unwrap().is_dir() {
+                    format!("{name}/")
+                } else {
+                    name
+                }
+            })
+            .collect();
+        assert_eq!(named_in_layout(), on_disk);
+    }
+}

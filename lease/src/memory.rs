@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Mutex;
 
-use crate::FenceLedger;
+use crate::fence::FenceLedger;
 
 /// A [`FenceLedger`] that keeps each group's ceiling in this process's memory.
 ///

@@ -1,19 +1,27 @@
-//! The Lua scripts, one file each under `scripts/` (each file's header names its KEYS,
-//! ARGV and reply). Each runs atomically on the Redis server (`EVALSHA`, falling back to
-//! `EVAL` once per connection), so each public operation is one round trip. Each is safe
-//! to send twice (see [`crate::store`]): the store resends one whose connection dropped.
+//! The lease scripts: one Lua file each under `scripts/`, and a Rust wrapper each here.
 //!
-//! What two scripts share is written once and joined here with `concat!`: the Redis clock
-//! (`now_ms.lua`), the server identity of the failover guard (`server_identity.lua`), and
-//! the compare-and-delete (`release.lua`, which also ends `retire.lua`).
+//! Each file's header names its KEYS, ARGV and reply. Redis runs each script atomically
+//! (`EVALSHA`, falling back to `EVAL` once per connection). So each operation is one
+//! round trip. Each script is safe to send twice: the store resends a request whose
+//! connection dropped (`redis/connection.rs`).
+//!
+//! What two scripts share is written once and joined here with `concat!`:
+//!
+//! * `now_ms.lua`: the Redis clock.
+//! * `server_identity.lua`: the server's identity, for the failover guard.
+//! * `release.lua`: the compare-and-delete, which also ends `retire.lua`.
+//!
+//! The waiting room's scripts live in `room/`.
 
 use std::sync::LazyLock;
 
 use redis::{ErrorKind, RedisError, Script};
 
-use crate::keys::{admitted_key, held_by_key, holders_key};
-use crate::store::RedisStore;
-use crate::{FencingToken, GroupSnapshot, Holding, LeaseKey, OwnerToken};
+use crate::error::LeaseError;
+use crate::keys::{LeaseKey, admitted_key, held_by_key, holders_key};
+use crate::lease::{Grant, GroupSnapshot, Holding};
+use crate::redis::RedisStore;
+use crate::token::{FencingToken, OwnerToken};
 
 /// Grant, one resource or several of one group, all or none: refused if one is retired,
 /// held, or over the holder's limit, else `SET NX PX` each, then one fencing token for
@@ -78,39 +86,42 @@ pub(crate) enum AcquireReply {
 /// install, before the install is refused and the reservation made again.
 pub(crate) const RESERVATION_TTL_MS: u64 = 30_000;
 
-/// One run of `acquire.lua` over `keys` (one group, at least one key; the caller checks).
-/// `limit` 0 means no per-holder limit; `failover_guard` false only in the failover lab;
-/// `admission` the holder's admission to the group's waiting room, `None` for no gate.
-#[allow(clippy::too_many_arguments)]
+/// One try at a grant: what [`acquire`] sends besides the [`Grant`].
+pub(crate) struct Attempt<'a> {
+    /// The grant's owner token, the same on every try.
+    pub(crate) owner: &'a OwnerToken,
+    /// Names the fence block reservation this grant may make (step 5).
+    pub(crate) reservation: &'a str,
+    /// Whether the failover guard is on. It is off only in the failover lab.
+    pub(crate) failover_guard: bool,
+}
+
+/// One run of `acquire.lua` for `grant`. The caller checks that its keys are one group.
 pub(crate) async fn acquire(
     redis: &RedisStore,
-    keys: &[LeaseKey],
-    owner: &OwnerToken,
-    ttl_ms: u64,
-    holder: &str,
-    reservation: &str,
-    limit: u64,
-    failover_guard: bool,
-    admission: Option<&OwnerToken>,
+    grant: &Grant,
+    attempt: &Attempt<'_>,
 ) -> redis::RedisResult<AcquireReply> {
-    let first = &keys[0];
+    let first = &grant.keys[0];
     let mut invocation = ACQUIRE.prepare_invoke();
     invocation
         .key(first.fence_key())
         .key(first.holders_key())
-        .key(first.reservation_key(reservation))
+        .key(first.reservation_key(attempt.reservation))
         .key(first.retired_key())
-        .key(first.held_by_key(holder))
+        .key(first.held_by_key(&grant.holder))
         .key(admitted_key(first.group()))
-        .arg(owner.as_str())
-        .arg(ttl_ms)
-        .arg(holder)
+        .arg(attempt.owner.as_str())
+        .arg(ttl_ms(grant))
+        .arg(&grant.holder)
         .arg(first.events_channel())
         .arg(RESERVATION_TTL_MS)
-        .arg(limit)
-        .arg(u8::from(failover_guard))
-        .arg(admission.map_or("", OwnerToken::as_str));
-    for key in keys {
+        // 0: no limit. A limit of 0 would refuse everything, so it counts as 1.
+        .arg(grant.limit.map_or(0, |n| n.max(1)))
+        .arg(u8::from(attempt.failover_guard))
+        // "": no waiting room.
+        .arg(grant.admission.as_ref().map_or("", OwnerToken::as_str));
+    for key in &grant.keys {
         invocation.key(key.lease_key()).arg(key.name());
     }
     let (status, a, b, holder, _name): (String, u64, u64, String, String) =
@@ -136,6 +147,11 @@ pub(crate) async fn acquire(
             )));
         }
     })
+}
+
+/// The grant's TTL in whole milliseconds, at least 1.
+pub(crate) fn ttl_ms(grant: &Grant) -> u64 {
+    (grant.ttl.as_millis() as u64).max(1)
 }
 
 /// Installs a reserved block; `false` if the reservation's marker was gone (Redis lost
@@ -164,7 +180,7 @@ pub(crate) async fn release(
     redis: &RedisStore,
     key: &LeaseKey,
     owner: &OwnerToken,
-) -> Result<bool, crate::LeaseError> {
+) -> Result<bool, LeaseError> {
     let mut invocation = RELEASE.prepare_invoke();
     invocation
         .key(key.lease_key())
@@ -189,7 +205,7 @@ pub(crate) async fn release_held_by(
     redis: &RedisStore,
     key: &LeaseKey,
     holder: &str,
-) -> Result<bool, crate::LeaseError> {
+) -> Result<bool, LeaseError> {
     let mut invocation = RELEASE_HELD_BY.prepare_invoke();
     invocation
         .key(key.lease_key())
@@ -205,7 +221,7 @@ pub(crate) async fn retire(
     redis: &RedisStore,
     key: &LeaseKey,
     owner: &OwnerToken,
-) -> Result<bool, crate::LeaseError> {
+) -> Result<bool, LeaseError> {
     let mut invocation = RETIRE.prepare_invoke();
     invocation
         .key(key.lease_key())
@@ -223,7 +239,7 @@ pub(crate) async fn renew(
     key: &LeaseKey,
     owner: &OwnerToken,
     ttl_ms: u64,
-) -> Result<Option<u64>, crate::LeaseError> {
+) -> Result<Option<u64>, LeaseError> {
     let mut invocation = RENEW.prepare_invoke();
     invocation
         .key(key.lease_key())

@@ -19,8 +19,8 @@ impl OwnerToken {
         OwnerToken(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
-    /// Wraps a token previously obtained from [`OwnerToken::as_str`] (for example, kept
-    /// in a server-side session between two requests).
+    /// Wraps a token previously obtained from [`OwnerToken::as_str`], or derived by the
+    /// caller (seatlock derives each admission's token from the buyer's signed cookie).
     pub fn from_string(token: String) -> Self {
         OwnerToken(token)
     }

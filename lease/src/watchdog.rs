@@ -14,7 +14,12 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{FenceLedger, Lease, LeaseClient, LeaseError, LeaseStore};
+use crate::client::LeaseClient;
+use crate::error::LeaseError;
+use crate::fence::FenceLedger;
+use crate::lease::Lease;
+use crate::store::LeaseStore;
+use crate::telemetry;
 
 /// What the watchdog last saw of its lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +36,7 @@ pub enum WatchdogEvent {
 
 /// The margin kept before a lease's certain end: `ttl / 10`. It covers clock rate drift
 /// between this host and Redis and the time the holder needs to stop.
-pub const SAFETY_MARGIN_DIVISOR: u32 = 10;
+const SAFETY_MARGIN_DIVISOR: u32 = 10;
 
 /// A running renewal loop for one [`Lease`]. Dropping it stops renewing (the lease then
 /// lapses after its TTL); [`Watchdog::release`] stops renewing and releases at once.
@@ -103,7 +108,7 @@ impl Watchdog {
                     Ok(Err(_)) | Err(_) => break,
                 }
             }
-            metrics::counter!(crate::telemetry::WATCHDOG_LOSSES_TOTAL).increment(1);
+            metrics::counter!(telemetry::WATCHDOG_LOSSES_TOTAL).increment(1);
             let _ = tx.send(WatchdogEvent::Lost);
         });
         Watchdog {

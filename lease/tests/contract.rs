@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lease::events::LeaseEvent;
-use lease::{LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, Watchdog, WatchdogEvent};
+use lease::changes::LeaseChange;
+use lease::{
+    Grant, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, Watchdog, WatchdogEvent,
+};
 use rand::Rng;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -56,7 +58,7 @@ fn key(group: &str, name: &str) -> LeaseKey {
 }
 
 /// Waits (at most 10 s) for the next change, skipping none.
-async fn next_change(changes: &mut lease::LeaseChanges) -> LeaseEvent {
+async fn next_change(changes: &mut lease::LeaseChanges) -> LeaseChange {
     tokio::time::timeout(Duration::from_secs(10), changes.next())
         .await
         .expect("a change within 10 s")
@@ -97,7 +99,10 @@ async fn one_holder_at_a_time_and_tokens_increase() {
 async fn group_holds_are_all_or_none_with_one_token() {
     on_both(|store, group| async move {
         let seats: Vec<LeaseKey> = ["1", "2", "3"].iter().map(|n| key(&group, n)).collect();
-        let held = store.acquire_all(&seats, "alice", TTL, None).await.unwrap();
+        let held = store
+            .acquire_all(&Grant::new(&seats, "alice", TTL))
+            .await
+            .unwrap();
         assert_eq!(held.len(), 3);
         assert!(
             held.iter()
@@ -106,7 +111,9 @@ async fn group_holds_are_all_or_none_with_one_token() {
         assert!(held.iter().all(|l| l.owner() == held[0].owner()));
         let overlapping = [key(&group, "3"), key(&group, "4")];
         assert!(matches!(
-            store.acquire_all(&overlapping, "bob", TTL, None).await,
+            store
+                .acquire_all(&Grant::new(&overlapping, "bob", TTL))
+                .await,
             Err(LeaseError::Held { .. })
         ));
         let four = store.acquire(&key(&group, "4"), "bob", TTL).await.unwrap();
@@ -136,7 +143,7 @@ async fn group_holds_are_all_or_none_with_one_token() {
         assert!(store.is_held(&held[0]).await.unwrap());
         let twice = [key(&group, "5"), key(&group, "5")];
         assert!(matches!(
-            store.acquire_all(&twice, "bob", TTL, None).await,
+            store.acquire_all(&Grant::new(&twice, "bob", TTL)).await,
             Err(LeaseError::NotOneGroup)
         ));
     })
@@ -148,18 +155,24 @@ async fn a_holder_limit_counts_the_holders_live_leases() {
     on_both(|store, group| async move {
         let pair = [key(&group, "1"), key(&group, "2")];
         let first = store
-            .acquire_all(&pair, "alice", TTL, Some(3))
+            .acquire_all(&Grant::new(&pair, "alice", TTL).limit(3))
             .await
             .unwrap();
         let more = [key(&group, "3"), key(&group, "4")];
-        match store.acquire_all(&more, "alice", TTL, Some(3)).await {
+        match store
+            .acquire_all(&Grant::new(&more, "alice", TTL).limit(3))
+            .await
+        {
             Err(LeaseError::OverLimit { held, limit }) => assert_eq!((held, limit), (2, 3)),
             other => panic!("expected OverLimit, got {other:?}"),
         }
-        store.acquire_all(&more, "bob", TTL, Some(3)).await.unwrap();
+        store
+            .acquire_all(&Grant::new(&more, "bob", TTL).limit(3))
+            .await
+            .unwrap();
         assert!(store.release(&first[0]).await.unwrap());
         store
-            .acquire_all(&[key(&group, "5"), key(&group, "6")], "alice", TTL, Some(3))
+            .acquire_all(&Grant::new(&[key(&group, "5"), key(&group, "6")], "alice", TTL).limit(3))
             .await
             .unwrap();
     })
@@ -180,10 +193,13 @@ async fn held_by_lists_one_holders_live_leases_and_nothing_else() {
     on_both(|store, group| async move {
         assert!(held_by(&*store, &group, "alice").await.is_empty());
         let pair = [key(&group, "1"), key(&group, "2")];
-        let alices = store.acquire_all(&pair, "alice", TTL, None).await.unwrap();
+        let alices = store
+            .acquire_all(&Grant::new(&pair, "alice", TTL))
+            .await
+            .unwrap();
         store.acquire(&key(&group, "3"), "bob", TTL).await.unwrap();
         store
-            .acquire_all(&[key(&group, "4")], "alice", TTL, Some(4))
+            .acquire_all(&Grant::new(&[key(&group, "4")], "alice", TTL).limit(4))
             .await
             .unwrap();
         assert_eq!(held_by(&*store, &group, "alice").await, ["1", "2", "4"]);
@@ -304,10 +320,13 @@ async fn changes_report_grants_releases_and_lapses() {
     on_both(|store, group| async move {
         let mut changes = store.changes(&group).await.unwrap();
         let seats = [key(&group, "1"), key(&group, "2")];
-        let held = store.acquire_all(&seats, "alice", TTL, None).await.unwrap();
+        let held = store
+            .acquire_all(&Grant::new(&seats, "alice", TTL))
+            .await
+            .unwrap();
         for seat in &seats {
             match next_change(&mut changes).await {
-                LeaseEvent::Acquired {
+                LeaseChange::Acquired {
                     key,
                     holder,
                     fencing_token,
@@ -322,7 +341,7 @@ async fn changes_report_grants_releases_and_lapses() {
         assert!(store.release(&held[0]).await.unwrap());
         assert_eq!(
             next_change(&mut changes).await,
-            LeaseEvent::Released {
+            LeaseChange::Released {
                 key: seats[0].clone()
             }
         );
@@ -343,7 +362,7 @@ async fn changes_report_grants_releases_and_lapses() {
         reader.abort();
         assert_eq!(
             lapsed,
-            LeaseEvent::Expired {
+            LeaseChange::Expired {
                 key: seats[1].clone()
             }
         );
@@ -362,7 +381,7 @@ async fn the_change_stream_stays_open_while_nothing_changes() {
         let seat = key(&group, "late");
         store.acquire(&seat, "alice", TTL).await.unwrap();
         match next_change(&mut changes).await {
-            LeaseEvent::Acquired { key, .. } => assert_eq!(key, seat),
+            LeaseChange::Acquired { key, .. } => assert_eq!(key, seat),
             other => panic!("expected the grant of {seat:?}, got {other:?}"),
         }
     })

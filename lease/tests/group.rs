@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{FencingToken, Lease, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger};
+use lease::{
+    FencingToken, Grant, Lease, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger,
+};
 use rand::Rng;
 use redis::AsyncCommands;
 
@@ -45,7 +47,9 @@ async fn a_group_hold_is_all_or_none_when_one_seat_is_held() {
     let ttl = Duration::from_secs(10);
     let seats = keys(&[1, 2, 3, 4]);
     let b = client.acquire(&seats[2], "b", ttl).await.unwrap();
-    let refused = client.acquire_all(&seats, "a", ttl, Some(8)).await;
+    let refused = client
+        .acquire_all(&Grant::new(&seats, "a", ttl).limit(8))
+        .await;
     assert!(
         matches!(&refused, Err(LeaseError::Held { holder, .. }) if holder == "b"),
         "{refused:?}"
@@ -57,7 +61,10 @@ async fn a_group_hold_is_all_or_none_when_one_seat_is_held() {
     assert_eq!(snapshot.holdings.len(), 1, "only b's hold is listed");
 
     assert!(client.release(&b).await.unwrap());
-    let group = client.acquire_all(&seats, "a", ttl, Some(8)).await.unwrap();
+    let group = client
+        .acquire_all(&Grant::new(&seats, "a", ttl).limit(8))
+        .await
+        .unwrap();
     assert_one_grant(&group, &seats);
     assert!(group[0].fencing_token() > b.fencing_token());
     let snapshot = client.holders(seats[0].group()).await.unwrap();
@@ -78,7 +85,11 @@ async fn owners_racing_for_overlapping_groups_get_all_or_nothing_never_part_of_o
         let want_b = seats[2..6].to_vec();
         let race = |want: Vec<LeaseKey>, who: &'static str| {
             let client = client.clone();
-            tokio::spawn(async move { client.acquire_all(&want, who, ttl, Some(8)).await })
+            tokio::spawn(async move {
+                client
+                    .acquire_all(&Grant::new(&want, who, ttl).limit(8))
+                    .await
+            })
         };
         let (a, b) = tokio::join!(race(want_a.clone(), "a"), race(want_b.clone(), "b"));
         let (a, b) = (a.unwrap(), b.unwrap());
@@ -117,18 +128,20 @@ async fn the_holder_limit_refuses_past_it_and_frees_with_releases_and_lapses() {
     let seats = keys(&(1..=12).collect::<Vec<_>>());
     // 4 together and 4 one by one: 8, the limit.
     let group = client
-        .acquire_all(&seats[0..4], "a", ttl, Some(8))
+        .acquire_all(&Grant::new(&seats[0..4], "a", ttl).limit(8))
         .await
         .unwrap();
     let mut singles = Vec::new();
     for seat in &seats[4..8] {
         let mut one = client
-            .acquire_all(std::slice::from_ref(seat), "a", ttl, Some(8))
+            .acquire_all(&Grant::new(std::slice::from_ref(seat), "a", ttl).limit(8))
             .await
             .unwrap();
         singles.push(one.remove(0));
     }
-    let ninth = client.acquire_all(&seats[8..9], "a", ttl, Some(8)).await;
+    let ninth = client
+        .acquire_all(&Grant::new(&seats[8..9], "a", ttl).limit(8))
+        .await;
     assert!(
         matches!(ninth, Err(LeaseError::OverLimit { held: 8, limit: 8 })),
         "{ninth:?}"
@@ -136,48 +149,52 @@ async fn the_holder_limit_refuses_past_it_and_frees_with_releases_and_lapses() {
     assert!(!exists(&client, &seats[8]).await);
     // Another holder is not counted against a.
     client
-        .acquire_all(&seats[9..10], "b", ttl, Some(8))
+        .acquire_all(&Grant::new(&seats[9..10], "b", ttl).limit(8))
         .await
         .unwrap();
 
     // A release frees one place, not two: a pair is still refused, with the count.
     assert!(client.release(&group[0]).await.unwrap());
-    let pair = client.acquire_all(&seats[8..10], "a", ttl, Some(8)).await;
+    let pair = client
+        .acquire_all(&Grant::new(&seats[8..10], "a", ttl).limit(8))
+        .await;
     assert!(
         matches!(pair, Err(LeaseError::Held { .. })),
         "seat 10 is b's: {pair:?}"
     );
     let pair = client
-        .acquire_all(&[seats[8].clone(), seats[10].clone()], "a", ttl, Some(8))
+        .acquire_all(&Grant::new(&[seats[8].clone(), seats[10].clone()], "a", ttl).limit(8))
         .await;
     assert!(
         matches!(pair, Err(LeaseError::OverLimit { held: 7, limit: 8 })),
         "{pair:?}"
     );
     client
-        .acquire_all(&seats[8..9], "a", ttl, Some(8))
+        .acquire_all(&Grant::new(&seats[8..9], "a", ttl).limit(8))
         .await
         .unwrap();
 
     // A lapsed lease is not counted (Redis's clock), nor one that was retired.
     let short = keys(&[1, 2, 3]);
     client
-        .acquire_all(&short[0..2], "c", Duration::from_millis(1_000), Some(2))
+        .acquire_all(&Grant::new(&short[0..2], "c", Duration::from_millis(1_000)).limit(2))
         .await
         .unwrap();
-    let refused = client.acquire_all(&short[2..3], "c", ttl, Some(2)).await;
+    let refused = client
+        .acquire_all(&Grant::new(&short[2..3], "c", ttl).limit(2))
+        .await;
     assert!(matches!(
         refused,
         Err(LeaseError::OverLimit { held: 2, limit: 2 })
     ));
     tokio::time::sleep(Duration::from_millis(1_100)).await;
     let granted = client
-        .acquire_all(&short[1..3], "c", ttl, Some(2))
+        .acquire_all(&Grant::new(&short[1..3], "c", ttl).limit(2))
         .await
         .unwrap();
     assert!(client.retire(&granted[0]).await.unwrap());
     client
-        .acquire_all(&short[0..1], "c", ttl, Some(2))
+        .acquire_all(&Grant::new(&short[0..1], "c", ttl).limit(2))
         .await
         .unwrap();
 }
@@ -196,7 +213,10 @@ async fn group_tokens_never_go_backwards_across_a_ceiling_boundary() {
         } else {
             &seats[round % 2 * 4..round % 2 * 4 + 4]
         };
-        let leases = client.acquire_all(want, "a", ttl, None).await.unwrap();
+        let leases = client
+            .acquire_all(&Grant::new(want, "a", ttl))
+            .await
+            .unwrap();
         assert_one_grant(&leases, want);
         assert!(
             leases[0].fencing_token() > last,
@@ -221,7 +241,7 @@ async fn a_group_of_several_groups_or_a_name_twice_is_refused_before_redis() {
         vec![a[0].clone(), b[0].clone()],
         vec![a[0].clone(), a[0].clone()],
     ] {
-        let refused = client.acquire_all(&bad, "a", ttl, None).await;
+        let refused = client.acquire_all(&Grant::new(&bad, "a", ttl)).await;
         assert!(
             matches!(refused, Err(LeaseError::NotOneGroup)),
             "{refused:?}"

@@ -11,8 +11,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use lease::{
-    Arrival, FencingToken, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, OwnerToken,
-    Place, RoomTerms, RoomView, Tick,
+    Arrival, FencingToken, Grant, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger,
+    OwnerToken, Place, RoomTerms, RoomView, Tick,
 };
 use rand::Rng;
 
@@ -256,7 +256,9 @@ async fn a_hold_needs_a_live_admission_checked_in_its_own_script() {
     // is: refused, nothing written.
     for holder in &h {
         let refused = client
-            .acquire_admitted(&[seat(1)], &holder.label, ttl, None, &holder.member)
+            .acquire_all(
+                &Grant::new(&[seat(1)], &holder.label, ttl).admission(holder.member.clone()),
+            )
             .await;
         assert!(
             matches!(refused, Err(LeaseError::NotAdmitted)),
@@ -267,13 +269,13 @@ async fn a_hold_needs_a_live_admission_checked_in_its_own_script() {
 
     assert!(admitted(&arrive(&client, &group, &h[0], &terms).await));
     let held = client
-        .acquire_admitted(&[seat(1)], &h[0].label, ttl, None, &h[0].member)
+        .acquire_all(&Grant::new(&[seat(1)], &h[0].label, ttl).admission(h[0].member.clone()))
         .await
         .unwrap();
     // The admission lapses: no more seats, but the hold keeps its own TTL.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let refused = client
-        .acquire_admitted(&[seat(2)], &h[0].label, ttl, None, &h[0].member)
+        .acquire_all(&Grant::new(&[seat(2)], &h[0].label, ttl).admission(h[0].member.clone()))
         .await;
     assert!(
         matches!(refused, Err(LeaseError::NotAdmitted)),

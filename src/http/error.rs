@@ -263,6 +263,11 @@ impl From<LeaseError> for Error {
             LeaseError::Retired => Refusal::AlreadySold.into(),
             LeaseError::OverLimit { held, limit } => Refusal::SeatLimit { held, limit }.into(),
             LeaseError::NotAdmitted => Refusal::NotAdmitted.into(),
+            // Only the Redis store checks admissions; on etcd the server starts with no
+            // waiting room.
+            LeaseError::AdmissionUnchecked { .. } => {
+                Error::Unavailable("The waiting room (it needs the Redis lease store)")
+            }
             LeaseError::NotOneGroup => {
                 Error::BadRequest("Those seats cannot be held together.".into())
             }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lease::events::LeaseEvent;
+use lease::changes::LeaseChange;
 
 use super::{Feed, LiveHub, LiveMessage};
 
@@ -46,18 +46,18 @@ pub(super) async fn listen(
 }
 
 /// The page message for a lease event on a seat of an event group `<prefix><event id>`.
-pub(super) fn seat_message(event: &LeaseEvent, prefix: &str) -> Option<(String, LiveMessage)> {
+pub(super) fn seat_message(event: &LeaseChange, prefix: &str) -> Option<(String, LiveMessage)> {
     let key = event.key();
     let event_id: i64 = key.group().strip_prefix(prefix)?.parse().ok()?;
     let seat: i64 = key.name().parse().ok()?;
     let data = match event {
-        LeaseEvent::Acquired { holder, .. } => {
+        LeaseChange::Acquired { holder, .. } => {
             serde_json::json!({"seat": seat, "state": "held", "holder": holder})
         }
-        LeaseEvent::Released { .. } => {
+        LeaseChange::Released { .. } => {
             serde_json::json!({"seat": seat, "state": "available", "why": "released"})
         }
-        LeaseEvent::Expired { .. } => {
+        LeaseChange::Expired { .. } => {
             serde_json::json!({"seat": seat, "state": "available", "why": "expired"})
         }
     };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use lease::events::{self, LeaseEvent};
+use lease::changes::{self, LeaseChange};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
@@ -97,7 +97,7 @@ async fn redis_session(
     let nodes = store.pubsub_nodes().await?;
     let listening = addresses(&nodes);
     let subscribed =
-        events::subscribe(nodes, &format!("{prefix}*"), Duration::from_secs(2)).await?;
+        changes::subscribe(nodes, &format!("{prefix}*"), Duration::from_secs(2)).await?;
     if !first {
         hub.resync_all();
     }
@@ -155,12 +155,12 @@ async fn redis_session(
             continue;
         }
         // A group grant is one message naming every seat: each seat's change goes out.
-        for event in events::parse(msg.get_channel_name(), &payload) {
+        for event in changes::parse(msg.get_channel_name(), &payload) {
             let Some((topic, message)) = seat_message(&event, prefix) else {
                 continue;
             };
             // Its lapse is heard on time, whatever Redis's expiry cycle does.
-            if let LeaseEvent::Acquired {
+            if let LeaseChange::Acquired {
                 key, expires_at_ms, ..
             } = &event
             {
@@ -176,13 +176,13 @@ async fn redis_session(
 /// the flags other users set, never replacing them; off where `CONFIG` is refused, as on
 /// managed Redis: lapsed holds then show when a page reloads or resyncs) and an eviction
 /// policy that could drop holds before their TTL.
-async fn check_store(hub: &LiveHub, redis: &mut lease::store::Connection) {
-    let notifications = events::enable_expiry_notifications(redis)
+async fn check_store(hub: &LiveHub, redis: &mut lease::redis::Connection) {
+    let notifications = changes::enable_expiry_notifications(redis)
         .await
         .err()
         .map(|err| format!("off, lapsed holds show on reload only (CONFIG refused: {err})"));
     hub.set_note("expiry notifications", notifications);
-    let eviction = match events::eviction_risk(redis).await {
+    let eviction = match changes::eviction_risk(redis).await {
         Ok(None) => None,
         Ok(Some(policy)) => Some(format!(
             "maxmemory-policy {policy} may evict holds before their TTL (use noeviction)"
@@ -287,10 +287,10 @@ mod tests {
     #[test]
     fn lease_events_of_other_groups_are_ignored() {
         let key = lease::LeaseKey::new("ns:event:3", "77").unwrap();
-        let (topic, message) = seat_message(&LeaseEvent::Expired { key }, "ns:event:").unwrap();
+        let (topic, message) = seat_message(&LeaseChange::Expired { key }, "ns:event:").unwrap();
         assert_eq!(topic, "event:3");
         assert_eq!(message.data["state"], "available");
         let other = lease::LeaseKey::new("ns:auction:3", "lock").unwrap();
-        assert!(seat_message(&LeaseEvent::Released { key: other }, "ns:event:").is_none());
+        assert!(seat_message(&LeaseChange::Released { key: other }, "ns:event:").is_none());
     }
 }

@@ -4,7 +4,7 @@
 //! Each change is announced by the store that makes it, in the same atomic step:
 //!
 //! * holds and releases: the lease scripts `PUBLISH` on the group's Redis channel
-//!   ([`lease::events`]); lapsed holds: Redis keyspace expiry notifications, on time
+//!   ([`lease::changes`]); lapsed holds: Redis keyspace expiry notifications, on time
 //!   because each key is read just after its expiry ([`LapseTouches`]) (with etcd as the
 //!   lease store: a watch on the event groups' keys, [`lease::LeaseStore::changes`]);
 //! * sales, bids and auction closes: `pg_notify('seatlock_live', …)` inside the statement

@@ -21,7 +21,7 @@
 
 use std::collections::HashSet;
 
-use lease::{Lease, LeaseError};
+use lease::{Grant, Lease, LeaseError};
 
 use super::purchase::{self, Checkout};
 use super::{SeatRef, queries};
@@ -172,13 +172,13 @@ pub async fn best_available(
 }
 
 /// Holds exactly `seats` (ids of seats of `event_id`, checked by the caller) for `buyer`
-/// in ONE run of the group script ([`waiting_room::acquire_seats`], behind the event's
-/// waiting room if it has one): every seat with
+/// in ONE run of the group script ([`lease::LeaseStore::acquire_all`], behind the
+/// event's waiting room if it has one: [`waiting_room::admission`]): every seat with
 /// one owner token, one fencing token and the hold TTL, or none; then remembers each
-/// hold in the buyer's session. Returns the leases in the order of `seats`, or the lease
-/// error as it came (`Held`, `Retired` for a sold seat, `OverLimit`, `Unavailable`...:
-/// nothing was held; `purchase::hold_refused` turns it into the buyer's 409 or 503). Errors: 503 the
-/// session store unavailable.
+/// hold in the buyer's signed cookie. Returns the leases in the order of `seats`, or the
+/// lease error as it came (`Held`, `Retired` for a sold seat, `OverLimit`, `NotAdmitted`,
+/// `Unavailable`...: nothing was held; `purchase::hold_refused` turns it into the buyer's
+/// 409 or 503). Errors: 404 no such event.
 ///
 /// Used by [`best_available`] and by the race lab's hold of a named group.
 pub async fn hold_group(
@@ -196,8 +196,12 @@ pub async fn hold_group(
             )
         })
         .collect();
-    let ttl = state.settings.hold_ttl();
-    let leases = match waiting_room::acquire_seats(state, buyer, event_id, &keys, ttl).await? {
+    let grant = Grant {
+        limit: Some(state.settings.max_seats_per_buyer),
+        admission: waiting_room::admission(state, buyer, event_id).await?,
+        ..Grant::new(keys, buyer.id(), state.settings.hold_ttl())
+    };
+    let leases = match state.leases.acquire_all(&grant).await {
         Ok(leases) => leases,
         Err(err) => return Ok(Err(err)),
     };

@@ -15,7 +15,7 @@
 //! there by the buyer's id (the holder label of each grant), so their owner tokens never
 //! leave Redis and the server, and no session keeps a copy that could go stale.
 
-use lease::{Lease, LeaseError};
+use lease::{Grant, Lease, LeaseError};
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -69,9 +69,15 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         return Err(Refusal::EventStarted.into());
     }
     let key = super::lease_key(&state.settings.lease_namespace, seat);
-    let ttl = state.settings.hold_ttl();
-    match waiting_room::acquire_seats(state, buyer, seat.event_id, &[key], ttl)
-        .await?
+    let grant = Grant {
+        limit: Some(state.settings.max_seats_per_buyer),
+        admission: waiting_room::admission(state, buyer, seat.event_id).await?,
+        ..Grant::new([key], buyer.id(), state.settings.hold_ttl())
+    };
+    match state
+        .leases
+        .acquire_all(&grant)
+        .await
         .map(|mut leases| leases.remove(0))
     {
         Ok(lease) => {

@@ -43,7 +43,7 @@ pub use routes::{page, router};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{Arrival, LeaseError, LeaseKey, OwnerToken, Place, RoomTerms};
+use lease::{Arrival, OwnerToken, Place, RoomTerms};
 use rooms::Seen;
 use ticket::Ticket;
 
@@ -295,7 +295,7 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
 }
 
 /// The owner token of `buyer`'s admission to event `event_id`'s room, which a hold must
-/// present ([`lease::LeaseClient::acquire_admitted`]); `None` if the event has no room.
+/// present ([`lease::Grant::admission`](lease::Grant)); `None` if the event has no room.
 /// Nothing is read: the hold's own script checks it. Errors: 404 no such event.
 pub async fn admission(
     state: &AppState,
@@ -351,25 +351,4 @@ pub async fn purchased(state: &AppState, buyer: &Buyer, event_id: i64) {
     if let Err(err) = leave(state, buyer, event_id).await {
         tracing::warn!(%err, event_id, "admission not ended after a purchase; it lapses at its TTL");
     }
-}
-
-/// Takes leases on `keys` (seats of event `event_id`, one group) for `buyer`: behind the
-/// event's room when it has one ([`lease::LeaseClient::acquire_admitted`]: refused
-/// [`LeaseError::NotAdmitted`] without a live admission), else
-/// [`lease::LeaseStore::acquire_all`]. The outer error: 404 no such event, or a 503 for
-/// a room without its store; the inner one: the lease store's answer.
-pub async fn acquire_seats(
-    state: &AppState,
-    buyer: &Buyer,
-    event_id: i64,
-    keys: &[LeaseKey],
-    ttl: Duration,
-) -> Result<std::result::Result<Vec<lease::Lease>, LeaseError>> {
-    let limit = Some(state.settings.max_seats_per_buyer);
-    let Some(admission) = admission(state, buyer, event_id).await? else {
-        return Ok(state.leases.acquire_all(keys, buyer.id(), ttl, limit).await);
-    };
-    Ok(store(state)?
-        .acquire_admitted(keys, buyer.id(), ttl, limit, &admission)
-        .await)
 }

@@ -188,7 +188,7 @@ async fn a_lapse_reaches_an_open_map_within_1_5_s_after_a_server_restart_with_10
 }
 
 /// How many `PTTL`s Redis has run (`INFO commandstats`).
-async fn pttl_calls(redis: &mut lease::store::Connection) -> u64 {
+async fn pttl_calls(redis: &mut lease::redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(redis)

@@ -14,18 +14,22 @@ use super::{
     ETCD_MAX_KEYS_PER_HOLD, ETCD_TTL_LIMITS, EtcdStore, held_by_prefix, hold_value, lease_id,
     now_ms, parse_hold, retired_key,
 };
-use crate::boundary::check_one_group;
-use crate::{FencingToken, Lease, LeaseError, LeaseKey, OwnerToken};
+use crate::error::LeaseError;
+use crate::lease::{Grant, Lease, TtlLimits};
+use crate::store::check_one_group;
+use crate::token::{FencingToken, OwnerToken};
 
 /// [`crate::LeaseStore::acquire_all`] on etcd (see the module docs). The etcd leases
-/// granted for a refused request are revoked before it returns.
+/// granted for a refused request are revoked before it returns. etcd keeps no waiting
+/// room, so a grant with an admission is refused before anything is sent.
 pub(super) async fn acquire_all(
     store: &EtcdStore,
-    keys: &[LeaseKey],
-    holder: &str,
-    ttl: Duration,
-    limit: Option<u64>,
+    grant: &Grant,
 ) -> Result<Vec<Lease>, LeaseError> {
+    if grant.admission.is_some() {
+        return Err(LeaseError::AdmissionUnchecked { store: "etcd" });
+    }
+    let (keys, ttl) = (&grant.keys, grant.ttl);
     check_one_group(keys)?;
     ETCD_TTL_LIMITS.check("etcd", ttl)?;
     if keys.len() > ETCD_MAX_KEYS_PER_HOLD {
@@ -72,7 +76,7 @@ pub(super) async fn acquire_all(
         return Err(refused);
     }
     let expires_at_ms = now_ms() + ttl.as_millis() as u64;
-    let answer = create_all(store, keys, &ids, &owner, holder, expires_at_ms, limit).await;
+    let answer = create_all(store, grant, &ids, &owner, expires_at_ms).await;
     let Ok(fencing_token) = answer else {
         for id in ids {
             store.revoke(id).await?;
@@ -102,7 +106,7 @@ pub(super) fn granted_as_asked(ttl: Duration, granted_secs: i64) -> Result<(), L
     Err(LeaseError::TtlNotExpressible {
         store: "etcd",
         ttl,
-        limits: crate::TtlLimits {
+        limits: TtlLimits {
             min: Duration::from_secs(granted_secs as u64),
             step: ETCD_TTL_LIMITS.step,
         },
@@ -113,13 +117,12 @@ pub(super) fn granted_as_asked(ttl: Duration, granted_secs: i64) -> Result<(), L
 /// it (another grant to the same holder raced this one; the count is read again).
 async fn create_all(
     store: &EtcdStore,
-    keys: &[LeaseKey],
+    grant: &Grant,
     ids: &[i64],
     owner: &OwnerToken,
-    holder: &str,
     expires_at_ms: u64,
-    limit: Option<u64>,
 ) -> Result<FencingToken, LeaseError> {
+    let (keys, holder, limit) = (&grant.keys, grant.holder.as_str(), grant.limit);
     let group = keys[0].group();
     let value = hold_value(owner, expires_at_ms, holder);
     loop {

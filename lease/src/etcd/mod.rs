@@ -38,8 +38,8 @@ use etcd_client::{
 };
 
 use crate::{
-    FencingToken, GroupSnapshot, Holding, Lease, LeaseChanges, LeaseError, LeaseKey, LeaseStore,
-    OwnerToken, TtlLimits,
+    FencingToken, Grant, GroupSnapshot, Holding, Lease, LeaseChanges, LeaseError, LeaseKey,
+    LeaseStore, OwnerToken, TtlLimits,
 };
 
 /// How often an idle connection to etcd is pinged (HTTP/2 keep-alive), so a member that
@@ -328,14 +328,8 @@ impl LeaseStore for EtcdStore {
         false
     }
 
-    async fn acquire_all(
-        &self,
-        keys: &[LeaseKey],
-        holder: &str,
-        ttl: Duration,
-        limit: Option<u64>,
-    ) -> Result<Vec<Lease>, LeaseError> {
-        grant::acquire_all(self, keys, holder, ttl, limit).await
+    async fn acquire_all(&self, grant: &Grant) -> Result<Vec<Lease>, LeaseError> {
+        grant::acquire_all(self, grant).await
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {

@@ -7,7 +7,7 @@ use etcd_client::{Event, EventType, WatchOptions};
 use futures_util::StreamExt;
 
 use super::{EtcdStore, now_ms, parse_hold};
-use crate::events::LeaseEvent;
+use crate::changes::LeaseChange;
 use crate::{LeaseChanges, LeaseError};
 
 /// A delete this close to the hold's recorded expiry (or later) is reported as a lapse.
@@ -37,8 +37,8 @@ pub(super) async fn changes(
             async move { live }
         })
         .flat_map(|reply| {
-            let events: Vec<LeaseEvent> = reply
-                .map(|reply| reply.events().iter().filter_map(lease_event).collect())
+            let events: Vec<LeaseChange> = reply
+                .map(|reply| reply.events().iter().filter_map(lease_change).collect())
                 .unwrap_or_default();
             futures_util::stream::iter(events)
         });
@@ -47,7 +47,7 @@ pub(super) async fn changes(
 
 /// The lease event of one etcd event, if it is about a hold (not a retirement, a holder
 /// limit entry or a renewal).
-fn lease_event(event: &Event) -> Option<LeaseEvent> {
+fn lease_change(event: &Event) -> Option<LeaseChange> {
     match event.event_type() {
         EventType::Put => {
             let kv = event.kv()?;
@@ -55,7 +55,7 @@ fn lease_event(event: &Event) -> Option<LeaseEvent> {
                 return None;
             }
             let (_, key, holding) = parse_hold(kv)?;
-            Some(LeaseEvent::Acquired {
+            Some(LeaseChange::Acquired {
                 key,
                 holder: holding.holder,
                 fencing_token: holding.fencing_token,
@@ -65,9 +65,9 @@ fn lease_event(event: &Event) -> Option<LeaseEvent> {
         EventType::Delete => {
             let (_, key, holding) = parse_hold(event.prev_kv()?)?;
             if now_ms() + LAPSE_SLACK_MS >= holding.expires_at_ms {
-                Some(LeaseEvent::Expired { key })
+                Some(LeaseChange::Expired { key })
             } else {
-                Some(LeaseEvent::Released { key })
+                Some(LeaseChange::Released { key })
             }
         }
     }

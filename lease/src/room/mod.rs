@@ -17,9 +17,8 @@
 //!   good costs one window of an idle place;
 //! * **the owner token** is the admission's member, a secret the caller derives per
 //!   holder (seatlock: an HMAC of the buyer and the event). It never reaches the browser;
-//! * **the fence**, twice. The hold's own script checks the admission
-//!   ([`LeaseClient::acquire_admitted`]), so no hold is granted on an admission that
-//!   lapsed or ended. And one server at a time moves the frontier under a lease of its
+//! * **the fence**, twice. The hold's own script checks the admission (a [`Grant`](crate::Grant)
+//!   with its `admission` set), so no hold is granted on an admission that lapsed or ended. And one server at a time moves the frontier under a lease of its
 //!   own; its fencing token goes with every step ([`LeaseClient::tick`]), so a ticker
 //!   that paused past its lease changes nothing when it wakes.
 //!
@@ -39,9 +38,12 @@ use rand::seq::SliceRandom;
 use redis::{ErrorKind, RedisError, Script};
 use std::sync::LazyLock;
 
+use crate::client::LeaseClient;
+use crate::error::LeaseError;
+use crate::fence::FenceLedger;
 pub use crate::keys::admitted_key;
 use crate::keys::events_channel;
-use crate::{FenceLedger, FencingToken, Lease, LeaseClient, LeaseError, LeaseKey, OwnerToken};
+use crate::token::{FencingToken, OwnerToken};
 
 /// A room's terms, the same for every server and every call for one group.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -419,20 +421,6 @@ impl<L: FenceLedger + 'static> LeaseClient<L> {
             shopping: admitted + turns,
             at_ms: secs * 1000 + micros / 1000,
         }))
-    }
-
-    /// [`crate::LeaseStore::acquire_all`] behind the waiting room of the keys' group:
-    /// granted only while `admission` is live there, checked in the grant's own script.
-    /// Errors: those of `acquire_all`, and [`LeaseError::NotAdmitted`].
-    pub async fn acquire_admitted(
-        &self,
-        keys: &[LeaseKey],
-        holder: &str,
-        ttl: Duration,
-        limit: Option<u64>,
-        admission: &OwnerToken,
-    ) -> Result<Vec<Lease>, LeaseError> {
-        self.grant(keys, holder, ttl, limit, Some(admission)).await
     }
 }
 

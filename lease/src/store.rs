@@ -1,24 +1,29 @@
-//! The lease-store boundary: what the application asks of a lease store, whichever store
-//! backs it. Two implementations: [`crate::LeaseClient`] (Redis plus a durable fence
-//! ledger; the Redis side of the article's step 5 is the ledger) and, with the `etcd`
-//! feature, `etcd::EtcdStore` (etcd: every grant is committed to a majority of the
-//! cluster before it is acknowledged, and the fencing token is the key's create revision,
-//! durable by construction).
+//! The [`LeaseStore`] trait: what the application asks of a lease store.
 //!
-//! The same contract holds for both (checked by `lease/tests/contract.rs` against a real
-//! Redis and a real etcd):
+//! Two stores implement it. [`LeaseClient`](crate::LeaseClient) is Redis plus a durable
+//! fence ledger; the ledger is the Redis side of step 5. With the `etcd` feature,
+//! `etcd::EtcdStore` is etcd. There a majority of the cluster commits each grant before
+//! etcd acknowledges it. Its fencing token is the key's create revision, durable by
+//! construction.
 //!
-//! * a grant is create-if-absent, all or none for a group hold, labelled with a public
-//!   holder label and a secret [`crate::OwnerToken`];
-//! * release, renew and retire are owner-checked: a stale holder never touches a lease
-//!   that lapsed or passed to another owner;
-//! * fencing tokens strictly increase from one grant to the next within a group;
-//! * [`LeaseStore::changes`] reports grants, releases and lapses of a set of groups.
+//! Both keep the same contract. `lease/tests/contract.rs` checks it against a real Redis
+//! and a real etcd:
 //!
-//! Where the stores differ, they say so: TTLs ([`TtlLimits`]: Redis counts milliseconds,
-//! etcd whole seconds from a minimum), clocks (Redis reports its own clock; etcd has no
-//! clock API, so etcd expiries are this process's clock at grant or renewal), and what a
-//! failover can lose (README, "Which store backs the lock").
+//! * A grant is create-if-absent, and all or none for a group hold.
+//! * A grant is labelled with a public holder label and a secret
+//!   [`OwnerToken`](crate::OwnerToken).
+//! * Release, renew and retire check the owner. A stale holder never touches a lease
+//!   that lapsed or passed to another owner.
+//! * Fencing tokens strictly increase from one grant to the next within a group.
+//! * [`LeaseStore::changes`] reports the grants, releases and lapses of a set of groups.
+//!
+//! Where the stores differ, they say so:
+//!
+//! * TTLs: Redis counts milliseconds, etcd whole seconds from a minimum ([`TtlLimits`]).
+//! * Clocks: Redis reports its own clock. etcd has no clock to ask, so etcd expiries are
+//!   this process's clock at grant or renewal.
+//! * Admissions: only Redis checks a waiting room's admission (`Grant::admission`).
+//! * What a failover can lose: `docs/stores.md`.
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -26,30 +31,21 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::Stream;
 
-use crate::events::LeaseEvent;
-use crate::{Backoff, GroupSnapshot, Lease, LeaseError, LeaseKey};
+use crate::backoff::{self, Backoff};
+use crate::changes::LeaseChange;
+use crate::error::LeaseError;
+use crate::keys::LeaseKey;
+use crate::lease::{Grant, GroupSnapshot, Lease, TtlLimits};
 
-/// A stream of lease changes ([`LeaseStore::changes`]): each item is one grant, release or
-/// lapse. It ends (`None`) when the store's connection is lost: changes made meanwhile are
-/// not replayed, so a consumer re-reads the state ([`LeaseStore::holders`]) and asks for a
-/// new stream.
-pub type LeaseChanges = Pin<Box<dyn Stream<Item = LeaseEvent> + Send>>;
-
-/// The TTLs a store can express: a TTL must be at least `min` and a multiple of `step`.
-/// Redis: `min` = `step` = 1 ms. etcd: `step` = 1 s, `min` = 2 s (etcd raises any shorter
-/// lease to its minimum, 1.5 × the election timeout rounded up: 2 s with the default
-/// 1 s election timeout, so a shorter TTL would silently last longer than asked).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TtlLimits {
-    /// The shortest TTL the store keeps as asked.
-    pub min: Duration,
-    /// The granularity: every TTL must be a whole multiple of it.
-    pub step: Duration,
-}
+/// A stream of lease changes ([`LeaseStore::changes`]). Each item is one grant, release or
+/// lapse. The stream ends (`None`) when the store's connection is lost. Changes made
+/// meanwhile are not replayed. So a consumer re-reads the state ([`LeaseStore::holders`])
+/// and asks for a new stream.
+pub type LeaseChanges = Pin<Box<dyn Stream<Item = LeaseChange> + Send>>;
 
 impl TtlLimits {
-    /// `Ok(())` if `ttl` can be expressed, else [`LeaseError::TtlNotExpressible`] naming the
-    /// store's limits. `store` names the store in the message (`"etcd"`).
+    /// `Ok(())` if the store can express `ttl`. Else [`LeaseError::TtlNotExpressible`],
+    /// naming the store's limits. `store` names the store in the message (`"etcd"`).
     pub fn check(&self, store: &'static str, ttl: Duration) -> Result<(), LeaseError> {
         if ttl >= self.min && ttl.as_nanos().is_multiple_of(self.step.as_nanos()) {
             Ok(())
@@ -82,7 +78,7 @@ pub trait LeaseStore: Send + Sync {
     /// (etcd raises one below its own minimum, etcd#6025), as the store grants it. A
     /// store that does not answer is not judged (`Ok`): each grant checks again.
     /// Errors: [`LeaseError::TtlNotExpressible`] with the limits the store has.
-    async fn check_ttl(&self, ttl: std::time::Duration) -> Result<(), LeaseError> {
+    async fn check_ttl(&self, ttl: Duration) -> Result<(), LeaseError> {
         self.ttl_limits().check(self.name(), ttl)
     }
 
@@ -101,31 +97,29 @@ pub trait LeaseStore: Send + Sync {
         None
     }
 
-    /// Tries once to take leases on every one of `keys` (one group, no name twice) for
-    /// `ttl`, all or none, labelled `holder`, with one owner token and one fencing token
-    /// shared by the returned leases (in the order of `keys`). With `limit = Some(n)`,
-    /// refuses when the holder's live leases in the group plus `keys.len()` exceed `n`.
+    /// Tries once to take every lease `grant` asks for: all or none.
+    ///
+    /// The leases share one owner token and one fencing token. They come back in the
+    /// order of `grant.keys`. With a limit, the store refuses when the holder's live
+    /// leases in the group plus these would exceed it. With an admission, the store
+    /// refuses unless the admission is live.
+    ///
     /// Errors: [`LeaseError::Held`], [`LeaseError::Retired`], [`LeaseError::OverLimit`],
-    /// [`LeaseError::NotOneGroup`], [`LeaseError::TtlNotExpressible`].
-    async fn acquire_all(
-        &self,
-        keys: &[LeaseKey],
-        holder: &str,
-        ttl: Duration,
-        limit: Option<u64>,
-    ) -> Result<Vec<Lease>, LeaseError>;
+    /// [`LeaseError::NotAdmitted`], [`LeaseError::NotOneGroup`],
+    /// [`LeaseError::TtlNotExpressible`], and [`LeaseError::AdmissionUnchecked`] from a
+    /// store that cannot check an admission.
+    async fn acquire_all(&self, grant: &Grant) -> Result<Vec<Lease>, LeaseError>;
 
-    /// Tries once to take the lease on `key` for `ttl`: [`LeaseStore::acquire_all`] with one
-    /// key and no limit.
+    /// Tries once to take the lease on `key` for `ttl`. It is
+    /// [`LeaseStore::acquire_all`] with one key, no limit and no admission.
     async fn acquire(
         &self,
         key: &LeaseKey,
         holder: &str,
         ttl: Duration,
     ) -> Result<Lease, LeaseError> {
-        let mut leases = self
-            .acquire_all(std::slice::from_ref(key), holder, ttl, None)
-            .await?;
+        let grant = Grant::new([key.clone()], holder, ttl);
+        let mut leases = self.acquire_all(&grant).await?;
         Ok(leases.remove(0))
     }
 
@@ -139,7 +133,7 @@ pub trait LeaseStore: Send + Sync {
         ttl: Duration,
         backoff: Backoff,
     ) -> Result<Lease, LeaseError> {
-        crate::backoff::retry_while_held(|| self.acquire(key, holder, ttl), backoff).await
+        backoff::retry_while_held(|| self.acquire(key, holder, ttl), backoff).await
     }
 
     /// Releases `lease` if the caller still owns it (compare-and-delete): `true` if this
@@ -174,14 +168,19 @@ pub trait LeaseStore: Send + Sync {
     async fn owned_by(&self, key: &LeaseKey, holder: &str) -> Result<Option<Lease>, LeaseError>;
 
     /// Releases the live lease on `key` if its holder label is `holder`, whatever its
-    /// owner token: recover-by-holder ([`LeaseStore::owned_by`]) and compare-and-delete
-    /// ([`LeaseStore::release`]) together, for a holder that keeps no copy of its owner
-    /// token (seatlock's buyers: the token never leaves the server, and the server keeps no
-    /// session copy of it). `true` if this call deleted it, `false` (nothing touched) if
-    /// there was no live lease of `holder` on `key`. The default is those two calls, two
-    /// round trips, between which the lease may lapse and pass to another holder: then
-    /// the compare-and-delete finds another owner token and touches nothing. Redis does it
-    /// in one script (`scripts/release_held_by.lua`).
+    /// owner token. `true` if this call deleted it. `false`, touching nothing, if
+    /// `holder` had no live lease on `key`.
+    ///
+    /// This is recover-by-holder ([`LeaseStore::owned_by`]) and compare-and-delete
+    /// ([`LeaseStore::release`]) together. It is for a holder that keeps no copy of its
+    /// owner token. Seatlock's buyers are such holders: the token never leaves the server,
+    /// and the server does not store it. Here the holder label is the check, so the label
+    /// must be authenticated.
+    ///
+    /// The default makes those two calls, two round trips. The lease may lapse between
+    /// them and pass to another holder. The compare-and-delete then finds another owner
+    /// token and touches nothing. Redis does both in one script
+    /// (`scripts/release_held_by.lua`).
     async fn release_held_by(&self, key: &LeaseKey, holder: &str) -> Result<bool, LeaseError> {
         match self.owned_by(key, holder).await? {
             Some(lease) => self.release(&lease).await,
@@ -202,7 +201,7 @@ pub trait LeaseStore: Send + Sync {
     /// Subscribes to the grants, releases and lapses of every group whose name starts
     /// with `group_prefix` (seatlock: `<namespace>:event:`). Returns once subscribed, so
     /// a change made after it returns is in the stream. A group grant is one
-    /// [`LeaseEvent::Acquired`] per resource; renewals are not reported.
+    /// [`LeaseChange::Acquired`] per resource; renewals are not reported.
     async fn changes(&self, group_prefix: &str) -> Result<LeaseChanges, LeaseError>;
 }
 

@@ -1,18 +1,20 @@
-//! Watching a group's leases: every grant and release is published by the same script
-//! that makes it (Redis pub/sub, channel `lease:{group}:~events`), and expiries come from
-//! Redis keyspace notifications (`__keyevent@<db>__:expired`), so a watcher sees every
-//! change without polling.
+//! Watching a group's leases: each grant, release and lapse as a [`LeaseChange`].
 //!
-//! Pub/sub is fire-and-forget: a watcher that disconnects misses messages, so after a
+//! The script that grants or releases a lease also publishes it, on the group's pub/sub
+//! channel `lease:{group}:~events`. Lapses come from Redis keyspace notifications
+//! (`__keyevent@<db>__:expired`). So a watcher sees every change without polling.
+//!
+//! Pub/sub is fire-and-forget. A watcher that disconnects misses messages. After a
 //! reconnect it must re-read the state ([`LeaseStore::holders`](crate::LeaseStore::holders)).
 
+use crate::keys::LeaseKey;
 use crate::keys::events_channel;
 use crate::scripts::parse_holding;
-use crate::{FencingToken, LeaseKey};
+use crate::token::FencingToken;
 
 /// A change to one lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LeaseEvent {
+pub enum LeaseChange {
     /// A grant: who holds `key` now, with which token, until when (Unix ms, Redis clock).
     Acquired {
         /// The resource granted.
@@ -37,13 +39,13 @@ pub enum LeaseEvent {
     },
 }
 
-impl LeaseEvent {
-    /// The lease the event is about.
+impl LeaseChange {
+    /// The lease the change is about.
     pub fn key(&self) -> &LeaseKey {
         match self {
-            LeaseEvent::Acquired { key, .. }
-            | LeaseEvent::Released { key }
-            | LeaseEvent::Expired { key } => key,
+            LeaseChange::Acquired { key, .. }
+            | LeaseChange::Released { key }
+            | LeaseChange::Expired { key } => key,
         }
     }
 }
@@ -146,16 +148,16 @@ pub async fn eviction_risk(
 
 /// Parses one pub/sub message received through [`patterns`] into the change of each
 /// lease it announces: one event for a grant of one resource, a release or an expiry,
-/// one [`LeaseEvent::Acquired`] per resource for a group grant (`acquired-group`, one
+/// one [`LeaseChange::Acquired`] per resource for a group grant (`acquired-group`, one
 /// message from [`LeaseStore::acquire_all`](crate::LeaseStore::acquire_all)), none for anything that is not a
 /// lease event (e.g. the expiry of some other key) or does not parse.
-pub fn parse(channel: &str, payload: &str) -> Vec<LeaseEvent> {
+pub fn parse(channel: &str, payload: &str) -> Vec<LeaseChange> {
     parse_all(channel, payload).unwrap_or_default()
 }
 
-fn parse_all(channel: &str, payload: &str) -> Option<Vec<LeaseEvent>> {
+fn parse_all(channel: &str, payload: &str) -> Option<Vec<LeaseChange>> {
     if channel.starts_with("__keyevent@") {
-        return LeaseKey::from_lease_key(payload).map(|key| vec![LeaseEvent::Expired { key }]);
+        return LeaseKey::from_lease_key(payload).map(|key| vec![LeaseChange::Expired { key }]);
     }
     let group = channel.strip_prefix("lease:{")?.strip_suffix("}:~events")?;
     let (kind, rest) = payload.split_once(' ')?;
@@ -172,7 +174,7 @@ fn parse_all(channel: &str, payload: &str) -> Option<Vec<LeaseEvent>> {
             (names, parts.next()?)
         }
         "released" => {
-            return Some(vec![LeaseEvent::Released {
+            return Some(vec![LeaseChange::Released {
                 key: LeaseKey::new(group, rest).ok()?,
             }]);
         }
@@ -182,7 +184,7 @@ fn parse_all(channel: &str, payload: &str) -> Option<Vec<LeaseEvent>> {
     names
         .into_iter()
         .map(|name| {
-            Some(LeaseEvent::Acquired {
+            Some(LeaseChange::Acquired {
                 key: LeaseKey::new(group, name).ok()?,
                 holder: holding.holder.clone(),
                 fencing_token: holding.fencing_token,
@@ -207,7 +209,7 @@ mod tests {
     #[test]
     fn parses_grants_releases_and_expiries() {
         let key = LeaseKey::new("ns:event:1", "14").unwrap();
-        let acquired = |name: &str| LeaseEvent::Acquired {
+        let acquired = |name: &str| LeaseChange::Acquired {
             key: LeaseKey::new("ns:event:1", name).unwrap(),
             holder: "buyer a".into(),
             fencing_token: FencingToken(42),
@@ -230,11 +232,11 @@ mod tests {
         assert!(parse(&key.events_channel(), "acquired-group 3 14 15").is_empty());
         assert_eq!(
             parse(&key.events_channel(), "released 14"),
-            vec![LeaseEvent::Released { key: key.clone() }]
+            vec![LeaseChange::Released { key: key.clone() }]
         );
         assert_eq!(
             parse("__keyevent@0__:expired", &key.lease_key()),
-            vec![LeaseEvent::Expired { key }]
+            vec![LeaseChange::Expired { key }]
         );
         assert!(parse("__keyevent@0__:expired", "tower:session").is_empty());
         assert!(parse("other", "released 14").is_empty());
