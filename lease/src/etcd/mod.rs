@@ -37,10 +37,11 @@ use etcd_client::{
     TxnOp,
 };
 
-use crate::{
-    FencingToken, Grant, GroupSnapshot, Holding, Lease, LeaseChanges, LeaseError, LeaseKey,
-    LeaseStore, OwnerToken, TtlLimits,
-};
+use crate::error::LeaseError;
+use crate::keys::LeaseKey;
+use crate::lease::{Grant, GroupSnapshot, Holding, Lease, TtlLimits};
+use crate::store::{LeaseChanges, LeaseStore};
+use crate::token::{FencingToken, OwnerToken};
 
 /// How often an idle connection to etcd is pinged (HTTP/2 keep-alive), so a member that
 /// stopped answering is noticed within this plus the store timeout. Not less than etcd's

@@ -8,7 +8,8 @@ use futures_util::StreamExt;
 
 use super::{EtcdStore, now_ms, parse_hold};
 use crate::changes::LeaseChange;
-use crate::{LeaseChanges, LeaseError};
+use crate::error::LeaseError;
+use crate::store::LeaseChanges;
 
 /// A delete this close to the hold's recorded expiry (or later) is reported as a lapse.
 const LAPSE_SLACK_MS: u64 = 500;

@@ -82,7 +82,7 @@ pub(super) fn listening_nodes(nodes: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::redis::cluster::listening_nodes;
 
     #[test]
     fn pubsub_listens_to_every_node_up_and_linked() {

@@ -159,7 +159,7 @@ pub(super) async fn named_primary(rest: &str, timeout: Duration) -> RedisResult<
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::redis::sentinel::{sentinel_client, sentinel_parts};
 
     #[test]
     fn a_sentinel_named_twice_is_asked_once() {
