@@ -11,7 +11,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use lease::changes::LeaseChange;
 use lease::{
-    Grant, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, Watchdog, WatchdogEvent,
+    Grant, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, OwnerToken, Watchdog,
+    WatchdogEvent,
 };
 use rand::Rng;
 
@@ -291,6 +292,25 @@ async fn a_lapsed_lease_passes_on_and_its_holder_is_stale() {
         assert!(!store.renew(&mut alice).await.unwrap());
         assert!(!store.release(&alice).await.unwrap());
         assert!(store.is_held(&bob).await.unwrap());
+    })
+    .await;
+}
+
+/// A grant behind a waiting room is never granted on an admission the store did not
+/// check: Redis checks it (none is live in this group), etcd cannot and says so.
+#[tokio::test]
+async fn an_admission_is_checked_or_refused_never_ignored() {
+    on_both(|store, group| async move {
+        let seat = key(&group, "1");
+        let grant = Grant::new([seat.clone()], "alice", TTL).admission(OwnerToken::random());
+        match store.acquire_all(&grant).await {
+            Err(LeaseError::NotAdmitted) => assert_eq!(store.name(), "redis"),
+            Err(LeaseError::AdmissionUnchecked { store: name }) => {
+                assert_eq!((store.name(), name), ("etcd", "etcd"))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(store.remaining(&seat).await.unwrap(), None);
     })
     .await;
 }
