@@ -25,23 +25,29 @@ const REDIS_TTL_LIMITS: TtlLimits = TtlLimits {
     step: Duration::from_millis(1),
 };
 
-/// The lease client: one Redis connection (multiplexed, reconnecting) plus the fence
-/// ledger. Cheap to share behind an `Arc`; every method is `&self`.
+/// The lease client: one Redis connection plus the fence ledger.
 ///
-/// Its operations are those of [`LeaseStore`] (bring the trait into scope:
-/// `use lease::LeaseStore`). Take a lease with [`acquire`](LeaseStore::acquire) (one try)
-/// or [`acquire_with_backoff`](LeaseStore::acquire_with_backoff) (retried while busy, see
-/// [`Backoff`](crate::Backoff)); keep it with [`renew`](LeaseStore::renew) or hand it to
-/// [`watch`](LeaseClient::watch), whose [`Watchdog`](crate::Watchdog) renews it every
-/// TTL/3; give it back with [`release`](LeaseStore::release) (compare-and-delete). The
-/// crate docs list every operation with its round trips.
+/// The connection is multiplexed and repairs itself. The client is cheap to share behind
+/// an `Arc`. Every method takes `&self`.
+///
+/// Its operations are those of [`LeaseStore`], so bring the trait into scope:
+/// `use lease::LeaseStore`.
+///
+/// * Take a lease with [`acquire`](LeaseStore::acquire), one try.
+/// * Or take it with [`acquire_with_backoff`](LeaseStore::acquire_with_backoff), retried
+///   while busy ([`Backoff`](crate::Backoff)).
+/// * Keep it with [`renew`](LeaseStore::renew). Or hand it to
+///   [`watch`](LeaseClient::watch): a [`Watchdog`](crate::Watchdog) renews it every TTL/3.
+/// * Give it back with [`release`](LeaseStore::release), a compare-and-delete.
+///
+/// The crate docs list every operation with its round trips.
 pub struct LeaseClient<L> {
     redis: RedisStore,
     fence: Fence<L>,
 }
 
 impl<L: FenceLedger> LeaseClient<L> {
-    /// A client over a Redis store (see [`connect`]) and a ledger.
+    /// A client over a Redis store and a ledger. [`connect`] opens the store.
     pub fn new(redis: RedisStore, ledger: L) -> Self {
         LeaseClient {
             redis,
@@ -49,32 +55,34 @@ impl<L: FenceLedger> LeaseClient<L> {
         }
     }
 
-    /// Turns the failover guard on (the default) or off. **Off is for the failover lab
-    /// only** (`seatlock serve --lab-disable-failover-guard`, `make failover`): it lets a
-    /// promoted replica that missed the last grants issue a fencing token again. What the
-    /// guard does and costs: [`FenceLedger`].
+    /// Turns the failover guard on or off. It is on by default.
+    ///
+    /// **Off is for the failover lab only**: `seatlock serve
+    /// --lab-disable-failover-guard`, `make failover`. Off, a promoted replica that
+    /// missed the last grants can issue a fencing token again. [`FenceLedger`] says what
+    /// the guard does and costs.
     pub fn with_failover_guard(mut self, enabled: bool) -> Self {
         self.fence.failover_guard = enabled;
         self
     }
 
-    /// Sets how many tokens one ledger call reserves (default
-    /// [`DEFAULT_BLOCK_SIZE`](crate::DEFAULT_BLOCK_SIZE)). Larger blocks mean fewer ledger
-    /// writes and larger jumps after a Redis loss.
+    /// Sets how many tokens one ledger call reserves. The default is
+    /// [`DEFAULT_BLOCK_SIZE`](crate::DEFAULT_BLOCK_SIZE). Larger blocks mean fewer ledger
+    /// writes, and larger jumps after a Redis loss.
     pub fn with_block_size(mut self, block_size: u64) -> Self {
         self.fence.block_size = block_size.max(1);
         self
     }
 
-    /// The current Redis connection, for callers that want to run their own commands on
-    /// it (a cheap handle).
+    /// The current Redis connection, a cheap handle. It is for callers that run their
+    /// own commands.
     pub fn redis(&self) -> Connection {
         self.redis.connection()
     }
 
-    /// The healing Redis store the leases use, for callers that keep data of their own in
-    /// the same Redis and want each command repaired and timed like the leases' own
-    /// ([`RedisStore::query`]; seatlock keeps its browser sessions there).
+    /// The Redis store the leases use. It is for callers that keep their own data in the
+    /// same Redis. [`RedisStore::query`] repairs and times their commands like the
+    /// leases' own. Seatlock keeps its browser sessions there.
     pub fn store(&self) -> &RedisStore {
         &self.redis
     }
@@ -174,22 +182,22 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         }
     }
 
-    /// Step 3, compare-and-delete (`scripts/release.lua`): deletes the lease only while
-    /// its value is still this caller's owner token, so a holder that paused past its TTL
-    /// cannot delete the lease of whoever took it next. One round trip.
+    /// Step 3, compare-and-delete, in `scripts/release.lua`. It deletes the lease only
+    /// while the key still holds this caller's owner token. So a holder that paused past
+    /// its TTL cannot delete the lease of whoever took it next. One round trip.
     async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
         scripts::release(&self.redis, &lease.key, &lease.owner).await
     }
 
-    /// Recover-by-holder and compare-and-delete in one script
-    /// (`scripts/release_held_by.lua`, ending in `scripts/release.lua`): one round trip.
+    /// Recover-by-holder and compare-and-delete in one script, one round trip.
+    /// `scripts/release_held_by.lua` finds the owner token; `scripts/release.lua` ends it.
     async fn release_held_by(&self, key: &LeaseKey, holder: &str) -> Result<bool, LeaseError> {
         scripts::release_held_by(&self.redis, key, holder).await
     }
 
-    /// Extends `lease` to `lease.ttl()` from now if the caller still owns it
-    /// (compare-and-pexpire, `scripts/renew.lua`) and updates its `expires_at_ms()`. An
-    /// expired key is never recreated. One round trip.
+    /// Extends `lease` to `lease.ttl()` from now, if the caller still owns it. Then it
+    /// updates `expires_at_ms()`. This is a compare-and-pexpire, in `scripts/renew.lua`.
+    /// An expired key is never recreated. One round trip.
     async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {
         let ttl_ms = lease.ttl.as_millis() as u64;
         // The new lease runs from when Redis ran the script, which is after this instant.
@@ -207,34 +215,35 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
                 lease.sent_at = Some(sent_at);
                 Ok(true)
             }
-            // Not ours any more: leave the lease as it was, the caller must stop writing.
+            // Not ours any more. Leave the lease as it was: the caller must stop writing.
             None => Ok(false),
         }
     }
 
-    /// Retires the resource and releases `lease` in one script (`scripts/retire.lua`):
-    /// from then on every acquire of the resource is refused with
-    /// [`LeaseError::Retired`]. For a resource whose fenced write was final (seatlock: a
-    /// sold seat), so that later contenders are turned away by the lock service instead
-    /// of by the resource. Another owner's lease is left as it is, to lapse, be renewed
-    /// or be released: only new grants are refused.
+    /// Retires the resource and releases `lease`, in one script: `scripts/retire.lua`.
+    /// From then on every acquire of the resource is refused with [`LeaseError::Retired`].
     ///
-    /// The retirement is a hint, not a guarantee: it lives in Redis, which can lose it
-    /// (step 5), and it is recorded after the resource's final write, so a contender can
-    /// be granted a lease in between. The resource's own check (the fence, and for a sold
-    /// seat its `NOT sold`) stays what refuses a late write. Idempotent.
+    /// It is for a resource whose fenced write was final, like a sold seat. Later
+    /// contenders are then turned away by the lock service, not by the resource. Another
+    /// owner's lease is left as it is. It may lapse, be renewed or be released. Only new
+    /// grants are refused.
+    ///
+    /// The retirement is a hint, not a guarantee. It lives in Redis, which can lose it
+    /// (step 5). It is recorded after the resource's final write, so a contender can be
+    /// granted a lease in between. The resource's own check still refuses a late write:
+    /// the fence, and for a sold seat its `NOT sold`. Idempotent.
     async fn retire(&self, lease: &Lease) -> Result<bool, LeaseError> {
         scripts::retire(&self.redis, &lease.key, &lease.owner).await
     }
 
-    /// One round trip (`TIME` and `HGETALL` of the holders hash pipelined), whatever the
-    /// number of resources.
+    /// One round trip, whatever the number of resources: `TIME` and `HGETALL` of the
+    /// holders hash, pipelined.
     async fn holders(&self, group: &str) -> Result<GroupSnapshot, LeaseError> {
         Ok(scripts::holders(&self.redis, group).await?)
     }
 
-    /// One script (`scripts/held_by.lua`): the holder's set, each name checked against
-    /// the holders hash.
+    /// One script, `scripts/held_by.lua`. It reads the holder's set, and checks each name
+    /// against the holders hash.
     async fn held_by(&self, group: &str, holder: &str) -> Result<GroupSnapshot, LeaseError> {
         Ok(scripts::held_by(&self.redis, group, holder).await?)
     }
@@ -257,8 +266,8 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
             }))
     }
 
-    /// One `GET`, compared here. Only a check at one instant: the lease can expire right
-    /// after it returns `true`, which is exactly why writes must carry the fencing token.
+    /// One `GET`, compared here. It checks one instant only. The lease can expire right
+    /// after it returns `true`. That is exactly why writes must carry the fencing token.
     async fn is_held(&self, lease: &Lease) -> Result<bool, LeaseError> {
         let get = redis::cmd("GET").arg(lease.key.lease_key()).clone();
         let owner: Option<String> = self.redis.query("is_held", &get).await?;
@@ -272,30 +281,32 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         Ok((pttl >= 0).then(|| Duration::from_millis(pttl as u64)))
     }
 
-    /// `PING` over the client's own connection, repaired like every other request (resent
-    /// once after a dropped connection, replaced after a timeout): health checks then see
-    /// what the leases see.
+    /// `PING` over the client's own connection. It is repaired like every other request.
+    /// So health checks see what the leases see.
     async fn ping(&self) -> Result<(), LeaseError> {
         let _: String = self.redis.query("ping", &redis::cmd("PING")).await?;
         Ok(())
     }
 
-    /// `PSUBSCRIBE` to the groups' event channels and the expiry notifications
-    /// ([`changes::patterns`]; on a cluster, at every node: [`changes::subscribe`]), after turning those on
-    /// ([`changes::enable_expiry_notifications`]; refused by a Redis that refuses `CONFIG`:
-    /// lapses are then not reported). Redis finds lapsed keys by sampling, so a lapse is
-    /// reported up to about a second late unless someone reads the key.
+    /// `PSUBSCRIBE` to the groups' event channels and to the expiry notifications
+    /// ([`changes::patterns`]). On a cluster it subscribes at every node
+    /// ([`changes::subscribe`]).
+    ///
+    /// It first turns expiry notifications on
+    /// ([`changes::enable_expiry_notifications`]). A Redis that refuses `CONFIG` refuses
+    /// that, and lapses are then not reported. Redis finds lapsed keys by sampling. So a
+    /// lapse is reported up to about a second late, unless someone reads the key.
     async fn changes(&self, group_prefix: &str) -> Result<LeaseChanges, LeaseError> {
-        // Refused by a managed Redis: the stream then reports grants and releases only
-        // (the application's live feed checks and reports this itself).
+        // A managed Redis may refuse this. The stream then reports grants and releases
+        // only. The application's live feed checks and reports this itself.
         let _ = changes::enable_expiry_notifications(&mut self.redis()).await;
-        // On a cluster, one connection per node (keyspace notifications are per node).
+        // On a cluster, one connection per node: keyspace notifications are per node.
         let timeout = std::time::Duration::from_secs(2);
         let nodes = self.store().pubsub_nodes().await?;
         let nodes = changes::subscribe(nodes, &format!("{group_prefix}*"), timeout).await?;
         let pubsub =
             futures_util::stream::select_all(nodes.into_iter().map(|n| n.into_on_message()));
-        // Expiry notifications name every key of the server: keep the groups asked for.
+        // Expiry notifications name every key of the server. Keep the groups asked for.
         let prefix = group_prefix.to_owned();
         Ok(Box::pin(pubsub.flat_map(move |msg| {
             let payload: String = msg.get_payload().unwrap_or_default();
@@ -306,16 +317,16 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
     }
 }
 
-/// Opens a lazily connecting Redis store for `url` (`redis://host:port/db`) that heals
-/// its connection ([`RedisStore`]). `timeout` bounds both connecting and each response, so
-/// a lost Redis turns into [`LeaseError::Unavailable`] quickly instead of a hung request.
+/// Opens a [`RedisStore`] for `url`, such as `redis://host:port/db`. It connects lazily,
+/// and repairs its connection. `timeout` bounds connecting and each response. So a lost
+/// Redis turns into [`LeaseError::Unavailable`] quickly, not a hung request.
 pub fn connect(url: &str, timeout: Duration) -> Result<RedisStore, redis::RedisError> {
     RedisStore::open(url, timeout)
 }
 
-/// [`connect`] for async code ([`RedisStore::open_async`]): with a Sentinel URL the
-/// Sentinels are asked without blocking the thread, a hung one passed over, the whole
-/// bounded by `timeout`.
+/// [`connect`] for async code ([`RedisStore::open_async`]). With a Sentinel URL, it asks
+/// the Sentinels without blocking the thread. It passes over a hung one. `timeout`
+/// bounds the whole.
 pub async fn connect_async(url: &str, timeout: Duration) -> Result<RedisStore, redis::RedisError> {
     RedisStore::open_async(url, timeout).await
 }

@@ -59,40 +59,48 @@ impl TtlLimits {
     }
 }
 
-/// A lease store: create-if-absent grants with a TTL, owner-checked release, renew and
-/// retire, fencing tokens, the live leases of a group and a stream of changes. Object
-/// safe: the application keeps an `Arc<dyn LeaseStore>` chosen at start
-/// (`--lease-store-url`). Every method's errors: [`LeaseError::Unavailable`] (Redis) or
-/// `LeaseError::Etcd` (feature `etcd`) when the store does not answer, plus those listed.
+/// A lease store.
+///
+/// It grants leases create-if-absent, with a TTL and a fencing token. It releases, renews
+/// and retires them after checking the owner. It lists a group's live leases, and streams
+/// their changes.
+///
+/// The trait is object safe. The application keeps an `Arc<dyn LeaseStore>`, chosen at
+/// start by `--lease-store-url`. When the store does not answer, every method fails with
+/// [`LeaseError::Unavailable`] (Redis) or `LeaseError::Etcd` (feature `etcd`). Each
+/// method lists its other errors.
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
-    /// The store's name for messages and `/healthz` (`"redis"`, `"etcd"`).
+    /// The store's name, for messages and `/healthz`: `"redis"` or `"etcd"`.
     fn name(&self) -> &'static str;
 
-    /// The TTLs this store can express ([`TtlLimits`]); acquiring with any other TTL is
-    /// refused with [`LeaseError::TtlNotExpressible`] before anything is sent.
+    /// The TTLs this store can express. A grant with any other TTL is refused with
+    /// [`LeaseError::TtlNotExpressible`], before anything is sent.
     fn ttl_limits(&self) -> TtlLimits;
 
-    /// Checks, before any lease is asked for, that a lease of `ttl` lasts `ttl`: within
-    /// [`LeaseStore::ttl_limits`], and, where the store may lengthen a lease silently
-    /// (etcd raises one below its own minimum, etcd#6025), as the store grants it. A
-    /// store that does not answer is not judged (`Ok`): each grant checks again.
-    /// Errors: [`LeaseError::TtlNotExpressible`] with the limits the store has.
+    /// Checks that a lease of `ttl` lasts `ttl`, before any lease is asked for.
+    ///
+    /// The TTL must be within [`LeaseStore::ttl_limits`]. Some stores lengthen a lease
+    /// silently: etcd raises one below its own minimum (etcd#6025). There the check also
+    /// asks the store what it grants. A store that does not answer is not judged: `Ok`.
+    /// Each grant checks again. Errors: [`LeaseError::TtlNotExpressible`], with the
+    /// store's limits.
     async fn check_ttl(&self, ttl: Duration) -> Result<(), LeaseError> {
         self.ttl_limits().check(self.name(), ttl)
     }
 
-    /// Whether a [`GroupSnapshot`]'s `now_ms` and its holdings' expiries are read on one
-    /// clock, the store's (Redis: `TIME` and the expiries it keeps), so that their
-    /// difference is a lease's remaining time. `false` (etcd, which has no clock to ask:
-    /// each expiry is its granting server's reckoning): ask [`LeaseStore::remaining`]
-    /// for a countdown instead.
+    /// Whether a [`GroupSnapshot`]'s `now_ms` and its expiries are read on one clock.
+    ///
+    /// Redis reads both on its own clock: `TIME`, and the expiries it keeps. Their
+    /// difference is then a lease's remaining time. etcd has no clock to ask. Each expiry
+    /// there is the granting server's reckoning, so etcd says `false`. Ask
+    /// [`LeaseStore::remaining`] for a countdown instead.
     fn one_clock(&self) -> bool {
         true
     }
 
-    /// The most resources one group hold may name ([`LeaseError::TooManyKeys`] beyond
-    /// it), or `None` for no limit of the store's own.
+    /// The most resources one grant may name, or `None` for no limit of the store's own.
+    /// A larger grant is refused with [`LeaseError::TooManyKeys`].
     fn max_keys_per_hold(&self) -> Option<usize> {
         None
     }
@@ -123,9 +131,9 @@ pub trait LeaseStore: Send + Sync {
         Ok(leases.remove(0))
     }
 
-    /// [`LeaseStore::acquire`] retried while the lease is held, with jittered exponential
-    /// [`Backoff`] bounded in attempts and time; gives up with the last
-    /// [`LeaseError::Held`].
+    /// [`LeaseStore::acquire`], retried while the lease is held. The waits follow a
+    /// jittered exponential [`Backoff`], bounded in attempts and time. At the bound it
+    /// gives up with the last [`LeaseError::Held`].
     async fn acquire_with_backoff(
         &self,
         key: &LeaseKey,
@@ -136,35 +144,36 @@ pub trait LeaseStore: Send + Sync {
         backoff::retry_while_held(|| self.acquire(key, holder, ttl), backoff).await
     }
 
-    /// Releases `lease` if the caller still owns it (compare-and-delete): `true` if this
-    /// call deleted it, `false` (nothing touched) if it lapsed or passed to another owner.
+    /// Releases `lease` if the caller still owns it: a compare-and-delete. `true` if this
+    /// call deleted it. `false`, touching nothing, if it lapsed or passed to another owner.
     async fn release(&self, lease: &Lease) -> Result<bool, LeaseError>;
 
-    /// Extends `lease` by its TTL from now if the caller still owns it and updates its
-    /// expiry: `true`, or `false` (nothing touched, nothing recreated) if it is gone.
+    /// Extends `lease` by its TTL from now, if the caller still owns it, and updates its
+    /// expiry: `true`. `false` if it is gone: nothing is touched or recreated.
     async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError>;
 
-    /// Retires `lease`'s resource for good (later grants: [`LeaseError::Retired`]) and
-    /// releases `lease` if the caller still owns it; returns whether this call deleted it.
+    /// Retires `lease`'s resource for good: later grants fail with
+    /// [`LeaseError::Retired`]. Also releases `lease` if the caller still owns it. Returns
+    /// whether this call deleted it.
     async fn retire(&self, lease: &Lease) -> Result<bool, LeaseError>;
 
-    /// Every live lease of `group`, with the time of the read (Unix ms: the Redis clock,
-    /// or this process's clock for etcd).
+    /// Every live lease of `group`, with the time of the read in Unix ms. The time is on
+    /// the Redis clock, or on this process's clock for etcd.
     async fn holders(&self, group: &str) -> Result<GroupSnapshot, LeaseError>;
 
-    /// The live leases of `holder` in `group` (seatlock: one buyer's holds, on every page
-    /// view), with the time of the read as in [`LeaseStore::holders`]. The default reads
-    /// the whole group and keeps `holder`'s; Redis reads only the holder's set
-    /// (`scripts/held_by.lua`): one script, whatever the group's size.
+    /// The live leases of `holder` in `group`, with the time of the read. In seatlock,
+    /// these are one buyer's holds, read on every page view. The default reads the whole
+    /// group and keeps `holder`'s. Redis reads only the holder's set, in one script
+    /// (`scripts/held_by.lua`), whatever the group's size.
     async fn held_by(&self, group: &str, holder: &str) -> Result<GroupSnapshot, LeaseError> {
         let mut snapshot = self.holders(group).await?;
         snapshot.holdings.retain(|h| h.holder == holder);
         Ok(snapshot)
     }
 
-    /// The live lease on `key` if its holder label is `holder`, owner token included
-    /// (recover-by-holder: for a holder that lost its copy of the owner token). Its `ttl`
-    /// is its remaining time.
+    /// The live lease on `key` if its holder label is `holder`, owner token included.
+    /// This is recover-by-holder, for a holder without a copy of its owner token. The
+    /// lease's `ttl` is its remaining time.
     async fn owned_by(&self, key: &LeaseKey, holder: &str) -> Result<Option<Lease>, LeaseError>;
 
     /// Releases the live lease on `key` if its holder label is `holder`, whatever its
@@ -191,22 +200,22 @@ pub trait LeaseStore: Send + Sync {
     /// Whether `lease` is still held by its owner, at one instant.
     async fn is_held(&self, lease: &Lease) -> Result<bool, LeaseError>;
 
-    /// The remaining time of the lease on `key`, or `None` if there is none (etcd: whole
-    /// seconds, rounded down by the server).
+    /// The remaining time of the lease on `key`, or `None` if there is none. etcd counts
+    /// it in whole seconds, rounded down.
     async fn remaining(&self, key: &LeaseKey) -> Result<Option<Duration>, LeaseError>;
 
     /// One round trip to the store, for health checks.
     async fn ping(&self) -> Result<(), LeaseError>;
 
     /// Subscribes to the grants, releases and lapses of every group whose name starts
-    /// with `group_prefix` (seatlock: `<namespace>:event:`). Returns once subscribed, so
-    /// a change made after it returns is in the stream. A group grant is one
-    /// [`LeaseChange::Acquired`] per resource; renewals are not reported.
+    /// with `group_prefix`. In seatlock the prefix is `<namespace>:event:`. It returns
+    /// once subscribed. So a change made after it returns is in the stream. A group grant
+    /// is one [`LeaseChange::Acquired`] per resource. Renewals are not reported.
     async fn changes(&self, group_prefix: &str) -> Result<LeaseChanges, LeaseError>;
 }
 
-/// `Ok(())` if `keys` can be one group hold: at least one key, all of one group, no name
-/// twice; else [`LeaseError::NotOneGroup`].
+/// `Ok(())` if `keys` can be one grant: at least one key, all of one group, no name
+/// twice. Else [`LeaseError::NotOneGroup`].
 pub(crate) fn check_one_group(keys: &[LeaseKey]) -> Result<(), LeaseError> {
     let one_group = keys.first().is_some_and(|first| {
         keys.iter().all(|k| k.group() == first.group())

@@ -1,12 +1,13 @@
--- acquire.lua: steps 1, 2 and 4, and the Redis side of step 5, in one atomic script:
--- grants leases on one or more resources of ONE group, all or none, under ONE owner
--- token and ONE fencing token, and records each holding. One resource is the ordinary
--- acquire; several are a group hold (seatlock: four seats together). The script runs
--- alone on the server and touches one slot (every key carries the group's hash tag), so
--- callers racing for overlapping resources cannot each get a part, nor deadlock: nothing
--- is locked one by one. The steps and the key layout: the crate docs (lease/src/lib.rs);
--- the fence block and the failover guard: FenceLedger (lease/src/fence.rs). Preceded by
--- server_identity.lua and now_ms.lua (scripts.rs).
+-- acquire.lua: steps 1, 2 and 4, and the Redis side of step 5, in one atomic script.
+-- It grants leases on one or more resources of ONE group, all or none.
+-- All of them get ONE owner token and ONE fencing token.
+-- One resource is the ordinary acquire. Several are a group hold, like four seats.
+-- The script runs alone on the server, and touches one slot.
+-- So callers racing for the same resources cannot each get a part.
+-- Nothing is locked one by one, so nothing can deadlock.
+-- The steps and the key layout are in lease/src/lib.rs.
+-- The fence block and the failover guard are on FenceLedger, in lease/src/fence.rs.
+-- scripts.rs runs server_identity.lua and now_ms.lua first.
 --
 -- KEYS[1]  fence hash     lease:{group}:~fence    fields counter, ceiling, server
 -- KEYS[2]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>"
@@ -26,11 +27,11 @@
 --          "acquired <name> <token> <expires_at_ms> <holder>", of N > 1 as
 --          "acquired-group <N> <name 1> … <name N> <token> <expires_at_ms> <holder>"
 -- ARGV[5]  the reservation marker's TTL in milliseconds
--- ARGV[6]  limit: the most leases the holder may have in the group at once, this grant
---          included; 0 for none (then the holder's set is not counted)
--- ARGV[7]  1: failover guard on; 0: off (lab only: `--lab-disable-failover-guard`)
+-- ARGV[6]  limit: the most leases the holder may have in the group, this grant
+--          included. 0: no limit, and the holder's set is not counted.
+-- ARGV[7]  1: failover guard on. 0: off, in the failover lab only.
 -- ARGV[8]  admission: the owner token of the holder's admission to the waiting room
---          (room/arrive.lua), which must be live for anything to be granted; '' for none
+--          (room/arrive.lua). It must be live for anything to be granted. '': no room.
 -- ARGV[8+i]  the resource name of KEYS[6+i]
 --
 -- Reply {status, a, b, holder, name}:
@@ -45,10 +46,10 @@
 --   {'over_limit', held, limit, '', ''}  the holder has `held` live leases in the group;
 --                                      N more would pass `limit`: nothing granted or
 --                                      written
---   {'needs_block', 0, 0, '', ''}      no token left below the ceiling, or (guard on)
---                                      the block was installed on another server; only
---                                      the reservation marker was written: reserve a
---                                      block, install it, and call again
+--   {'needs_block', 0, 0, '', ''}      the counter reached the ceiling: no token left.
+--                                      Or, guard on, another server installed the block.
+--                                      Only the reservation marker was written. Reserve
+--                                      a block, install it, and call again.
 local fence_key, holders_key, reservation_key = KEYS[1], KEYS[2], KEYS[3]
 local retired_key, held_by_key, admitted_key = KEYS[4], KEYS[5], KEYS[6]
 local owner, ttl_ms, holder, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
@@ -60,7 +61,8 @@ for i = 1, #KEYS - 6 do
 end
 local n = #names
 
--- A holders-hash entry, split: fencing token, expiry (Unix ms), holder label; nil if none.
+-- A holders-hash entry, split: fencing token, expiry in Unix ms, holder label.
+-- nil if there is none.
 local function holding(name)
   local entry = redis.call('HGET', holders_key, name) or ''
   return string.match(entry, '^(%d+) (%d+) (.*)$')
@@ -68,11 +70,12 @@ end
 
 local now = now_ms()
 
--- The waiting room's gate, first: the admission must be live now, on this clock, in the
--- same atomic step as the grant, so that no lapse or leave slips in between the check
--- and the SET; and before anything else is looked at, so that a buyer not admitted
--- learns nothing of who holds what. Once granted, a hold keeps its own TTL and fence:
--- the admission gates taking seats, not keeping or buying them.
+-- The waiting room's gate comes first. The admission must be live now, on this clock.
+-- The check and the SET are one atomic step, so no lapse slips in between.
+-- It runs before anything else is read.
+-- So a holder not admitted learns nothing of who holds what.
+-- A granted lease keeps its own TTL and fence.
+-- The admission gates taking leases, not keeping them.
 if admission ~= '' then
   local admitted_until = redis.call('ZSCORE', admitted_key, admission)
   if not admitted_until or tonumber(admitted_until) <= now then
@@ -80,15 +83,15 @@ if admission ~= '' then
   end
 end
 
--- Retired next: a sold seat is refused for good, whoever holds it now.
+-- Retired keys next. A retired key is refused for good, whoever holds it now.
 for i = 1, n do
   if redis.call('SISMEMBER', retired_key, names[i]) == 1 then
     return {'retired', 0, 0, '', names[i]}
   end
 end
 
--- Step 1, create-if-absent, checked for the whole group before anything is written (all
--- or none): who holds each key now?
+-- Step 1, create-if-absent. Who holds each key now?
+-- The whole group is checked before anything is written: all or none.
 local ours, other, first_ours = 0, nil, nil
 for i, key in ipairs(lease_keys) do
   local value = redis.call('GET', key)
@@ -99,14 +102,14 @@ for i, key in ipairs(lease_keys) do
     other = other or i
   end
 end
--- Every key already holds our owner token: this request was sent twice (its connection
--- dropped before the reply), so answer with the grant it made.
+-- Every key already holds our owner token. So this request was sent twice:
+-- its connection dropped before the reply. Answer with the grant it made.
 if ours == n then
   local token, expires = holding(names[1])
   if token then return {'granted', tonumber(token), tonumber(expires), '', ''} end
 end
--- Held by another owner, or by us for only part of the group (a partial lapse), which
--- is refused like any other hold.
+-- A key held by another owner refuses the grant.
+-- So does a group we hold only in part, after some keys lapsed.
 local blocker = other or first_ours
 if blocker then
   local _, _, by = holding(names[blocker])
@@ -114,10 +117,9 @@ if blocker then
   return {'held', pttl, 0, by or '', names[blocker]}
 end
 
-
--- The per-holder limit, counted in the same script so that two concurrent requests
--- cannot both pass it. Names that lapsed or passed to another holder are pruned as
--- they are counted.
+-- The per-holder limit is counted in this same script.
+-- So two concurrent requests cannot both pass it.
+-- Names that lapsed or passed to another holder are pruned as they are counted.
 if limit > 0 then
   local held = 0
   for _, name in ipairs(redis.call('SMEMBERS', held_by_key)) do
@@ -133,9 +135,10 @@ if limit > 0 then
   end
 end
 
--- Step 5, the fence block and the failover guard: issue a token only below the ceiling
--- the durable ledger reserved and, guard on, only from a block this very server
--- installed. Otherwise leave a marker naming this server and ask the client for a block.
+-- Step 5: tokens come from a block the durable ledger reserved.
+-- The counter may rise up to the ceiling, and not past it.
+-- With the guard on, the block must also be one this very server installed.
+-- Otherwise leave a marker naming this server, and ask the client for a block.
 local counter = tonumber(redis.call('HGET', fence_key, 'counter') or '0')
 local ceiling = tonumber(redis.call('HGET', fence_key, 'ceiling') or '0')
 local identity = guard and server_identity() or ''
@@ -145,15 +148,17 @@ if counter >= ceiling or foreign then
   return {'needs_block', 0, 0, '', ''}
 end
 
--- Steps 1 and 2, the article's `SET lock:14C owner NX PX ttl`: each key is created only
--- if absent, with its lease. The checks above found every key absent and nothing runs
--- in between, so every SET succeeds; the assert says so instead of assuming it.
+-- Steps 1 and 2, the article's `SET lock:14C owner NX PX ttl`.
+-- NX creates each key only if it is absent. PX gives it its lease.
+-- The checks above found every key absent, and nothing runs in between.
+-- So every SET succeeds. The assert says so instead of assuming it.
 for _, key in ipairs(lease_keys) do
   assert(redis.call('SET', key, owner, 'NX', 'PX', ttl_ms), 'lease key created concurrently')
 end
 
--- Step 4: the next fencing token, one for the whole grant, recorded beside each lease
--- (with its expiry and holder) for readers of the group and for a resent request.
+-- Step 4: the next fencing token, one for the whole grant.
+-- It is recorded beside each lease, with the expiry and the holder.
+-- Readers of the group use the record, and so does a resent request.
 local token = redis.call('HINCRBY', fence_key, 'counter', 1)
 local expires = now + ttl_ms
 local entry = string.format('%d %d %s', token, expires, holder)
@@ -161,15 +166,15 @@ for _, name in ipairs(names) do
   redis.call('HSET', holders_key, name, entry)
 end
 
--- Record the grant in the holder's set, which the limit counts and held_by.lua reads (a
--- holder's own leases without reading the whole group); it lives as long as its
--- longest grant.
+-- Record the grant in the holder's set. The limit counts it.
+-- held_by.lua reads it, to list one holder's leases without reading the whole group.
+-- The set lives as long as its longest grant.
 redis.call('SADD', held_by_key, unpack(names))
 if redis.call('PTTL', held_by_key) < ttl_ms then
   redis.call('PEXPIRE', held_by_key, ttl_ms)
 end
 
--- Tell the group's watchers (events.rs parses these).
+-- Tell the group's watchers. changes.rs parses these messages.
 if n == 1 then
   redis.call('PUBLISH', channel, 'acquired ' .. names[1] .. ' ' .. entry)
 else
