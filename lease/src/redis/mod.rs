@@ -4,11 +4,24 @@
 //!
 //! * `redis://host:port/db`: one server.
 //! * `redis+sentinel://host:port,host:port/<master name>`: the primary the Sentinels
-//!   name. The store follows a failover (`sentinel.rs`).
-//! * `redis+cluster://host:port,host:port`: a Redis Cluster (`cluster.rs`).
+//!   name.
+//! * `redis+cluster://host:port,host:port`: any nodes of a Redis Cluster.
 //!
-//! Each request is one round trip, timed, and repaired when its connection fails
-//! (`connection.rs`).
+//! Each request is one round trip, timed under its operation's name. The store repairs
+//! what redis-rs does not, each in its own file:
+//!
+//! * **A dropped connection** (`connection.rs`). A managed Redis, a NAT or a proxy may
+//!   close an idle connection. The request that finds it closed is sent once more. Every
+//!   script of this crate is safe to run twice.
+//! * **A connection that stopped answering** (`connection.rs`). After a timeout the store
+//!   replaces the connection. The timed-out request is not sent again.
+//! * **A Sentinel failover** (`sentinel.rs`). The store asks every Sentinel, and follows
+//!   the primary a majority names. It asks every [`SENTINEL_POLL`], and at once after an
+//!   error a failover causes. So it also leaves an old primary cut off by a partition.
+//! * **A Cluster's moves and failovers** (`cluster.rs`). redis-rs's cluster connection
+//!   follows `MOVED` and `ASK`, and resends on `TRYAGAIN` and `CLUSTERDOWN`. Each script
+//!   touches one group's hash tag, so it runs on one slot's master. Pub/sub is per node:
+//!   see [`RedisStore::pubsub_nodes`]. `docs/cluster.md` explains the design.
 
 mod cluster;
 mod connection;
@@ -35,7 +48,7 @@ pub const SENTINEL_SCHEME: &str = "redis+sentinel://";
 /// The URL scheme that names nodes of a Redis Cluster: `redis+cluster://host:port,host:port`.
 pub const CLUSTER_SCHEME: &str = "redis+cluster://";
 
-/// One logical Redis connection that heals: see the module docs.
+/// One logical Redis connection that repairs itself, as the module docs say.
 pub struct RedisStore {
     /// The server and the connection to it, shared with the Sentinel poll.
     current: Arc<Current>,
@@ -44,21 +57,19 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// A store over the Redis at `url`: `redis://host:port/db`, connected lazily (nothing
-    /// is sent until the first request), or `redis+sentinel://host:port,host:port/<master
-    /// name>`, whose primary is asked of the Sentinels now (a blocking question, once)
-    /// and again after a failover (see the module docs). `timeout` bounds connecting and
-    /// every response. Errors: a malformed URL; with Sentinels, none of them naming a
-    /// reachable primary.
+    /// A store over the Redis at `url`. `timeout` bounds connecting and every response.
     ///
-    /// With Sentinels, the blocking question has no bound: redis-rs's blocking client
-    /// sets no read timeout, so a Sentinel or a primary that hangs (a stopped process
-    /// whose port still accepts) blocks the calling thread until it wakes. Async code
-    /// calls [`RedisStore::open_async`].
+    /// * `redis://host:port/db` connects lazily: nothing is sent until the first request.
+    /// * `redis+sentinel://host:port,host:port/<master name>` asks the Sentinels for the
+    ///   primary now, in one blocking question. It asks again after a failover.
+    /// * `redis+cluster://host:port,host:port` connects lazily too, in the caller's Tokio
+    ///   runtime. Outside one, it is an error.
     ///
-    /// `redis+cluster://host:port,host:port` names nodes of a Redis Cluster (see the
-    /// module docs): connected lazily too, in the Tokio runtime of the caller (an error
-    /// outside one).
+    /// With Sentinels, the blocking question has no bound. redis-rs's blocking client
+    /// sets no read timeout. So a Sentinel or a primary that hangs blocks the calling
+    /// thread until it wakes. Async code calls [`RedisStore::open_async`].
+    ///
+    /// Errors: a malformed URL. With Sentinels, none of them naming a reachable primary.
     pub fn open(url: &str, timeout: Duration) -> RedisResult<Self> {
         if let Some(rest) = url.strip_prefix(CLUSTER_SCHEME) {
             let (client, cluster) = cluster::client(rest, timeout)?;
@@ -170,9 +181,10 @@ impl RedisStore {
             .collect()
     }
 
-    /// Runs one request (`request` is given a connection and may be called twice),
-    /// records its latency under `op`, and repairs the connection as the module docs
-    /// say: once more after a dropped connection, a new connection after a timeout.
+    /// Runs one request and records its latency under `op`. `request` is given a
+    /// connection, and may be called twice. The connection is repaired as the module
+    /// docs say: once more after a dropped connection, a new connection after a timeout,
+    /// the new primary after a Sentinel failover.
     pub(crate) async fn round_trip<T, F, Fut>(&self, op: &'static str, request: F) -> RedisResult<T>
     where
         F: Fn(Connection) -> Fut,
@@ -219,10 +231,10 @@ impl RedisStore {
         .await
     }
 
-    /// Runs `command` as one round trip, repaired as the module docs say (sent once more
-    /// after a dropped connection, so give it only a command that is safe to run twice;
-    /// a new connection after a timeout) and timed under `op` in
-    /// [`telemetry::REDIS_ROUND_TRIP_SECONDS`]. Errors: Redis's, or the timeout.
+    /// Runs `command` as one round trip, timed under `op` in
+    /// [`telemetry::REDIS_ROUND_TRIP_SECONDS`]. It is repaired as the module docs say. It
+    /// may be sent once more after a dropped connection. So give it only a command that
+    /// is safe to run twice. Errors: Redis's, or the timeout.
     pub async fn query<T: FromRedisValue>(
         &self,
         op: &'static str,

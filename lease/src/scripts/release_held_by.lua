@@ -1,9 +1,11 @@
--- release_held_by.lua: step 3 for a holder that keeps no copy of its owner token (a web
--- server whose buyers must never see it, and which keeps no session copy of it either:
--- seatlock's release). Finds the lease's owner token, checks that the lease's recorded
--- holder is the caller, and ends in release.lua's compare-and-delete (scripts.rs appends
--- it) with that owner token, all in one atomic script: the lease cannot pass to another
--- holder between the check and the delete.
+-- release_held_by.lua: step 3 for a holder that keeps no copy of its owner token.
+-- Seatlock's release is one: its buyers never see the token, and the server stores none.
+-- The script checks that the lease's recorded holder is the caller.
+-- That check is what protects the lease here.
+-- It then reads the owner token and ends in release.lua's compare-and-delete.
+-- scripts.rs appends release.lua. With the token just read, the compare always holds.
+-- All of it is one atomic script, so the lease cannot pass to another holder between
+-- the check and the delete.
 --
 -- KEYS[1]  lease key      lease:{group}:<name>
 -- KEYS[2]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>"
