@@ -7,7 +7,7 @@
 //! | [`REDIS_ROUND_TRIP_SECONDS`] | histogram, seconds | `op` | one Redis round trip of this crate, request to reply |
 //! | [`RENEWALS_TOTAL`] | counter | `result` = `renewed` / `not_owner` | [`LeaseStore::renew`](crate::LeaseStore::renew) calls that reached Redis |
 //! | [`WATCHDOG_LOSSES_TOTAL`] | counter | | watchdogs that reported [`crate::WatchdogEvent::Lost`] |
-//! | [`REDIS_REPAIRS_TOTAL`] | counter | `repair` = `resent` / `replaced` | requests sent again after a dropped connection; connections replaced after a timeout |
+//! | [`REDIS_REPAIRS_TOTAL`] | counter | `repair` = `resent` / `replaced` / `new_primary` / `new_primary_polled` | requests sent again after a dropped connection; connections replaced after a timeout; moves to a new primary |
 //! | [`STALE_RESERVATIONS_TOTAL`] | counter | | fence blocks refused at install because Redis lost its data after they were reserved (reserved again) |
 //! | [`LOCK_WAIT_SECONDS`] | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time [`LeaseStore::acquire_with_backoff`](crate::LeaseStore::acquire_with_backoff) spent from its first try to its answer |
 //!
@@ -25,8 +25,10 @@ pub const REDIS_ROUND_TRIP_SECONDS: &str = "lease_redis_round_trip_seconds";
 pub const RENEWALS_TOTAL: &str = "lease_renewals_total";
 /// Counter: watchdogs that found their lease gone (or Redis unreachable for a whole TTL).
 pub const WATCHDOG_LOSSES_TOTAL: &str = "lease_watchdog_losses_total";
-/// Counter, label `repair` (`resent`: a request sent again after its connection was
-/// dropped; `replaced`: a connection replaced after a timeout): see [`crate::store`].
+/// Counter, label `repair`: `resent`, a request sent again after its connection was
+/// dropped; `replaced`, a connection replaced after a timeout; `new_primary` and
+/// `new_primary_polled`, a move to the primary the Sentinels name, after an error or by
+/// the poll. See [`crate::redis`].
 pub const REDIS_REPAIRS_TOTAL: &str = "lease_redis_repairs_total";
 /// Counter: fence blocks refused at install because Redis lost its data after the
 /// reservation began (the reservation marker was gone); the acquire reserved again.

@@ -26,7 +26,7 @@ use redis::{Client, Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use super::sentinel::{SENTINEL_POLL, Sentinels};
 use crate::telemetry;
 
-/// A connection a [`RedisStore`] hands out (a cheap handle, like redis-rs's own): to one
+/// A connection a [`RedisStore`](super::RedisStore) hands out (a cheap handle, like redis-rs's own): to one
 /// server, or to a Redis Cluster, which sends each command to the master of its key's
 /// slot. Both are multiplexed and reconnect by themselves; run commands on it with
 /// `query_async` or redis-rs's `AsyncCommands`.
