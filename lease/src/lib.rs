@@ -15,7 +15,7 @@
 //! * `keys.rs`: [`LeaseKey`], a resource in a group, and the Redis keys it uses.
 //! * `lease.rs`: a [`Grant`] asks for leases; a [`Lease`] is what the holder gets.
 //! * `store.rs`: the [`LeaseStore`] trait, what the application asks of a lease store.
-//! * `client.rs`: [`LeaseClient`], the Redis lease store. Each operation is one script.
+//! * `client.rs`: [`LeaseClient`], the Redis lease store. Each operation is one round trip.
 //! * `scripts.rs` and `scripts/`: the Lua scripts. `acquire.lua` holds the `SET … NX PX`.
 //! * `fence.rs`: the fence ledger that keeps fencing tokens rising across a Redis loss.
 //! * `watchdog.rs`: the [`Watchdog`], which renews a lease while its holder works.
