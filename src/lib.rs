@@ -32,6 +32,7 @@ pub mod seats;
 pub mod seed;
 pub mod state;
 pub(crate) mod telemetry;
+pub mod venue;
 pub mod waiting_room;
 
 /// The migrations in `migrations/`, embedded: `seatlock migrate` and every test database

@@ -998,7 +998,7 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
         .query_async(&mut redis)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + 4 * seatlock::seats::live::CONVERGE_INTERVAL;
+    let deadline = tokio::time::Instant::now() + 4 * seatlock::venue::live::CONVERGE_INTERVAL;
     loop {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -1014,10 +1014,10 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
 
 /// The page at `url` as `buyer` gets it once it contains `wanted`. An event's pages are
 /// built on its board, shared by every view and read again once it is
-/// [`BOARD_TTL`](seatlock::seats::board::BOARD_TTL) old, so a change made by another
+/// [`BOARD_TTL`](seatlock::venue::board::BOARD_TTL) old, so a change made by another
 /// buyer (or straight in the database) shows within that; panics after five times it.
 async fn page_showing(buyer: &mut HttpBuyer, url: &str, wanted: &str) -> String {
-    let deadline = tokio::time::Instant::now() + 5 * seatlock::seats::board::BOARD_TTL;
+    let deadline = tokio::time::Instant::now() + 5 * seatlock::venue::board::BOARD_TTL;
     loop {
         let body = buyer.get(url).await.unwrap().body;
         if body.contains(wanted) {

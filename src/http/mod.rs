@@ -14,6 +14,7 @@ pub mod detached;
 pub mod error;
 pub mod headers;
 pub mod health;
+pub mod ids;
 pub mod proxy;
 pub mod serve;
 pub mod sessions;
