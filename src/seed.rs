@@ -6,7 +6,7 @@
 //! A venue file names price zones and sections; a section lists row groups, each a range
 //! of row labels (`"A-M"`, `"AA-DD"` or `"1-20"`) with the same seat blocks (`[8, 16, 8]`:
 //! 32 seats numbered 1 to 32 left to right, with an aisle after seats 8 and 24) and zone.
-//! Where things are (issue 29): the venue's `map` (size, outline, stage) and each
+//! Where things are: the venue's `map` (size, outline, stage) and each
 //! section's `shape`, in metres ([`crate::venue::layout`], checked before anything is
 //! written), and each section's wheelchair places and companion seats (`access`).
 

@@ -585,9 +585,9 @@ async fn concurrent_holds_from_one_session_can_all_be_bought() {
     }
 }
 
-/// Makes the session's copy of `stale`'s hold stale: a confirm of `other` that takes a
-/// while (the payment) loaded the session before `stale` was released and held again,
-/// and saves its old copy when it ends.
+/// Holds `stale` and `other`, then releases `stale` and holds it again while a slow
+/// confirm of `other` runs in another tab. The hold of `stale` is now a new grant. A copy
+/// of the first one, kept anywhere, would be stale.
 async fn stale_copy(app: &TestApp, a: &mut HttpBuyer, event: i64, stale: i64, other: i64) {
     for seat in [stale, other] {
         let held = a.seat_action(&app.address, event, seat, "hold").await;
@@ -596,7 +596,7 @@ async fn stale_copy(app: &TestApp, a: &mut HttpBuyer, event: i64, stale: i64, ot
     let tab = a.another_tab(Default::default());
     let url = format!("{}/events/{event}/seats/{other}/confirm", app.address);
     let slow = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(300)).await; // the confirm has loaded the session
+    tokio::time::sleep(Duration::from_millis(300)).await; // the confirm has started
     for action in ["release", "hold"] {
         let reply = a.seat_action(&app.address, event, stale, action).await;
         assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER, "{action}");
@@ -605,7 +605,7 @@ async fn stale_copy(app: &TestApp, a: &mut HttpBuyer, event: i64, stale: i64, ot
 }
 
 #[tokio::test]
-async fn a_stale_hold_in_the_session_is_refreshed_from_redis_for_release_and_confirm() {
+async fn release_and_confirm_act_on_the_live_lease_after_the_hold_was_granted_again() {
     let app = TestApp::builder()
         .with(|s| s.payment_delay_ms = 1_500)
         .spawn()

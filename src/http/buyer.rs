@@ -10,11 +10,11 @@
 //!   Redis and never reach the browser, nor a session.
 //! * **What the browser remembers.** Each hold also leaves a signed cookie naming the seat
 //!   ([`Buyer::remember_hold`]; the buyer's id and the seat, no token), so a confirm that
-//!   finds no live lease can tell a hold that lapsed (409 `hold_expired`) from a seat the
+//!   finds no live lease can tell a hold that lapsed (409 `expired`) from a seat the
 //!   buyer never held (403). It decides nothing else: Redis says who holds what.
 //! * **A look writes nothing lasting.** A first visit mints an id and sets the cookie
 //!   (kept by the browser, not by any store); a session exists only once the buyer names
-//!   themselves (`POST /me`). Crawlers and cookie-dropping bots cost no store memory.
+//!   themselves (`POST /me`, [`crate::profile::routes`]). Crawlers and cookie-dropping bots cost no store memory.
 //! * **A rename is one write.** The name goes into the session, whose id is rotated
 //!   (session fixation); the buyer's id does not change, so a request in flight across a
 //!   rename neither brings the old session back (it never writes the session) nor turns

@@ -35,11 +35,11 @@ use crate::waiting_room;
 /// again.
 const PICKS: usize = 5;
 
-/// After a collision, how many of the best blocks left the next pick is drawn from, at
-/// random, multiplied by this after each further collision (16, 256, 4096...): buyers
-/// who asked in the same instant all picked the same best block and all but one
-/// collided; picking the next best again, they would all collide again (a thundering
-/// herd), so they spread, the wider the more they collide, as a backoff spreads in time.
+/// After a collision, the next pick is drawn at random among this many of the best
+/// blocks left, multiplied by it after each further collision: 16, 256, 4096. Buyers
+/// who asked in the same instant all picked the same best block, and all but one
+/// collided. Picking the next best again, they would all collide again: a thundering
+/// herd. So they spread, the wider the more they collide, as a backoff spreads in time.
 const SPREAD: usize = 16;
 
 /// The seats best available held: their leases (one owner token, one fencing token), in
@@ -58,6 +58,7 @@ pub struct HeldBlock {
 /// block that someone else took meanwhile is picked again, up to `PICKS` times. Each
 /// time the holds are read again ([`crate::venue::board::Boards::held_since`]), and the
 /// pick is drawn at random among more of the best blocks left (`SPREAD`).
+///
 /// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
 /// event started, no such block ([`Refusal::NoBlock`]), only blocks that would strand a
 /// seat ([`Refusal::StrandsSeat`]), the buyer's limit ([`Refusal::SeatLimit`]), or taken

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::SeatRef;
+use crate::live::NOTIFY_CHANNEL;
 use crate::profile::BuyerProfile;
 
 /// A seat's sale state for one event, read when a purchase is refused to say why.
@@ -100,11 +101,11 @@ pub enum Sale {
 /// Runs inside the caller's transaction so that the caller can check in Redis that the
 /// hold is still its own before committing (see [`super::purchase::confirm`]).
 ///
-/// An equal token is accepted (`<=`), from any holder, on purpose (issue 15): with the
-/// lease store's failover guard a token names one grant, so an equal token is the same
-/// holder's (a group hold sells four seats under one token); and a seat is written once
-/// (`NOT sold`), so even a token repeated by a failover without the guard (lab only)
-/// cannot sell it twice. See docs/failover.md.
+/// An equal token is accepted (`<=`), from any holder, on purpose. With the lease
+/// store's failover guard, a token names one grant. So an equal token is the same
+/// holder's: a group hold sells four seats under one token. And a seat is written once
+/// (`NOT sold`). So even a token repeated by a failover without the guard, in the lab
+/// only, cannot sell it twice. See docs/failover.md.
 pub async fn sell(
     tx: &mut PgConnection,
     seat: SeatRef,
@@ -129,7 +130,7 @@ pub async fn sell(
               WHERE payments.idempotency_key = $6 AND payments.status = 'authorized'
           RETURNING payments.order_id)
          SELECT id, EXISTS (SELECT 1 FROM captured) AS captured,
-                pg_notify('seatlock_live', json_build_object(
+                pg_notify($8, json_build_object(
                     'topic', 'event:' || event_id, 'event', 'seat',
                     'data', json_build_object('seat', seat_id, 'state', 'sold'))::text),
                 set_config('idle_in_transaction_session_timeout', $7, true)
@@ -142,6 +143,7 @@ pub async fn sell(
     .bind(&buyer.name)
     .bind(payment_key)
     .bind(idle_bound.as_millis().max(1).to_string())
+    .bind(NOTIFY_CHANNEL)
     .fetch_optional(tx)
     .await?;
     Ok(match row {
