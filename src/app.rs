@@ -17,17 +17,12 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
 use crate::config::{PurchaseStrategy, Settings};
-use crate::http::{buyer, csrf, deadline, health};
+use crate::http::sessions::SessionRedis;
+use crate::http::{buyer, csrf, deadline, health, sessions};
 use crate::ledger::PgFenceLedger;
-use crate::state::{AppState, RoomStore, SessionRedis, Shared};
+use crate::state::{AppState, RoomStore, Shared};
 use crate::telemetry;
-use crate::{auction, events, live, orders, racelab, seats, waiting_room};
-
-/// The name of the session cookie; its value is the session id, nothing else.
-pub const SESSION_COOKIE: &str = "seatlock.sid";
-
-/// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
-pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
+use crate::{auction, events, live, orders, profile, racelab, seats, venue, waiting_room};
 
 /// A built, bound, not yet running server.
 pub struct Application {
@@ -94,7 +89,7 @@ impl Application {
         // go silent: refuse it now, in words (crate::db).
         crate::db::refuse_transaction_pooling(&state.db, state.settings.store_timeout()).await?;
         // Open maps converge to the stores' truth after a lost message.
-        seats::live::spawn_convergence(state.clone());
+        venue::live::spawn_convergence(state.clone());
         let router = router(state.clone());
         let listener = TcpListener::bind(&state.settings.bind)
             .await
@@ -200,19 +195,20 @@ pub fn router(state: AppState) -> Router {
         state.settings.lease_namespace.clone(),
     );
     let sessions = SessionManagerLayer::new(store)
-        .with_name(SESSION_COOKIE)
+        .with_name(sessions::SESSION_COOKIE)
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
         .with_secure(false)
         .with_expiry(Expiry::OnInactivity(time::Duration::days(1)));
     let router = Router::new()
-        .route("/", get(events::index))
+        .route("/", get(events::list::index))
         .route("/livez", get(health::livez))
         .route("/readyz", get(health::readyz))
         .route("/healthz", get(health::readyz))
         .route("/static/app.js", get(app_js))
         .route("/static/app.css", get(app_css))
         .merge(seats::router())
+        .merge(venue::router())
         .merge(waiting_room::router())
         .merge(match state.settings.purchase_strategy {
             PurchaseStrategy::Fenced => seats::purchase_routes(),
@@ -220,7 +216,7 @@ pub fn router(state: AppState) -> Router {
         })
         .merge(orders::router())
         .merge(auction::router())
-        .merge(buyer::router())
+        .merge(profile::routes::router())
         .merge(racelab::router())
         .fallback(not_found)
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))

@@ -5,16 +5,23 @@
 //! accepted by Postgres only with a current fencing token. See the README for the design,
 //! step by step along the article *Distributed locks and leases*.
 //!
-//! Layout, top to bottom: **wiring** ([`app`] builds the HTTP application once for
-//! `main`, the tests, the end-to-end suite and the load test; [`config`] is every setting
-//! and its one default; [`state`], `db`, `telemetry`, [`ledger`], [`seed`]);
-//! **features**, each owning its rules and queries ([`seats`], its [`waiting_room`], [`auction`], [`live`],
-//! `events`, `orders`, and [`racelab`], the unsafe strategies the race lab compares
-//! and the [`racelab::pause`] seam of confirm and bid); **HTTP plumbing** shared by them
-//! ([`http`]: the buyer's session, CSRF, the error type that maps every failure to a
-//! status and a page and every refusal to a stable [`http::error::Refusal`] code, the
-//! request deadline); and two leaves, [`money`] and [`profile`]. Test support and the
-//! load-test client live in the `seatlock-harness` crate, not here.
+//! Layout, top to bottom:
+//!
+//! * **Wiring.** [`app`] builds the HTTP application once, for `main`, the tests, the
+//!   end-to-end suite and the load test. [`config`] holds every setting and its one
+//!   default. Then [`state`], `db`, `telemetry`, [`ledger`] and [`seed`].
+//! * **The core.** [`seats`]: hold, release and the fenced purchase. Read it first.
+//! * **Features around it**, each with its rules and queries. [`venue`] draws the seat
+//!   map and picks best available. [`waiting_room`] lets buyers in a few at a time.
+//!   Then [`auction`], [`live`], `events`, `orders` and [`profile`].
+//! * **The race lab.** [`racelab`] holds the unsafe strategies the lab compares, and the
+//!   [`racelab::pause`] seam of confirm and bid.
+//! * **HTTP plumbing** shared by them all: [`http`]. The buyer is a signed cookie. The
+//!   error type maps every failure to a status and a page, and every refusal to a stable
+//!   [`http::error::Refusal`] code.
+//! * **A leaf**: [`money`].
+//!
+//! Test support and the load-test client live in the `seatlock-harness` crate, not here.
 
 pub mod app;
 pub mod auction;
@@ -32,6 +39,7 @@ pub mod seats;
 pub mod seed;
 pub mod state;
 pub(crate) mod telemetry;
+pub mod venue;
 pub mod waiting_room;
 
 /// The migrations in `migrations/`, embedded: `seatlock migrate` and every test database

@@ -4,14 +4,14 @@
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Result};
+use crate::http::ids::OrderId;
 use crate::money::format_cents;
-use crate::seats::parse_id;
 use crate::state::AppState;
 
 /// A confirmed order with what it bought.
@@ -54,9 +54,8 @@ impl OrderPage {
 async fn show(
     State(state): State<AppState>,
     buyer: Buyer,
-    Path(id): Path<String>,
+    OrderId(id): OrderId,
 ) -> Result<OrderPage> {
-    let id = parse_id(&id, "order")?;
     let order = sqlx::query_as(
         "SELECT o.id, o.event_id, e.name AS event_name, v.name AS venue,
                 sec.name || ', row ' || s.row_label || ', seat ' || s.number AS seat,

@@ -6,8 +6,8 @@
 //! A venue file names price zones and sections; a section lists row groups, each a range
 //! of row labels (`"A-M"`, `"AA-DD"` or `"1-20"`) with the same seat blocks (`[8, 16, 8]`:
 //! 32 seats numbered 1 to 32 left to right, with an aisle after seats 8 and 24) and zone.
-//! Where things are (issue 29): the venue's `map` (size, outline, stage) and each
-//! section's `shape`, in metres ([`crate::seats::layout`], checked before anything is
+//! Where things are: the venue's `map` (size, outline, stage) and each
+//! section's `shape`, in metres ([`crate::venue::layout`], checked before anything is
 //! written), and each section's wheelchair places and companion seats (`access`).
 
 use std::path::Path;
@@ -19,7 +19,7 @@ use serde::Deserialize;
 use sqlx::PgPool;
 
 use crate::auction::queries::{self, ItemTerms, NewItem};
-use crate::seats::layout::{self, MapSpec, PlacedSection, Shape};
+use crate::venue::layout::{self, MapSpec, PlacedSection, Shape};
 
 /// A venue file.
 #[derive(Debug, Deserialize)]

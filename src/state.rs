@@ -2,34 +2,12 @@
 
 use std::sync::Arc;
 
-use lease::{LeaseClient, LeaseStore, RedisStore};
+use lease::{LeaseClient, LeaseStore};
 use sqlx::PgPool;
 
 use crate::config::Settings;
+use crate::http::sessions::SessionRedis;
 use crate::ledger::PgFenceLedger;
-
-/// The Redis the browser sessions live in ([`crate::http::sessions`]): the lease client's own
-/// store when the leases are in that Redis (one healing connection for both, so a
-/// half-open connection costs one timed-out request, not one per store), else a store of
-/// its own. Dereferences to the [`RedisStore`].
-#[derive(Clone)]
-pub enum SessionRedis {
-    /// The Redis lease client's store.
-    Leases(Arc<LeaseClient<PgFenceLedger>>),
-    /// A store of its own (the leases are elsewhere, e.g. etcd).
-    Own(Arc<RedisStore>),
-}
-
-impl std::ops::Deref for SessionRedis {
-    type Target = RedisStore;
-
-    fn deref(&self) -> &RedisStore {
-        match self {
-            SessionRedis::Leases(client) => client.store(),
-            SessionRedis::Own(store) => store,
-        }
-    }
-}
 
 /// The store of the events' waiting rooms ([`crate::waiting_room`]): the Redis lease
 /// client, whose hold script checks an admission in the same step as the grant.
@@ -85,9 +63,9 @@ pub struct Shared {
     pub catalog: Arc<crate::seats::catalog::Catalog>,
     /// Each event's board (seats, holds, overview), built at most once a second and
     /// shared by every view of its pages.
-    pub boards: Arc<crate::seats::board::Boards>,
+    pub boards: Arc<crate::venue::board::Boards>,
     /// Each event's seat-map snapshot, shared by every open map while it is current.
-    pub snapshots: Arc<crate::seats::live::Snapshots>,
+    pub snapshots: Arc<crate::venue::live::Snapshots>,
     /// What this process knows of each event's waiting room ([`crate::waiting_room`]).
     pub rooms: Arc<crate::waiting_room::Rooms>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).

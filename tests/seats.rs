@@ -585,9 +585,9 @@ async fn concurrent_holds_from_one_session_can_all_be_bought() {
     }
 }
 
-/// Makes the session's copy of `stale`'s hold stale: a confirm of `other` that takes a
-/// while (the payment) loaded the session before `stale` was released and held again,
-/// and saves its old copy when it ends.
+/// Holds `stale` and `other`, then releases `stale` and holds it again while a slow
+/// confirm of `other` runs in another tab. The hold of `stale` is now a new grant. A copy
+/// of the first one, kept anywhere, would be stale.
 async fn stale_copy(app: &TestApp, a: &mut HttpBuyer, event: i64, stale: i64, other: i64) {
     for seat in [stale, other] {
         let held = a.seat_action(&app.address, event, seat, "hold").await;
@@ -596,7 +596,7 @@ async fn stale_copy(app: &TestApp, a: &mut HttpBuyer, event: i64, stale: i64, ot
     let tab = a.another_tab(Default::default());
     let url = format!("{}/events/{event}/seats/{other}/confirm", app.address);
     let slow = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
-    tokio::time::sleep(Duration::from_millis(300)).await; // the confirm has loaded the session
+    tokio::time::sleep(Duration::from_millis(300)).await; // the confirm has started
     for action in ["release", "hold"] {
         let reply = a.seat_action(&app.address, event, stale, action).await;
         assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER, "{action}");
@@ -605,7 +605,7 @@ async fn stale_copy(app: &TestApp, a: &mut HttpBuyer, event: i64, stale: i64, ot
 }
 
 #[tokio::test]
-async fn a_stale_hold_in_the_session_is_refreshed_from_redis_for_release_and_confirm() {
+async fn release_and_confirm_act_on_the_live_lease_after_the_hold_was_granted_again() {
     let app = TestApp::builder()
         .with(|s| s.payment_delay_ms = 1_500)
         .spawn()
@@ -998,7 +998,7 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
         .query_async(&mut redis)
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + 4 * seatlock::seats::live::CONVERGE_INTERVAL;
+    let deadline = tokio::time::Instant::now() + 4 * seatlock::venue::live::CONVERGE_INTERVAL;
     loop {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -1014,10 +1014,10 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
 
 /// The page at `url` as `buyer` gets it once it contains `wanted`. An event's pages are
 /// built on its board, shared by every view and read again once it is
-/// [`BOARD_TTL`](seatlock::seats::board::BOARD_TTL) old, so a change made by another
+/// [`BOARD_TTL`](seatlock::venue::board::BOARD_TTL) old, so a change made by another
 /// buyer (or straight in the database) shows within that; panics after five times it.
 async fn page_showing(buyer: &mut HttpBuyer, url: &str, wanted: &str) -> String {
-    let deadline = tokio::time::Instant::now() + 5 * seatlock::seats::board::BOARD_TTL;
+    let deadline = tokio::time::Instant::now() + 5 * seatlock::venue::board::BOARD_TTL;
     loop {
         let body = buyer.get(url).await.unwrap().body;
         if body.contains(wanted) {

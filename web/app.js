@@ -35,7 +35,7 @@
 
   // Live seat map: the server pushes a snapshot, then one "seat" event per change.
   const STATES = ["available", "held", "mine", "sold", "bought"];
-  // Each state in words, last in a seat's accessible name (src/seats/map.rs, words()).
+  // Each state in words, last in a seat's accessible name (src/venue/map.rs, words()).
   const WORDS = { available: "available", held: "someone is buying it", mine: "held by you",
     sold: "sold", bought: "bought by you" };
 

@@ -28,7 +28,7 @@ pub(crate) fn write(sizes: &[usize]) -> anyhow::Result<PathBuf> {
 
 fn write_venue(dir: &Path, seats: usize) -> anyhow::Result<()> {
     let rows = seats / ROW_SEATS;
-    // A plan that holds the seats (0.5 m a seat, 0.9 m a row: seatlock::seats::layout):
+    // A plan that holds the seats (0.5 m a seat, 0.9 m a row: seatlock::venue::layout):
     // the section 30 m wide, its rows' depth deep, the stage in front of it.
     let depth = rows as f64 * 0.9 + 1.0;
     let venue = serde_json::json!({

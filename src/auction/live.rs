@@ -14,7 +14,7 @@
 
 use std::convert::Infallible;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 
@@ -23,8 +23,8 @@ use askama::Template;
 use super::queries::{self, BidRow, Item};
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Result};
+use crate::http::ids::ItemId;
 use crate::live::{Update, page_stream};
-use crate::seats::parse_id;
 use crate::state::AppState;
 
 /// How many bids the item page lists (the highest ones).
@@ -98,9 +98,8 @@ async fn render(
 pub(super) async fn stream(
     State(state): State<AppState>,
     buyer: Buyer,
-    Path(item): Path<String>,
+    ItemId(item_id): ItemId,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
-    let item_id = parse_id(&item, "auction")?;
     let buyer_id = buyer.id().to_owned();
     // Subscribe first, then read the snapshot: no change can fall between the two.
     let subscription = state

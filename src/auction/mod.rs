@@ -46,7 +46,7 @@ pub fn closing_key(namespace: &LeaseNamespace, item_id: i64) -> LeaseKey {
 /// A bid as placed: who offers how much for which item.
 #[derive(Clone, Copy, Debug)]
 pub struct Bid<'a> {
-    /// The bidder's public id and display name (from the session).
+    /// The bidder: the public id, from the signed cookie, and the display name.
     pub bidder: &'a BuyerProfile,
     /// `auction_items.id`.
     pub item_id: i64,

@@ -10,7 +10,7 @@
 //! `now()`: that is the start of the *transaction*, so a bid whose transaction began
 //! before the end and then stalled (a GC pause, its bid lock lapsing) was judged as if it
 //! wrote at the start, and accepted after the end, after a newer bidder had been told
-//! "ended" (issue 18). Not `statement_timestamp()` either: it is the moment the statement
+//! "ended". Not `statement_timestamp()` either: it is the moment the statement
 //! *arrived*, and a write that then waits for the item's row lock (another bid's
 //! transaction, the closer) keeps that earlier time. Postgres re-checks the WHERE clause
 //! of a waiting UPDATE on the new row version once the lock is free (READ COMMITTED);
@@ -32,6 +32,7 @@ use serde::Deserialize;
 use sqlx::{PgExecutor, PgPool};
 
 use super::Bid;
+use crate::live::NOTIFY_CHANNEL;
 
 /// The columns of [`Item`], with the Postgres clock as `now`: `clock_timestamp()`, the
 /// moment of the read, even inside a transaction (the bid path reads the item for the rules
@@ -219,7 +220,7 @@ pub struct PlacedBid {
 ///   newer bidder who wrote first, is refused).
 ///   An equal token is refused by the `bids` table instead (`bids_one_per_fencing_token`:
 ///   one bid per grant), whoever sends it: that, and the lease store's failover guard
-///   (a token is never granted twice), is why no holder is compared here (issue 15; the
+///   (a token is never granted twice), is why no holder is compared here (see
 ///   docs/failover.md).
 ///
 /// With `fencing_token = None` this is the lock-free strategy's conditional UPDATE: the
@@ -256,7 +257,7 @@ pub async fn place_bid(
          INSERT INTO bids (item_id, bidder_id, bidder_name, amount_cents, fence_token)
          SELECT id, $2, $3, $4, $5 FROM high
          RETURNING id AS bid_id, (SELECT ends_at FROM high),
-                   pg_notify('seatlock_live', json_build_object(
+                   pg_notify($7, json_build_object(
                        'topic', 'auction:' || item_id, 'event', 'bid',
                        'data', json_build_object('item', item_id, 'amount_cents', amount_cents))::text)",
     )
@@ -266,6 +267,7 @@ pub async fn place_bid(
     .bind(bid.amount_cents)
     .bind(fencing_token)
     .bind(crate::money::MAX_AMOUNT_CENTS)
+    .bind(NOTIFY_CHANNEL)
     .fetch_optional(db)
     .await
 }
@@ -310,12 +312,13 @@ pub async fn close_item(
           WHERE id = $1 AND status = 'open' AND ends_at <= clock_timestamp()
             AND fence_token <= $2
       RETURNING result,
-                pg_notify('seatlock_live', json_build_object(
+                pg_notify($3, json_build_object(
                     'topic', 'auction:' || id, 'event', 'closed',
                     'data', json_build_object('item', id, 'result', result))::text)",
     )
     .bind(item_id)
     .bind(fencing_token)
+    .bind(NOTIFY_CHANNEL)
     .fetch_optional(db)
     .await
 }

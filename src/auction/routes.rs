@@ -7,7 +7,7 @@
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Utc};
@@ -18,11 +18,11 @@ use super::queries::{self, BidRow, Item};
 use super::rules::Outcome;
 use super::{Bid, bid};
 use crate::http::buyer::Buyer;
-use crate::http::csrf::{CsrfForm, FormToken};
+use crate::http::csrf::{CsrfPost, FormToken};
 use crate::http::error::{Error, REFUSAL_HEADER, Result};
+use crate::http::ids::ItemId;
 use crate::money::{format_cents, parse_amount};
 use crate::racelab::pause::RaceLabPause;
-use crate::seats::parse_id;
 use crate::state::AppState;
 
 /// How many ended auctions the list page shows.
@@ -209,9 +209,8 @@ async fn show(
     State(state): State<AppState>,
     buyer: Buyer,
     csrf: FormToken,
-    Path(item): Path<String>,
+    ItemId(item_id): ItemId,
 ) -> Result<impl IntoResponse> {
-    let item_id = parse_id(&item, "auction")?;
     let page = item_page(&state, &buyer, &csrf, item_id, None).await?;
     Ok((csrf, page))
 }
@@ -227,10 +226,8 @@ async fn place_bid(
     buyer: Buyer,
     csrf: FormToken,
     RaceLabPause(pause): RaceLabPause,
-    Path(item): Path<String>,
-    CsrfForm(form): CsrfForm<BidForm>,
+    CsrfPost(ItemId(item_id), form): CsrfPost<ItemId, BidForm>,
 ) -> Result<Response> {
-    let item_id = parse_id(&item, "auction")?;
     let placed = match parse_amount(&form.amount) {
         // Once the bid lock may be taken, a bidder who hangs up cancels nothing: the bid
         // is written or refused, and the lock released at once.

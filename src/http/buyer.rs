@@ -10,11 +10,11 @@
 //!   Redis and never reach the browser, nor a session.
 //! * **What the browser remembers.** Each hold also leaves a signed cookie naming the seat
 //!   ([`Buyer::remember_hold`]; the buyer's id and the seat, no token), so a confirm that
-//!   finds no live lease can tell a hold that lapsed (409 `hold_expired`) from a seat the
+//!   finds no live lease can tell a hold that lapsed (409 `expired`) from a seat the
 //!   buyer never held (403). It decides nothing else: Redis says who holds what.
 //! * **A look writes nothing lasting.** A first visit mints an id and sets the cookie
 //!   (kept by the browser, not by any store); a session exists only once the buyer names
-//!   themselves (`POST /me`). Crawlers and cookie-dropping bots cost no store memory.
+//!   themselves (`POST /me`, [`crate::profile::routes`]). Crawlers and cookie-dropping bots cost no store memory.
 //! * **A rename is one write.** The name goes into the session, whose id is rotated
 //!   (session fixation); the buyer's id does not change, so a request in flight across a
 //!   rename neither brings the old session back (it never writes the session) nor turns
@@ -29,24 +29,20 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::extract::FromRequestParts;
 use axum::extract::{Request, State};
+use axum::http::HeaderMap;
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::post;
-use axum::{Router, http::HeaderMap};
+use axum::response::{IntoResponse, Response};
 use cookie::{Cookie, CookieJar, Key};
 use hmac::{Hmac, Mac};
 use lease::OwnerToken;
 use rand::Rng;
-use serde::Deserialize;
 use sha2::Sha256;
 use tower_sessions::Session;
 
-use crate::http::csrf::CsrfForm;
 use crate::http::error::{Error, Result};
 use crate::profile::BuyerProfile;
-use crate::state::AppState;
 
 /// The name of the cookie that carries the buyer's id, signed.
 pub const BUYER_COOKIE: &str = "seatlock.buyer";
@@ -304,7 +300,7 @@ pub async fn keep_rotated_sessions(req: Request, next: Next) -> Response {
             .ok()
             .and_then(|text| Cookie::parse(text.to_owned()).ok())
             .is_some_and(|c| {
-                c.name() == crate::app::SESSION_COOKIE
+                c.name() == crate::http::sessions::SESSION_COOKIE
                     && c.max_age() == Some(cookie::time::Duration::ZERO)
             })
     };
@@ -355,6 +351,21 @@ impl Buyer {
             name: format!("Guest {}", self.id[..4].to_uppercase()),
             id: self.id.clone(),
         }))
+    }
+
+    /// Names the buyer `name` in a new session. The session id is rotated at the same
+    /// time, so a session id planted before is worthless afterwards (session fixation).
+    /// The buyer id stays. 503 if the session store fails.
+    pub async fn set_name(&self, name: &str) -> Result<()> {
+        self.session.cycle_id().await.map_err(Error::from)?;
+        let profile = BuyerProfile {
+            id: self.id.clone(),
+            name: name.to_owned(),
+        };
+        self.session
+            .insert(PROFILE, profile)
+            .await
+            .map_err(Error::from)
     }
 
     /// The buyer's display name ([`Buyer::profile`]).
@@ -423,55 +434,4 @@ impl Buyer {
             outbox.push(cookie);
         }
     }
-}
-
-/// `POST /me`: set the display name. The session id is rotated at the same time, so a
-/// session id planted before the buyer named themselves is worthless afterwards
-/// (session fixation).
-#[derive(Deserialize)]
-pub struct RenameForm {
-    name: String,
-}
-
-async fn rename(
-    buyer: Buyer,
-    headers: HeaderMap,
-    CsrfForm(form): CsrfForm<RenameForm>,
-) -> Result<impl IntoResponse> {
-    let name = form.name.trim();
-    if name.is_empty() || name.chars().count() > 40 || name.chars().any(char::is_control) {
-        return Err(Error::BadRequest(
-            "A display name is 1 to 40 characters, without control characters.".into(),
-        ));
-    }
-    // A new session id with the name, so a session id planted before the buyer named
-    // themselves is worthless afterwards (session fixation). The buyer id stays.
-    buyer.session.cycle_id().await.map_err(Error::from)?;
-    let profile = BuyerProfile {
-        id: buyer.id.clone(),
-        name: name.to_owned(),
-    };
-    buyer
-        .session
-        .insert(PROFILE, profile)
-        .await
-        .map_err(Error::from)?;
-    Ok(Redirect::to(&back_to(&headers)))
-}
-
-/// Where to send the browser after a form: the page it came from if that is on this
-/// site (a path), else `/`.
-pub fn back_to(headers: &HeaderMap) -> String {
-    headers
-        .get(axum::http::header::REFERER)
-        .and_then(|r| r.to_str().ok())
-        .and_then(|r| r.split_once("://").map(|(_, rest)| rest))
-        .and_then(|rest| rest.find('/').map(|i| rest[i..].to_owned()))
-        .filter(|path| path.starts_with('/') && !path.starts_with("//"))
-        .unwrap_or_else(|| "/".into())
-}
-
-/// `POST /me`.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/me", post(rename))
 }

@@ -28,6 +28,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use crate::http::error::Error;
+use crate::http::ids::{PathId, segment};
 use crate::http::proxy::BuyerOrigin;
 
 /// The CSRF configuration: the cookie settings and the signing secret, from which
@@ -172,6 +173,29 @@ where
         let form = serde_urlencoded::from_bytes(&bytes)
             .map_err(|e| Error::BadRequest(format!("The form is not valid: {e}.")))?;
         Ok(CsrfForm(form))
+    }
+}
+
+/// A form POST on the resource a path names: the form once its CSRF token checked out
+/// ([`CsrfForm`]: 403 otherwise), then the id ([`PathId`]: 400 otherwise). The check
+/// comes first, so a form from another site gets 403 whatever its URL.
+pub struct CsrfPost<I, T>(pub I, pub T);
+
+impl<S, I, T> FromRequest<S> for CsrfPost<I, T>
+where
+    Csrf: FromRef<S>,
+    S: Send + Sync,
+    I: PathId,
+    T: DeserializeOwned,
+{
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let raw = segment(&mut parts, I::SEGMENT).await?;
+        let CsrfForm(form) =
+            CsrfForm::from_request(Request::from_parts(parts, body), state).await?;
+        Ok(CsrfPost(I::parse(&raw)?, form))
     }
 }
 

@@ -66,7 +66,7 @@ pub enum Refusal {
         quantity: u64,
     },
     /// Best available found blocks of `quantity` seats together, but each would leave a
-    /// single seat alone between taken seats or an aisle, which it never does (issue 29):
+    /// single seat alone between taken seats or an aisle, which it never does:
     /// `strands_seat`.
     #[error(
         "Every {quantity} seats together left right now would leave a single seat alone in its row, which best available never does. Try another number of seats, or pick seats on the map."
@@ -181,7 +181,7 @@ pub enum Error {
     /// The request lost a race or the rules turn it down: 409 with a [`Refusal`] code.
     #[error(transparent)]
     Refused(#[from] Refusal),
-    /// The request body is over [`crate::app::BODY_LIMIT_BYTES`]: 413.
+    /// The request body is over [`crate::http::deadline::BODY_LIMIT_BYTES`]: 413.
     #[error("The request is too large.")]
     TooLarge,
     /// The request body did not arrive whole within the header timeout

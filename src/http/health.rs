@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use axum::extract::State;
 use axum::http::StatusCode;
 
-use crate::state::{AppState, SessionRedis};
+use crate::http::sessions::SessionRedis;
+use crate::state::AppState;
 
 /// Whether the server is draining: told to stop (SIGTERM), still serving while the proxy
 /// notices. Set once, never cleared.

@@ -1,11 +1,17 @@
-//! The HTTP plumbing every feature shares: the buyer's session ([`buyer`], stored by
-//! [`sessions`]), CSRF defences ([`csrf`]), one error type that maps every failure to a
-//! status and a page ([`error`]), the request deadline ([`deadline`]) and work detached
-//! from a client that hangs up ([`detached`]), the connection-level server ([`serve`]),
-//! the security headers ([`headers`]), the buyer's origin behind a TLS proxy
-//! ([`proxy`]) and the health checks ([`health`]). No feature
-//! lives here; the one import of a feature is [`detached`] carrying the race lab's pause
-//! ([`crate::racelab::pause`]) onto the task it spawns.
+//! The HTTP plumbing every feature shares. No feature lives here.
+//!
+//! * [`buyer`]: who is buying, a signed cookie. A session holds only a display name
+//!   ([`sessions`]).
+//! * [`csrf`]: the CSRF defences. [`ids`]: the ids a URL names, parsed once.
+//! * [`error`]: one error type that maps every failure to a status and a page.
+//! * [`deadline`]: the request deadline and the body limit. [`detached`]: work that
+//!   finishes when the client hangs up.
+//! * [`serve`]: the connection-level server. [`headers`]: the security headers.
+//! * [`proxy`]: the buyer's origin behind a TLS proxy. [`health`]: the health checks.
+//!
+//! Two imports point up. [`detached`] carries the race lab's pause
+//! ([`crate::racelab::pause`]) onto the task it spawns. [`health`] and [`deadline`] read
+//! the application's state ([`crate::state`]).
 
 pub mod buyer;
 pub mod csrf;
@@ -14,6 +20,7 @@ pub mod detached;
 pub mod error;
 pub mod headers;
 pub mod health;
+pub mod ids;
 pub mod proxy;
 pub mod serve;
 pub mod sessions;

@@ -25,19 +25,47 @@
 //!   `SET NX` that had succeeded finds its own key and creates the session again under
 //!   another id, leaving an unreferenced copy to expire.
 //!
-//! The owner tokens of a buyer's holds are in the session, so they never leave the server.
-//! What this costs: a Redis that loses its data loses the sessions with the holds (every
-//! buyer becomes a new guest, whose forms served before are refused until the page is
-//! reloaded, their CSRF tokens being bound to the lost session; orders stay in Postgres
-//! under the old buyer id), and while Redis is down no page is served (503 naming Redis).
+//! A session holds only the buyer's display name. The buyer's id is a signed cookie
+//! ([`crate::http::buyer`]), and their holds are in Redis under that id. So a Redis that
+//! loses its data loses the names, and each named buyer is "Guest" again. Their orders
+//! stay in Postgres. While that Redis is down, a named buyer's pages are a 503 naming it.
 
+use std::sync::Arc;
+
+use lease::{LeaseClient, RedisStore};
 use redis::Cmd;
 use time::OffsetDateTime;
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
 
 use crate::config::LeaseNamespace;
-use crate::state::SessionRedis;
+use crate::ledger::PgFenceLedger;
+
+/// The Redis the browser sessions live in. When the leases are in Redis, it is the lease
+/// client's own store: one healing connection for both, so a half-open connection costs
+/// one timed-out request, not one per store. Else it is a store of its own. Dereferences
+/// to the [`RedisStore`].
+#[derive(Clone)]
+pub enum SessionRedis {
+    /// The Redis lease client's store.
+    Leases(Arc<LeaseClient<PgFenceLedger>>),
+    /// A store of its own (the leases are elsewhere, e.g. etcd).
+    Own(Arc<RedisStore>),
+}
+
+impl std::ops::Deref for SessionRedis {
+    type Target = RedisStore;
+
+    fn deref(&self) -> &RedisStore {
+        match self {
+            SessionRedis::Leases(client) => client.store(),
+            SessionRedis::Own(store) => store,
+        }
+    }
+}
+
+/// The name of the session cookie. Its value is the session id, nothing else.
+pub const SESSION_COOKIE: &str = "seatlock.sid";
 
 /// The store sessions live in, as named in a 503 page when it fails.
 pub const STORE: &str = crate::http::error::SESSION_STORE;

@@ -210,7 +210,7 @@ fn addresses(nodes: &[redis::Client]) -> Vec<String> {
         .collect()
 }
 
-/// Postgres: `LISTEN seatlock_live`; each payload names its topic. A connection that
+/// Postgres: `LISTEN` on [`NOTIFY_CHANNEL`]; each payload names its topic. A connection that
 /// brings nothing for [`HEARTBEAT`] is pinged on the spot (a simple query tagged
 /// [`HEARTBEAT_QUERY`]); one that does not answer within [`HEARTBEAT_DEADLINE`] is
 /// half-open, and is replaced like a closed one.

@@ -7,7 +7,7 @@
 //!   ([`lease::changes`]); lapsed holds: Redis keyspace expiry notifications, on time
 //!   because each key is read just after its expiry ([`LapseTouches`]) (with etcd as the
 //!   lease store: a watch on the event groups' keys, [`lease::LeaseStore::changes`]);
-//! * sales, bids and auction closes: `pg_notify('seatlock_live', …)` inside the statement
+//! * sales, bids and auction closes: `pg_notify` on [`NOTIFY_CHANNEL`] inside the statement
 //!   that writes them, delivered by Postgres only if the transaction commits.
 //!
 //! Every server process runs one [`LiveHub`]: a Redis `PSUBSCRIBE` and a Postgres

@@ -1,36 +1,37 @@
-//! The seat picker: holds (Redis leases), releases, and fenced purchases.
+//! The seat picker's core: hold a seat (a Redis lease), release it, and buy it with a
+//! fenced write. Read these files first:
 //!
-//! * [`purchase`]: the rules: hold, release, confirm.
-//! * [`cart`]: several seats at once: best available (one group hold), checkout (one
-//!   fenced transaction), release all.
-//! * [`catalog`]: each event's seats and start, read once per process, so a hold does
-//!   not ask Postgres.
-//! * [`map`]: the seat map of an event (one Postgres query + one Redis round trip).
-//! * [`overview`]: the venue drawn section by section, each shaded by what is left, and
-//!   the one section a buyer picks ([`layout`]: where the sections are).
-//! * [`queries`]: the SQL.
-//! * `routes`: thin HTTP handlers; `live`: the seat map's server-sent events.
+//! * [`purchase`]: the rules of one seat: hold, release, confirm.
+//! * [`cart`]: several seats at once: the group hold, best available's retries, the
+//!   checkout in one fenced transaction, release all.
+//! * [`queries`]: the SQL; [`queries::sell`] is the fenced write.
+//! * [`catalog`]: each event's seats and start, read once per process. A hold asks no
+//!   Postgres.
+//! * [`payments`]: the sweep that voids payments nobody finished.
+//! * `routes`: thin HTTP handlers for hold, release, confirm, checkout and release all.
+//! * This file: the lease key of a seat, and the seats a buyer holds.
+//!
+//! What the buyer sees lives in [`crate::venue`]: the drawing, the map and its stream,
+//! and best available's choice of seats.
 
-pub mod board;
 pub mod cart;
 pub mod catalog;
-pub mod layout;
-pub mod live;
-pub mod map;
-pub mod overview;
 pub mod payments;
-mod per_event;
 pub mod purchase;
 pub mod queries;
 mod routes;
 
-pub(crate) use routes::{SeatPost, in_words};
+pub(crate) use routes::{MapPage, SeatPost, in_words};
 pub use routes::{purchase_routes, router};
 
-use lease::LeaseKey;
+/// The race lab still names the id parser here; it lives in [`crate::http::ids`].
+pub use crate::http::ids::parse_id;
+
+use lease::{LeaseKey, LeaseStore};
 
 use crate::config::LeaseNamespace;
-use crate::http::error::Error;
+use crate::http::buyer::Buyer;
+use crate::http::error::Result;
 
 /// One seat of one event, as named in URLs: `/events/{event_id}/seats/{seat_id}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,23 +60,22 @@ pub fn seat_of(holding: &lease::Holding) -> Option<i64> {
     holding.name.parse().ok()
 }
 
-/// Parses a positive id from a URL segment; `what` names it in the 400 message.
-pub fn parse_id(raw: &str, what: &str) -> Result<i64, Error> {
-    raw.parse::<i64>()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| Error::BadRequest(format!("{raw:?} is not a valid {what} id.")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_id;
-
-    #[test]
-    fn ids_are_positive_integers() {
-        assert_eq!(parse_id("42", "seat").unwrap(), 42);
-        for bad in ["0", "-1", "abc", "", "1e3", "99999999999999999999"] {
-            assert!(parse_id(bad, "seat").is_err(), "{bad}");
-        }
-    }
+/// The seats of `event_id` that `leases` records as held by `buyer`, in seat order: one
+/// read of the event's holders ([`lease::LeaseStore::holders`]). 503 Redis unavailable.
+pub(crate) async fn held_seats(
+    leases: &dyn LeaseStore,
+    namespace: &LeaseNamespace,
+    buyer: &Buyer,
+    event_id: i64,
+) -> Result<Vec<i64>> {
+    let group = event_group(namespace, event_id);
+    let live = leases.holders(&group).await?;
+    let mut seats: Vec<i64> = live
+        .holdings
+        .iter()
+        .filter(|h| h.holder == buyer.id())
+        .filter_map(seat_of)
+        .collect();
+    seats.sort_unstable();
+    Ok(seats)
 }

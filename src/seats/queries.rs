@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::SeatRef;
+use crate::live::NOTIFY_CHANNEL;
 use crate::profile::BuyerProfile;
 
 /// A seat's sale state for one event, read when a purchase is refused to say why.
@@ -100,11 +101,11 @@ pub enum Sale {
 /// Runs inside the caller's transaction so that the caller can check in Redis that the
 /// hold is still its own before committing (see [`super::purchase::confirm`]).
 ///
-/// An equal token is accepted (`<=`), from any holder, on purpose (issue 15): with the
-/// lease store's failover guard a token names one grant, so an equal token is the same
-/// holder's (a group hold sells four seats under one token); and a seat is written once
-/// (`NOT sold`), so even a token repeated by a failover without the guard (lab only)
-/// cannot sell it twice. See docs/failover.md.
+/// An equal token is accepted (`<=`), from any holder, on purpose. With the lease
+/// store's failover guard, a token names one grant. So an equal token is the same
+/// holder's: a group hold sells four seats under one token. And a seat is written once
+/// (`NOT sold`). So even a token repeated by a failover without the guard, in the lab
+/// only, cannot sell it twice. See docs/failover.md.
 pub async fn sell(
     tx: &mut PgConnection,
     seat: SeatRef,
@@ -129,7 +130,7 @@ pub async fn sell(
               WHERE payments.idempotency_key = $6 AND payments.status = 'authorized'
           RETURNING payments.order_id)
          SELECT id, EXISTS (SELECT 1 FROM captured) AS captured,
-                pg_notify('seatlock_live', json_build_object(
+                pg_notify($8, json_build_object(
                     'topic', 'event:' || event_id, 'event', 'seat',
                     'data', json_build_object('seat', seat_id, 'state', 'sold'))::text),
                 set_config('idle_in_transaction_session_timeout', $7, true)
@@ -142,6 +143,7 @@ pub async fn sell(
     .bind(&buyer.name)
     .bind(payment_key)
     .bind(idle_bound.as_millis().max(1).to_string())
+    .bind(NOTIFY_CHANNEL)
     .fetch_optional(tx)
     .await?;
     Ok(match row {
@@ -226,30 +228,6 @@ pub async fn order_of(db: &PgPool, seat: SeatRef, buyer_id: &str) -> sqlx::Resul
     .await
 }
 
-/// An unsold seat, for picking a block of adjacent seats ([`super::cart::pick_block`]);
-/// the event's board keeps them ([`super::board::Board::free`]).
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct FreeSeat {
-    /// `seats.id`.
-    pub seat_id: i64,
-    /// `sections.id`: seats of different sections are never adjacent.
-    pub section_id: i64,
-    /// `sections.code`: where best available sends the buyer to see the block.
-    pub section_code: String,
-    /// The row's label ("C").
-    pub row_label: String,
-    /// The seat's number in its row.
-    pub number: i32,
-    /// An aisle runs just before this seat: it is not adjacent to the one before.
-    pub aisle_before: bool,
-    /// An aisle (or the row's end) is just after this seat.
-    pub aisle_after: bool,
-    /// `seats.access`: `wheelchair`, `companion` or none (migration 0013).
-    pub access: Option<String>,
-    /// The seat's price for this event, in cents.
-    pub price_cents: i64,
-}
-
 /// The seats `seat_ids` of the event named for a person, in seat order and joined:
 /// "Orchestra row C seat 14, Orchestra row C seat 15".
 pub async fn seat_names(db: &PgPool, event_id: i64, seat_ids: &[i64]) -> sqlx::Result<String> {
@@ -264,148 +242,5 @@ pub async fn seat_names(db: &PgPool, event_id: i64, seat_ids: &[i64]) -> sqlx::R
     .bind(event_id)
     .bind(seat_ids)
     .fetch_one(db)
-    .await
-}
-
-/// One seat of the map, in drawing order.
-#[derive(Debug, sqlx::FromRow)]
-pub struct MapSeat {
-    /// `seats.id`.
-    pub seat_id: i64,
-    /// `sections.id`.
-    pub section_id: i64,
-    /// The section's short code.
-    pub section_code: String,
-    /// The section's name.
-    pub section_name: String,
-    /// The row's label ("C").
-    pub row_label: String,
-    /// The seat's number in its row.
-    pub number: i32,
-    /// An aisle runs just before this seat.
-    pub aisle_before: bool,
-    /// The seat's price zone code.
-    pub zone_code: String,
-    /// `seats.access`: `wheelchair`, `companion` or none (migration 0013).
-    pub access: Option<String>,
-    /// The price, in cents.
-    pub price_cents: i64,
-    /// Whether the seat is sold.
-    pub sold: bool,
-}
-
-/// Every seat of the event, ordered by section, row and number: one query, the same for
-/// every viewer (so it is shared: [`super::board::Boards`]).
-pub async fn map_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<MapSeat>> {
-    sqlx::query_as(
-        "SELECT s.id AS seat_id, s.section_id, sec.code AS section_code, sec.name AS section_name,
-                s.row_label, s.number, s.aisle_before, z.code AS zone_code, s.access,
-                es.price_cents, es.sold
-           FROM event_seats es
-           JOIN seats s ON s.id = es.seat_id
-           JOIN sections sec ON sec.id = s.section_id
-           JOIN price_zones z ON z.id = s.zone_id
-          WHERE es.event_id = $1
-          ORDER BY sec.position, s.row_position, s.number",
-    )
-    .bind(event_id)
-    .fetch_all(db)
-    .await
-}
-
-/// The seats of the event sold to `buyer_id`: the viewer's own part of a map.
-pub async fn seats_sold_to(db: &PgPool, event_id: i64, buyer_id: &str) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar("SELECT seat_id FROM orders WHERE event_id = $1 AND buyer_id = $2")
-        .bind(event_id)
-        .bind(buyer_id)
-        .fetch_all(db)
-        .await
-}
-
-/// A price zone of the event's venue, for the legend.
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct Zone {
-    /// Its short code, unique within its venue.
-    pub code: String,
-    /// Its name, for a person.
-    pub name: String,
-    /// The price, in cents.
-    pub price_cents: i64,
-    /// The colour the map draws it in (CSS).
-    pub colour: String,
-}
-
-/// The zones of the event's venue, cheapest last.
-pub async fn zones(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<Zone>> {
-    sqlx::query_as(
-        "SELECT z.code, z.name, z.price_cents, z.colour
-           FROM price_zones z JOIN events e ON e.venue_id = z.venue_id
-          WHERE e.id = $1 ORDER BY z.price_cents DESC",
-    )
-    .bind(event_id)
-    .fetch_all(db)
-    .await
-}
-
-/// The ids of the event's sold seats (for live snapshots).
-pub async fn sold_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<i64>> {
-    sqlx::query_scalar("SELECT seat_id FROM event_seats WHERE event_id = $1 AND sold")
-        .bind(event_id)
-        .fetch_all(db)
-        .await
-}
-
-/// A venue's plan as seeded (migration 0013): SVG view box and path data, all `None`
-/// for a venue seeded before the plan was kept.
-#[derive(Debug, Default, sqlx::FromRow)]
-pub struct VenuePlan {
-    /// `venues.map_view_box`: `"0 0 <width> <height>"`, metres.
-    pub map_view_box: Option<String>,
-    /// `venues.outline_path`: the outline, SVG path data.
-    pub outline_path: Option<String>,
-    /// `venues.stage_path`: the stage, SVG path data.
-    pub stage_path: Option<String>,
-    /// `venues.stage_label`: what the stage is called.
-    pub stage_label: Option<String>,
-    /// Where that is written, x (metres).
-    pub stage_label_x: Option<f32>,
-    /// Where that is written, y (metres).
-    pub stage_label_y: Option<f32>,
-}
-
-/// The plan of the event's venue; `None` if there is no such event.
-pub async fn venue_plan(db: &PgPool, event_id: i64) -> sqlx::Result<Option<VenuePlan>> {
-    sqlx::query_as(
-        "SELECT v.map_view_box, v.outline_path, v.stage_path, v.stage_label, v.stage_label_x,
-                v.stage_label_y
-           FROM venues v JOIN events e ON e.venue_id = v.id WHERE e.id = $1",
-    )
-    .bind(event_id)
-    .fetch_optional(db)
-    .await
-}
-
-/// Where one section is drawn (migration 0013).
-#[derive(Debug, Clone, sqlx::FromRow)]
-pub struct SectionShape {
-    /// `sections.code`.
-    pub code: String,
-    /// `sections.shape_path`: SVG path data; `None` if seeded before the plan was kept.
-    pub shape_path: Option<String>,
-    /// Where its name goes, x (metres).
-    pub label_x: Option<f32>,
-    /// Where its name goes, y (metres).
-    pub label_y: Option<f32>,
-}
-
-/// The shapes of the sections of the event's venue, in drawing order.
-pub async fn section_shapes(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<SectionShape>> {
-    sqlx::query_as(
-        "SELECT sec.code, sec.shape_path, sec.label_x, sec.label_y
-           FROM sections sec JOIN events e ON e.venue_id = sec.venue_id
-          WHERE e.id = $1 ORDER BY sec.position",
-    )
-    .bind(event_id)
-    .fetch_all(db)
     .await
 }

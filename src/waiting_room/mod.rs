@@ -269,7 +269,13 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
         // The turn is over: back in line, at the back. The new ticket says how many
         // seats the buyer still holds from the turn (theirs to buy).
         Arrival::Spent { place } => {
-            let held = crate::seats::cart::held_seats(state, buyer, event_id).await?;
+            let held = crate::seats::held_seats(
+                &*state.leases,
+                &state.settings.lease_namespace,
+                buyer,
+                event_id,
+            )
+            .await?;
             let back = lease::Joined {
                 epoch: ticket.epoch,
                 place: Place::Line(place),
@@ -344,7 +350,14 @@ pub async fn purchased(state: &AppState, buyer: &Buyer, event_id: i64) {
     if !matches!(has_room(state, event_id).await, Ok(true)) {
         return;
     }
-    match crate::seats::cart::held_seats(state, buyer, event_id).await {
+    match crate::seats::held_seats(
+        &*state.leases,
+        &state.settings.lease_namespace,
+        buyer,
+        event_id,
+    )
+    .await
+    {
         Ok(held) if held.is_empty() => {}
         _ => return,
     }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -18,10 +18,10 @@ use super::rooms::{Seen, view_of};
 use super::ticket::Ticket;
 use super::{Room, Standing, Waiting, event, standing, terms};
 use crate::http::buyer::Buyer;
-use crate::http::csrf::{CsrfForm, Empty, FormToken};
+use crate::http::csrf::{CsrfPost, Empty, FormToken};
 use crate::http::error::{Error, Result};
+use crate::http::ids::EventId;
 use crate::live::{Update, page_stream, queue_topic};
-use crate::seats::parse_id;
 use crate::state::AppState;
 
 /// `GET /events/{id}/queue`, its stream, and `POST /events/{id}/queue/leave`.
@@ -127,9 +127,8 @@ async fn show(
     State(state): State<AppState>,
     buyer: Buyer,
     csrf: FormToken,
-    Path(event_id): Path<String>,
+    EventId(event_id): EventId,
 ) -> Result<Response> {
-    let event_id = parse_id(&event_id, "event")?;
     let event = event(&state, event_id).await?;
     let Some(terms) = terms(&state.settings, &event) else {
         return Ok(to_map(event_id));
@@ -189,9 +188,8 @@ fn retry_after() -> Duration {
 async fn stream(
     State(state): State<AppState>,
     buyer: Buyer,
-    Path(event_id): Path<String>,
+    EventId(event_id): EventId,
 ) -> Result<Response> {
-    let event_id = parse_id(&event_id, "event")?;
     let event = event(&state, event_id).await?;
     let Some(terms) = terms(&state.settings, &event) else {
         return Err(Error::NotFound("This event has no waiting room.".into()));
@@ -266,10 +264,8 @@ async fn stream(
 async fn leave(
     State(state): State<AppState>,
     buyer: Buyer,
-    Path(event_id): Path<String>,
-    CsrfForm(Empty {}): CsrfForm<Empty>,
+    CsrfPost(EventId(event_id), Empty {}): CsrfPost<EventId, Empty>,
 ) -> Result<Redirect> {
-    let event_id = parse_id(&event_id, "event")?;
     super::leave(&state, &buyer, event_id).await?;
     Ok(Redirect::to("/"))
 }

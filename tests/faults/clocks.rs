@@ -62,7 +62,7 @@ async fn app_clocks_an_hour_off_change_no_hold_expiry_and_no_sale() {
     let until = between(&page, "held for you until <time>", "</time>").unwrap();
     let near = |ms: u64| {
         (0..=2)
-            .any(|s| seatlock::seats::map::clock_time(ms + remaining + s * 1_000 - 1_000) == until)
+            .any(|s| seatlock::venue::map::clock_time(ms + remaining + s * 1_000 - 1_000) == until)
     };
     assert!(
         near(redis_ms),

@@ -1,4 +1,4 @@
-//! Where a venue's sections are (issue 29): the shapes a venue file gives
+//! Where a venue's sections are: the shapes a venue file gives
 //! (`data/venues/*.json`), the checks `seatlock seed` runs on them, and the SVG path data
 //! the overview map draws (stored at seeding, migration 0013, so a page view does no
 //! geometry).

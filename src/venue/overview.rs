@@ -1,4 +1,4 @@
-//! The venue at a glance (issue 29): `GET /events/{id}` opens on a drawing of the venue,
+//! The venue at a glance: `GET /events/{id}` opens on a drawing of the venue,
 //! every section where it is ([`super::layout`]), shaded by the share of its seats still
 //! available, and `GET /events/{id}/sections/{code}` shows one section's seats.
 //!

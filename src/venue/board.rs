@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use askama::Template;
 
+use super::best_available::FreeSeat;
 use super::overview::Overview;
 use super::per_event::PerEvent;
-use super::queries::{self, FreeSeat, MapSeat, Zone};
+use super::queries::{self, MapSeat, Zone};
 use crate::events::{self, EventSummary};
 use crate::http::error::Result;
 use crate::state::AppState;
@@ -50,7 +51,7 @@ pub struct Board {
     /// Seats neither sold nor held, as read.
     pub available: usize,
     /// The unsold seats as best available picks among them: dearest first, then in
-    /// drawing order ([`super::cart::pick_block`]).
+    /// drawing order ([`super::best_available::pick_block`]).
     pub free: Vec<FreeSeat>,
     /// The venue drawn with each section's counts (held seats count as taken, whoever
     /// holds them).
@@ -155,7 +156,7 @@ impl Boards {
     /// trip (the event's holders), shared: a caller takes the last read if it started
     /// after `since`, else waits for the next, which starts no sooner than
     /// [`HOLDS_SPACING`] after the last and serves every caller that collided before it.
-    /// For picking again after a collision (best available, [`super::cart`]): a hint,
+    /// For picking again after a collision (best available, [`crate::seats::cart`]): a hint,
     /// never a judge (the hold script is). Errors: Redis does not answer.
     pub async fn held_since(
         &self,
@@ -173,10 +174,10 @@ impl Boards {
             tokio::time::sleep_until((*started + HOLDS_SPACING).into()).await;
         }
         let started = Instant::now();
-        let group = super::event_group(&state.settings.lease_namespace, event_id);
+        let group = crate::seats::event_group(&state.settings.lease_namespace, event_id);
         let holders = state.leases.holders(&group).await?;
         let held: Arc<HashSet<i64>> = (holders.holdings.iter())
-            .filter_map(super::seat_of)
+            .filter_map(crate::seats::seat_of)
             .collect::<HashSet<_>>()
             .into();
         *last = Some((started, held.clone()));
@@ -201,7 +202,7 @@ struct OverviewHtml<'a> {
 /// Reads the event from the stores and builds its board: five Postgres queries and one
 /// Redis round trip, run together; `None` if no such event.
 async fn build(state: &AppState, event_id: i64) -> Result<Option<Board>> {
-    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let group = crate::seats::event_group(&state.settings.lease_namespace, event_id);
     let seats = crate::telemetry::postgres("map_seats", queries::map_seats(&state.db, event_id));
     let (event, seats, zones, plan, shapes, holds) = tokio::join!(
         events::find(&state.db, event_id),
@@ -218,7 +219,7 @@ async fn build(state: &AppState, event_id: i64) -> Result<Option<Board>> {
     let held: HashMap<i64, String> = holds?
         .holdings
         .into_iter()
-        .filter_map(|h| Some((super::seat_of(&h)?, h.holder)))
+        .filter_map(|h| Some((crate::seats::seat_of(&h)?, h.holder)))
         .collect();
     let taken = |seat: &MapSeat| seat.sold || held.contains_key(&seat.seat_id);
     let overview = Overview::new(plan?.unwrap_or_default(), &shapes?, &seats, taken);

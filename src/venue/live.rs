@@ -31,14 +31,15 @@ use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::sse::{Event, Sse};
 use futures_util::Stream;
 
 use super::per_event::PerEvent;
-use super::{parse_id, queries};
+use super::queries;
 use crate::events;
 use crate::http::error::{Error, Result};
+use crate::http::ids::EventId;
 use crate::live::{
     EVENT_TOPIC_PREFIX, LiveMessage, Update, event_of_topic, event_topic, page_stream,
 };
@@ -251,7 +252,7 @@ async fn snapshot(state: &AppState, event_id: i64) -> Result<Option<Event>> {
 /// "sold": [seat]}`; `None` if no such event. Each hold is scheduled to be read at its
 /// expiry ([`crate::live::LapseTouches`]).
 async fn read(state: &AppState, event_id: i64) -> Result<Option<serde_json::Value>> {
-    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let group = crate::seats::event_group(&state.settings.lease_namespace, event_id);
     let (event, sold, holds) = tokio::join!(
         events::find(&state.db, event_id),
         queries::sold_seats(&state.db, event_id),
@@ -321,9 +322,8 @@ async fn update(state: &AppState, event_id: i64, message: &LiveMessage) -> Updat
 /// `GET /events/{id}/stream`. 404 for an unknown event, 400 for a malformed id.
 pub(super) async fn stream(
     State(state): State<AppState>,
-    Path(event): Path<String>,
+    EventId(event_id): EventId,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
-    let event_id = parse_id(&event, "event")?;
     // Subscribe first, then read the snapshot: no change can fall between the two.
     let subscription = state
         .live

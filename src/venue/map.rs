@@ -180,7 +180,7 @@ impl SeatMap {
     }
 
     /// The ids of the buyer's held seats, comma-separated: the cart form's `seats`, what
-    /// "Buy all" buys ([`super::cart::checkout`]).
+    /// "Buy all" buys ([`crate::seats::cart::checkout`]).
     pub fn my_seat_ids(&self) -> String {
         let ids: Vec<String> = self
             .my_holds
@@ -247,7 +247,7 @@ pub async fn load(
     buyer_id: &str,
     new_buyer: bool,
 ) -> Result<Option<SeatMap>> {
-    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let group = crate::seats::event_group(&state.settings.lease_namespace, event_id);
     let buyers_own = async {
         if new_buyer {
             return Ok((Vec::new(), GroupSnapshot::default()));
@@ -265,7 +265,7 @@ pub async fn load(
         .holdings
         .iter()
         .filter_map(|h| {
-            let seat = board.seat(super::seat_of(h)?)?;
+            let seat = board.seat(crate::seats::seat_of(h)?)?;
             Some(MyHold {
                 seat_id: seat.seat_id,
                 title: title(seat),
@@ -309,11 +309,11 @@ pub async fn load(
 async fn own_countdowns(state: &AppState, event_id: i64, holds: &mut [MyHold]) -> Result<()> {
     let namespace = &state.settings.lease_namespace;
     let asked = holds.iter().map(|hold| {
-        let seat = super::SeatRef {
+        let seat = crate::seats::SeatRef {
             event_id,
             seat_id: hold.seat_id,
         };
-        let key = super::lease_key(namespace, seat);
+        let key = crate::seats::lease_key(namespace, seat);
         async move { state.leases.remaining(&key).await }
     });
     let remaining = futures_util::future::try_join_all(asked).await?;
