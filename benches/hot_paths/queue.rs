@@ -106,9 +106,10 @@ async fn room_event(s: &Setup) -> anyhow::Result<i64> {
 async fn queued_stream(map: &str) -> anyhow::Result<EventStream> {
     let mut browser = HttpBuyer::new();
     let joined = browser.get(map).await?;
+    // The map's URL answers a new arrival with the queue page itself, not a redirect.
     anyhow::ensure!(
-        joined.status == reqwest::StatusCode::SEE_OTHER,
-        "not sent to the queue"
+        joined.status == reqwest::StatusCode::OK && joined.body.contains("id=\"queue\""),
+        "not given the queue page"
     );
     let mut stream = EventStream::open_as(&browser, &format!("{map}/queue/stream"))
         .await
