@@ -80,7 +80,10 @@ fn assert_invariants(report: &serde_json::Value, stdout: &str) {
     assert_eq!(n("double_sales"), 0, "{stdout}");
     assert_eq!(n("over_limit"), 0, "{stdout}");
     assert!(n("sold") > 0, "some seats sold: {stdout}");
-    assert!(n("requests") > n("buyers"), "every person sent requests: {stdout}");
+    assert!(
+        n("requests") > n("buyers"),
+        "every person sent requests: {stdout}"
+    );
     assert!(report["redis_commands_per_s_peak"].as_f64().unwrap() > 0.0);
     assert!(report["hold_p99_ms"].as_f64().unwrap() > 0.0, "{stdout}");
     assert!(report["server_rss_mb"].as_f64().unwrap() > 0.0);

@@ -21,7 +21,6 @@ use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, FormToken};
 use crate::http::error::{Error, REFUSAL_HEADER, Result};
 use crate::money::{format_cents, parse_amount};
-use crate::racelab::pause::RaceLabPause;
 use crate::seats::parse_id;
 use crate::state::AppState;
 
@@ -226,7 +225,6 @@ async fn place_bid(
     State(state): State<AppState>,
     buyer: Buyer,
     csrf: FormToken,
-    RaceLabPause(pause): RaceLabPause,
     Path(item): Path<String>,
     CsrfForm(form): CsrfForm<BidForm>,
 ) -> Result<Response> {
@@ -245,11 +243,7 @@ async fn place_bid(
                 };
                 bid::place_bid(&state, &new_bid).await
             };
-            pause
-                .over(crate::http::detached::to_completion(
-                    "The bid", deadline, work,
-                ))
-                .await
+            crate::http::detached::to_completion("The bid", deadline, work).await
         }
         Err(err) => Err(Error::BadRequest(err.to_string())),
     };

@@ -4,8 +4,8 @@
 //! from a client that hangs up ([`detached`]), the connection-level server ([`serve`]),
 //! the security headers ([`headers`]), the buyer's origin behind a TLS proxy
 //! ([`proxy`]) and the health checks ([`health`]). No feature
-//! lives here; the one import of a feature is [`detached`] carrying the race lab's pause
-//! ([`crate::racelab::pause`]) onto the task it spawns.
+//! lives here. [`detached`] carries the pause seam's pause ([`crate::failpoint`]) onto the
+//! task it spawns.
 
 pub mod buyer;
 pub mod csrf;

@@ -24,7 +24,8 @@ pub mod purchase;
 pub mod queries;
 mod routes;
 
-pub(crate) use routes::{SeatPost, in_words};
+pub(crate) use routes::in_words;
+pub use routes::{MapPage, SeatPost};
 pub use routes::{purchase_routes, router};
 
 use lease::LeaseKey;
