@@ -224,6 +224,29 @@ mod tests {
         assert_eq!(serve(&argv).unwrap(), settings);
     }
 
+    /// docs/configuration.md's `seatlock-lab serve` table lists the lab's flags, and only
+    /// those (the product's table is checked against `seatlock serve --help`).
+    #[test]
+    fn the_configuration_table_lists_every_lab_flag_and_no_other() {
+        let page = include_str!("../../docs/configuration.md");
+        let table = page
+            .split("\n## ")
+            .find(|s| s.starts_with("`seatlock-lab serve`"))
+            .expect("a `## `seatlock-lab serve`` table in docs/configuration.md");
+        let listed: std::collections::BTreeSet<String> = table
+            .lines()
+            .filter_map(|line| line.strip_prefix('|')?.split('|').next())
+            .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+            .filter(|code| code.starts_with("--"))
+            .map(str::to_owned)
+            .collect();
+        let flags: std::collections::BTreeSet<String> = LabSettings::command()
+            .get_arguments()
+            .filter_map(|arg| arg.get_long().map(|long| format!("--{long}")))
+            .collect();
+        assert_eq!(listed, flags);
+    }
+
     #[test]
     fn strategy_flag_values_are_clap_names() {
         assert_eq!(

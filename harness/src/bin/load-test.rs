@@ -337,8 +337,8 @@ struct RaceArgs {
     /// Write a self-contained HTML report (table and latency charts) here.
     #[arg(long)]
     html: Option<PathBuf>,
-    /// Race servers already running (started with --enable-race-lab and the strategy
-    /// named by --strategy) instead of starting them.
+    /// Race servers already running (`seatlock-lab serve --enable-race-lab` with the
+    /// strategy named by --strategy) instead of starting them.
     #[arg(long, num_args = 1..)]
     target: Vec<String>,
     #[command(flatten)]
@@ -778,7 +778,7 @@ async fn check_targets(targets: &[String], strategy: PurchaseStrategy) -> anyhow
             .error_for_status()
             .with_context(|| {
                 format!(
-                    "{url}: start the target with --enable-race-lab --purchase-strategy {}",
+                    "{url}: start the target with seatlock-lab serve --enable-race-lab --purchase-strategy {}",
                     strategy.flag_value()
                 )
             })?;
