@@ -23,12 +23,6 @@ use crate::state::{AppState, RoomStore, SessionRedis, Shared};
 use crate::telemetry;
 use crate::{auction, events, live, orders, seats, waiting_room};
 
-/// The name of the session cookie; its value is the session id, nothing else.
-pub const SESSION_COOKIE: &str = "seatlock.sid";
-
-/// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
-pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
-
 /// What a build adds to the product: the one hook of the race lab (the `seatlock-lab`
 /// crate). The product itself builds with [`Extension::default`], which adds nothing.
 #[derive(Default)]
@@ -278,7 +272,7 @@ pub fn router(state: AppState, extension: Extension) -> Router {
         state.settings.lease_namespace.clone(),
     );
     let sessions = SessionManagerLayer::new(store)
-        .with_name(SESSION_COOKIE)
+        .with_name(crate::http::sessions::SESSION_COOKIE)
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
         .with_secure(false)

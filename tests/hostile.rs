@@ -11,11 +11,12 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue, ORIGIN};
-use seatlock::app::{BODY_LIMIT_BYTES, SESSION_COOKIE};
 use seatlock::auction::queries::insert_item;
 use seatlock::config::Settings;
 use seatlock::http::buyer::BUYER_COOKIE;
+use seatlock::http::deadline::BODY_LIMIT_BYTES;
 use seatlock::http::error::Refusal;
+use seatlock::http::sessions::SESSION_COOKIE;
 use seatlock_harness::{HttpBuyer, Reply, TestApp, auction_item, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

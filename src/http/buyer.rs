@@ -304,7 +304,7 @@ pub async fn keep_rotated_sessions(req: Request, next: Next) -> Response {
             .ok()
             .and_then(|text| Cookie::parse(text.to_owned()).ok())
             .is_some_and(|c| {
-                c.name() == crate::app::SESSION_COOKIE
+                c.name() == crate::http::sessions::SESSION_COOKIE
                     && c.max_age() == Some(cookie::time::Duration::ZERO)
             })
     };

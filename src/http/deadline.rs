@@ -23,9 +23,11 @@ use axum::response::{IntoResponse, Response};
 
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use crate::app::BODY_LIMIT_BYTES;
 use crate::http::error::Error;
 use crate::state::AppState;
+
+/// Largest request body accepted, in bytes. Every form here is a few hundred bytes.
+pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 
 /// What a request cut off at its deadline names as unavailable.
 const WHAT: &str = "A store";

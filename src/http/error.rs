@@ -181,7 +181,7 @@ pub enum Error {
     /// The request lost a race or the rules turn it down: 409 with a [`Refusal`] code.
     #[error(transparent)]
     Refused(#[from] Refusal),
-    /// The request body is over [`crate::app::BODY_LIMIT_BYTES`]: 413.
+    /// The request body is over [`crate::http::deadline::BODY_LIMIT_BYTES`]: 413.
     #[error("The request is too large.")]
     TooLarge,
     /// The request body did not arrive whole within the header timeout

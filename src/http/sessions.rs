@@ -39,6 +39,9 @@ use tower_sessions::session_store::{self, SessionStore};
 use crate::config::LeaseNamespace;
 use crate::state::SessionRedis;
 
+/// The name of the session cookie; its value is the session id, nothing else.
+pub const SESSION_COOKIE: &str = "seatlock.sid";
+
 /// The store sessions live in, as named in a 503 page when it fails.
 pub const STORE: &str = crate::http::error::SESSION_STORE;
 

@@ -314,12 +314,12 @@ pub(crate) async fn act(
     buyer.post(&url, &[]).await.unwrap()
 }
 
-/// Waits until `server`'s log says a race-lab pause began `count` times: the server is
-/// parked at the requested point.
+/// Waits until `server`'s log says a pause of the pause seam began `count` times
+/// (`seatlock::failpoint::point` logs it): the server is parked at the requested point.
 pub(crate) async fn parked(server: &ServerProcess, count: usize) {
     eventually(Duration::from_secs(10), "the server to park", || async {
         let log = std::fs::read_to_string(&server.log).unwrap_or_default();
-        log.matches("race lab: pausing").count() >= count
+        log.matches("fail point: pausing").count() >= count
     })
     .await;
 }
