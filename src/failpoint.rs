@@ -4,8 +4,8 @@
 //! Without the `failpoints` cargo feature a point is an empty function, and nothing else
 //! here exists. The product binary is built without it.
 //!
-//! With the feature, [`layer`] reads a pause from a request's headers and installs it
-//! around the request's work. A point then sleeps if the installed pause is there.
+//! With the feature, the middleware `layer` reads a pause from a request's headers and
+//! installs it around the request's work. A point then sleeps if the installed pause is there.
 //! Only the race lab (the `seatlock-lab` crate) adds the layer, through
 //! [`crate::app::Extension`]. The fault tests use it to park a confirm at a point and kill
 //! the server there.
@@ -43,8 +43,8 @@ pub async fn without<F: Future>(work: F) -> F::Output {
     work.await
 }
 
-/// Runs `work` on a task `spawn` starts, under the pause installed around the caller.
-/// [`crate::http::detached`] uses it. Without the `failpoints` feature it is `spawn(work)`.
+/// `work` under the pause installed around the caller, for the task that will run it:
+/// [`crate::http::detached`] spawns it. Without the `failpoints` feature it is `work`.
 #[cfg(not(feature = "failpoints"))]
 #[inline(always)]
 pub(crate) fn carried<F: Future>(work: F) -> impl Future<Output = F::Output> {

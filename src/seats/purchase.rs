@@ -94,7 +94,7 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
 }
 
 /// A hold refused by Redis as the buyer's error (409 held, sold or the buyer's limit;
-/// 503 a store unavailable), counted in [`telemetry::HOLDS_REFUSED_TOTAL`].
+/// 503 a store unavailable), counted in `telemetry::HOLDS_REFUSED_TOTAL`.
 pub fn hold_refused(err: LeaseError) -> Error {
     let err = Error::from(err);
     if let Error::Refused(refusal) = &err {
@@ -113,7 +113,7 @@ pub async fn held_lease(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Resul
 
 /// The refusal for a buyer with no live hold on `seat`: 409 [`Refusal::HoldExpired`] if
 /// their browser remembers holding it ([`Buyer::had_hold`]), else 403
-/// ([`not_your_hold`]).
+/// (`not_your_hold`).
 pub fn no_live_hold(buyer: &Buyer, seat: SeatRef) -> Error {
     if buyer.had_hold(seat.event_id, seat.seat_id) {
         Refusal::HoldExpired.into()

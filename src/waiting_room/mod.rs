@@ -7,12 +7,12 @@
 //! people trust (Cloudflare's, Queue-it, AWS's):
 //!
 //! * **a signed ticket**: a new arrival joins once (one Redis script) and gets its place
-//!   in a cookie signed with the server secret ([`ticket`]);
+//!   in a cookie signed with the server secret (`ticket.rs`);
 //! * **one shared number**: the room's frontier, the highest place whose turn has come.
 //!   Every server keeps it in memory, pushed on the event's channel after each tick
 //!   ([`Rooms`]). A position is the place minus the frontier, with no store read;
 //! * **one ticker**: one server at a time moves the frontier, under a lease, with its
-//!   fencing token checked in the step's script ([`ticker`]);
+//!   fencing token checked in the step's script (`ticker.rs`);
 //! * **the origin serves only the admitted**: a visitor whose turn has not come is sent
 //!   to the queue page before any map is read ([`gate`]).
 //!

@@ -43,7 +43,7 @@ static STREAMS: Semaphore = Semaphore::const_new(MAX_STREAMS);
 /// How often a run's stream looks for new rows.
 const STREAM_POLL: Duration = Duration::from_millis(250);
 
-/// The lab's routes (merged by [`crate::router`]).
+/// The lab's routes (merged by `crate::server::router`).
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/lab", get(form))
@@ -55,7 +55,7 @@ pub fn router() -> Router<AppState> {
 
 /// 404 unless the leases are in Redis: the lab races Redis leases, and on etcd there is
 /// nothing to switch off. Without `--enable-race-lab` the route never gets here
-/// ([`crate::server::router`]).
+/// (`crate::server::router`).
 fn require_lab(state: &AppState) -> Result<()> {
     if state.settings.leases_on_etcd() {
         return Err(Error::NotFound(
