@@ -21,19 +21,6 @@ pub enum LedgerError {
     Postgres(#[from] sqlx::Error),
 }
 
-impl PgFenceLedger {
-    /// Deletes lease group `group`'s ceiling: for a group that will never be granted
-    /// again (a finished lab run's, [`crate::racelab::lab`]). Never for a live group: its
-    /// next block would start again at 1.
-    pub async fn forget(&self, group: &str) -> sqlx::Result<()> {
-        sqlx::query("DELETE FROM fence_ceilings WHERE lease_group = $1")
-            .bind(group)
-            .execute(&self.0)
-            .await
-            .map(drop)
-    }
-}
-
 impl FenceLedger for PgFenceLedger {
     type Error = LedgerError;
 

@@ -123,7 +123,7 @@ fn each_step_links_to_the_lines_that_do_it() {
             "step {step}: links its lab run {LAB}{lab}: {}",
             cells[4]
         );
-        let known = seatlock::racelab::lab::Step::parse(lab);
+        let known = seatlock_lab::lab::Step::parse(lab);
         assert_eq!(
             known.map(|s| s.slug()),
             Some(lab),

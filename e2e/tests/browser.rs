@@ -1368,7 +1368,7 @@ async fn a_queued_browser_watches_its_place_fall_and_lands_on_the_map() {
     .await;
 }
 
-/// Each of the lab's scenarios ([`seatlock::racelab::lab`]): the step switched off, and
+/// Each of the lab's scenarios ([`seatlock_lab::lab`]): the step switched off, and
 /// the marks its run must show, on the step-off side (a violation) and on the step-on side
 /// (the refusal that kept the invariant).
 const LAB_RUNS: [(&str, &str, &str); 6] = [
@@ -1385,92 +1385,90 @@ const LAB_RUN_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn the_lab_builds_each_steps_table_live_and_marks_where_it_breaks() {
-    support::run_with(
-        "lab",
-        |s| s.enable_race_lab = true,
-        async |w| {
-            let reader = w.buyer("A", 0).await?;
-            // A projector's screen: the two tables side by side, nothing cut off.
-            let projector = playwright_rs::protocol::Viewport {
-                width: 1280,
-                height: 720,
-            };
-            reader.page.set_viewport_size(projector).await?;
-            for (step, broken, refused) in LAB_RUNS {
-                reader.open(&format!("/lab?step={step}")).await?;
-                reader.page.locator("#run").click(None).await?;
-                expect(reader.page.locator("#lab-run"))
-                    .to_be_visible()
-                    .await
-                    .with_context(|| format!("{step}: no run page"))?;
-                // Rows arrive over the stream: the page is never reloaded.
-                mark_page(&reader).await?;
-                expect(reader.page.locator("#lab-run"))
-                    .with_timeout(LAB_RUN_TIMEOUT)
-                    .to_have_attribute("data-state", "done")
-                    .await
-                    .with_context(|| format!("{step}: the run did not finish"))?;
-                not_reloaded(&reader).await?;
-                let off = format!("#rows-off tr.violation[data-kind={broken}]");
-                expect(reader.page.locator(&off).first())
-                    .to_be_visible()
-                    .await
-                    .with_context(|| format!("{step}: the step-off side has no {broken} row"))?;
-                let on = format!("#rows-on tr.saved[data-kind={refused}]");
-                expect(reader.page.locator(&on).first())
-                    .to_be_visible()
-                    .await
-                    .with_context(|| format!("{step}: the step-on side has no {refused} row"))?;
-                let broken_on = reader.page.locator("#rows-on tr.violation").count().await?;
-                ensure!(
-                    broken_on == 0,
-                    "{step}: the step-on side has {broken_on} violations"
-                );
-                let verdict = reader.page.locator("#verdict-off").inner_text().await?;
-                ensure!(
-                    verdict.starts_with("Broken at"),
-                    "{step}: off verdict {verdict:?}"
-                );
-                let width: u32 = reader
-                    .page
-                    .evaluate("() => document.documentElement.scrollWidth", None::<&()>)
-                    .await?;
-                ensure!(
-                    width <= 1280,
-                    "{step}: the page is {width} px wide at 1280x720"
-                );
-                w.screenshot(&reader, step).await?;
-            }
-
-            // The permalink replays what was recorded: the rows are on the page as loaded,
-            // and Replay shows them again.
-            let url = reader.page.url();
-            reader.page.reload(None).await?;
-            ensure!(
-                reader.page.url() == url,
-                "reloading moved to {}",
-                reader.page.url()
-            );
-            let rows = reader.page.locator("#rows-off tr[data-at]").count().await?;
-            ensure!(rows > 3, "the permalink shows {rows} rows");
-            reader.page.locator("#replay").click(None).await?;
-            let last = reader.page.locator("#rows-off tr[data-at]").last();
-            let hidden: bool = last.evaluate("tr => tr.hidden", None::<&()>).await?;
-            ensure!(hidden, "Replay did not hide the rows it replays");
-            expect(reader.page.locator("#rows-off tr[data-at]").last())
-                .with_timeout(LAB_RUN_TIMEOUT)
+    support::run_lab("lab", seatlock_lab::LabSettings::enabled(), async |w| {
+        let reader = w.buyer("A", 0).await?;
+        // A projector's screen: the two tables side by side, nothing cut off.
+        let projector = playwright_rs::protocol::Viewport {
+            width: 1280,
+            height: 720,
+        };
+        reader.page.set_viewport_size(projector).await?;
+        for (step, broken, refused) in LAB_RUNS {
+            reader.open(&format!("/lab?step={step}")).await?;
+            reader.page.locator("#run").click(None).await?;
+            expect(reader.page.locator("#lab-run"))
                 .to_be_visible()
                 .await
-                .context("the replay never showed the last row")?;
-            Ok(())
-        },
-    )
+                .with_context(|| format!("{step}: no run page"))?;
+            // Rows arrive over the stream: the page is never reloaded.
+            mark_page(&reader).await?;
+            expect(reader.page.locator("#lab-run"))
+                .with_timeout(LAB_RUN_TIMEOUT)
+                .to_have_attribute("data-state", "done")
+                .await
+                .with_context(|| format!("{step}: the run did not finish"))?;
+            not_reloaded(&reader).await?;
+            let off = format!("#rows-off tr.violation[data-kind={broken}]");
+            expect(reader.page.locator(&off).first())
+                .to_be_visible()
+                .await
+                .with_context(|| format!("{step}: the step-off side has no {broken} row"))?;
+            let on = format!("#rows-on tr.saved[data-kind={refused}]");
+            expect(reader.page.locator(&on).first())
+                .to_be_visible()
+                .await
+                .with_context(|| format!("{step}: the step-on side has no {refused} row"))?;
+            let broken_on = reader.page.locator("#rows-on tr.violation").count().await?;
+            ensure!(
+                broken_on == 0,
+                "{step}: the step-on side has {broken_on} violations"
+            );
+            let verdict = reader.page.locator("#verdict-off").inner_text().await?;
+            ensure!(
+                verdict.starts_with("Broken at"),
+                "{step}: off verdict {verdict:?}"
+            );
+            let width: u32 = reader
+                .page
+                .evaluate("() => document.documentElement.scrollWidth", None::<&()>)
+                .await?;
+            ensure!(
+                width <= 1280,
+                "{step}: the page is {width} px wide at 1280x720"
+            );
+            w.screenshot(&reader, step).await?;
+        }
+
+        // The permalink replays what was recorded: the rows are on the page as loaded,
+        // and Replay shows them again.
+        let url = reader.page.url();
+        reader.page.reload(None).await?;
+        ensure!(
+            reader.page.url() == url,
+            "reloading moved to {}",
+            reader.page.url()
+        );
+        let rows = reader.page.locator("#rows-off tr[data-at]").count().await?;
+        ensure!(rows > 3, "the permalink shows {rows} rows");
+        reader.page.locator("#replay").click(None).await?;
+        let last = reader.page.locator("#rows-off tr[data-at]").last();
+        let hidden: bool = last.evaluate("tr => tr.hidden", None::<&()>).await?;
+        ensure!(hidden, "Replay did not hide the rows it replays");
+        expect(reader.page.locator("#rows-off tr[data-at]").last())
+            .with_timeout(LAB_RUN_TIMEOUT)
+            .to_be_visible()
+            .await
+            .context("the replay never showed the last row")?;
+        Ok(())
+    })
     .await;
 }
 
 #[tokio::test]
 async fn without_the_race_lab_flag_the_lab_is_404_and_says_how_to_start_it() {
-    support::run("lab_off", async |w| {
+    // The lab's servers without `--enable-race-lab`.
+    let lab_off = seatlock_lab::LabSettings::default();
+    support::run_lab("lab_off", lab_off, async |w| {
         let reader = w.buyer("A", 0).await?;
         let response = reader.page.goto(&reader.url("/lab"), None).await?;
         let status = response.map(|r| r.status()).unwrap_or(0);

@@ -57,7 +57,7 @@ impl<L: FenceLedger> LeaseClient<L> {
 
     /// Turns the failover guard on or off. It is on by default.
     ///
-    /// **Off is for the failover lab only**: `seatlock serve
+    /// **Off is for the failover lab only**: `seatlock-lab serve
     /// --lab-disable-failover-guard`, `make failover`. Off, a promoted replica that
     /// missed the last grants can issue a fencing token again. [`FenceLedger`] says what
     /// the guard does and costs.

@@ -27,8 +27,8 @@ use lease::{Backoff, Lease, LeaseError};
 
 use super::{Bid, queries, rules};
 use crate::config::BidStrategy;
+use crate::failpoint::{self, PausePoint};
 use crate::http::error::{Error, Refusal, Result};
-use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
 
 /// Retries of a busy bid lock: delays drawn from `[0, 5 ms · 2^n]`, capped at 200 ms, at
@@ -126,7 +126,7 @@ async fn release(state: &AppState, lease: &Lease) {
 
 /// `bid` under a held bid lock: in one transaction, read the item, check the rules, then
 /// [`queries::place_bid`] with the lease's fencing token. Commits only a write that
-/// Postgres accepted. The race lab's pause ([`PausePoint::BeforeWrite`]) stalls between
+/// Postgres accepted. The pause seam ([`PausePoint::BeforeWrite`]) stalls between
 /// the rules check and the write. Errors as [`place_bid`]; a write refused although the rules passed is explained
 /// from a fresh read: 409 [`crate::http::error::BidRefusal::Ended`] if the end passed
 /// meanwhile (the write checks the end at its own moment), 409
@@ -143,7 +143,7 @@ pub async fn bid_under_lease(
         .await?
         .ok_or_else(Error::no_such_auction)?;
     rules::check_bid(&item, bid.amount_cents).map_err(Refusal::from)?;
-    pause::point(PausePoint::BeforeWrite).await;
+    failpoint::point(PausePoint::BeforeWrite).await;
     // The fenced write: the token, the high bid and the end are checked again by the
     // statement itself, so a bidder that stalled since its read cannot win on stale facts.
     let token = Some(lease.fencing_token().as_i64());
@@ -159,7 +159,7 @@ pub async fn bid_under_lease(
 /// The lock-free `bid`: [`queries::place_bid`] without a token, one statement. Errors as
 /// [`place_bid`] (never busy, never stale).
 pub async fn bid_conditionally(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
-    pause::point(PausePoint::BeforeWrite).await;
+    failpoint::point(PausePoint::BeforeWrite).await;
     // No lock and no token: the one statement's conditions are the whole guard.
     match queries::place_bid(&state.db, bid, None).await? {
         Some(placed) => Ok(accepted(bid, placed, None)),

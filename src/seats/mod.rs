@@ -21,11 +21,9 @@ pub mod purchase;
 pub mod queries;
 mod routes;
 
-pub(crate) use routes::{MapPage, SeatPost, in_words};
+pub(crate) use routes::in_words;
+pub use routes::{MapPage, SeatPost};
 pub use routes::{purchase_routes, router};
-
-/// The race lab still names the id parser here; it lives in [`crate::http::ids`].
-pub use crate::http::ids::parse_id;
 
 use lease::{LeaseKey, LeaseStore};
 

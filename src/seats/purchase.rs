@@ -21,9 +21,9 @@ use tracing::field::Empty;
 
 use super::SeatRef;
 use super::queries::{self, Sale};
+use crate::failpoint::{self, PausePoint};
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Refusal, Result};
-use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
 use crate::telemetry::{self, ConfirmOutcome};
 use crate::waiting_room;
@@ -100,8 +100,8 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
 }
 
 /// A hold refused by Redis as the buyer's error (409 held, sold or the buyer's limit;
-/// 503 a store unavailable), counted in [`telemetry::HOLDS_REFUSED_TOTAL`].
-pub(crate) fn hold_refused(err: LeaseError) -> Error {
+/// 503 a store unavailable), counted in `telemetry::HOLDS_REFUSED_TOTAL`.
+pub fn hold_refused(err: LeaseError) -> Error {
     let err = Error::from(err);
     if let Error::Refused(refusal) = &err {
         telemetry::hold_refused(refusal);
@@ -112,19 +112,15 @@ pub(crate) fn hold_refused(err: LeaseError) -> Error {
 /// The buyer's live lease on `seat`, found in Redis by the buyer's id (one script,
 /// [`lease::LeaseStore::owned_by`]), owner token included; `None` if the buyer holds no
 /// live lease on it.
-pub(crate) async fn held_lease(
-    state: &AppState,
-    buyer: &Buyer,
-    seat: SeatRef,
-) -> Result<Option<Lease>> {
+pub async fn held_lease(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Option<Lease>> {
     let key = super::lease_key(&state.settings.lease_namespace, seat);
     Ok(state.leases.owned_by(&key, buyer.id()).await?)
 }
 
 /// The refusal for a buyer with no live hold on `seat`: 409 [`Refusal::HoldExpired`] if
 /// their browser remembers holding it ([`Buyer::had_hold`]), else 403
-/// ([`not_your_hold`]).
-pub(crate) fn no_live_hold(buyer: &Buyer, seat: SeatRef) -> Error {
+/// (`not_your_hold`).
+pub fn no_live_hold(buyer: &Buyer, seat: SeatRef) -> Error {
     if buyer.had_hold(seat.event_id, seat.seat_id) {
         Refusal::HoldExpired.into()
     } else {
@@ -201,11 +197,12 @@ async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) 
         return Ok(order_id);
     }
     // The hold was not ours at the owner check: it lapsed, and perhaps the buyer holds the
-    // seat again under a new grant; one more attempt with that (and without the race
-    // lab's pause: the stalled holder was the first attempt).
+    // seat again under a new grant; one more attempt with that. It runs without the
+    // pause seam's pause: the stalled holder was the first attempt.
     if let Some(live) = held_lease(&state, &buyer, seat).await?
         && live != lease
-        && let Some(order_id) = pause::without(pay_and_sell(&state, &buyer, seat, &live)).await?
+        && let Some(order_id) =
+            failpoint::without(pay_and_sell(&state, &buyer, seat, &live)).await?
     {
         return Ok(order_id);
     }
@@ -287,7 +284,7 @@ enum Attempt {
 }
 
 /// Phases (b) to (e) of [`pay_and_sell`], once the payment is authorized under `payment`: the
-/// fenced write, the owner check, the commit and the release. The race lab's pause
+/// fenced write, the owner check, the commit and the release. The pause seam's
 /// points ([`PausePoint`]) sit between the steps.
 async fn sell_fenced(
     state: &AppState,
@@ -296,7 +293,7 @@ async fn sell_fenced(
     lease: &Lease,
     payment: &str,
 ) -> Result<Attempt> {
-    pause::point(PausePoint::BeforeWrite).await;
+    failpoint::point(PausePoint::BeforeWrite).await;
     // (b) The fenced write, in a transaction that holds the row lock from here to the
     // commit; Postgres ends the transaction if this holder stalls past its idle bound.
     // The name goes on the order: read before the transaction (a session read, only for a
@@ -319,19 +316,19 @@ async fn sell_fenced(
         // The capture found the payment voided: no capture, no order.
         Sale::Unpaid => return unpaid(tx).await,
     };
-    pause::point(PausePoint::BeforeOwnerCheck).await;
+    failpoint::point(PausePoint::BeforeOwnerCheck).await;
     // (c) The owner check, with the row locked: a hold that lapsed cannot buy.
     if !state.leases.is_held(lease).await? {
         tx.rollback().await?;
         return Ok(Attempt::NotOurs);
     }
-    pause::point(PausePoint::BeforeCommit).await;
+    failpoint::point(PausePoint::BeforeCommit).await;
     // (d) COMMIT: from here the order stands, whatever happens next.
     telemetry::postgres("commit", tx.commit()).await?;
     telemetry::confirm(ConfirmOutcome::Accepted);
     state.boards.forget(seat.event_id);
     tracing::info!(order = order_id, "seat sold");
-    pause::point(PausePoint::AfterCommit).await;
+    failpoint::point(PausePoint::AfterCommit).await;
     // (e) Release the hold and retire the seat (best effort).
     give_up(state, lease, true).await;
     buyer.forget_hold(seat.event_id, seat.seat_id);
@@ -431,7 +428,7 @@ async fn sell_all_fenced(
             Sale::Unpaid => return unpaid(tx).await,
         }
     }
-    pause::point(PausePoint::BeforeOwnerCheck).await;
+    failpoint::point(PausePoint::BeforeOwnerCheck).await;
     // (c) The owner check of every hold, with every row locked; any hold not ours rolls
     // the whole cart back, and is named.
     let mut not_ours = Vec::new();

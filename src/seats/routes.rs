@@ -12,7 +12,6 @@ use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, CsrfPost, Empty};
 use crate::http::error::{Error, Result};
 use crate::http::ids::{EventId, PathId, SeatId};
-use crate::racelab::pause::Pause;
 use crate::state::AppState;
 use crate::waiting_room;
 
@@ -58,11 +57,9 @@ impl CheckoutForm {
 async fn checkout(
     State(state): State<AppState>,
     buyer: Buyer,
-    pause: Pause,
     CsrfPost(EventId(event_id), form): CsrfPost<EventId, CheckoutForm>,
 ) -> Result<Redirect> {
-    let checkout = cart::checkout(&state, &buyer, event_id, form.shown()?);
-    let orders = pause.over(checkout).await?;
+    let orders = cart::checkout(&state, &buyer, event_id, form.shown()?).await?;
     waiting_room::purchased(&state, &buyer, event_id).await;
     // Behind a waiting room the map is no longer the buyer's to see (their turn ended):
     // show the first order instead.
@@ -94,7 +91,7 @@ fn seat_ref(event: &str, seat: &str) -> Result<SeatRef> {
 /// The page a seat's form was sent from: the event's page, or the page of the section
 /// its hidden `section` field names.
 #[derive(Debug, Default)]
-pub(crate) struct MapPage {
+pub struct MapPage {
     /// The section's code; `None`: the event's page.
     pub(crate) section: Option<String>,
 }
@@ -114,7 +111,7 @@ impl MapPage {
     }
 
     /// Back to this page, scrolled to `seat`.
-    pub(crate) fn back(&self, seat: SeatRef) -> Redirect {
+    pub fn back(&self, seat: SeatRef) -> Redirect {
         Redirect::to(&format!(
             "{}#seat-{}",
             self.path(seat.event_id),
@@ -133,7 +130,7 @@ struct SeatForm {
 /// A form POST on one seat, `/events/{event}/seats/{seat}/<action>`: the seat, once the
 /// CSRF token checked out (403 otherwise) and both ids parsed (400 otherwise), in that
 /// order, and the page it came from.
-pub(crate) struct SeatPost(pub SeatRef, pub MapPage);
+pub struct SeatPost(pub SeatRef, pub MapPage);
 
 impl FromRequest<AppState> for SeatPost {
     type Rejection = Error;
@@ -170,10 +167,9 @@ async fn release(
 async fn confirm(
     State(state): State<AppState>,
     buyer: Buyer,
-    pause: Pause,
     SeatPost(seat, _): SeatPost,
 ) -> Result<Redirect> {
-    let order_id = pause.over(purchase::confirm(&state, &buyer, seat)).await?;
+    let order_id = purchase::confirm(&state, &buyer, seat).await?;
     waiting_room::purchased(&state, &buyer, seat.event_id).await;
     Ok(Redirect::to(&format!("/orders/{order_id}")))
 }

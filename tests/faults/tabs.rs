@@ -5,7 +5,7 @@
 //! capture without its order, and once every attempt has answered no authorization is
 //! left open: the last attempt to leave a payment voids it, and only that one.
 
-use seatlock::racelab::pause::PausePoint;
+use seatlock::failpoint::PausePoint;
 use seatlock_harness::Reply;
 
 use crate::deployment::*;

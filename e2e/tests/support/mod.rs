@@ -29,8 +29,9 @@ use playwright_rs::{
 };
 use seatlock::config::Settings;
 use seatlock_harness::haproxy::{BACKEND_COOKIE, BACKEND_HEADER};
-use seatlock_harness::procs::{seatlock_binary, target_dir};
+use seatlock_harness::procs::{lab_binary, seatlock_binary, target_dir};
 use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp};
+use seatlock_lab::LabSettings;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -402,7 +403,7 @@ pub async fn run_behind_proxy(
     name: &'static str,
     body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
-    run_world(name, |_| {}, true, body).await
+    run_world(name, |_| {}, None, true, body).await
 }
 
 /// Starts a world whose servers run with the settings `adjust` makes, runs `body`, saves
@@ -414,18 +415,28 @@ pub async fn run_with(
     adjust: impl FnOnce(&mut Settings) + Send + 'static,
     body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
-    run_world(name, adjust, false, body).await
+    run_world(name, adjust, None, false, body).await
 }
 
-/// [`run_with`], the servers behind HAProxy if `proxied`.
+/// [`run`] with the lab's servers (`seatlock-lab serve`) as `lab` sets them.
+pub async fn run_lab(
+    name: &'static str,
+    lab: LabSettings,
+    body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
+) {
+    run_world(name, |_| {}, Some(lab), false, body).await
+}
+
+/// [`run_with`], the servers the lab's if `lab` is set, behind HAProxy if `proxied`.
 async fn run_world(
     name: &'static str,
     adjust: impl FnOnce(&mut Settings) + Send + 'static,
+    lab: Option<LabSettings>,
     proxied: bool,
     body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
     let clock = Instant::now();
-    let (db, settings, servers) = start_servers(adjust)
+    let (db, settings, servers) = start_servers(adjust, lab)
         .await
         .unwrap_or_else(|e| panic!("{name}: starting the servers: {e:?}"));
     let proxy = if proxied {
@@ -490,10 +501,11 @@ async fn run_world(
 
 /// A fresh database seeded with the demo venues, and two `seatlock serve` processes over
 /// it with one secret and one lease namespace ([`TestApp::builder`]), as `adjust` sets.
+/// With `lab`, two `seatlock-lab serve` processes with those lab settings.
 async fn start_servers(
     adjust: impl FnOnce(&mut Settings) + Send + 'static,
+    lab: Option<LabSettings>,
 ) -> anyhow::Result<(PgPool, Settings, Vec<ServerProcess>)> {
-    let binary = seatlock_binary()?;
     let settings = TestApp::builder()
         .venues(DEMO_VENUES)
         // A store call that is slow only because the machine is busy (two browsers, four
@@ -503,10 +515,22 @@ async fn start_servers(
         .settings()
         .await?;
     let url = settings.database_url.clone();
-    let (one, two) = tokio::try_join!(
-        ServerProcess::start(&binary, &settings),
-        ServerProcess::start(&binary, &settings)
-    )?;
+    let (one, two) = match &lab {
+        None => {
+            let binary = seatlock_binary()?;
+            tokio::try_join!(
+                ServerProcess::start(&binary, &settings),
+                ServerProcess::start(&binary, &settings)
+            )?
+        }
+        Some(lab) => {
+            let binary = lab_binary()?;
+            tokio::try_join!(
+                ServerProcess::start_lab(&binary, &settings, lab),
+                ServerProcess::start_lab(&binary, &settings, lab)
+            )?
+        }
+    };
     let db = PgPoolOptions::new()
         .max_connections(2)
         .connect(&url)

@@ -1,5 +1,5 @@
 //! The nemesis (`load-test nemesis`, `make nemesis`): buyers with several tabs each and
-//! bidders work against several `seatlock serve` processes while a fault schedule drawn
+//! bidders work against several `seatlock-lab serve` processes while a fault schedule drawn
 //! from a seed hits the real processes, alone and together; every client operation goes
 //! into a [history](crate::history), judged afterwards by [the checker](crate::history::check).
 //! Jepsen's lock analyses (etcd, Hazelcast) do it this way, with three lock workloads
@@ -37,9 +37,10 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Mutex;
 
-use seatlock::config::{PurchaseStrategy, Settings};
+use seatlock::config::Settings;
+use seatlock::failpoint::PAUSE_HEADER;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PAUSE_HEADER;
+use seatlock_lab::{LabSettings, PurchaseStrategy};
 
 use super::report::{escape, html_table, markdown_table};
 use super::timeline::{self, Lane, Moment};
@@ -359,16 +360,23 @@ impl SeatPool {
 struct Slot {
     process: ServerProcess,
     settings: Settings,
+    lab: LabSettings,
     clock_file: PathBuf,
 }
 
 impl Slot {
-    async fn start(binary: &Path, settings: Settings, clock_file: PathBuf) -> anyhow::Result<Slot> {
+    async fn start(
+        binary: &Path,
+        settings: Settings,
+        lab: LabSettings,
+        clock_file: PathBuf,
+    ) -> anyhow::Result<Slot> {
         std::fs::write(&clock_file, "+0")?;
-        let process = start_server(binary, &settings, &clock_file).await?;
+        let process = start_server(binary, &settings, &lab, &clock_file).await?;
         Ok(Slot {
             process,
             settings,
+            lab,
             clock_file,
         })
     }
@@ -377,6 +385,7 @@ impl Slot {
 async fn start_server(
     binary: &Path,
     settings: &Settings,
+    lab: &LabSettings,
     clock_file: &Path,
 ) -> anyhow::Result<ServerProcess> {
     let lib = libfaketime()?;
@@ -389,7 +398,7 @@ async fn start_server(
         // Sleeps and timeouts keep the real monotonic clock: only the wall clock moves.
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
     ];
-    ServerProcess::start_with_env(binary, settings, &env).await
+    ServerProcess::start_lab_with_env(binary, settings, lab, &env).await
 }
 
 /// The lock store and the Redis of the sessions.
@@ -473,7 +482,8 @@ impl Stage {
                         slot.process.kill().await?;
                         tokio::time::sleep(hold).await;
                         slot.process =
-                            start_server(&self.binary, &slot.settings, &slot.clock_file).await?;
+                            start_server(&self.binary, &slot.settings, &slot.lab, &slot.clock_file)
+                                .await?;
                         self.addresses.write().expect("addresses lock")[index] =
                             slot.process.address.clone();
                     }
@@ -857,15 +867,17 @@ pub async fn run(
         let (event, seats) =
             super::race::create_race_event(&db, &format!("Nemesis: {name}")).await?;
         let mut settings = store.settings(&proxied_url);
-        settings.enable_race_lab = true;
-        settings.purchase_strategy = strategy;
         settings.hold_ttl_ms = config.hold_ttl_ms;
         settings.bid_lock_ttl_ms = config.hold_ttl_ms;
         let mut indices = Vec::new();
         for _ in 0..config.servers {
             let file = clock_dir.0.join(format!("clock-{}", slots.len()));
             indices.push(slots.len());
-            slots.push(Slot::start(binary, settings.clone(), file).await?);
+            let lab = LabSettings {
+                purchase_strategy: strategy,
+                ..LabSettings::enabled()
+            };
+            slots.push(Slot::start(binary, settings.clone(), lab, file).await?);
         }
         seat_workloads.push(SeatWorkload {
             name,

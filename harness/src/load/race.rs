@@ -25,9 +25,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use sqlx::PgPool;
 use tokio::sync::Barrier;
 
-use seatlock::config::PurchaseStrategy;
+use seatlock::failpoint::PAUSE_HEADER;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PAUSE_HEADER;
+use seatlock_lab::PurchaseStrategy;
 
 use crate::check::CheckReport;
 use crate::history::check::{Model, Verdict};
