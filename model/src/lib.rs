@@ -112,8 +112,6 @@
 //! (10.7 million, 2 min); three holders with one grant each, one failover and one restart
 //! (26.3 million, 6 min), also with today's fence.
 
-#![deny(missing_docs)]
-
 use std::collections::BTreeMap;
 use std::fmt;
 

@@ -94,9 +94,10 @@ pub async fn best_available(
     // are read again, a read that started after the collision and is shared by every
     // pick colliding meanwhile, and the next pick is drawn among the best blocks left
     // rather than the best alone).
-    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    let namespace = &state.settings.lease_namespace;
+    let group = super::event_group(namespace, event_id);
     let (board, mine) = tokio::join!(
-        state.boards.get(state, event_id),
+        state.boards.get(&state.db, &*state.leases, namespace, event_id),
         state.leases.held_by(&group, buyer.id())
     );
     let board = board?.ok_or_else(Error::no_such_event)?;
@@ -133,7 +134,9 @@ pub async fn best_available(
                 if matches!(refused, LeaseError::Retired) {
                     sold_since.extend(seats);
                 }
-                let held = state.boards.held_since(state, event_id, collided).await?;
+                let held = (state.boards)
+                    .held_since(&*state.leases, namespace, event_id, collided)
+                    .await?;
                 taken = held.iter().chain(&sold_since).copied().collect();
                 spread = spread.saturating_mul(SPREAD);
             }

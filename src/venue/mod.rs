@@ -21,5 +21,6 @@ pub mod overview;
 mod per_event;
 pub mod queries;
 mod routes;
+pub mod snapshots;
 
 pub use routes::router;

@@ -174,6 +174,7 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// An empty tally: every count zero, every histogram empty.
     pub fn new() -> Self {
         Tally {
             seats_held: AtomicU64::new(0),
