@@ -15,7 +15,6 @@
 //! The proxy (`scripts/haproxy.cfg`) routes by `/readyz`, and when no server is ready
 //! by `/livez`: a server whose Redis is down still serves what it can (docs/scale-out.md).
 
-
 use axum::extract::State;
 use axum::http::StatusCode;
 

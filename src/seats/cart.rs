@@ -97,7 +97,9 @@ pub async fn best_available(
     let namespace = &state.settings.lease_namespace;
     let group = super::event_group(namespace, event_id);
     let (board, mine) = tokio::join!(
-        state.boards.get(&state.db, &*state.leases, namespace, event_id),
+        state
+            .boards
+            .get(&state.db, &*state.leases, namespace, event_id),
         state.leases.held_by(&group, buyer.id())
     );
     let board = board?.ok_or_else(Error::no_such_event)?;

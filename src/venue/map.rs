@@ -259,7 +259,9 @@ pub async fn load(
         Ok::<_, crate::http::error::Error>((sold?, held?))
     };
     let namespace = &state.settings.lease_namespace;
-    let board = state.boards.get(&state.db, &*state.leases, namespace, event_id);
+    let board = state
+        .boards
+        .get(&state.db, &*state.leases, namespace, event_id);
     let (board, buyers_own) = tokio::join!(board, buyers_own);
     let Some(board) = board? else { return Ok(None) };
     let (sold, held) = buyers_own?;

@@ -216,4 +216,3 @@ fn differences(
         })
         .collect()
 }
-
