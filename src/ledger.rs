@@ -7,8 +7,9 @@
 use lease::FenceLedger;
 use sqlx::PgPool;
 
-/// Reserves blocks of fencing tokens in Postgres: one `INSERT … ON CONFLICT DO UPDATE`
-/// per block (one round trip, durable once it returns).
+/// Reserves blocks of fencing tokens in Postgres.
+/// Each block is one `INSERT … ON CONFLICT DO UPDATE`: one round trip.
+/// The block is durable once it returns.
 #[derive(Clone)]
 pub struct PgFenceLedger(pub PgPool);
 
