@@ -10,7 +10,8 @@
 //!   in a cookie signed with the server secret (`ticket.rs`);
 //! * **one shared number**: the room's frontier, the highest place whose turn has come.
 //!   Every server keeps it in memory, pushed on the event's channel after each tick
-//!   ([`Rooms`](rooms::Rooms)). A position is the place minus the frontier, with no store read;
+//!   ([`rooms::Rooms`]). A position is the place minus the frontier, with no store
+//!   read;
 //! * **one ticker**: one server at a time moves the frontier, under a lease, with its
 //!   fencing token checked in the step's script (`ticker.rs`);
 //! * **the origin serves only the admitted**: a visitor whose turn has not come is sent
