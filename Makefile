@@ -3,16 +3,20 @@
 #               (STORE=etcd: the leases in a private one-member etcd instead of Redis;
 #               STORE=cluster: leases and sessions on a private Redis Cluster, docs/cluster.md)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
-#   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (docs/scale-out.md;
-#               SERVER=seatlock-lab: the race lab's servers)
-#   make lab    make demo with the race lab (the seatlock-lab binary, lab/): the article's table
-#               built live at http://127.0.0.1:3000/lab
-#   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
+#
+# More:
+#   make lab       make demo with the race lab (the seatlock-lab binary, lab/): the article's
+#                  table built live at http://127.0.0.1:3000/lab
+#   make scale     N=3 servers behind HAProxy at http://127.0.0.1:3000 (docs/scale-out.md;
+#                  SERVER=seatlock-lab: the race lab's servers)
+#   make race      load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
-#   make nemesis  load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=, STORE=)
-#   make onsale  load-test onsale: a crowd of 20,000 at the on-sale against N=1 server(s) behind HAProxy
-#               (N=3, WAITING_ROOM=on, BUYERS=); writes target/onsale/report.json and report.html
-#   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
+#   make nemesis   load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=, STORE=)
+#   make onsale    load-test onsale: a crowd of 20,000 at the on-sale against N=1 server(s) behind HAProxy
+#                  (N=3, WAITING_ROOM=on, BUYERS=); writes target/onsale/report.json and report.html
+#   make bench     the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
+#   make lint      fmt, clippy -D warnings and rustdoc -D warnings only
+#   make services  start the private services; make stop stops them
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -eu -o pipefail -c

@@ -483,7 +483,7 @@ async fn timings(buyer: &Buyer) -> anyhow::Result<(f64, [f64; 4], (f64, f64))> {
         .await?)
 }
 
-/// Scenario 9 (issue 29): the 11,056-seat arena opens on its overview, a page of at
+/// Scenario 9: the 11,056-seat arena opens on its overview, a page of at
 /// most 100 kB before compression with no seat on it; section 101 is picked, and one of
 /// its seats is held by keyboard and bought. Prints the first view's bytes and timings and the time to
 /// interactive (navigation start to the first click served: the section's page, then
@@ -604,7 +604,7 @@ async fn drawn_sections(buyer: &Buyer) -> anyhow::Result<Vec<String>> {
         .await?)
 }
 
-/// Scenario (issue 29): the overview of each demo venue draws every one of its sections,
+/// Scenario: the overview of each demo venue draws every one of its sections,
 /// each a link to its seats named with its counts and prices; by keyboard, focus shows
 /// a section's counts and prices under the map and Enter opens its seats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -659,7 +659,7 @@ async fn section_shade(buyer: &Buyer, code: &str) -> anyhow::Result<(String, Str
     Ok((available.unwrap_or_default(), shade.unwrap_or_default()))
 }
 
-/// Scenario (issue 29): buyer A holds a seat of section 101 on its page (server 0); B's
+/// Scenario: buyer A holds a seat of section 101 on its page (server 0); B's
 /// open overview of the arena (server 1) counts it and shades the section lighter, live;
 /// when the hold lapses (a 3 s hold), the section is back as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -755,7 +755,7 @@ async fn held_by_best_available(
     Ok((held, places))
 }
 
-/// Scenario (issue 29): every Premium seat of the hall is sold but three together, row D
+/// Scenario: every Premium seat of the hall is sold but three together, row D
 /// of the Stalls, seats 10 to 12, between sold ones. Asked for 2, best available does not
 /// take two of the three (the third would be left alone): it holds two seats together in
 /// the next band, leaving no single seat; the page says the rule.
@@ -798,7 +798,7 @@ async fn best_available_2_does_not_strand_the_third_of_three_free_seats() {
     .await;
 }
 
-/// Scenario (issue 29): with the accessible filter on, best available 2 in the hall
+/// Scenario: with the accessible filter on, best available 2 in the hall
 /// holds a wheelchair place and its companion seat (marked in the venue's data), each
 /// named so on the map.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -836,7 +836,7 @@ async fn scrolls_sideways(buyer: &Buyer) -> anyhow::Result<bool> {
         .await?)
 }
 
-/// Scenario (issue 29): on a 390x844 phone the arena's overview, a section with a hold
+/// Scenario: on a 390x844 phone the arena's overview, a section with a hold
 /// (its cart and countdown) and the hall's page with every seat do not scroll sideways
 /// (the seat grid may pan inside its box).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

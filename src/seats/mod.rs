@@ -40,9 +40,9 @@ pub struct SeatRef {
     pub seat_id: i64,
 }
 
-/// The lease group of one event's seats: `<namespace>:event:<id>`. All seats of an event
-/// share it (one Redis Cluster slot), so the seat map lists every hold of the event in one
-/// round trip.
+/// The lease group of one event's seats: `<namespace>:event:<id>`.
+/// All seats of an event share it, and so share one Redis Cluster slot.
+/// So the seat map lists every hold of the event in one round trip.
 pub fn event_group(namespace: &LeaseNamespace, event_id: i64) -> String {
     namespace.group("event", event_id)
 }
@@ -52,14 +52,16 @@ pub fn lease_key(namespace: &LeaseNamespace, seat: SeatRef) -> LeaseKey {
     namespace.key("event", seat.event_id, &seat.seat_id.to_string())
 }
 
-/// The seat a holding of [`event_group`] is on: its name parsed back to the seat id that
-/// [`lease_key`] wrote (`None` for a name no seat key has).
+/// The seat a holding of [`event_group`] is on.
+/// Its name is parsed back to the seat id that [`lease_key`] wrote.
+/// `None` for a name no seat key has.
 pub fn seat_of(holding: &lease::Holding) -> Option<i64> {
     holding.name.parse().ok()
 }
 
-/// The seats of `event_id` that `leases` records as held by `buyer`, in seat order: one
-/// read of the event's holders ([`lease::LeaseStore::holders`]). 503 Redis unavailable.
+/// The seats of `event_id` that `leases` records as held by `buyer`, in seat order.
+/// It takes one read of the event's holders ([`lease::LeaseStore::holders`]).
+/// 503 if Redis is unavailable.
 pub(crate) async fn held_seats(
     leases: &dyn LeaseStore,
     namespace: &LeaseNamespace,

@@ -31,8 +31,9 @@ pub fn purchase_routes() -> Router<AppState> {
         .route("/events/{event}/seats/{seat}/confirm", post(confirm))
 }
 
-/// The checkout form: the CSRF token and, from the cart the buyer saw, `seats` (seat ids,
-/// comma-separated; absent: every seat the buyer holds).
+/// The checkout form: the CSRF token, and `seats` from the cart the buyer saw.
+/// `seats` is a comma-separated list of seat ids.
+/// Without it, the checkout buys every seat the buyer holds.
 #[derive(Deserialize)]
 struct CheckoutForm {
     seats: Option<String>,
@@ -61,8 +62,8 @@ async fn checkout(
 ) -> Result<Redirect> {
     let orders = cart::checkout(&state, &buyer, event_id, form.shown()?).await?;
     waiting_room::purchased(&state, &buyer, event_id).await;
-    // Behind a waiting room the map is no longer the buyer's to see (their turn ended):
-    // show the first order instead.
+    // Behind a waiting room, the buyer's turn ended, so the map is no longer theirs to see.
+    // Show the first order instead.
     match orders.first() {
         Some(order) if waiting_room::has_room(&state, event_id).await? => {
             Ok(Redirect::to(&format!("/orders/{order}")))
@@ -97,8 +98,9 @@ pub struct MapPage {
 }
 
 impl MapPage {
-    /// The page's path: `/events/{id}`, or `/events/{id}/sections/{code}` when the code
-    /// is one a section may have (letters, digits, `-`; anything else: the event's page).
+    /// The page's path: `/events/{id}/sections/{code}`, or else `/events/{id}`.
+    /// The section's path is used only when the code is one a section may have.
+    /// Such a code has letters, digits and `-`, nothing else.
     pub(crate) fn path(&self, event_id: i64) -> String {
         let code = self.section.as_deref().filter(|code| {
             (1..=40).contains(&code.len())
@@ -127,9 +129,10 @@ struct SeatForm {
     section: Option<String>,
 }
 
-/// A form POST on one seat, `/events/{event}/seats/{seat}/<action>`: the seat, once the
-/// CSRF token checked out (403 otherwise) and both ids parsed (400 otherwise), in that
-/// order, and the page it came from.
+/// A form POST on one seat, `/events/{event}/seats/{seat}/<action>`.
+/// It gives the seat and the page the form came from.
+/// First the CSRF token is checked: 403 if it fails.
+/// Then both ids are parsed: 400 if either is malformed.
 pub struct SeatPost(pub SeatRef, pub MapPage);
 
 impl FromRequest<AppState> for SeatPost {

@@ -37,7 +37,7 @@ impl Outcome {
     pub(crate) fn assert_repeated(&self) {
         assert_eq!(
             self.after, self.before[1],
-            "the lab should reproduce the duplicate token (issue 15)"
+            "the lab should reproduce the duplicate token"
         );
     }
 }

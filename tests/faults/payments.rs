@@ -1,4 +1,4 @@
-//! Payments under the faults of the real world (issue 32, from a break-it pass): a hold
+//! Payments under the faults of the real world, found in a break-it pass: a hold
 //! given up and taken again while its sale is still finishing, servers killed mid-purchase
 //! with a second tab in flight, the sweep racing live attempts, many tabs at once on two
 //! servers, Postgres cutting connections or losing an answer, and the payment row's count

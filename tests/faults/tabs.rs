@@ -1,4 +1,4 @@
-//! One buyer, two tabs (issue 32): the first tab's confirm is parked at each point of its
+//! One buyer, two tabs: the first tab's confirm is parked at each point of its
 //! purchase while the second tab confirms the same seat, checks out (with a lapsed hold
 //! in the cart, or a whole one) or releases everything, on the same server or another
 //! one. Whatever the interleaving, no order exists without its captured payment, no

@@ -58,6 +58,7 @@ pub const BIDDER_STALL_MS: u64 = 5_000;
 /// One run (the JSON shape `make failover` promises, plus `guard`).
 #[derive(Debug, Clone, Serialize)]
 pub struct FailoverRun {
+    /// The run's name: the workload and whether the guard was on.
     pub name: String,
     /// Whether the failover guard was on.
     pub guard: bool,
@@ -102,6 +103,7 @@ pub struct FailoverRun {
 /// `{"runs": [...]}`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct FailoverReport {
+    /// One entry per run, in the order they ran.
     pub runs: Vec<FailoverRun>,
 }
 

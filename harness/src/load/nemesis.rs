@@ -186,6 +186,7 @@ impl FaultKind {
 /// One fault of the schedule, as drawn from the seed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedFault {
+    /// What the fault does.
     pub kind: FaultKind,
     /// When it starts, ms on the run's clock (the histories'; the clients start about
     /// 10 s in, once every process is up, and the schedule's first slot 2 s after them).
@@ -251,10 +252,13 @@ pub fn schedule(
 /// A fault as it happened: ms on the histories' clock.
 #[derive(Debug, Clone, Serialize)]
 pub struct Fault {
+    /// What the fault did.
     pub kind: FaultKind,
     /// What it hit: `server 3`, `redis primary :PORT`, `postgres`.
     pub target: String,
+    /// When it started, ms on the histories' clock.
     pub start_ms: f64,
+    /// When it ended, ms on the same clock.
     pub end_ms: f64,
     /// What the nemesis saw: `failover took 2100 ms`, or the error if the fault failed.
     pub note: Option<String>,
@@ -263,25 +267,31 @@ pub struct Fault {
 /// One interesting thing and how often it happened.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sometimes {
+    /// What happened.
     pub name: &'static str,
+    /// How many times it happened.
     pub count: usize,
 }
 
 /// One workload's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkloadReport {
+    /// The workload's name.
     pub name: &'static str,
     /// The servers' `--purchase-strategy`.
     pub strategy: String,
     /// Whether the run needs it valid (false only for `unfenced-lease`).
     pub must_be_valid: bool,
+    /// Operations in the workload's history.
     pub operations: usize,
     /// The checker's verdict and, for seats, the database's (one order, one captured
     /// payment each way).
     pub valid: bool,
     /// Writes the resource accepted.
     pub accepted_writes: usize,
+    /// Leases granted while another holder's may still have run.
     pub double_grants: usize,
+    /// Double grants where the resource accepted the writes of at most one of the two holders.
     pub double_grants_caught: usize,
     /// The lock's anomalies (see [`checker`]), counted.
     pub lock_anomalies: usize,
@@ -298,12 +308,19 @@ pub struct WorkloadReport {
 /// `target/nemesis/report.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct NemesisReport {
+    /// The seed the schedule was drawn from: the same seed, the same run.
     pub seed: u64,
+    /// The lease store the servers used.
     pub store: LeaseBackend,
+    /// How long the clients ran, s.
     pub seconds: u64,
+    /// The faults as drawn from the seed.
     pub schedule: Vec<PlannedFault>,
+    /// The faults as they happened.
     pub faults: Vec<Fault>,
+    /// Each workload's result.
     pub workloads: Vec<WorkloadReport>,
+    /// Interesting things, and how often each happened.
     pub sometimes: Vec<Sometimes>,
     /// Why the run failed; empty when it passed.
     pub failures: Vec<String>,
@@ -1271,13 +1288,17 @@ fn failures(
 /// A stretch of one workload's history for the report's timeline.
 #[derive(Debug, Clone)]
 pub struct Window {
+    /// The workload the stretch is of.
     pub workload: String,
     /// Where it starts and ends, ms on the run's clock.
     pub from_ms: f64,
+    /// Where the stretch ends, ms on the same clock.
     pub to_ms: f64,
     /// What it is centred on: the first violation, else the first failover or restart.
     pub around: String,
+    /// The timeline's lanes.
     pub lanes: Vec<Lane>,
+    /// The faults' moments in the stretch.
     pub moments: Vec<Moment>,
 }
 

@@ -4,7 +4,7 @@
 /// build's servers (`SEATLOCK_SERVER_BIN`, and `SEATLOCK_LAB_BIN` for the race lab's), DIR a new temporary folder named after `name`;
 /// asserts it succeeded (its stdout and stderr in the message otherwise) and returns DIR,
 /// its stdout and the JSON report.
-pub async fn run_load_test(
+pub(crate) async fn run_load_test(
     name: &str,
     args: &[&str],
 ) -> (std::path::PathBuf, String, serde_json::Value) {
