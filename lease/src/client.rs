@@ -106,8 +106,8 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
     ///
     /// The script refuses the whole grant, writing nothing, when:
     ///
-    /// * a key is retired: [`LeaseError::Retired`], checked first;
-    /// * the grant's admission is not live: [`LeaseError::NotAdmitted`];
+    /// * the grant's admission is not live: [`LeaseError::NotAdmitted`], checked first;
+    /// * a key is retired: [`LeaseError::Retired`];
     /// * another owner holds a key: [`LeaseError::Held`], with that holder and its time left;
     /// * the holder would pass the grant's limit: [`LeaseError::OverLimit`].
     ///

@@ -176,7 +176,7 @@ pub async fn release(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<(
 /// * `pay_and_sell`: the hold's payment, joined and left.
 /// * `sell_fenced`: the fenced transaction, phases (b) to (e).
 ///
-/// Whatever fails or crashes, their order leaves the buyer the order or the hold.
+/// Whatever fails or crashes, the buyer keeps the order or the hold.
 /// Never neither: the hold lasts until its TTL. A hold that lapsed before the commit
 /// still cannot buy.
 ///
