@@ -33,16 +33,7 @@ async fn main() -> anyhow::Result<()> {
             seatlock::MIGRATOR.run(&pool).await?;
             println!("migrations applied");
         }
-        Command::Seed(args) => {
-            let pool = PgPoolOptions::new()
-                .max_connections(2)
-                .connect(&args.database.database_url)
-                .await?;
-            let (venues, seats) = seatlock::seed::seed(&pool, &args.venues).await?;
-            println!("seeded {venues} new venue(s) with {seats} seats");
-            let auctions = seatlock::seed::seed_auctions(&pool, &args.auctions).await?;
-            println!("opened {auctions} new auction(s)");
-        }
+        Command::Seed(args) => seatlock::seed::run(&args).await?,
     }
     Ok(())
 }
