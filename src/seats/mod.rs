@@ -1,5 +1,6 @@
 //! The seat picker's core: hold a seat (a Redis lease), release it, and buy it with a
-//! fenced write. Read these files first:
+//! fenced write. Read [`purchase`] first, then [`queries::sell`]. The other files
+//! support them:
 //!
 //! * [`purchase`]: the rules of one seat: hold, release, confirm.
 //! * [`cart`]: several seats at once: the group hold, best available's retries, the

@@ -268,7 +268,7 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
         return Ok(Gate::Queue(Some(Waiting { ticket, standing })));
     };
     let token = buyer.admission_token(event_id);
-    let ticket_in = (place, ticket.epoch.as_str());
+    let ticket_in = (ticket.place, place, ticket.epoch.as_str());
     let group = group(state, event_id);
     match store(state)?
         .arrive(&group, buyer.id(), &token, ticket_in, &terms)
