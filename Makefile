@@ -3,14 +3,20 @@
 #               (STORE=etcd: the leases in a private one-member etcd instead of Redis;
 #               STORE=cluster: leases and sessions on a private Redis Cluster, docs/cluster.md)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
-#   make scale  N=3 servers behind HAProxy at http://127.0.0.1:3000 (docs/scale-out.md)
-#   make lab    make demo with the race lab: the article's table built live at http://127.0.0.1:3000/lab
-#   make race   load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
+#
+# More:
+#   make lab       make demo with the race lab (the seatlock-lab binary, lab/): the article's
+#                  table built live at http://127.0.0.1:3000/lab
+#   make scale     N=3 servers behind HAProxy at http://127.0.0.1:3000 (docs/scale-out.md;
+#                  SERVER=seatlock-lab: the race lab's servers)
+#   make race      load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
-#   make nemesis  load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=, STORE=)
-#   make onsale  load-test onsale: a crowd of 20,000 at the on-sale against N=1 server(s) behind HAProxy
-#               (N=3, WAITING_ROOM=on, BUYERS=); writes target/onsale/report.json and report.html
-#   make bench  the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
+#   make nemesis   load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=, STORE=)
+#   make onsale    load-test onsale: a crowd of 20,000 at the on-sale against N=1 server(s) behind HAProxy
+#                  (N=3, WAITING_ROOM=on, BUYERS=); writes target/onsale/report.json and report.html
+#   make bench     the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
+#   make lint      fmt, clippy -D warnings and rustdoc -D warnings only
+#   make services  start the private services; make stop stops them
 SHELL := /bin/bash
 .ONESHELL:
 .SHELLFLAGS := -eu -o pipefail -c
@@ -21,6 +27,9 @@ RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
 # The lease store of `make demo`, `make scale` and `make nemesis`: redis (default) or etcd;
 # `make demo` and `make scale` also take cluster (three masters, three replicas).
 STORE ?= redis
+# The server binary of `make demo` and `make scale`: seatlock (the product, built without the
+# pause seam) or seatlock-lab (the product with the race lab, lab/). Each is its own package.
+SERVER ?= seatlock
 
 .PHONY: demo lab scale test race failover nemesis onsale bench services stop e2e-driver lint
 
@@ -30,8 +39,10 @@ services:
 stop:
 	scripts/services.sh down
 
-# The release server over the migrated, seeded database of .run/env (demo and scale),
-# its leases in the store STORE names.
+# The release server SERVER over the migrated, seeded database of .run/env (demo, lab and
+# scale), its leases in the store STORE names. Built alone (-p $(SERVER)): cargo unifies
+# features only across the packages of one build, so the product's binary never gets the
+# lab's `failpoints`.
 define release_server
 	case "$(STORE)" in
 	  redis) ;;
@@ -42,9 +53,9 @@ define release_server
 	# One secret across restarts (and processes): buyers are signed cookies.
 	export SEATLOCK_SECRET="$${SEATLOCK_SECRET:-$$(scripts/services.sh secret)}"
 	echo "Leases in $(STORE) ($${SEATLOCK_LEASE_STORE_URL:-$$REDIS_URL}); sessions in Redis."
-	$(CARGO) build --release --bin seatlock
-	$(RELEASE)/seatlock migrate
-	$(RELEASE)/seatlock seed
+	$(CARGO) build --release -p $(SERVER) --bin $(SERVER)
+	$(RELEASE)/$(SERVER) migrate
+	$(RELEASE)/$(SERVER) seed
 endef
 
 demo: services
@@ -52,17 +63,18 @@ demo: services
 	trap 'scripts/services.sh down' EXIT
 	$(release_server)
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000} in two browsers and race for a seat. Ctrl-C stops everything."
-	$(RELEASE)/seatlock serve
+	$(RELEASE)/$(SERVER) serve
 
-# The demo with --enable-race-lab: GET /lab switches one of the article's steps off and
-# races three simulated servers for seat 14C, the step off beside every step on
-# (docs/race-lab.md#the-lab-in-the-browser).
+# The demo as seatlock-lab with --enable-race-lab: GET /lab switches one of the article's
+# steps off and races three simulated servers for seat 14C, the step off beside every step
+# on (docs/race-lab.md#the-lab-in-the-browser). `seatlock-lab migrate` adds the lab's tables.
+lab: SERVER = seatlock-lab
 lab: services
 	source .run/env
 	trap 'scripts/services.sh down' EXIT
 	$(release_server)
 	echo "Open http://$${SEATLOCK_BIND:-127.0.0.1:3000}/lab, pick a step to switch off, and press Run. Ctrl-C stops everything."
-	SEATLOCK_ENABLE_RACE_LAB=true $(RELEASE)/seatlock serve
+	SEATLOCK_ENABLE_RACE_LAB=true $(RELEASE)/seatlock-lab serve
 
 # N server processes behind HAProxy on SEATLOCK_BIND (default 127.0.0.1:3000); the same
 # stores and settings as demo. Ctrl-C stops everything (see docs/scale-out.md).
@@ -71,21 +83,23 @@ scale: services
 	source .run/env
 	trap 'scripts/services.sh down' EXIT
 	$(release_server)
-	SEATLOCK_BIN="$${SEATLOCK_BIN:-$(RELEASE)/seatlock}" scripts/scale.sh run $(N)
+	SEATLOCK_BIN="$${SEATLOCK_BIN:-$(RELEASE)/$(SERVER)}" scripts/scale.sh run $(N)
 
 # The double-purchase race, four strategies side by side, then the group race (see docs/race-lab.md).
+# The servers are seatlock-lab's: the unsafe strategies exist only there.
 race: services
 	source .run/env
-	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
+	$(CARGO) build --release -p seatlock-lab -p seatlock-harness --bin seatlock-lab --bin load-test
 	$(RELEASE)/load-test race --strategy all --json target/race/report.json --html target/race/report.html
 	$(RELEASE)/load-test race --strategy groups --json target/race/groups.json
 
 # A Redis failover that loses grants (docs/failover.md): its own primary, replica and
 # three Sentinels on free loopback ports, two servers, seats and auction, the failover
-# guard off then on; writes target/failover/report.json and report.html.
+# guard off then on (seatlock-lab's --lab-disable-failover-guard); writes
+# target/failover/report.json and report.html.
 failover: services
 	source .run/env
-	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
+	$(CARGO) build --release -p seatlock-lab -p seatlock-harness --bin seatlock-lab --bin load-test
 	$(RELEASE)/load-test failover --json target/failover/report.json --html target/failover/report.html
 
 # Buyers (two tabs each) and bidders on three lock workloads under a fault schedule drawn
@@ -96,7 +110,7 @@ failover: services
 # unfenced one's valid, a fault could not be injected, or nothing interesting happened.
 nemesis: services
 	source .run/env
-	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
+	$(CARGO) build --release -p seatlock-lab -p seatlock-harness --bin seatlock-lab --bin load-test
 	$(RELEASE)/load-test nemesis --store $(STORE) --json target/nemesis/report.json --html target/nemesis/report.html
 
 # The opening minute of an on-sale (docs/performance.md#make-onsale): BUYERS people
@@ -116,7 +130,9 @@ onsale: services
 	  off) room=() ;;
 	  *) echo "WAITING_ROOM=$(WAITING_ROOM): use WAITING_ROOM=on or WAITING_ROOM=off" >&2; exit 2 ;;
 	esac
-	$(CARGO) build --release -p seatlock -p seatlock-harness --bin seatlock --bin load-test
+	# Two builds: built with the harness (which uses the lab), seatlock would get `failpoints`.
+	$(CARGO) build --release -p seatlock --bin seatlock
+	$(CARGO) build --release -p seatlock-harness --bin load-test
 	$(RELEASE)/load-test onsale --servers $(N) --buyers $(BUYERS) "$${room[@]}" \
 	  --json target/onsale/report.json --html target/onsale/report.html
 
@@ -132,7 +148,7 @@ e2e-driver:
 test: services e2e-driver
 	source .run/env
 	source e2e/driver.env
-	$(CARGO) build --workspace --bins # the e2e suite starts target/debug/seatlock
+	$(CARGO) build --workspace --bins # the e2e suite starts target/debug/seatlock and seatlock-lab
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	$(CARGO) run -q -p lease --example hold_and_fence

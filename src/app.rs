@@ -16,13 +16,32 @@ use tower_http::trace::TraceLayer;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
-use crate::config::{PurchaseStrategy, Settings};
+use crate::config::Settings;
 use crate::http::sessions::SessionRedis;
 use crate::http::{buyer, csrf, deadline, health, sessions};
 use crate::ledger::PgFenceLedger;
 use crate::state::{AppState, RoomStore, Shared};
 use crate::telemetry;
-use crate::{auction, events, live, orders, profile, racelab, seats, venue, waiting_room};
+use crate::{auction, events, live, orders, profile, seats, venue, waiting_room};
+
+/// What a build adds to the product: the one hook of the race lab (the `seatlock-lab`
+/// crate). The product itself builds with [`Extension::default`], which adds nothing.
+#[derive(Default)]
+pub struct Extension {
+    /// Routes merged beside the product's.
+    pub routes: Router<AppState>,
+    /// Hold and confirm in place of the product's ([`seats::purchase_routes`]). `None`:
+    /// the product's.
+    pub purchase_routes: Option<Router<AppState>>,
+    /// Turns the lease store's failover guard off
+    /// ([`lease::LeaseClient::with_failover_guard`]), so that a failover can repeat a
+    /// fencing token. The product never does.
+    pub no_failover_guard: bool,
+    /// Installs the pause seam's layer ([`crate::failpoint::layer`]) and lengthens the
+    /// request deadline by the longest pause ([`crate::failpoint::MAX_PAUSE`]).
+    #[cfg(feature = "failpoints")]
+    pub pauses: bool,
+}
 
 /// A built, bound, not yet running server.
 pub struct Application {
@@ -35,15 +54,28 @@ pub struct Application {
 impl Application {
     /// Connects to Postgres and Redis (lazily: the server starts even if they are down,
     /// and `/healthz` says so), builds the router and binds `settings.bind`.
-    pub async fn build(mut settings: Settings) -> anyhow::Result<Self> {
+    /// Errors: a store URL that cannot be opened, a setting the store refuses, a bind
+    /// that fails.
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        Self::build_with(settings, Extension::default()).await
+    }
+
+    /// [`Application::build`] with `extension`'s routes, strategies and switches added:
+    /// the race lab's one hook. Errors as [`Application::build`].
+    pub async fn build_with(mut settings: Settings, extension: Extension) -> anyhow::Result<Self> {
         telemetry::prometheus(); // installed before anything is counted
         fit_connection_budgets(&mut settings)?;
+        // A paused request must not meet its deadline because of the pause.
+        #[cfg(feature = "failpoints")]
+        if extension.pauses {
+            settings.pause_margin = crate::failpoint::MAX_PAUSE;
+        }
         // The store timeout bounds every statement and every lock wait (a lock wait is
         // shorter, so that a purchase cut off after its idle bound,
         // Settings::purchase_idle_timeout, frees the row within it); a request's
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
-        let (leases, redis, waiting_room) = stores(&settings, &db).await?;
+        let (leases, redis, waiting_room) = stores(&settings, &db, &extension).await?;
         if let Some(secret) = &settings.secret {
             csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
         }
@@ -90,7 +122,7 @@ impl Application {
         crate::db::refuse_transaction_pooling(&state.db, state.settings.store_timeout()).await?;
         // Open maps converge to the stores' truth after a lost message.
         venue::live::spawn_convergence(state.clone());
-        let router = router(state.clone());
+        let router = router(state.clone(), extension);
         let listener = TcpListener::bind(&state.settings.bind)
             .await
             .with_context(|| format!("binding {}", state.settings.bind))?;
@@ -153,6 +185,52 @@ impl Application {
     }
 }
 
+impl Application {
+    /// What a server process does once built: prints where it serves (the first two lines
+    /// of stdout, which tests and the load test read), then serves until Ctrl-C or SIGTERM.
+    /// After SIGTERM it drains first ([`crate::http::health::drain`]). `name` is the
+    /// binary's. Errors: a listener that fails.
+    pub async fn serve_until_signalled(self, name: &str) -> anyhow::Result<()> {
+        println!("{name} is serving at http://{}", self.address());
+        println!("metrics at http://{}/metrics", self.metrics_address());
+        println!(
+            "leases in {}, sessions in Redis",
+            self.state().leases.name()
+        );
+        let state = self.state().clone();
+        self.run_until(async move {
+            if shutdown_signal().await == Stop::Drain {
+                // A second signal (Ctrl-C, another SIGTERM) cuts the drain short.
+                tokio::select! {
+                    () = crate::http::health::drain(&state) => {}
+                    _ = shutdown_signal() => {}
+                }
+            }
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// How the server was told to stop.
+#[derive(PartialEq)]
+enum Stop {
+    /// Ctrl-C: a person at a terminal; stop accepting and finish in-flight requests now.
+    Now,
+    /// SIGTERM (`docker stop`, `kill`, a supervisor rolling the servers): drain first.
+    Drain,
+}
+
+/// Waits for Ctrl-C or SIGTERM.
+async fn shutdown_signal() -> Stop {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => Stop::Now,
+        _ = term.recv() => Stop::Drain,
+    }
+}
+
 /// Checks that live streams leave room for requests (`--max-streams` below
 /// `--max-connections`), and fits both into the open files the system allows
 /// ([`crate::http::serve::fit_open_files`]), scaled down together, with a warning, where
@@ -187,9 +265,9 @@ fn fit_connection_budgets(settings: &mut Settings) -> anyhow::Result<()> {
 /// refused if its Origin is foreign.
 /// `GET /metrics` is not here: `telemetry`'s page has a listener of its own
 /// (`--metrics-bind`, [`Application::run_until`]). Hold and confirm are the
-/// product's ([`seats::purchase_routes`]) unless the server runs a race-lab strategy
-/// ([`racelab::purchase_routes`]): chosen here, once, so neither path tests the other.
-pub fn router(state: AppState) -> Router {
+/// product's ([`seats::purchase_routes`]) unless `extension` brings its own (the race
+/// lab's strategies): chosen here, once, so neither path tests the other.
+pub fn router(state: AppState, extension: Extension) -> Router {
     let store = crate::http::sessions::Sessions::new(
         state.redis.clone(),
         state.settings.lease_namespace.clone(),
@@ -210,15 +288,25 @@ pub fn router(state: AppState) -> Router {
         .merge(seats::router())
         .merge(venue::router())
         .merge(waiting_room::router())
-        .merge(match state.settings.purchase_strategy {
-            PurchaseStrategy::Fenced => seats::purchase_routes(),
-            _ => racelab::purchase_routes(),
-        })
+        .merge(
+            extension
+                .purchase_routes
+                .unwrap_or_else(seats::purchase_routes),
+        )
         .merge(orders::router())
         .merge(auction::router())
         .merge(profile::routes::router())
-        .merge(racelab::router())
-        .fallback(not_found)
+        .merge(extension.routes)
+        .fallback(not_found);
+    // The pause seam wraps the handlers only: a pause never counts against reading the
+    // body, and the deadline (outside it) already allows for it.
+    #[cfg(feature = "failpoints")]
+    let router = if extension.pauses {
+        router.layer(axum::middleware::from_fn(crate::failpoint::layer))
+    } else {
+        router
+    };
+    let router = router
         .layer(axum::middleware::from_fn(csrf::refuse_foreign_origin))
         .layer(axum::middleware::from_fn_with_state(
             state.identities.clone(),
@@ -261,6 +349,7 @@ pub fn router(state: AppState) -> Router {
 async fn stores(
     settings: &Settings,
     db: &sqlx::PgPool,
+    extension: &Extension,
 ) -> anyhow::Result<(Arc<dyn lease::LeaseStore>, SessionRedis, Option<RoomStore>)> {
     let timeout = settings.store_timeout();
     // Async: with Sentinels, a hung one is passed over instead of hanging the start.
@@ -289,7 +378,7 @@ async fn stores(
             .context("opening the lease store URL (malformed, or no Sentinel answered)")?;
         let client = Arc::new(
             lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
-                .with_failover_guard(!settings.lab_disable_failover_guard),
+                .with_failover_guard(!extension.no_failover_guard),
         );
         let room = Some(client.clone());
         if url == settings.redis_url {

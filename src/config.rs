@@ -146,36 +146,6 @@ pub struct Settings {
     /// (`load-test holds --buyers 64`), as Postgres switches between fewer backends.
     #[arg(long, env = "SEATLOCK_DB_POOL_SIZE", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..))]
     pub db_pool_size: u32,
-    /// How purchases are made. Only `fenced` is the product; the `race-lab-*` strategies
-    /// are unsafe on purpose (they can sell a seat twice), for `load-test race`, and need
-    /// `--enable-race-lab`: without it the command line is refused.
-    #[arg(
-        long,
-        env = "SEATLOCK_PURCHASE_STRATEGY",
-        value_enum,
-        default_value = "fenced",
-        requires_ifs = [
-            ("race-lab-naive", "enable_race_lab"),
-            ("race-lab-unfenced-lease", "enable_race_lab"),
-            ("race-lab-conditional", "enable_race_lab"),
-        ]
-    )]
-    pub purchase_strategy: PurchaseStrategy,
-    /// Allows the race-lab strategies and the `x-race-lab-pause-ms` header. Never in
-    /// production.
-    #[arg(long, env = "SEATLOCK_ENABLE_RACE_LAB")]
-    pub enable_race_lab: bool,
-    /// Lab only (`make failover`), never in production; needs `--enable-race-lab` (the
-    /// command line is refused without it). Turns
-    /// off the failover guard of the lease store ([`lease::LeaseClient::with_failover_guard`]),
-    /// so that after a Redis failover to a replica that missed the last grants a fencing
-    /// token is issued twice, which the failover lab shows.
-    #[arg(
-        long,
-        env = "SEATLOCK_LAB_DISABLE_FAILOVER_GUARD",
-        requires_if("true", "enable_race_lab")
-    )]
-    pub lab_disable_failover_guard: bool,
     /// Time a client has to send a request's headers, and again its whole body, in
     /// milliseconds: a connection slower with its headers is closed (slowloris), which
     /// frees its slot; a body slower than this is answered 408.
@@ -224,27 +194,15 @@ pub struct Settings {
     /// renews it every third of that while the closer works.
     #[arg(long, env = "SEATLOCK_CLOSE_LEASE_TTL_MS", default_value_t = 6_000, value_parser = clap::value_parser!(u64).range(30..))]
     pub close_lease_ttl_ms: u64,
+    /// Added to [`Settings::request_deadline`] so that a paused request is not cut off.
+    /// Not a flag: zero in the product. The race lab's build sets it when it installs the
+    /// pause seam ([`crate::app::Extension`], [`crate::failpoint`]).
+    #[arg(skip)]
+    #[serde(skip)]
+    pub pause_margin: Duration,
 }
 
 impl Settings {
-    /// Refuses the lab-only settings without `--enable-race-lab`, after parsing: clap's
-    /// `requires` (above) refuses them on the command line, but counts a flag set in the
-    /// environment as given even when its value is `false`
-    /// (`SEATLOCK_ENABLE_RACE_LAB=false`), which would let an unsafe strategy start.
-    /// Errors: clap's "required arguments were not provided" error naming the flag.
-    pub fn refuse_lab_settings_without_the_lab(&self) -> Result<(), clap::Error> {
-        let lab_only =
-            self.purchase_strategy != PurchaseStrategy::Fenced || self.lab_disable_failover_guard;
-        if lab_only && !self.enable_race_lab {
-            return Err(Settings::command().error(
-                clap::error::ErrorKind::MissingRequiredArgument,
-                "the race-lab strategies and --lab-disable-failover-guard need --enable-race-lab \
-                 (SEATLOCK_ENABLE_RACE_LAB=true)",
-            ));
-        }
-        Ok(())
-    }
-
     /// Settings for a server on `bind` with every other field at its default: the clap
     /// attributes above are parsed (environment variables are not read), so a default is
     /// written once.
@@ -353,10 +311,16 @@ impl Settings {
 
     /// Four store timeouts: each step on a store that answers is bounded by one; a store
     /// that stops answering without closing the connection is bounded only by this. The
-    /// request deadline is this plus the race lab's margin
-    /// ([`Settings::request_deadline`], in [`crate::racelab::pause`]).
+    /// request deadline is this plus the pause margin ([`Settings::request_deadline`]).
     pub fn store_deadline(&self) -> Duration {
         self.store_timeout() * 4
+    }
+
+    /// The longest a request may wait on the stores, together with the purchase or bid it
+    /// runs detached: [`Settings::store_deadline`] plus [`Settings::pause_margin`]. On
+    /// expiry the request answers 503 and its work is dropped ([`crate::http::deadline`]).
+    pub fn request_deadline(&self) -> Duration {
+        self.store_deadline() + self.pause_margin
     }
 
     /// The drain after SIGTERM as a `Duration`.
@@ -383,60 +347,6 @@ impl Settings {
     pub fn close_lease_ttl(&self) -> Duration {
         Duration::from_millis(self.close_lease_ttl_ms)
     }
-}
-
-/// How a server makes a purchase (`--purchase-strategy`). Only `Fenced` is the product;
-/// the others exist for the race lab ([`crate::racelab`]) and need `--enable-race-lab`.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum PurchaseStrategy {
-    /// Lease + fencing token checked by Postgres: the product path.
-    #[default]
-    Fenced,
-    /// No lock at all: read the seat, payment delay, write "sold".
-    RaceLabNaive,
-    /// A Redis lease with owner-checked release, but the write carries no fencing token.
-    RaceLabUnfencedLease,
-    /// No lock service: one `UPDATE … WHERE sold = false`.
-    RaceLabConditional,
-}
-
-impl PurchaseStrategy {
-    /// The short name used by `load-test --strategy` and in reports.
-    pub fn short_name(self) -> &'static str {
-        match self {
-            PurchaseStrategy::Fenced => "fenced",
-            PurchaseStrategy::RaceLabNaive => "naive",
-            PurchaseStrategy::RaceLabUnfencedLease => "lease",
-            PurchaseStrategy::RaceLabConditional => "conditional",
-        }
-    }
-
-    /// The value of `seatlock serve --purchase-strategy` (`race-lab-naive`, …).
-    pub fn flag_value(self) -> String {
-        clap::ValueEnum::to_possible_value(&self)
-            .expect("no strategy is skipped")
-            .get_name()
-            .to_owned()
-    }
-
-    /// Whether holds take a Redis lease under this strategy.
-    pub fn uses_lease(self) -> bool {
-        matches!(
-            self,
-            PurchaseStrategy::Fenced | PurchaseStrategy::RaceLabUnfencedLease
-        )
-    }
-
-    /// All four, in report order.
-    pub const ALL: [PurchaseStrategy; 4] = [
-        PurchaseStrategy::RaceLabNaive,
-        PurchaseStrategy::RaceLabUnfencedLease,
-        PurchaseStrategy::Fenced,
-        PurchaseStrategy::RaceLabConditional,
-    ];
 }
 
 /// How bids are serialised (`seatlock serve --bid-strategy`, env `SEATLOCK_BID_STRATEGY`).
@@ -559,9 +469,6 @@ mod tests {
             trusted_proxies: Some("127.0.0.1,10.0.0.0/8".parse().unwrap()),
             store_timeout_ms: 789,
             db_pool_size: 3,
-            purchase_strategy: PurchaseStrategy::RaceLabUnfencedLease,
-            enable_race_lab: true,
-            lab_disable_failover_guard: true,
             bid_lock_ttl_ms: 321,
             bid_strategy: BidStrategy::Conditional,
             close_interval_ms: 0,
@@ -570,6 +477,8 @@ mod tests {
             max_connections: 77,
             max_streams: 55,
             drain_ms: 3_210,
+            // Not a flag, so not in the environment.
+            pause_margin: Duration::ZERO,
         };
         assert_ne!(settings, Settings::new("a", "b", "c"));
         assert_eq!(parse_env(&settings.to_env()), settings);
@@ -579,8 +488,10 @@ mod tests {
         );
     }
 
+    /// The race lab's flags are the `seatlock-lab` binary's: none of them is a flag of
+    /// `seatlock serve`, so no command line of the product can sell a seat twice.
     #[test]
-    fn lab_flags_are_refused_without_the_race_lab() {
+    fn the_product_has_no_race_lab_flag() {
         let serve = |extra: &[&str]| {
             let base = [
                 "serve",
@@ -594,34 +505,31 @@ mod tests {
                 .mut_args(|arg| arg.env(None))
                 .try_get_matches_from(args)
         };
+        assert!(serve(&[]).is_ok());
         for lab_only in [
             &["--purchase-strategy", "race-lab-naive"][..],
-            &["--purchase-strategy", "race-lab-unfenced-lease"],
-            &["--purchase-strategy", "race-lab-conditional"],
+            &["--purchase-strategy", "fenced"],
+            &["--enable-race-lab"],
             &["--lab-disable-failover-guard"],
         ] {
-            let err = serve(lab_only).expect_err("a lab flag alone");
-            assert!(err.to_string().contains("--enable-race-lab"), "{err}");
-            let mut with_lab = lab_only.to_vec();
-            with_lab.push("--enable-race-lab");
-            assert!(serve(&with_lab).is_ok(), "{with_lab:?}");
+            let err = serve(lab_only).expect_err("a lab flag");
+            assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
         }
-        assert!(serve(&["--purchase-strategy", "fenced"]).is_ok());
-        // SEATLOCK_ENABLE_RACE_LAB=false passes clap's `requires`; the check after parsing
-        // refuses it.
-        let mut settings = Settings::new("postgres://x", "redis://x", "127.0.0.1:0");
-        settings.purchase_strategy = PurchaseStrategy::RaceLabNaive;
-        let err = settings.refuse_lab_settings_without_the_lab().unwrap_err();
-        assert!(err.to_string().contains("--enable-race-lab"), "{err}");
-        settings.enable_race_lab = true;
-        assert!(settings.refuse_lab_settings_without_the_lab().is_ok());
+        let flags = Settings::command();
+        for arg in flags.get_arguments() {
+            let env = arg.get_env().and_then(|e| e.to_str()).unwrap_or_default();
+            let lab = env.contains("LAB_") || env == "SEATLOCK_PURCHASE_STRATEGY";
+            assert!(!lab, "{env} is a race lab flag");
+        }
+        let settings = Settings::new("postgres://x", "redis://x", "127.0.0.1:0");
+        assert_eq!(settings.pause_margin, Duration::ZERO);
+        assert_eq!(settings.request_deadline(), settings.store_deadline());
     }
 
     #[test]
     fn defaults_are_the_flags_defaults() {
         let settings = Settings::new("postgres://db/x", "redis://r/", "127.0.0.1:0");
         assert_eq!(settings.hold_ttl(), Duration::from_secs(600));
-        assert_eq!(settings.purchase_strategy, PurchaseStrategy::Fenced);
         assert_eq!(settings.bid_strategy, BidStrategy::Lease);
         assert_eq!(settings.lease_namespace.as_str(), "seatlock");
         assert_eq!(settings.secret, None);
@@ -637,14 +545,5 @@ mod tests {
         let ns: LeaseNamespace = "t1".parse().unwrap();
         assert_eq!(ns.key("event", 4, "9").lease_key(), "lease:{t1:event:4}:9");
         assert_eq!(ns.session_key("AbC-_1"), "t1:session:AbC-_1");
-    }
-
-    #[test]
-    fn strategy_flag_values_are_clap_names() {
-        assert_eq!(
-            PurchaseStrategy::RaceLabNaive.flag_value(),
-            "race-lab-naive"
-        );
-        assert_eq!(PurchaseStrategy::Fenced.flag_value(), "fenced");
     }
 }

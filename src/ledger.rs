@@ -1,12 +1,15 @@
-//! The Postgres side of the fencing scheme: [`lease::FenceLedger`] over the
-//! `fence_ceilings` table (migrations/0002). Redis may only issue fencing tokens below a
-//! ceiling reserved here, so tokens never go backwards even if Redis restarts empty.
+//! Step 5 in the app: the Postgres side of the fencing scheme.
+//! [`PgFenceLedger`] is [`lease::FenceLedger`] over the `fence_ceilings` table
+//! (migrations/0002).
+//! Redis issues fencing tokens up to a ceiling reserved here, the ceiling included.
+//! So tokens never go backwards, even if Redis restarts empty.
 
 use lease::FenceLedger;
 use sqlx::PgPool;
 
-/// Reserves blocks of fencing tokens in Postgres: one `INSERT … ON CONFLICT DO UPDATE`
-/// per block (one round trip, durable once it returns).
+/// Reserves blocks of fencing tokens in Postgres.
+/// Each block is one `INSERT … ON CONFLICT DO UPDATE`: one round trip.
+/// The block is durable once it returns.
 #[derive(Clone)]
 pub struct PgFenceLedger(pub PgPool);
 
@@ -19,19 +22,6 @@ pub enum LedgerError {
     /// Postgres failed or could not be reached.
     #[error(transparent)]
     Postgres(#[from] sqlx::Error),
-}
-
-impl PgFenceLedger {
-    /// Deletes lease group `group`'s ceiling: for a group that will never be granted
-    /// again (a finished lab run's, [`crate::racelab::lab`]). Never for a live group: its
-    /// next block would start again at 1.
-    pub async fn forget(&self, group: &str) -> sqlx::Result<()> {
-        sqlx::query("DELETE FROM fence_ceilings WHERE lease_group = $1")
-            .bind(group)
-            .execute(&self.0)
-            .await
-            .map(drop)
-    }
 }
 
 impl FenceLedger for PgFenceLedger {

@@ -227,6 +227,21 @@ pub fn row_labels(range: &str) -> anyhow::Result<Vec<String>> {
     Ok((a..=b).map(|c| c.to_string().repeat(width)).collect())
 }
 
+/// `seatlock seed` (and `seatlock-lab seed`): the venues of `args.venues` and the
+/// auctions of `args.auctions`, each only once; prints what it added. Errors: Postgres
+/// unreachable, or a venue or auction file that does not parse.
+pub async fn run(args: &crate::config::SeedArgs) -> anyhow::Result<()> {
+    let db = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&args.database.database_url)
+        .await?;
+    let (venues, seats) = seed(&db, &args.venues).await?;
+    println!("seeded {venues} new venue(s) with {seats} seats");
+    let auctions = seed_auctions(&db, &args.auctions).await?;
+    println!("opened {auctions} new auction(s)");
+    Ok(())
+}
+
 /// Loads every `*.json` venue in `dir` into `db`; returns (venues added, seats added).
 pub async fn seed(db: &PgPool, dir: &Path) -> anyhow::Result<(usize, usize)> {
     let mut files: Vec<_> = std::fs::read_dir(dir)

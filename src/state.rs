@@ -1,6 +1,7 @@
 //! Shared application state, handed to every handler.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use lease::{LeaseClient, LeaseStore};
 use sqlx::PgPool;
@@ -65,13 +66,30 @@ pub struct Shared {
     /// shared by every view of its pages.
     pub boards: Arc<crate::venue::board::Boards>,
     /// Each event's seat-map snapshot, shared by every open map while it is current.
-    pub snapshots: Arc<crate::venue::live::Snapshots>,
+    pub snapshots: Arc<crate::venue::snapshots::Snapshots>,
     /// What this process knows of each event's waiting room ([`crate::waiting_room`]).
-    pub rooms: Arc<crate::waiting_room::Rooms>,
+    pub rooms: Arc<crate::waiting_room::rooms::Rooms>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
     pub known_items: Arc<crate::auction::known_items::KnownItems>,
     /// Set once the server is told to stop (SIGTERM): `/readyz` then says so.
-    pub draining: Arc<crate::http::health::Draining>,
+    pub draining: Arc<Draining>,
+}
+
+/// Whether the server is draining: told to stop (SIGTERM), still serving while the proxy
+/// notices. Set once, never cleared ([`crate::http::health::drain`]).
+#[derive(Debug, Default)]
+pub struct Draining(AtomicBool);
+
+impl Draining {
+    /// Whether the drain has begun.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Begins the drain: `/readyz` says so from now on.
+    pub fn set(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// The CSRF configuration as a slice of the state, so that the CSRF extractors

@@ -32,6 +32,14 @@ async fn app(adjust: impl FnOnce(&mut Settings) + Send + 'static) -> TestApp {
     TestApp::spawn(settings(adjust).await).await.unwrap()
 }
 
+/// [`app`] with the race lab on: its pause headers stall a bid ([`stalling_bidder`]).
+async fn race_lab_app(adjust: impl FnOnce(&mut Settings) + Send + 'static) -> TestApp {
+    let lab = seatlock_lab::LabSettings::enabled();
+    TestApp::spawn_lab(settings(adjust).await, &lab)
+        .await
+        .unwrap()
+}
+
 /// Two servers over one database and one lease namespace: two processes of one
 /// deployment.
 async fn two_apps(adjust: impl FnOnce(&mut Settings) + Send + 'static) -> (TestApp, TestApp) {
@@ -714,10 +722,10 @@ async fn the_item_stream_pushes_bids_and_the_close_made_through_another_server()
 }
 
 /// A browser whose bids stall `ms` milliseconds between the rules check and the write
-/// (the race lab's `x-race-lab-pause-ms`; honoured only with `enable_race_lab`).
+/// (the race lab's `x-race-lab-pause-ms`; honoured only by [`race_lab_app`]).
 fn stalling_bidder(ms: u64) -> HttpBuyer {
     let mut headers = reqwest::header::HeaderMap::new();
-    headers.insert(seatlock::racelab::pause::PAUSE_HEADER, ms.into());
+    headers.insert(seatlock::failpoint::PAUSE_HEADER, ms.into());
     HttpBuyer::with_headers(headers)
 }
 
@@ -740,8 +748,7 @@ async fn stalled_transactions_began(app: &TestApp) -> Vec<chrono::DateTime<Utc>>
 /// nothing; the soft-close item is not extended, so later bids stay refused.
 #[tokio::test]
 async fn a_bid_stalled_past_the_end_is_refused_and_extends_nothing() {
-    let app = app(|s| {
-        s.enable_race_lab = true;
+    let app = race_lab_app(|s| {
         s.bid_lock_ttl_ms = 500;
     })
     .await;
@@ -964,8 +971,7 @@ async fn a_closer_whose_lease_is_lost_mid_write_reports_what_postgres_did() {
 /// not left to lapse by its TTL.
 #[tokio::test]
 async fn a_bidder_who_hangs_up_mid_bid_leaves_the_bid_and_no_bid_lock() {
-    let app = app(|s| {
-        s.enable_race_lab = true;
+    let app = race_lab_app(|s| {
         s.bid_lock_ttl_ms = 30_000;
     })
     .await;

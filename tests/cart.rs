@@ -13,7 +13,7 @@ async fn tiny() -> TestApp {
     TestApp::builder().spawn().await.expect("test app")
 }
 
-/// [`tiny`] with `--enable-race-lab` (its routes and pause headers).
+/// [`tiny`] as the lab's server with `--enable-race-lab` (its routes and pause headers).
 async fn race_lab_app() -> TestApp {
     TestApp::builder()
         .race_lab()
@@ -567,7 +567,12 @@ async fn no_block_of_adjacent_seats_is_a_409_that_holds_nothing() {
 /// overlapping groups get one whole group and nothing.
 #[tokio::test]
 async fn the_race_labs_named_group_hold_is_all_or_none_and_off_without_the_flag() {
-    let off = tiny().await;
+    // The lab's server without `--enable-race-lab`.
+    let off = TestApp::builder()
+        .lab(|_| {})
+        .spawn()
+        .await
+        .expect("test app");
     let (event, seats) = off.first_event_seats().await.unwrap();
     let a = buyer(&off, event).await;
     let url = |app: &TestApp| format!("{}/race-lab/events/{event}/hold-group", app.address);
@@ -620,7 +625,7 @@ async fn the_race_labs_named_group_hold_is_all_or_none_and_off_without_the_flag(
 /// checkout voided A's payment and tab one's sale committed an order with it voided.
 #[tokio::test]
 async fn a_checkout_that_fails_in_one_tab_leaves_the_confirm_of_another_tab_paid() {
-    use seatlock::racelab::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
+    use seatlock::failpoint::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
     let app = race_lab_app().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
     let (a, b) = (seats[0], seats[1]);

@@ -1,10 +1,13 @@
 //! The README and `docs/` say what the code does, checked against the code:
 //!
 //! * the README stays a guide a learner finishes: at most [`README_MAX_LINES`] lines;
-//! * each of the five steps links to the lines that ARE the step: the file exists, the
-//!   range is inside it, and its code (not only its comments) contains the operation the
-//!   step's sentence names;
-//!   and to the lab run that switches it off (`GET /lab?step=…`, a step the lab has);
+//! * each of the five steps links to the library's lines that ARE the step: the file
+//!   exists, the range is inside it, and its code (not only its comments) contains the
+//!   operation the step's sentence names;
+//! * each step also links to where the app calls it, checked the same way: the app's
+//!   lines contain the call;
+//! * and each step links to the lab run that switches it off (`GET /lab?step=…`, a step
+//!   the lab has);
 //! * every relative link of README.md and `docs/*.md` names a file that exists (and a
 //!   line range inside it);
 //! * every test `docs/guarantees.md` names exists, as a test;
@@ -19,18 +22,54 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The README's ceiling, in lines (issue 24): one screen per idea; what a feature needs to
+/// The README's ceiling, in lines: one screen per idea; what a feature needs to
 /// explain goes in its page under `docs/`.
 const README_MAX_LINES: usize = 200;
 
-/// The five steps, the operations each one's sentence names and its lines must contain,
-/// and the lab run that switches it off, in the order of the README's table.
-const STEPS: [(&str, &[&str], &str); 5] = [
-    ("1.", &["SET", "NX"], "create-if-absent"),
-    ("2.", &["ttl / 3"], "lease"),
-    ("3.", &["DEL", "owner"], "owner-check"),
-    ("4.", &["fence_token <="], "fencing"),
-    ("5.", &["ceiling"], "ledger"),
+/// One row of the README's table of the five steps.
+struct Step {
+    /// How the row starts: `"1."`.
+    number: &'static str,
+    /// What the step's sentence names and the library's lines must contain.
+    operations: &'static [&'static str],
+    /// What the app's lines must contain: the call that runs the step.
+    app_call: &'static [&'static str],
+    /// The lab run that switches the step off.
+    lab: &'static str,
+}
+
+/// The five steps, in the order of the README's table.
+const STEPS: [Step; 5] = [
+    Step {
+        number: "1.",
+        operations: &["SET", "NX"],
+        app_call: &["leases", "acquire_all(&grant)"],
+        lab: "create-if-absent",
+    },
+    Step {
+        number: "2.",
+        operations: &["ttl / 3"],
+        app_call: &["Watchdog::start("],
+        lab: "lease",
+    },
+    Step {
+        number: "3.",
+        operations: &["DEL", "owner"],
+        app_call: &["release_held_by(", "buyer.id()"],
+        lab: "owner-check",
+    },
+    Step {
+        number: "4.",
+        operations: &["fence_token <="],
+        app_call: &["queries::sell(", "token"],
+        lab: "fencing",
+    },
+    Step {
+        number: "5.",
+        operations: &["ceiling"],
+        app_call: &["fn raise_ceiling", "ceiling"],
+        lab: "ledger",
+    },
 ];
 
 /// Where the README's lab links point: the `make lab` server's `GET /lab`.
@@ -97,6 +136,25 @@ fn the_readme_is_at_most_two_hundred_lines() {
     );
 }
 
+/// The one link of a table cell, and the code of the lines it names: its comment lines
+/// left out, so a comment that names the operation is not the step.
+fn linked_code(readme: &Path, step: &str, cell: &str) -> (String, String) {
+    let links = relative_links(cell);
+    assert_eq!(links.len(), 1, "step {step}: one link in the cell: {cell}");
+    let (file, range) = resolve(readme, &links[0]);
+    let range = range.unwrap_or_else(|| panic!("step {step}: {} names no lines", links[0]));
+    let lines = lines_of(&file, range, &links[0]);
+    let code = lines
+        .lines()
+        .filter(|line| {
+            let line = line.trim_start();
+            !line.starts_with("//") && !line.starts_with("--")
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    (links[0].clone(), code)
+}
+
 #[test]
 fn each_step_links_to_the_lines_that_do_it() {
     let readme_path = root().join("README.md");
@@ -106,52 +164,50 @@ fn each_step_links_to_the_lines_that_do_it() {
         .filter(|line| {
             STEPS
                 .iter()
-                .any(|(n, _, _)| line.starts_with(&format!("| {n} ")))
+                .any(|step| line.starts_with(&format!("| {} ", step.number)))
         })
         .collect();
     assert_eq!(rows.len(), STEPS.len(), "the five steps' table: {rows:#?}");
-    for (row, (step, operations, lab)) in rows.iter().zip(STEPS) {
-        assert!(
-            row.starts_with(&format!("| {step} ")),
-            "steps in order: {row}"
-        );
+    for (row, step) in rows.iter().zip(STEPS) {
+        let n = step.number;
+        assert!(row.starts_with(&format!("| {n} ")), "steps in order: {row}");
         let cells: Vec<&str> = row.split('|').collect();
-        let (sentence, place) = (cells[2], cells[3]);
+        let (sentence, place, app, lab) = (cells[2], cells[3], cells[4], cells[5]);
         // The last column runs the step's lab: its step exists, and is this one.
         assert!(
-            cells[4].contains(&format!("]({LAB}{lab})")),
-            "step {step}: links its lab run {LAB}{lab}: {}",
-            cells[4]
+            lab.contains(&format!("]({LAB}{})", step.lab)),
+            "step {n}: links its lab run {LAB}{}: {lab}",
+            step.lab
         );
-        let known = seatlock::racelab::lab::Step::parse(lab);
+        let known = seatlock_lab::lab::Step::parse(step.lab);
         assert_eq!(
             known.map(|s| s.slug()),
-            Some(lab),
-            "step {step}: the lab has {lab}"
+            Some(step.lab),
+            "step {n}: the lab has {}",
+            step.lab
         );
-        let links = relative_links(place);
-        assert_eq!(links.len(), 1, "step {step}: one place to read it: {place}");
-        let (file, range) = resolve(&readme_path, &links[0]);
-        let range = range.unwrap_or_else(|| panic!("step {step}: {} names no lines", links[0]));
-        let lines = lines_of(&file, range, &links[0]);
-        // Code, not prose: a comment that names the operation is not the step.
-        let code: String = lines
-            .lines()
-            .filter(|line| {
-                let line = line.trim_start();
-                !line.starts_with("//") && !line.starts_with("--")
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        for operation in operations {
+        // The library's lines do what the sentence names.
+        let (link, code) = linked_code(&readme_path, n, place);
+        for operation in step.operations {
             assert!(
                 sentence.contains(operation),
-                "step {step}'s sentence names {operation:?}: {sentence}"
+                "step {n}'s sentence names {operation:?}: {sentence}"
             );
             assert!(
                 code.contains(operation),
-                "step {step}: the code of {} does not contain {operation:?}:\n{lines}",
-                links[0]
+                "step {n}: the code of {link} does not contain {operation:?}:\n{code}"
+            );
+        }
+        // The app's lines make the call, in code: a link that drifts fails here.
+        let (link, code) = linked_code(&readme_path, n, app);
+        assert!(
+            link.starts_with("src/"),
+            "step {n}: the app's call is in src/: {link}"
+        );
+        for call in step.app_call {
+            assert!(
+                code.contains(call),
+                "step {n}: the app's lines {link} do not contain {call:?}:\n{code}"
             );
         }
     }

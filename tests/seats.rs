@@ -168,7 +168,7 @@ async fn postgres_refuses_a_stale_fencing_token() {
     tx.rollback().await.unwrap();
 }
 
-/// No capture, no order (issue 32): the fenced write that finds its payment voided (by
+/// No capture, no order: the fenced write that finds its payment voided (by
 /// the last attempt to leave it, or the sweep) says [`Sale::Unpaid`], and the purchase
 /// rolls it back; a voided authorization joined again is captured. Before, the statement
 /// inserted the order and captured nothing.

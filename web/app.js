@@ -368,7 +368,7 @@
     }, function () { return { name: "position", data: last || "{}" }; });
   }
 
-  // A lab run's page (templates/lab_run.html): while the run goes, each "row" event is
+  // A lab run's page (lab/templates/lab_run.html): while the run goes, each "row" event is
   // appended to its side's table (a row already shown, after a reconnect, is skipped);
   // "done" carries both verdicts and ends the stream. Replay shows the recorded rows
   // again, each at its recorded time from the start.

@@ -483,7 +483,7 @@ async fn timings(buyer: &Buyer) -> anyhow::Result<(f64, [f64; 4], (f64, f64))> {
         .await?)
 }
 
-/// Scenario 9 (issue 29): the 11,056-seat arena opens on its overview, a page of at
+/// Scenario 9: the 11,056-seat arena opens on its overview, a page of at
 /// most 100 kB before compression with no seat on it; section 101 is picked, and one of
 /// its seats is held by keyboard and bought. Prints the first view's bytes and timings and the time to
 /// interactive (navigation start to the first click served: the section's page, then
@@ -604,7 +604,7 @@ async fn drawn_sections(buyer: &Buyer) -> anyhow::Result<Vec<String>> {
         .await?)
 }
 
-/// Scenario (issue 29): the overview of each demo venue draws every one of its sections,
+/// Scenario: the overview of each demo venue draws every one of its sections,
 /// each a link to its seats named with its counts and prices; by keyboard, focus shows
 /// a section's counts and prices under the map and Enter opens its seats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -659,7 +659,7 @@ async fn section_shade(buyer: &Buyer, code: &str) -> anyhow::Result<(String, Str
     Ok((available.unwrap_or_default(), shade.unwrap_or_default()))
 }
 
-/// Scenario (issue 29): buyer A holds a seat of section 101 on its page (server 0); B's
+/// Scenario: buyer A holds a seat of section 101 on its page (server 0); B's
 /// open overview of the arena (server 1) counts it and shades the section lighter, live;
 /// when the hold lapses (a 3 s hold), the section is back as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -755,7 +755,7 @@ async fn held_by_best_available(
     Ok((held, places))
 }
 
-/// Scenario (issue 29): every Premium seat of the hall is sold but three together, row D
+/// Scenario: every Premium seat of the hall is sold but three together, row D
 /// of the Stalls, seats 10 to 12, between sold ones. Asked for 2, best available does not
 /// take two of the three (the third would be left alone): it holds two seats together in
 /// the next band, leaving no single seat; the page says the rule.
@@ -798,7 +798,7 @@ async fn best_available_2_does_not_strand_the_third_of_three_free_seats() {
     .await;
 }
 
-/// Scenario (issue 29): with the accessible filter on, best available 2 in the hall
+/// Scenario: with the accessible filter on, best available 2 in the hall
 /// holds a wheelchair place and its companion seat (marked in the venue's data), each
 /// named so on the map.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -836,7 +836,7 @@ async fn scrolls_sideways(buyer: &Buyer) -> anyhow::Result<bool> {
         .await?)
 }
 
-/// Scenario (issue 29): on a 390x844 phone the arena's overview, a section with a hold
+/// Scenario: on a 390x844 phone the arena's overview, a section with a hold
 /// (its cart and countdown) and the hall's page with every seat do not scroll sideways
 /// (the seat grid may pan inside its box).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1368,7 +1368,7 @@ async fn a_queued_browser_watches_its_place_fall_and_lands_on_the_map() {
     .await;
 }
 
-/// Each of the lab's scenarios ([`seatlock::racelab::lab`]): the step switched off, and
+/// Each of the lab's scenarios ([`seatlock_lab::lab`]): the step switched off, and
 /// the marks its run must show, on the step-off side (a violation) and on the step-on side
 /// (the refusal that kept the invariant).
 const LAB_RUNS: [(&str, &str, &str); 6] = [
@@ -1385,92 +1385,90 @@ const LAB_RUN_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[tokio::test]
 async fn the_lab_builds_each_steps_table_live_and_marks_where_it_breaks() {
-    support::run_with(
-        "lab",
-        |s| s.enable_race_lab = true,
-        async |w| {
-            let reader = w.buyer("A", 0).await?;
-            // A projector's screen: the two tables side by side, nothing cut off.
-            let projector = playwright_rs::protocol::Viewport {
-                width: 1280,
-                height: 720,
-            };
-            reader.page.set_viewport_size(projector).await?;
-            for (step, broken, refused) in LAB_RUNS {
-                reader.open(&format!("/lab?step={step}")).await?;
-                reader.page.locator("#run").click(None).await?;
-                expect(reader.page.locator("#lab-run"))
-                    .to_be_visible()
-                    .await
-                    .with_context(|| format!("{step}: no run page"))?;
-                // Rows arrive over the stream: the page is never reloaded.
-                mark_page(&reader).await?;
-                expect(reader.page.locator("#lab-run"))
-                    .with_timeout(LAB_RUN_TIMEOUT)
-                    .to_have_attribute("data-state", "done")
-                    .await
-                    .with_context(|| format!("{step}: the run did not finish"))?;
-                not_reloaded(&reader).await?;
-                let off = format!("#rows-off tr.violation[data-kind={broken}]");
-                expect(reader.page.locator(&off).first())
-                    .to_be_visible()
-                    .await
-                    .with_context(|| format!("{step}: the step-off side has no {broken} row"))?;
-                let on = format!("#rows-on tr.saved[data-kind={refused}]");
-                expect(reader.page.locator(&on).first())
-                    .to_be_visible()
-                    .await
-                    .with_context(|| format!("{step}: the step-on side has no {refused} row"))?;
-                let broken_on = reader.page.locator("#rows-on tr.violation").count().await?;
-                ensure!(
-                    broken_on == 0,
-                    "{step}: the step-on side has {broken_on} violations"
-                );
-                let verdict = reader.page.locator("#verdict-off").inner_text().await?;
-                ensure!(
-                    verdict.starts_with("Broken at"),
-                    "{step}: off verdict {verdict:?}"
-                );
-                let width: u32 = reader
-                    .page
-                    .evaluate("() => document.documentElement.scrollWidth", None::<&()>)
-                    .await?;
-                ensure!(
-                    width <= 1280,
-                    "{step}: the page is {width} px wide at 1280x720"
-                );
-                w.screenshot(&reader, step).await?;
-            }
-
-            // The permalink replays what was recorded: the rows are on the page as loaded,
-            // and Replay shows them again.
-            let url = reader.page.url();
-            reader.page.reload(None).await?;
-            ensure!(
-                reader.page.url() == url,
-                "reloading moved to {}",
-                reader.page.url()
-            );
-            let rows = reader.page.locator("#rows-off tr[data-at]").count().await?;
-            ensure!(rows > 3, "the permalink shows {rows} rows");
-            reader.page.locator("#replay").click(None).await?;
-            let last = reader.page.locator("#rows-off tr[data-at]").last();
-            let hidden: bool = last.evaluate("tr => tr.hidden", None::<&()>).await?;
-            ensure!(hidden, "Replay did not hide the rows it replays");
-            expect(reader.page.locator("#rows-off tr[data-at]").last())
-                .with_timeout(LAB_RUN_TIMEOUT)
+    support::run_lab("lab", seatlock_lab::LabSettings::enabled(), async |w| {
+        let reader = w.buyer("A", 0).await?;
+        // A projector's screen: the two tables side by side, nothing cut off.
+        let projector = playwright_rs::protocol::Viewport {
+            width: 1280,
+            height: 720,
+        };
+        reader.page.set_viewport_size(projector).await?;
+        for (step, broken, refused) in LAB_RUNS {
+            reader.open(&format!("/lab?step={step}")).await?;
+            reader.page.locator("#run").click(None).await?;
+            expect(reader.page.locator("#lab-run"))
                 .to_be_visible()
                 .await
-                .context("the replay never showed the last row")?;
-            Ok(())
-        },
-    )
+                .with_context(|| format!("{step}: no run page"))?;
+            // Rows arrive over the stream: the page is never reloaded.
+            mark_page(&reader).await?;
+            expect(reader.page.locator("#lab-run"))
+                .with_timeout(LAB_RUN_TIMEOUT)
+                .to_have_attribute("data-state", "done")
+                .await
+                .with_context(|| format!("{step}: the run did not finish"))?;
+            not_reloaded(&reader).await?;
+            let off = format!("#rows-off tr.violation[data-kind={broken}]");
+            expect(reader.page.locator(&off).first())
+                .to_be_visible()
+                .await
+                .with_context(|| format!("{step}: the step-off side has no {broken} row"))?;
+            let on = format!("#rows-on tr.saved[data-kind={refused}]");
+            expect(reader.page.locator(&on).first())
+                .to_be_visible()
+                .await
+                .with_context(|| format!("{step}: the step-on side has no {refused} row"))?;
+            let broken_on = reader.page.locator("#rows-on tr.violation").count().await?;
+            ensure!(
+                broken_on == 0,
+                "{step}: the step-on side has {broken_on} violations"
+            );
+            let verdict = reader.page.locator("#verdict-off").inner_text().await?;
+            ensure!(
+                verdict.starts_with("Broken at"),
+                "{step}: off verdict {verdict:?}"
+            );
+            let width: u32 = reader
+                .page
+                .evaluate("() => document.documentElement.scrollWidth", None::<&()>)
+                .await?;
+            ensure!(
+                width <= 1280,
+                "{step}: the page is {width} px wide at 1280x720"
+            );
+            w.screenshot(&reader, step).await?;
+        }
+
+        // The permalink replays what was recorded: the rows are on the page as loaded,
+        // and Replay shows them again.
+        let url = reader.page.url();
+        reader.page.reload(None).await?;
+        ensure!(
+            reader.page.url() == url,
+            "reloading moved to {}",
+            reader.page.url()
+        );
+        let rows = reader.page.locator("#rows-off tr[data-at]").count().await?;
+        ensure!(rows > 3, "the permalink shows {rows} rows");
+        reader.page.locator("#replay").click(None).await?;
+        let last = reader.page.locator("#rows-off tr[data-at]").last();
+        let hidden: bool = last.evaluate("tr => tr.hidden", None::<&()>).await?;
+        ensure!(hidden, "Replay did not hide the rows it replays");
+        expect(reader.page.locator("#rows-off tr[data-at]").last())
+            .with_timeout(LAB_RUN_TIMEOUT)
+            .to_be_visible()
+            .await
+            .context("the replay never showed the last row")?;
+        Ok(())
+    })
     .await;
 }
 
 #[tokio::test]
 async fn without_the_race_lab_flag_the_lab_is_404_and_says_how_to_start_it() {
-    support::run("lab_off", async |w| {
+    // The lab's servers without `--enable-race-lab`.
+    let lab_off = seatlock_lab::LabSettings::default();
+    support::run_lab("lab_off", lab_off, async |w| {
         let reader = w.buyer("A", 0).await?;
         let response = reader.page.goto(&reader.url("/lab"), None).await?;
         let status = response.map(|r| r.status()).unwrap_or(0);

@@ -2,7 +2,9 @@
 //! and seeded), the shared stores, [`Settings`] with the test's own lease namespace, and
 //! a server on port 0 inside the test process (zero-to-production's `spawn_app`, over
 //! seatlock's [`Application::build`]). Tests that need several server processes take
-//! [`TestAppBuilder::settings`] and start [`crate::ServerProcess`]es with them.
+//! [`TestAppBuilder::settings`] and start [`crate::ServerProcess`]es with them. A test of
+//! the race lab asks for it ([`TestAppBuilder::race_lab`]): its server is then the lab's
+//! application ([`seatlock_lab::build`]), the product with the lab plugged in.
 
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use seatlock::app::Application;
 use seatlock::config::Settings;
 use seatlock::seats::{self, SeatRef};
 use seatlock::state::AppState;
+use seatlock_lab::LabSettings;
 use sqlx::PgPool;
 
 use crate::stores::{TINY_VENUES, fresh_database, seed, store_urls, unique_name};
@@ -38,6 +41,7 @@ pub struct TestAppBuilder {
     admin_url: Option<String>,
     redis_url: Option<String>,
     adjust: Vec<Adjustment>,
+    lab: Option<LabSettings>,
 }
 
 /// One change to a test's settings.
@@ -70,9 +74,17 @@ impl TestAppBuilder {
         self
     }
 
-    /// With `--enable-race-lab`: the race lab's routes and pause headers, and the lab.
+    /// The lab's server (`seatlock-lab serve`) with `--enable-race-lab`: the race lab's
+    /// routes and pause headers, and the lab.
     pub fn race_lab(self) -> Self {
-        self.with(|s| s.enable_race_lab = true)
+        self.lab(|lab| lab.enable_race_lab = true)
+    }
+
+    /// The lab's server (`seatlock-lab serve`), its lab settings changed by `adjust`
+    /// (from [`LabSettings::default`]: the lab off).
+    pub fn lab(mut self, adjust: impl FnOnce(&mut LabSettings)) -> Self {
+        adjust(self.lab.get_or_insert_with(LabSettings::default));
+        self
     }
 
     /// Changes the settings (applied in order, after the test defaults).
@@ -102,9 +114,15 @@ impl TestAppBuilder {
         Ok(settings)
     }
 
-    /// [`TestAppBuilder::settings`], and a server over them inside this process.
-    pub async fn spawn(self) -> anyhow::Result<TestApp> {
-        TestApp::spawn(self.settings().await?).await
+    /// [`TestAppBuilder::settings`], and a server over them inside this process: the
+    /// lab's if the test asked for it, else the product's.
+    pub async fn spawn(mut self) -> anyhow::Result<TestApp> {
+        let lab = self.lab.take();
+        let settings = self.settings().await?;
+        match lab {
+            Some(lab) => TestApp::spawn_lab(settings, &lab).await,
+            None => TestApp::spawn(settings).await,
+        }
     }
 }
 
@@ -161,6 +179,7 @@ impl TestApp {
             admin_url: None,
             redis_url: None,
             adjust: Vec::new(),
+            lab: None,
         }
     }
 
@@ -168,7 +187,17 @@ impl TestApp {
     /// second server over the same settings shares the database and the lease
     /// namespace, like a second process of one deployment).
     pub async fn spawn(settings: Settings) -> anyhow::Result<TestApp> {
-        let app = Application::build(settings).await?;
+        Self::serve(Application::build(settings).await?)
+    }
+
+    /// [`TestApp::spawn`] of the lab's application: the product with the race lab
+    /// plugged in as `lab` says ([`seatlock_lab::build`]).
+    pub async fn spawn_lab(settings: Settings, lab: &LabSettings) -> anyhow::Result<TestApp> {
+        Self::serve(seatlock_lab::build(settings, lab).await?)
+    }
+
+    /// Serves `app` on a background task.
+    fn serve(app: Application) -> anyhow::Result<TestApp> {
         let address = format!("http://{}", app.address());
         let metrics_url = format!("http://{}/metrics", app.metrics_address());
         let state = app.state().clone();

@@ -14,9 +14,13 @@ use sqlx::PgPool;
 /// One write the seat's row accepted: an order (product path) or a race-lab sale.
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct AcceptedWrite {
+    /// The seat the write sold.
     pub seat_id: i64,
+    /// The buyer the write sold it to.
     pub buyer_id: String,
+    /// The fencing token the write carried; `None` for a lab sale without one.
     pub fence_token: Option<i64>,
+    /// When the write committed.
     pub accepted_at: DateTime<Utc>,
 }
 
@@ -27,6 +31,7 @@ pub struct Violation {
     /// captured payment of its seat and price) or `capture_without_order` (a captured
     /// payment whose order is missing or is another seat's).
     pub kind: &'static str,
+    /// The seat whose writes broke it.
     pub seat_id: i64,
     /// The accepted writes of that seat, in the order they landed.
     pub writes: Vec<AcceptedWrite>,

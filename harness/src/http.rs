@@ -348,6 +348,7 @@ pub struct EventStream {
 }
 
 impl EventStream {
+    /// Opens the stream at `url` and asserts it answered 200.
     pub async fn open(url: &str) -> EventStream {
         let response = reqwest::get(url).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{url}");

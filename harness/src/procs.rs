@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use seatlock::config::Settings;
+use seatlock_lab::LabSettings;
 
 use crate::stores::unique_name;
 
@@ -93,6 +94,19 @@ pub fn seatlock_binary() -> anyhow::Result<std::path::PathBuf> {
     anyhow::ensure!(
         binary.is_file(),
         "the server binary {} is missing: run `cargo build --workspace --bins` first \
+         (`make test` does)",
+        binary.display()
+    );
+    Ok(binary)
+}
+
+/// `<target dir>/debug/seatlock-lab`, built beforehand as [`seatlock_binary`]: the
+/// product's server with the race lab plugged in.
+pub fn lab_binary() -> anyhow::Result<std::path::PathBuf> {
+    let binary = target_dir().join("debug").join("seatlock-lab");
+    anyhow::ensure!(
+        binary.is_file(),
+        "the lab's server binary {} is missing: run `cargo build --workspace --bins` first \
          (`make test` does)",
         binary.display()
     );
@@ -239,6 +253,33 @@ impl ServerProcess {
         settings: &Settings,
     ) -> anyhow::Result<ServerProcess> {
         Self::start_with_env(binary, settings, &[]).await
+    }
+
+    /// [`ServerProcess::start`] of a `seatlock-lab` binary, with the lab's settings `lab`
+    /// passed as environment variables too ([`LabSettings::to_env`]).
+    pub async fn start_lab(
+        binary: &std::path::Path,
+        settings: &Settings,
+        lab: &LabSettings,
+    ) -> anyhow::Result<ServerProcess> {
+        Self::start_lab_with_env(binary, settings, lab, &[]).await
+    }
+
+    /// [`ServerProcess::start_lab`] with extra environment variables, as
+    /// [`ServerProcess::start_with_env`].
+    pub async fn start_lab_with_env(
+        binary: &std::path::Path,
+        settings: &Settings,
+        lab: &LabSettings,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<ServerProcess> {
+        let lab_env = lab.to_env();
+        let mut all: Vec<(&str, &str)> = lab_env
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        all.extend_from_slice(env);
+        Self::start_with_env(binary, settings, &all).await
     }
 
     /// [`ServerProcess::start`] with extra environment variables (e.g. `LD_PRELOAD` of

@@ -31,7 +31,9 @@ pub fn unique_name(prefix: &str) -> String {
 }
 
 /// Creates an empty database next to the one `admin_url` names, applies the migrations
-/// ([`seatlock::MIGRATOR`]), and returns its URL.
+/// (the product's, [`seatlock::MIGRATOR`], then the race lab's, [`seatlock_lab::migrate`]),
+/// and returns its URL. Every test database has the lab's tables: the invariant checker
+/// reads `race_lab_sales` beside `orders`.
 pub async fn fresh_database(admin_url: &str) -> anyhow::Result<String> {
     let name = unique_name("t");
     let mut admin = PgConnection::connect(admin_url)
@@ -48,7 +50,7 @@ pub async fn fresh_database(admin_url: &str) -> anyhow::Result<String> {
         .max_connections(1)
         .connect(&url)
         .await?;
-    seatlock::MIGRATOR.run(&pool).await?;
+    seatlock_lab::migrate(&pool).await?;
     pool.close().await;
     Ok(url)
 }

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 mod common;
 
-use seatlock::config::PurchaseStrategy;
-use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp, procs::seatlock_binary};
+use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp, procs::lab_binary};
+use seatlock_lab::{LabSettings, PurchaseStrategy};
 
 /// The hold TTL of the strategies' races, in ms, and the pauser's pause (longer, so its
 /// lease lapses). Longer than `load-test race`'s 300 ms: a holder reads its fencing token
@@ -87,18 +87,21 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
     let settings = TestApp::builder()
         .venues(DEMO_VENUES)
         .with(|s| {
-            s.enable_race_lab = true;
-            s.purchase_strategy = PurchaseStrategy::Fenced;
             s.hold_ttl_ms = HOLD_TTL_MS.parse().unwrap();
             s.payment_delay_ms = 20;
         })
         .settings()
         .await
         .unwrap();
-    let binary = seatlock_binary().unwrap();
+    let lab = LabSettings {
+        purchase_strategy: PurchaseStrategy::Fenced,
+        ..LabSettings::enabled()
+    };
+    let binary = lab_binary().unwrap();
     let mut backends = Vec::new();
     for _ in 0..3 {
-        backends.push(ServerProcess::start(&binary, &settings).await.unwrap());
+        let backend = ServerProcess::start_lab(&binary, &settings, &lab).await;
+        backends.push(backend.unwrap());
     }
     let addresses: Vec<&str> = backends.iter().map(|b| b.address.as_str()).collect();
     let proxy = HaProxy::start(&addresses).await.unwrap();

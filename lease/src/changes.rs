@@ -132,7 +132,7 @@ fn with_expiry_flags(flags: &str) -> String {
 
 /// The server's `maxmemory-policy` if it lets Redis evict keys that have a TTL, which
 /// every lease has: under memory pressure a hold could vanish before its TTL (the
-/// owner learns it as [`crate::LeaseError::Lost`], fencing keeps writes safe). Every
+/// owner's next renew or owner check answers `false`, and fencing keeps writes safe). Every
 /// policy but `noeviction` may (`volatile-*` pick among keys with a TTL, `allkeys-*` among
 /// all keys). `None` for `noeviction`. Errors: `CONFIG` refused.
 pub async fn eviction_risk(

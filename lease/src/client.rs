@@ -57,7 +57,7 @@ impl<L: FenceLedger> LeaseClient<L> {
 
     /// Turns the failover guard on or off. It is on by default.
     ///
-    /// **Off is for the failover lab only**: `seatlock serve
+    /// **Off is for the failover lab only**: `seatlock-lab serve
     /// --lab-disable-failover-guard`, `make failover`. Off, a promoted replica that
     /// missed the last grants can issue a fencing token again. [`FenceLedger`] says what
     /// the guard does and costs.
@@ -106,8 +106,8 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
     ///
     /// The script refuses the whole grant, writing nothing, when:
     ///
-    /// * a key is retired: [`LeaseError::Retired`], checked first;
-    /// * the grant's admission is not live: [`LeaseError::NotAdmitted`];
+    /// * the grant's admission is not live: [`LeaseError::NotAdmitted`], checked first;
+    /// * a key is retired: [`LeaseError::Retired`];
     /// * another owner holds a key: [`LeaseError::Held`], with that holder and its time left;
     /// * the holder would pass the grant's limit: [`LeaseError::OverLimit`].
     ///

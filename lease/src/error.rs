@@ -5,8 +5,9 @@ use std::time::Duration;
 use crate::lease::TtlLimits;
 
 /// Why a lease operation failed. Callers usually map `Held` to "try again later",
-/// `Lost` to "your hold is gone", `Retired` to "gone for good" (seatlock: sold), and
-/// `Unavailable`/`Ledger` to "service unavailable".
+/// `Retired` to "gone for good" (seatlock: sold), and `Unavailable`/`Ledger` to
+/// "service unavailable". A lease that is gone is no error: `renew`, `release` and
+/// `is_held` answer `false`, and a watchdog reports [`crate::WatchdogEvent::Lost`].
 #[derive(Debug, thiserror::Error)]
 pub enum LeaseError {
     /// Another holder has the lease. `holder` is the public label it gave (empty if the
@@ -18,9 +19,6 @@ pub enum LeaseError {
         /// Time left on the current holder's lease.
         remaining: Duration,
     },
-    /// The caller's lease is gone: it expired, was released, or Redis lost it.
-    #[error("lease is no longer held by this owner")]
-    Lost,
     /// Redis did not answer or answered with an error: guarded work must stop.
     #[error("lease store unavailable: {0}")]
     Unavailable(#[source] redis::RedisError),

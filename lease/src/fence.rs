@@ -20,7 +20,8 @@ use crate::{scripts, telemetry};
 /// step 5.
 ///
 /// **Blocks.** A single Redis can lose everything on restart. The leases are then lost,
-/// and holders learn it as [`LeaseError::Lost`] when they next act. But fencing tokens
+/// and holders learn it when they next act: a renew, release or owner check answers
+/// `false`. But fencing tokens
 /// must never go backwards. So Redis issues tokens only up to a *ceiling* reserved here.
 /// Each reservation is a block of
 /// [`LeaseClient::with_block_size`](crate::LeaseClient::with_block_size) tokens. This is

@@ -53,7 +53,7 @@
 //!    resource written once, like a seat, also checks that the lease is still held, with
 //!    its row locked, before it commits.
 //! 5. **A store that survives**: a Redis that loses its data loses the leases. Holders
-//!    learn it as [`LeaseError::Lost`]. But Redis must never hand out a fencing token
+//!    learn it when they next act: a renew, release or owner check answers `false`. But Redis must never hand out a fencing token
 //!    again. Tokens come from blocks reserved in a durable [`FenceLedger`] (Postgres in
 //!    seatlock). Its docs explain the blocks, the reservation marker and the failover
 //!    guard against a promoted replica. [`connect`] follows a Sentinel failover, or a

@@ -69,6 +69,12 @@ impl TtlLimits {
 /// start by `--lease-store-url`. When the store does not answer, every method fails with
 /// [`LeaseError::Unavailable`] (Redis) or `LeaseError::Etcd` (feature `etcd`). Each
 /// method lists its other errors.
+///
+/// **Reading on from here.** On Redis, each method is implemented by
+/// [`LeaseClient`](crate::LeaseClient) in `client.rs`. It runs one Lua script from
+/// `scripts/`, named after the method: `acquire_all` runs `acquire.lua`, `release`
+/// runs `release.lua`, `release_held_by` runs `release_held_by.lua` then `release.lua`.
+/// A default body below runs only on a store that does not override it.
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
     /// The store's name, for messages and `/healthz`: `"redis"` or `"etcd"`.

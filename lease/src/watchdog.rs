@@ -30,8 +30,9 @@ pub enum WatchdogEvent {
         /// Expiry after the last successful renewal.
         expires_at_ms: u64,
     },
-    /// A renewal found the lease gone: it expired, or someone else owns it. The watchdog
-    /// has stopped. The holder must not write any more.
+    /// The lease is gone, or may be. A renewal found it gone, or the last good renewal's
+    /// expiry passed on this host's clock. The watchdog has stopped. The holder must not
+    /// write any more.
     Lost,
 }
 

@@ -72,7 +72,7 @@ async fn arrive(
     h: &Holder,
     terms: &RoomTerms,
 ) -> Arrival {
-    let ticket = (h.place, h.epoch.as_str());
+    let ticket = (Place::Line(h.place), h.place, h.epoch.as_str());
     (client
         .arrive(group, &h.label, &h.member, ticket, terms)
         .await)
@@ -237,6 +237,35 @@ async fn a_place_left_before_its_turn_is_skipped() {
     // Place 2 was left: place 3's turn comes next, and only it.
     let view = tick(&client, &group, 1, &terms).await;
     assert_eq!((view.frontier, view.shopping), (3, 1), "{view:?}");
+    assert!(admitted(&arrive(&client, &group, &h[2], &terms).await));
+}
+
+#[tokio::test]
+async fn a_ticket_kept_from_a_place_left_admits_nobody_and_a_leave_without_a_ticket_skips_the_place()
+ {
+    let (client, group, terms) = (client(), group(), terms(1));
+    let h = join_in_turn(&client, &group, 3, &terms).await;
+    // h0 shops; h1 keeps its ticket for place 2 but leaves without showing it.
+    tick(&client, &group, 1, &terms).await;
+    assert!(admitted(&arrive(&client, &group, &h[0], &terms).await));
+    let no_ticket = (0, "");
+    client
+        .leave(&group, &h[1].label, &h[1].member, no_ticket)
+        .await
+        .unwrap();
+    // Its next join is at the back: one place per holder, and the new one counts.
+    let back = client.join(&group, &h[1].label, &terms).await.unwrap();
+    assert_eq!(back.place, Place::Line(4));
+    // h0 is done; the room's record skipped place 2, so place 3 is next.
+    client
+        .leave(&group, &h[0].label, &h[0].member, (1, h[0].epoch.as_str()))
+        .await
+        .unwrap();
+    let view = tick(&client, &group, 1, &terms).await;
+    assert_eq!((view.frontier, view.shopping), (3, 1), "{view:?}");
+    // The kept ticket names a place h1 no longer has: stale, nothing admitted.
+    let kept = arrive(&client, &group, &h[1], &terms).await;
+    assert_eq!(kept, Arrival::OtherEpoch, "the kept ticket is refused");
     assert!(admitted(&arrive(&client, &group, &h[2], &terms).await));
 }
 

@@ -1,7 +1,7 @@
 //! # seatlock-model: the lease protocol, model-checked
 //!
 //! A small [`stateright`] model of the protocol that the `lease` crate and the app
-//! implement (the article's five steps; issue 15). The checker explores every
+//! implement (the article's five steps). The checker explores every
 //! interleaving of a few holders, a Redis primary with an asynchronous replica
 //! that can fail over or restart empty, the durable fence ledger, and one fenced
 //! resource, and checks the article's invariant in every reachable state: *writes
@@ -51,7 +51,7 @@
 //! accepted tokens never decrease and each one belongs to one holder, so the accepted
 //! writes form runs, one holder at a time, in token order. The first two are the lease
 //! service's own promises. A failover can lose a live lease (asynchronous replication:
-//! the article's step 5 and the README's non-promises), so the model counts a lease lost
+//! the article's step 5 and the non-promises of `docs/guarantees.md`), so the model counts a lease lost
 //! with Redis as no longer live; the fencing token is what must keep the resource safe
 //! then.
 //!
@@ -83,7 +83,7 @@
 //! | [`Action::Expire`] | the key's `PX` TTL on Redis's clock, while its holder paused (GC, `SIGSTOP`, a slow network) |
 //! | [`Action::Replicate`], [`Action::Failover`] | Redis's asynchronous replication; Sentinel promoting the replica (`../shared/notes/failover-and-etcd.md`) |
 //! | [`Action::RestartEmpty`] | a Redis restart without persistence (the fault tests in `tests/faults/`) |
-//! | [`Guard::Stamp`] | **not in the scripts yet** (issue 15): raise_ceiling.lua stamps the fence hash with the server (`run_id` and `master_replid`, which `INFO` gives a script: a restart changes the first, a promotion the second, and a former primary promoted again keeps its `run_id`) and acquire.lua asks for a fresh block when the stamp names another server; the reservation marker's value is the server it was written on, and raise_ceiling.lua refuses a marker written on another server |
+//! | [`Guard::Stamp`] | the scripts' failover guard, on unless the lab turns it off (`--lab-disable-failover-guard`): raise_ceiling.lua stamps the fence hash with the server (`run_id` and `master_replid`, which `INFO` gives a script: a restart changes the first, a promotion the second, and a former primary promoted again keeps its `run_id`) and acquire.lua asks for a fresh block when the stamp names another server; the reservation marker's value is the server it was written on, and raise_ceiling.lua refuses a marker written on another server |
 //!
 //! ## What is abstracted away
 //!
@@ -111,8 +111,6 @@
 //! (949,000); two holders with two grants each, one failover and one restart
 //! (10.7 million, 2 min); three holders with one grant each, one failover and one restart
 //! (26.3 million, 6 min), also with today's fence.
-
-#![deny(missing_docs)]
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -143,16 +141,16 @@ pub enum Fence {
     /// Today's SQL (`fence_token <= $token`): a token at least the highest is accepted,
     /// from anybody.
     AcceptEqual,
-    /// The decision of issue 15: a higher token is accepted; an equal one only from the
-    /// holder that wrote it.
+    /// The stricter fence: a higher token is accepted; an equal one only from the holder
+    /// that wrote it.
     RefuseEqualFromOther,
 }
 
-/// The failover guard of issue 15: the fence hash remembers which Redis server installed
+/// Step 5's failover guard: the fence hash remembers which Redis server installed
 /// its current block, so a promoted replica takes a fresh block before granting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Guard {
-    /// No guard (today's scripts): a promoted replica keeps granting from its copy of the
+    /// No guard (the scripts with `--lab-disable-failover-guard`): a promoted replica keeps granting from its copy of the
     /// counter, which may be behind; a reservation marker counts wherever it is found.
     Off,
     /// The guard as designed, in two parts. One: every install stamps the fence hash
@@ -187,7 +185,7 @@ pub struct Protocol {
     /// Step 5: tokens come from blocks reserved in the durable ledger. Without it the
     /// counter in Redis is the only source of tokens (as after step 4 alone).
     pub durable_ledger: bool,
-    /// Step 5, issue 15: the failover guard (needs the ledger to take a block from).
+    /// Step 5: the failover guard (needs the ledger to take a block from).
     pub failover_guard: Guard,
 }
 

@@ -235,11 +235,11 @@ fn without_the_durable_ledger_a_token_repeats_after_redis_restarts_empty() {
     }
 }
 
-/// Step 5's failover guard off (today's scripts): the primary grants a token, fails over
-/// before the replica saw it, and the promoted replica grants the same token again from
-/// its older counter (issue 15's token 41, twice). The durable ledger alone does not
-/// help: the replica's ceiling is still ahead of its counter. The refusing fence keeps the
-/// resource safe all the same.
+/// Step 5's failover guard off (the lab's `--lab-disable-failover-guard`): the primary
+/// grants a token, fails over before the replica saw it, and the promoted replica grants
+/// the same token again from its older counter (token 41, twice). The durable ledger
+/// alone does not help: the replica's ceiling is still ahead of its counter. The refusing
+/// fence keeps the resource safe all the same.
 #[test]
 fn without_the_failover_guard_a_promoted_replica_repeats_a_token() {
     let model = Protocol::new(2, 1, 1, 0).with_guard(Guard::Off);

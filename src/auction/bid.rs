@@ -1,25 +1,26 @@
 //! The bid path, along the article's steps:
 //!
-//! 1. [`lock_item`]: the item's bid lock, a short lease (`--bid-lock-ttl-ms`, default
-//!    2 s) from the `lease` crate: `SET … NX PX` plus a fencing token, one Redis round
-//!    trip. A busy lock is retried with full-jitter exponential backoff, bounded in
-//!    attempts and time ([`lock_backoff`]), then refused with 409 "busy, try again".
-//! 2. [`bid_under_lease`]: in one Postgres transaction, read the item, check the rules
-//!    ([`super::rules`]), then ONE statement writes the bid and the new high bid, checking
-//!    the fencing token, the high bid and the end again ([`queries::place_bid`]). The end
-//!    is checked by the Postgres clock at the moment of that statement
-//!    (`clock_timestamp()`), not at the transaction's start: a bidder that stalls between
-//!    its read and its write past the end is refused "ended" even if no newer holder
-//!    wrote (a newer holder told "ended" writes nothing, so the fence alone cannot stop
-//!    it).
-//! 3. Release, owner-checked (compare-and-delete), one Redis round trip.
+//! 1. [`lock_item`]: the item's bid lock, a short lease from the `lease` crate.
+//!    Its TTL is `--bid-lock-ttl-ms`, 2 s by default. It is `SET … NX PX` plus a fencing
+//!    token, in one Redis round trip. A busy lock is retried with full-jitter
+//!    exponential backoff, bounded in attempts and time ([`lock_backoff`]). Then it is
+//!    refused with 409 "busy, try again".
+//! 2. [`bid_under_lease`]: one Postgres transaction. It reads the item and checks the
+//!    rules ([`super::rules`]). Then ONE statement writes the bid and the new high bid
+//!    ([`queries::place_bid`]). That statement checks the fencing token, the high bid and
+//!    the end again. The end is checked by the Postgres clock at the moment of that
+//!    statement (`clock_timestamp()`), not at the transaction's start. So a bidder that
+//!    stalls past the end, between its read and its write, is refused "ended". That holds
+//!    even if no newer holder wrote. A newer holder told "ended" writes nothing, so the
+//!    fence alone cannot stop the stalled one.
+//! 3. Release, owner-checked: a compare-and-delete, in one Redis round trip.
 //!
-//! The lease alone does not make this safe: a bidder that stalls past the lease (a GC
-//! pause, a slow network) still holds a lock in its own eyes. The fencing token is what
+//! The lease alone does not make this safe. A bidder may stall past the lease, in a GC
+//! pause or on a slow network. It still holds a lock in its own eyes. The fencing token
 //! makes Postgres refuse its late write once a newer grant has written.
 //!
-//! [`bid_conditionally`] is the lock-free alternative (`--bid-strategy conditional`): the
-//! same statement without a token, one round trip.
+//! [`bid_conditionally`] is the lock-free alternative (`--bid-strategy conditional`).
+//! It is the same statement without a token, in one round trip.
 
 use std::time::Duration;
 
@@ -27,15 +28,18 @@ use lease::{Backoff, Lease, LeaseError};
 
 use super::{Bid, queries, rules};
 use crate::config::BidStrategy;
+use crate::failpoint::{self, PausePoint};
 use crate::http::error::{Error, Refusal, Result};
-use crate::racelab::pause::{self, PausePoint};
 use crate::state::AppState;
 
-/// Retries of a busy bid lock: delays drawn from `[0, 5 ms · 2^n]`, capped at 200 ms, at
-/// most 10 attempts and at most `min(lock ttl, 1 s)` of waiting (about 0.45 s on average
-/// before giving up). A bid holds the lock for a few milliseconds, so a contender
-/// normally gets it on the first or second retry; the bounds only matter when the holder
-/// crashed (its lease then lapses within one TTL) or the item is swamped.
+/// Retries of a busy bid lock.
+/// Each delay is drawn from `[0, 5 ms · 2^n]`, capped at 200 ms.
+/// There are at most 10 attempts, and at most `min(lock ttl, 1 s)` of waiting.
+/// That is about 0.45 s on average before giving up.
+/// A bid holds the lock for a few milliseconds.
+/// So a contender normally gets it on the first or second retry.
+/// The bounds matter only when the item is swamped, or when the holder crashed.
+/// A crashed holder's lease lapses within one TTL.
 pub fn lock_backoff(ttl: Duration) -> Backoff {
     Backoff {
         first: Duration::from_millis(5),
@@ -58,29 +62,34 @@ pub struct AcceptedBid {
 
 /// Places `bid` with the server's strategy.
 ///
-/// Round trips, lease strategy: lock (1 Redis script, more only while busy) + 1 Postgres
-/// transaction (BEGIN, read, the fenced write, COMMIT) + release (1 Redis script); the
-/// first bid on an item in this process also reads whether it exists ([`super::known_items::KnownItems`]),
-/// so an unknown id takes no lock.
-/// Conditional strategy: 1 Postgres statement. A refused write costs one more read, to
-/// say why.
+/// Round trips under the lease strategy:
+/// * the lock: 1 Redis script, more only while busy;
+/// * 1 Postgres transaction: BEGIN, read, the fenced write, COMMIT;
+/// * the release: 1 Redis script.
 ///
-/// Errors: 404 no such item; 409 ended, not open yet, too low, bid lock busy, or stale
-/// fencing token; 503 Redis or Postgres unavailable.
+/// The first bid on an item in this process also reads whether the item exists
+/// ([`super::known_items::KnownItems`]). So an unknown id takes no lock.
 ///
-/// Traced as span `bid` with the item, bidder, amount and (under the lease strategy) the
-/// bid lock's fencing token.
+/// Under the conditional strategy: 1 Postgres statement. A refused write costs one more
+/// read, to say why.
+///
+/// Errors: 404 no such item. 409 ended, not open yet, too low, bid lock busy, or stale
+/// fencing token. 503 Redis or Postgres unavailable.
+///
+/// Traced as span `bid` with the item, bidder and amount.
+/// Under the lease strategy, the span also has the bid lock's fencing token.
 #[tracing::instrument(name = "bid", skip_all, fields(item = bid.item_id, bidder = %bid.bidder.id, amount_cents = bid.amount_cents, fencing_token = tracing::field::Empty))]
 pub async fn place_bid(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
     match state.settings.bid_strategy {
         BidStrategy::Lease => {
-            // An unknown id must not take a lock: each distinct id would leave a fence
-            // ceiling row in Postgres and a fence hash in Redis behind.
+            // An unknown id must not take a lock.
+            // Each distinct id would leave a fence ceiling row in Postgres behind.
+            // It would leave a fence hash in Redis too.
             if !state.known_items.exists(&state.db, bid.item_id).await? {
                 return Err(Error::no_such_auction());
             }
-            // 1. The bid lock, 2. the fenced write under it, 3. the owner-checked
-            // release, whatever the write's outcome.
+            // 1. The bid lock. 2. The fenced write under it.
+            // 3. The owner-checked release, whatever the write's outcome.
             let lease = lock_item(state, bid.item_id, &bid.bidder.id).await?;
             let outcome = bid_under_lease(state, &lease, bid).await;
             release(state, &lease).await;
@@ -90,9 +99,11 @@ pub async fn place_bid(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
     }
 }
 
-/// Takes item `item_id`'s bid lock for the configured TTL, labelled with the bidder's
-/// public id, retrying while busy ([`lock_backoff`]). Errors: 409 [`Refusal::BidLockBusy`] when
-/// the retries are used up, 503 Redis (or the fence ledger) unavailable.
+/// Takes item `item_id`'s bid lock for the configured TTL.
+/// The lock is labelled with the bidder's public id.
+/// It retries while the lock is busy ([`lock_backoff`]).
+/// Errors: 409 [`Refusal::BidLockBusy`] when the retries are used up.
+/// 503 when Redis or the fence ledger is unavailable.
 pub async fn lock_item(state: &AppState, item_id: i64, bidder_id: &str) -> Result<Lease> {
     let ttl = state.settings.bid_lock_ttl();
     state
@@ -110,8 +121,10 @@ pub async fn lock_item(state: &AppState, item_id: i64, bidder_id: &str) -> Resul
         })
 }
 
-/// Releases a bid lock, owner-checked. Never fails the bid: the bid is already decided,
-/// and a lock that cannot be released (Redis down, or it lapsed) expires within its TTL.
+/// Releases a bid lock, owner-checked.
+/// It never fails the bid: the bid is already decided.
+/// A lock that cannot be released expires within its TTL.
+/// That happens when Redis is down, or when the lock lapsed.
 async fn release(state: &AppState, lease: &Lease) {
     match state.leases.release(lease).await {
         Ok(true) => {}
@@ -124,28 +137,34 @@ async fn release(state: &AppState, lease: &Lease) {
     }
 }
 
-/// `bid` under a held bid lock: in one transaction, read the item, check the rules, then
-/// [`queries::place_bid`] with the lease's fencing token. Commits only a write that
-/// Postgres accepted. The race lab's pause ([`PausePoint::BeforeWrite`]) stalls between
-/// the rules check and the write. Errors as [`place_bid`]; a write refused although the rules passed is explained
-/// from a fresh read: 409 [`crate::http::error::BidRefusal::Ended`] if the end passed
-/// meanwhile (the write checks the end at its own moment), 409
-/// [`Refusal::StaleBidLock`] if a newer token was accepted.
+/// `bid` under a held bid lock.
+///
+/// In one transaction it reads the item and checks the rules.
+/// Then it runs [`queries::place_bid`] with the lease's fencing token.
+/// It commits only a write that Postgres accepted.
+/// The pause seam ([`PausePoint::BeforeWrite`]) stalls between the rules check
+/// and the write.
+///
+/// Errors as [`place_bid`]. The rules may pass and the write still be refused.
+/// A fresh read then explains it:
+/// * 409 [`crate::http::error::BidRefusal::Ended`] if the end passed meanwhile. The
+///   write checks the end at its own moment.
+/// * 409 [`Refusal::StaleBidLock`] if a newer token was accepted.
 pub async fn bid_under_lease(
     state: &AppState,
     lease: &Lease,
     bid: &Bid<'_>,
 ) -> Result<AcceptedBid> {
-    // Read and check the rules inside the transaction that will write: a cheap refusal
-    // for a bid that cannot win, before the write that decides.
+    // Read and check the rules inside the transaction that will write.
+    // A bid that cannot win is refused cheaply, before the write that decides.
     let mut tx = state.db.begin().await?;
     let item = queries::item(&mut *tx, bid.item_id)
         .await?
         .ok_or_else(Error::no_such_auction)?;
     rules::check_bid(&item, bid.amount_cents).map_err(Refusal::from)?;
-    pause::point(PausePoint::BeforeWrite).await;
-    // The fenced write: the token, the high bid and the end are checked again by the
-    // statement itself, so a bidder that stalled since its read cannot win on stale facts.
+    failpoint::point(PausePoint::BeforeWrite).await;
+    // The fenced write. The statement itself checks the token, the high bid and the end
+    // again. So a bidder that stalled since its read cannot win on stale facts.
     let token = Some(lease.fencing_token().as_i64());
     tracing::Span::current().record("fencing_token", lease.fencing_token().as_i64());
     let Some(placed) = queries::place_bid(&mut *tx, bid, token).await? else {
@@ -156,11 +175,11 @@ pub async fn bid_under_lease(
     Ok(accepted(bid, placed, token))
 }
 
-/// The lock-free `bid`: [`queries::place_bid`] without a token, one statement. Errors as
-/// [`place_bid`] (never busy, never stale).
+/// The lock-free `bid`: [`queries::place_bid`] without a token, in one statement.
+/// Errors as [`place_bid`], but never busy and never stale.
 pub async fn bid_conditionally(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
-    pause::point(PausePoint::BeforeWrite).await;
-    // No lock and no token: the one statement's conditions are the whole guard.
+    failpoint::point(PausePoint::BeforeWrite).await;
+    // No lock and no token. The one statement's conditions are the whole guard.
     match queries::place_bid(&state.db, bid, None).await? {
         Some(placed) => Ok(accepted(bid, placed, None)),
         None => Err(bid_refused(state, bid, None).await),
@@ -183,19 +202,20 @@ fn accepted(bid: &Bid<'_>, placed: queries::PlacedBid, fencing_token: Option<i64
     }
 }
 
-/// Explains a bid that [`queries::place_bid`] refused, from a fresh read: no such item,
-/// a rule (ended, too low: another bid got in first), or, with a token, a stale token.
+/// Explains a bid that [`queries::place_bid`] refused, from a fresh read.
+/// It may be no such item. It may be a rule: ended, or too low because another bid got
+/// in first. With a token, it may be a stale token.
 async fn bid_refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Error {
     let item = match queries::item(&state.db, bid.item_id).await {
         Ok(Some(item)) => item,
         Ok(None) => return Error::no_such_auction(),
         Err(err) => return err.into(),
     };
-    // The rules first: a bid that lost to another one (or to the clock) says so.
+    // The rules first. A bid that lost to another one, or to the clock, says so.
     if let Err(refusal) = rules::check_bid(&item, bid.amount_cents) {
         return Refusal::from(refusal).into();
     }
-    // The rules pass now, so the write was refused by its fence, or by a change since.
+    // The rules pass now. So the write was refused by its fence, or by a change since.
     match token {
         Some(token) if item.fence_token > token => {
             tracing::warn!(
@@ -206,8 +226,8 @@ async fn bid_refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Err
             );
             Refusal::StaleBidLock.into()
         }
-        // The row changed between the write and this read (say a soft-close bid moved
-        // the end); the rules decide on the next try.
+        // The row changed between the write and this read.
+        // Say a soft-close bid moved the end. The rules decide on the next try.
         _ => Refusal::AuctionChanged.into(),
     }
 }

@@ -17,7 +17,7 @@
 //! Why await once sent: abandoning the statement's future (say in a `tokio::select!`
 //! against the watchdog) does not withdraw it from Postgres, which runs it and commits it
 //! anyway; a closer that then said "lease lost, gave up" would be reporting a write that
-//! happened (issue 18, defect 5). Awaiting is safe because the statement is fenced: if a
+//! happened. Awaiting is safe because the statement is fenced: if a
 //! newer holder has written, its higher token refuses ours; if none has, the row has
 //! accepted no higher token and the close stands. So the outcome is what Postgres
 //! did. The wait is bounded by the store timeout (`statement_timeout` and

@@ -22,7 +22,6 @@ use crate::http::csrf::{CsrfPost, FormToken};
 use crate::http::error::{Error, REFUSAL_HEADER, Result};
 use crate::http::ids::ItemId;
 use crate::money::{format_cents, parse_amount};
-use crate::racelab::pause::RaceLabPause;
 use crate::state::AppState;
 
 /// How many ended auctions the list page shows.
@@ -225,7 +224,6 @@ async fn place_bid(
     State(state): State<AppState>,
     buyer: Buyer,
     csrf: FormToken,
-    RaceLabPause(pause): RaceLabPause,
     CsrfPost(ItemId(item_id), form): CsrfPost<ItemId, BidForm>,
 ) -> Result<Response> {
     let placed = match parse_amount(&form.amount) {
@@ -242,11 +240,7 @@ async fn place_bid(
                 };
                 bid::place_bid(&state, &new_bid).await
             };
-            pause
-                .over(crate::http::detached::to_completion(
-                    "The bid", deadline, work,
-                ))
-                .await
+            crate::http::detached::to_completion("The bid", deadline, work).await
         }
         Err(err) => Err(Error::BadRequest(err.to_string())),
     };

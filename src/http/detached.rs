@@ -14,8 +14,7 @@ use tracing::Instrument;
 use crate::http::error::{Error, Result};
 
 /// Runs `work` on a Tokio task of its own, in the current tracing span and under the
-/// race-lab pause installed around the caller ([`crate::racelab::pause`]), and awaits its
-/// result. If the caller is dropped (the client hung up), `work` still runs to its end,
+/// pause installed around the caller ([`crate::failpoint`]), and awaits its result. If the caller is dropped (the client hung up), `work` still runs to its end,
 /// or to `deadline` ([`crate::config::Settings::request_deadline`]: a store that stopped
 /// answering), where it is dropped. Errors: `work`'s own; 503 at the deadline; a 503
 /// naming `what` if the task panicked.
@@ -24,9 +23,9 @@ pub async fn to_completion<T: Send + 'static>(
     deadline: Duration,
     work: impl Future<Output = Result<T>> + Send + 'static,
 ) -> Result<T> {
-    let pause = crate::racelab::pause::installed();
     let bounded = async move { crate::http::deadline::within(deadline, work).await? };
-    tokio::spawn(pause.over(bounded).in_current_span())
+    // A task-local does not cross `tokio::spawn`: carry the caller's pause over.
+    tokio::spawn(crate::failpoint::carried(bounded).in_current_span())
         .await
         .map_err(|err| {
             tracing::error!(error = %err, what, "detached work failed");

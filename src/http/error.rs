@@ -258,7 +258,6 @@ impl From<LeaseError> for Error {
     fn from(err: LeaseError) -> Self {
         match err {
             LeaseError::Held { .. } => Refusal::SomeoneIsBuying.into(),
-            LeaseError::Lost => Refusal::HoldExpired.into(),
             // Only a sold seat is retired (seats::purchase).
             LeaseError::Retired => Refusal::AlreadySold.into(),
             LeaseError::OverLimit { held, limit } => Refusal::SeatLimit { held, limit }.into(),

@@ -15,25 +15,11 @@
 //! The proxy (`scripts/haproxy.cfg`) routes by `/readyz`, and when no server is ready
 //! by `/livez`: a server whose Redis is down still serves what it can (docs/scale-out.md).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use axum::extract::State;
 use axum::http::StatusCode;
 
 use crate::http::sessions::SessionRedis;
 use crate::state::AppState;
-
-/// Whether the server is draining: told to stop (SIGTERM), still serving while the proxy
-/// notices. Set once, never cleared.
-#[derive(Debug, Default)]
-pub struct Draining(AtomicBool);
-
-impl Draining {
-    /// Whether [`drain`] has begun.
-    pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// Drains the server before it stops (reddit's baseplate.py#591 is what skipping it
 /// costs): `/readyz` answers 503 `draining` from now on, while every request is still
@@ -41,7 +27,7 @@ impl Draining {
 /// EventSource reconnects, through the proxy, to a server that stays) and stops
 /// accepting, then finishes the requests in flight ([`crate::app::Application::run_until`]).
 pub async fn drain(state: &AppState) {
-    state.draining.0.store(true, Ordering::SeqCst);
+    state.draining.set();
     let drain = state.settings.drain();
     tracing::info!(
         drain_ms = drain.as_millis() as u64,

@@ -9,9 +9,10 @@
 //! * [`serve`]: the connection-level server. [`headers`]: the security headers.
 //! * [`proxy`]: the buyer's origin behind a TLS proxy. [`health`]: the health checks.
 //!
-//! Two imports point up. [`detached`] carries the race lab's pause
-//! ([`crate::racelab::pause`]) onto the task it spawns. [`health`] and [`deadline`] read
-//! the application's state ([`crate::state`]).
+//! A few imports point up. [`detached`] carries the pause seam's pause
+//! ([`crate::failpoint`]) onto the task it spawns. [`health`] and [`deadline`] read
+//! the application's state ([`crate::state`]). [`buyer`] reads the buyer's name as a
+//! [`crate::profile::BuyerProfile`], the data type of the profile feature.
 
 pub mod buyer;
 pub mod csrf;

@@ -302,7 +302,7 @@ impl LiveHub {
     /// Has `observer` told of every message sent from now on, with its topic, while the
     /// hub's lock is held: in the order subscribers get them, before any is read (one
     /// observer per hub; a second is ignored). It must be quick and must not call the
-    /// hub. [`crate::venue::live::Snapshots`] keeps what each event's open maps show
+    /// hub. [`crate::venue::snapshots::Snapshots`] keeps what each event's open maps show
     /// with it.
     pub fn observe(&self, observer: Observer) {
         let _ = self.observer.set(observer);

@@ -63,7 +63,8 @@ where
                 };
                 match update(message).await {
                     Update::Send(event) => return Some((Ok(event), (subscription, None, update))),
-                    Update::Skip => continue,
+                    // Nothing for this page: wait for the next message.
+                    Update::Skip => {}
                     Update::End => return None,
                 }
             }

@@ -30,8 +30,9 @@ use crate::telemetry;
 use crate::venue::best_available::{Pick, Wanted, pick_one_of};
 use crate::waiting_room;
 
-/// How many picks [`best_available`] makes: the first from the event's board, each
-/// later one (after another buyer took part of the block it chose) with the holds read
+/// How many picks [`best_available`] makes.
+/// The first pick is from the event's board.
+/// Another buyer may take part of the chosen block. Each later pick then reads the holds
 /// again.
 const PICKS: usize = 5;
 
@@ -42,8 +43,8 @@ const PICKS: usize = 5;
 /// herd. So they spread, the wider the more they collide, as a backoff spreads in time.
 const SPREAD: usize = 16;
 
-/// The seats best available held: their leases (one owner token, one fencing token), in
-/// seat order, and the code of their section.
+/// The seats best available held, and the code of their section.
+/// Their leases share one owner token and one fencing token.
 pub struct HeldBlock {
     /// The leases, in seat order.
     pub leases: Vec<Lease>,
@@ -53,16 +54,20 @@ pub struct HeldBlock {
 
 /// Holds `wanted.quantity` adjacent seats of `event_id` for `buyer` in one step.
 ///
-/// Picks the best block among the seats the event's board shows free
-/// ([`crate::venue::best_available::pick_block`]) and holds it with [`hold_group`]. A
-/// block that someone else took meanwhile is picked again, up to `PICKS` times. Each
-/// time the holds are read again ([`crate::venue::board::Boards::held_since`]), and the
-/// pick is drawn at random among more of the best blocks left (`SPREAD`).
+/// It picks the best block among the seats the event's board shows free
+/// ([`crate::venue::best_available::pick_block`]). It holds that block with
+/// [`hold_group`]. Someone else may take the block meanwhile. Then it picks again, up to
+/// `PICKS` times. Each time, the holds are read again
+/// ([`crate::venue::board::Boards::held_since`]). The pick is then drawn at random among
+/// more of the best blocks left (`SPREAD`).
 ///
-/// Errors: 400 `quantity` not in 1..=`--max-seats-per-buyer`; 404 no such event; 409
-/// event started, no such block ([`Refusal::NoBlock`]), only blocks that would strand a
-/// seat ([`Refusal::StrandsSeat`]), the buyer's limit ([`Refusal::SeatLimit`]), or taken
-/// by others on every pick ([`Refusal::BlocksTaken`]); 503 store unavailable.
+/// Errors:
+/// * 400: `quantity` not in 1..=`--max-seats-per-buyer`.
+/// * 404: no such event.
+/// * 409: event started. Or no such block ([`Refusal::NoBlock`]). Or only blocks that
+///   would strand a seat ([`Refusal::StrandsSeat`]). Or the buyer's limit
+///   ([`Refusal::SeatLimit`]). Or taken by others on every pick ([`Refusal::BlocksTaken`]).
+/// * 503: store unavailable.
 #[tracing::instrument(name = "best_available", skip_all, fields(event = event_id, buyer = buyer.id(), quantity = wanted.quantity))]
 pub async fn best_available(
     state: &AppState,
@@ -85,18 +90,19 @@ pub async fn best_available(
     if event.started() {
         return Err(Refusal::EventStarted.into());
     }
-    // Pick among the seats the event's board shows free (read at most a second ago, and
-    // shared with every view: a crowd asking at once costs no read of Postgres), less
-    // the buyer's own holds as they are now (one script). The board may be behind: a
-    // block someone else held or bought since is refused by the hold script, the only
-    // judge, and the next pick leaves it out and every seat held by then (a crowd asking
-    // in the same second picks from the same board, so after one collision the holds
-    // are read again, a read that started after the collision and is shared by every
-    // pick colliding meanwhile, and the next pick is drawn among the best blocks left
-    // rather than the best alone).
-    let group = super::event_group(&state.settings.lease_namespace, event_id);
+    // Pick among the seats the event's board shows free.
+    // The board was read at most a second ago, and every view shares it.
+    // So a crowd asking at once costs no read of Postgres.
+    // Leave out the buyer's own holds as they are now: one script.
+    // The board may be behind. The hold script is the only judge.
+    // It refuses a block someone else held or bought since.
+    // The next pick leaves out that block, and every seat held by then.
+    let namespace = &state.settings.lease_namespace;
+    let group = super::event_group(namespace, event_id);
     let (board, mine) = tokio::join!(
-        state.boards.get(state, event_id),
+        state
+            .boards
+            .get(&state.db, &*state.leases, namespace, event_id),
         state.leases.held_by(&group, buyer.id())
     );
     let board = board?.ok_or_else(Error::no_such_event)?;
@@ -105,8 +111,8 @@ pub async fn best_available(
         .into_iter()
         .filter_map(|h| super::seat_of(&h));
     let mut taken: HashSet<i64> = board.held_seats().chain(mine).collect();
-    // The seats of blocks refused as sold since the board was read (one of each is, and
-    // the holds do not show it).
+    // The seats of blocks refused as sold since the board was read.
+    // One seat of each is sold, and the holds do not show it.
     let mut sold_since = Vec::new();
     let mut spread = 1;
     for _ in 0..PICKS {
@@ -124,16 +130,21 @@ pub async fn best_available(
                     section_code,
                 });
             }
-            // Someone held or bought part of the block since the board was read: pick
-            // again among the seats free in a read of the holds made after the refusal.
-            // It replaces what was known (a seat of the refused block that nobody holds
-            // stays free, so no block is placed one seat off a hold that is not there).
+            // Someone held or bought part of the block since the board was read.
+            // A crowd asking in the same second picked from the same board.
+            // So read the holds again, in a read that starts after the refusal.
+            // Every pick colliding meanwhile shares that read.
+            // It replaces what was known. A seat of the refused block that nobody holds
+            // stays free. So no block is placed one seat off a hold that is not there.
+            // The next pick is drawn among the best blocks left, not the best alone.
             Err(refused @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
                 let collided = std::time::Instant::now();
                 if matches!(refused, LeaseError::Retired) {
                     sold_since.extend(seats);
                 }
-                let held = state.boards.held_since(state, event_id, collided).await?;
+                let held = (state.boards)
+                    .held_since(&*state.leases, namespace, event_id, collided)
+                    .await?;
                 taken = held.iter().chain(&sold_since).copied().collect();
                 spread = spread.saturating_mul(SPREAD);
             }
@@ -149,10 +160,12 @@ pub async fn best_available(
 ///
 /// Every seat gets one owner token, one fencing token and the hold TTL, or none does.
 /// Each hold then leaves a signed cookie naming the seat ([`Buyer::remember_hold`]).
-/// Returns the leases in the order of `seats`. A refusal comes back as the lease error:
-/// `Held`, `Retired` for a sold seat, `OverLimit`, `NotAdmitted`, `Unavailable`. Nothing
-/// was held then. `purchase::hold_refused` turns it into the buyer's 409 or 503.
-/// Errors: 404 no such event.
+/// Returns the leases in the order of `seats`.
+///
+/// A refusal comes back as the lease error, and nothing was held then. The errors are
+/// `Held`, `Retired` for a sold seat, `OverLimit`, `NotAdmitted` and `Unavailable`.
+/// `purchase::hold_refused` turns them into the buyer's 409 or 503.
+/// The one error of its own is 404, no such event.
 ///
 /// Used by [`best_available`] and by the race lab's hold of a named group.
 pub async fn hold_group(
@@ -190,16 +203,24 @@ pub async fn hold_group(
     Ok(Ok(leases))
 }
 
-/// Buys the seats `buyer` holds in `event_id` in one fenced transaction; returns the
-/// order ids. `shown` is the cart the buyer saw (the form's `seats`): then exactly those
-/// are bought, and any of them the buyer holds no more (lapsed, or released in another
-/// tab) is named and nothing is bought; without it, every seat the buyer holds. Runs on a task of its own, like the single-seat confirm
-/// ([`purchase::confirm`]), so a buyer who hangs up does not cancel it half way.
+/// Buys the seats `buyer` holds in `event_id`, in one fenced transaction.
+/// Returns the order ids.
 ///
-/// Errors: 403 the buyer holds no seat of the event; 409 [`Refusal::HoldsLapsed`]
-/// naming the seats whose holds lapsed (nothing bought, the other holds kept), or the
-/// refusal of a seat sold, stale or started (nothing bought; that seat's worthless hold
-/// given up, the others kept); 503 a store unavailable (nothing lost: retry).
+/// `shown` is the cart the buyer saw: the form's `seats`. Then exactly those are bought.
+/// The buyer may hold one of them no more: it lapsed, or another tab released it. Then
+/// that seat is named and nothing is bought. Without `shown`, every seat the buyer holds
+/// is bought.
+///
+/// It runs on a task of its own, like the single-seat confirm ([`purchase::confirm`]).
+/// So a buyer who hangs up does not cancel it half way.
+///
+/// Errors:
+/// * 403: the buyer holds no seat of the event.
+/// * 409 [`Refusal::HoldsLapsed`], naming the seats whose holds lapsed. Nothing is
+///   bought, and the other holds are kept.
+/// * 409: a seat sold, stale or started. Nothing is bought. That seat's worthless hold is
+///   given up, and the others are kept.
+/// * 503: a store unavailable. Nothing is lost: retry.
 #[tracing::instrument(name = "checkout", skip_all, fields(event = event_id, buyer = buyer.id()))]
 pub async fn checkout(
     state: &AppState,
@@ -232,8 +253,9 @@ async fn checkout_cart(
     loop {
         let mut holds = held_leases(&state, &buyer, event_id).await?;
         if let Some(shown) = &shown {
-            // The cart the buyer saw, no more (a seat held since in another tab stays
-            // held) and no less: a shown seat no longer held is named, nothing bought.
+            // The cart the buyer saw, no more and no less.
+            // A seat held since, in another tab, stays held.
+            // A shown seat no longer held is named, and nothing is bought.
             holds.retain(|(seat, _)| shown.contains(&seat.seat_id));
             lapsed_since_shown(&state, &buyer, event_id, shown, &holds).await?;
         }
@@ -251,15 +273,15 @@ async fn checkout_cart(
             Checkout::Bought(orders) => return Ok(orders),
             Checkout::NotOurs(not_ours) => not_ours,
             Checkout::BoughtAlready => {
-                // A seat was already bought by this buyer (and is now forgotten): try the
-                // rest. Each pass forgets one seat, so this ends.
+                // This buyer already bought a seat, now forgotten. Try the rest.
+                // Each pass forgets one seat, so this ends.
                 bought_already = true;
                 continue;
             }
         };
-        // A hold that lapsed between the read and the owner check, but which Redis has
-        // again under a new grant of this buyer's (another tab), is bought on the next
-        // pass with the live lease; once.
+        // A hold may lapse between the read and the owner check.
+        // Redis may have it again under a new grant of this buyer's, from another tab.
+        // Then the next pass buys it with the live lease. That happens once.
         let mut lapsed = Vec::new();
         for i in not_ours {
             let (seat, lease) = &holds[i];
@@ -277,11 +299,12 @@ async fn checkout_cart(
     }
 }
 
-/// Refuses a checkout whose `shown` cart has seats that are not in `holds` and that
-/// `buyer` has not bought either (bought: a checkout sent twice): 409
-/// [`Refusal::HoldsLapsed`] naming those the buyer held (their browser remembers it,
-/// [`Buyer::had_hold`]), 403 if any was never the buyer's (a form not from this site's
-/// cart). Postgres is read only when a shown seat is missing.
+/// Refuses a checkout whose `shown` cart has seats missing from `holds`.
+/// A missing seat the buyer bought is fine: that is a checkout sent twice.
+/// Else it is 409 [`Refusal::HoldsLapsed`], naming the seats the buyer held.
+/// Their browser remembers them ([`Buyer::had_hold`]).
+/// It is 403 if any seat was never the buyer's: a form not from this site's cart.
+/// Postgres is read only when a shown seat is missing.
 async fn lapsed_since_shown(
     state: &AppState,
     buyer: &Buyer,
@@ -316,9 +339,10 @@ async fn lapsed_since_shown(
     Err(Refusal::HoldsLapsed { seats }.into())
 }
 
-/// The buyer's live holds in `event_id`, in seat order: the seats Redis records under the
-/// buyer's id ([`held_seats`]), each with its lease ([`purchase::held_lease`]; one that
-/// lapsed in between is left out).
+/// The buyer's live holds in `event_id`, in seat order.
+/// They are the seats Redis records under the buyer's id ([`held_seats`]).
+/// Each comes with its lease ([`purchase::held_lease`]).
+/// A hold that lapsed in between is left out.
 async fn held_leases(
     state: &AppState,
     buyer: &Buyer,
@@ -341,8 +365,9 @@ async fn held_leases(
     Ok(holds)
 }
 
-/// Releases every seat `buyer` holds in `event_id` (each owner-checked, as
-/// [`purchase::release`]); returns how many were released. 503 Redis unavailable.
+/// Releases every seat `buyer` holds in `event_id`.
+/// Each release is owner-checked, as [`purchase::release`] is.
+/// Returns how many were released. 503 if Redis is unavailable.
 pub async fn release_all(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<usize> {
     let mut released = 0;
     for seat_id in held_seats(
@@ -355,7 +380,7 @@ pub async fn release_all(state: &AppState, buyer: &Buyer, event_id: i64) -> Resu
     {
         match purchase::release(state, buyer, SeatRef { event_id, seat_id }).await {
             Ok(()) => released += 1,
-            // Lapsed since the read: nothing left to release.
+            // Lapsed since the read. Nothing left to release.
             Err(Error::Forbidden(_)) => {}
             Err(err) => return Err(err),
         }

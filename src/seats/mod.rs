@@ -1,5 +1,6 @@
 //! The seat picker's core: hold a seat (a Redis lease), release it, and buy it with a
-//! fenced write. Read these files first:
+//! fenced write. Read [`purchase`] first, then [`queries::sell`]. The other files
+//! support them:
 //!
 //! * [`purchase`]: the rules of one seat: hold, release, confirm.
 //! * [`cart`]: several seats at once: the group hold, best available's retries, the
@@ -21,11 +22,9 @@ pub mod purchase;
 pub mod queries;
 mod routes;
 
-pub(crate) use routes::{MapPage, SeatPost, in_words};
+pub(crate) use routes::in_words;
+pub use routes::{MapPage, SeatPost};
 pub use routes::{purchase_routes, router};
-
-/// The race lab still names the id parser here; it lives in [`crate::http::ids`].
-pub use crate::http::ids::parse_id;
 
 use lease::{LeaseKey, LeaseStore};
 
@@ -42,9 +41,9 @@ pub struct SeatRef {
     pub seat_id: i64,
 }
 
-/// The lease group of one event's seats: `<namespace>:event:<id>`. All seats of an event
-/// share it (one Redis Cluster slot), so the seat map lists every hold of the event in one
-/// round trip.
+/// The lease group of one event's seats: `<namespace>:event:<id>`.
+/// All seats of an event share it, and so share one Redis Cluster slot.
+/// So the seat map lists every hold of the event in one round trip.
 pub fn event_group(namespace: &LeaseNamespace, event_id: i64) -> String {
     namespace.group("event", event_id)
 }
@@ -54,14 +53,16 @@ pub fn lease_key(namespace: &LeaseNamespace, seat: SeatRef) -> LeaseKey {
     namespace.key("event", seat.event_id, &seat.seat_id.to_string())
 }
 
-/// The seat a holding of [`event_group`] is on: its name parsed back to the seat id that
-/// [`lease_key`] wrote (`None` for a name no seat key has).
+/// The seat a holding of [`event_group`] is on.
+/// Its name is parsed back to the seat id that [`lease_key`] wrote.
+/// `None` for a name no seat key has.
 pub fn seat_of(holding: &lease::Holding) -> Option<i64> {
     holding.name.parse().ok()
 }
 
-/// The seats of `event_id` that `leases` records as held by `buyer`, in seat order: one
-/// read of the event's holders ([`lease::LeaseStore::holders`]). 503 Redis unavailable.
+/// The seats of `event_id` that `leases` records as held by `buyer`, in seat order.
+/// It takes one read of the event's holders ([`lease::LeaseStore::holders`]).
+/// 503 if Redis is unavailable.
 pub(crate) async fn held_seats(
     leases: &dyn LeaseStore,
     namespace: &LeaseNamespace,

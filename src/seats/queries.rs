@@ -1,5 +1,5 @@
-//! Every SQL statement of the seat picker. The one that matters is [`sell`]: the fenced,
-//! conditional write that makes a purchase.
+//! Every SQL statement of the seat picker.
+//! The one that matters is [`sell`]: the fenced, conditional write that makes a purchase.
 
 use std::time::Duration;
 
@@ -15,9 +15,9 @@ use crate::profile::BuyerProfile;
 pub struct SeatStatus {
     /// Whether the seat is sold.
     pub sold: bool,
-    /// Highest fencing token the row has accepted (0 = never written).
+    /// Highest fencing token the row has accepted. 0 means never written.
     pub fence_token: i64,
-    /// Whether the event has started (sales close when it starts).
+    /// Whether the event has started. Sales close when it starts.
     pub started: bool,
 }
 
@@ -53,9 +53,9 @@ pub struct EventRow {
     pub seat_ids: Vec<i64>,
 }
 
-/// Event `event_id`'s start, on-sale time, waiting room and seat ids, or `None` if there
-/// is no such event: what a hold checks, read once per process
-/// ([`super::catalog::Catalog`]).
+/// Event `event_id`'s start, on-sale time, waiting room and seat ids.
+/// `None` if there is no such event.
+/// It is what a hold checks, read once per process ([`super::catalog::Catalog`]).
 pub async fn event_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventRow>> {
     sqlx::query_as(
         "SELECT e.name, e.starts_at, e.on_sale_at, e.waiting_room_shoppers, e.queue_seed, v.time_zone,
@@ -75,30 +75,40 @@ pub enum Sale {
         /// The new order's id.
         order_id: i64,
     },
-    /// The fenced write refused (sold, a higher token accepted, the event started):
-    /// nothing was written.
+    /// The fenced write refused: sold, a higher token accepted, or the event started.
+    /// Nothing was written.
     Refused,
-    /// The write was accepted but the capture found no authorized payment under the key
-    /// (it was voided): the caller MUST roll back, so no order exists without its
-    /// captured payment (migration 0009).
+    /// The write was accepted, but the capture found no authorized payment under the key.
+    /// It was voided. The caller MUST roll back, so no order exists without its captured
+    /// payment (migration 0009).
     Unpaid,
 }
 
-/// The fenced purchase, ONE statement: mark the seat sold and record `fencing_token` as
-/// the row's highest accepted token, only if the seat is unsold AND no higher token was
-/// accepted before (Kleppmann's fencing check) AND the event has not started (at the
-/// moment of the write); in the same statement insert the order and capture the payment
-/// authorized under `payment_key`. Returns [`Sale::Sold`] with the new order id,
-/// [`Sale::Refused`] if a condition failed (nothing written), or [`Sale::Unpaid`] if the
-/// capture found no authorized payment, in which case the caller rolls back: the capture
-/// takes the payment's row lock, so a void either landed before it (and the sale is rolled
-/// back) or waits for the commit and then finds the payment captured. The same statement
-/// queues a `pg_notify` for live pages, delivered only on commit, and bounds how long its
-/// transaction may then sit idle (`idle_in_transaction_session_timeout`, whole
-/// milliseconds): a holder that stalls before committing is cut off and its row lock
-/// freed, its transaction rolled back.
+/// The fenced purchase, in ONE statement.
 ///
-/// Runs inside the caller's transaction so that the caller can check in Redis that the
+/// It marks the seat sold and records `fencing_token` as the row's highest accepted
+/// token. It does so only if three things hold at the moment of the write:
+/// * the seat is unsold;
+/// * no higher token was accepted before: Kleppmann's fencing check;
+/// * the event has not started.
+///
+/// The same statement inserts the order and captures the payment authorized under
+/// `payment_key`.
+///
+/// Returns one of three:
+/// * [`Sale::Sold`], with the new order id.
+/// * [`Sale::Refused`] if a condition failed. Nothing was written.
+/// * [`Sale::Unpaid`] if the capture found no authorized payment. The caller rolls back.
+///
+/// The capture takes the payment's row lock. So a void either landed before it, and the
+/// sale is rolled back, or it waits for the commit and then finds the payment captured.
+///
+/// The same statement queues a `pg_notify` for live pages, delivered only on commit.
+/// It also bounds how long its transaction may then sit idle, in whole milliseconds
+/// (`idle_in_transaction_session_timeout`). A holder that stalls before committing is
+/// cut off. Its transaction is rolled back, and its row lock freed.
+///
+/// It runs inside the caller's transaction. So the caller can check in Redis that the
 /// hold is still its own before committing (see [`super::purchase::confirm`]).
 ///
 /// An equal token is accepted (`<=`), from any holder, on purpose. With the lease
@@ -115,20 +125,26 @@ pub async fn sell(
     idle_bound: Duration,
 ) -> sqlx::Result<Sale> {
     let row: Option<(i64, bool)> = sqlx::query_as(
-        "WITH sold AS (
+        "-- The fenced, conditional write. Only an unsold seat, a token not lower than
+         -- the row's, and an event not started yet.
+         WITH sold AS (
              UPDATE event_seats SET sold = true, fence_token = $3
               WHERE event_id = $1 AND seat_id = $2 AND NOT sold AND fence_token <= $3
                 AND (SELECT starts_at FROM events WHERE id = $1) > clock_timestamp()
           RETURNING event_id, seat_id, price_cents),
+         -- The order, only if the seat was sold just now.
          ordered AS (
              INSERT INTO orders (event_id, seat_id, buyer_id, buyer_name, price_cents, fence_token)
              SELECT event_id, seat_id, $4, $5, price_cents, $3 FROM sold
           RETURNING id, event_id, seat_id),
+         -- The capture of the hold's payment. A voided payment captures nothing.
          captured AS (
              UPDATE payments SET status = 'captured', order_id = ordered.id
                FROM ordered
               WHERE payments.idempotency_key = $6 AND payments.status = 'authorized'
           RETURNING payments.order_id)
+         -- The order and whether it was paid. Also a note for live pages, sent on
+         -- commit, and the bound on how long this transaction may sit idle.
          SELECT id, EXISTS (SELECT 1 FROM captured) AS captured,
                 pg_notify($8, json_build_object(
                     'topic', 'event:' || event_id, 'event', 'seat',
@@ -154,10 +170,12 @@ pub async fn sell(
 }
 
 /// Joins the attempt to the payment of one hold, `payment_key`, for `seat` at its price
-/// (migration 0009): the first attempt authorizes it, each later one counts itself in
-/// (`open_attempts + 1`), and one voided before is authorized again. A captured payment
-/// is left as it is, so a retried confirm never pays twice. Every attempt that joins
-/// either captures the payment with its sale or leaves it ([`leave_payment`]).
+/// (migration 0009).
+/// The first attempt authorizes it. Each later one counts itself in: `open_attempts + 1`.
+/// A payment voided before is authorized again.
+/// A captured payment is left as it is, so a retried confirm never pays twice.
+/// Every attempt that joins either captures the payment with its sale, or leaves it
+/// ([`leave_payment`]).
 pub async fn authorize_payment(
     db: &PgPool,
     seat: SeatRef,
@@ -183,8 +201,10 @@ pub async fn authorize_payment(
 }
 
 /// An attempt that joined `payment_key` ([`authorize_payment`]) and did not buy leaves
-/// it: `open_attempts - 1`, and the LAST attempt to leave voids it, so one tab's failed
-/// attempt never voids the authorization another tab's attempt is about to capture.
+/// it: `open_attempts - 1`.
+/// The LAST attempt to leave voids it.
+/// So one tab's failed attempt never voids the authorization another tab is about to
+/// capture.
 /// Returns whether this call voided it. A captured payment is never touched.
 pub async fn leave_payment(db: &PgPool, payment_key: &str) -> sqlx::Result<bool> {
     let status: Option<String> = sqlx::query_scalar(
@@ -200,11 +220,12 @@ pub async fn leave_payment(db: &PgPool, payment_key: &str) -> sqlx::Result<bool>
     Ok(status.as_deref() == Some("voided"))
 }
 
-/// Voids every authorization nobody joined for longer than `older_than`, whatever its
-/// count of open attempts (their servers were killed, their deadlines passed or their
-/// leave failed; see migrations 0008 and 0009): returns how many. The count is kept: an
-/// attempt counted before the sweep that leaves after a later attempt joined again takes
-/// only its own place, so it cannot void the later attempt's payment.
+/// Voids every authorization nobody joined for longer than `older_than`. Returns how many.
+/// It does so whatever the count of open attempts. Their servers were killed, their
+/// deadlines passed, or their leave failed (see migrations 0008 and 0009).
+/// The count is kept. An attempt counted before the sweep may leave after a later
+/// attempt joined again. It then takes only its own place. So it cannot void the later
+/// attempt's payment.
 pub async fn void_stale_authorizations(db: &PgPool, older_than: Duration) -> sqlx::Result<u64> {
     sqlx::query(
         "UPDATE payments SET status = 'voided'
@@ -228,8 +249,8 @@ pub async fn order_of(db: &PgPool, seat: SeatRef, buyer_id: &str) -> sqlx::Resul
     .await
 }
 
-/// The seats `seat_ids` of the event named for a person, in seat order and joined:
-/// "Orchestra row C seat 14, Orchestra row C seat 15".
+/// The seats `seat_ids` of the event named for a person, in seat order, and joined.
+/// For example: "Orchestra row C seat 14, Orchestra row C seat 15".
 pub async fn seat_names(db: &PgPool, event_id: i64, seat_ids: &[i64]) -> sqlx::Result<String> {
     sqlx::query_scalar(
         "SELECT coalesce(string_agg(sec.name || ' row ' || s.row_label || ' seat ' || s.number,

@@ -12,7 +12,6 @@ use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, CsrfPost, Empty};
 use crate::http::error::{Error, Result};
 use crate::http::ids::{EventId, PathId, SeatId};
-use crate::racelab::pause::Pause;
 use crate::state::AppState;
 use crate::waiting_room;
 
@@ -32,8 +31,9 @@ pub fn purchase_routes() -> Router<AppState> {
         .route("/events/{event}/seats/{seat}/confirm", post(confirm))
 }
 
-/// The checkout form: the CSRF token and, from the cart the buyer saw, `seats` (seat ids,
-/// comma-separated; absent: every seat the buyer holds).
+/// The checkout form: the CSRF token, and `seats` from the cart the buyer saw.
+/// `seats` is a comma-separated list of seat ids.
+/// Without it, the checkout buys every seat the buyer holds.
 #[derive(Deserialize)]
 struct CheckoutForm {
     seats: Option<String>,
@@ -58,14 +58,12 @@ impl CheckoutForm {
 async fn checkout(
     State(state): State<AppState>,
     buyer: Buyer,
-    pause: Pause,
     CsrfPost(EventId(event_id), form): CsrfPost<EventId, CheckoutForm>,
 ) -> Result<Redirect> {
-    let checkout = cart::checkout(&state, &buyer, event_id, form.shown()?);
-    let orders = pause.over(checkout).await?;
+    let orders = cart::checkout(&state, &buyer, event_id, form.shown()?).await?;
     waiting_room::purchased(&state, &buyer, event_id).await;
-    // Behind a waiting room the map is no longer the buyer's to see (their turn ended):
-    // show the first order instead.
+    // Behind a waiting room, the buyer's turn ended, so the map is no longer theirs to see.
+    // Show the first order instead.
     match orders.first() {
         Some(order) if waiting_room::has_room(&state, event_id).await? => {
             Ok(Redirect::to(&format!("/orders/{order}")))
@@ -94,14 +92,15 @@ fn seat_ref(event: &str, seat: &str) -> Result<SeatRef> {
 /// The page a seat's form was sent from: the event's page, or the page of the section
 /// its hidden `section` field names.
 #[derive(Debug, Default)]
-pub(crate) struct MapPage {
+pub struct MapPage {
     /// The section's code; `None`: the event's page.
     pub(crate) section: Option<String>,
 }
 
 impl MapPage {
-    /// The page's path: `/events/{id}`, or `/events/{id}/sections/{code}` when the code
-    /// is one a section may have (letters, digits, `-`; anything else: the event's page).
+    /// The page's path: `/events/{id}/sections/{code}`, or else `/events/{id}`.
+    /// The section's path is used only when the code is one a section may have.
+    /// Such a code has letters, digits and `-`, nothing else.
     pub(crate) fn path(&self, event_id: i64) -> String {
         let code = self.section.as_deref().filter(|code| {
             (1..=40).contains(&code.len())
@@ -114,7 +113,7 @@ impl MapPage {
     }
 
     /// Back to this page, scrolled to `seat`.
-    pub(crate) fn back(&self, seat: SeatRef) -> Redirect {
+    pub fn back(&self, seat: SeatRef) -> Redirect {
         Redirect::to(&format!(
             "{}#seat-{}",
             self.path(seat.event_id),
@@ -130,10 +129,11 @@ struct SeatForm {
     section: Option<String>,
 }
 
-/// A form POST on one seat, `/events/{event}/seats/{seat}/<action>`: the seat, once the
-/// CSRF token checked out (403 otherwise) and both ids parsed (400 otherwise), in that
-/// order, and the page it came from.
-pub(crate) struct SeatPost(pub SeatRef, pub MapPage);
+/// A form POST on one seat, `/events/{event}/seats/{seat}/<action>`.
+/// It gives the seat and the page the form came from.
+/// First the CSRF token is checked: 403 if it fails.
+/// Then both ids are parsed: 400 if either is malformed.
+pub struct SeatPost(pub SeatRef, pub MapPage);
 
 impl FromRequest<AppState> for SeatPost {
     type Rejection = Error;
@@ -170,10 +170,9 @@ async fn release(
 async fn confirm(
     State(state): State<AppState>,
     buyer: Buyer,
-    pause: Pause,
     SeatPost(seat, _): SeatPost,
 ) -> Result<Redirect> {
-    let order_id = pause.over(purchase::confirm(&state, &buyer, seat)).await?;
+    let order_id = purchase::confirm(&state, &buyer, seat).await?;
     waiting_room::purchased(&state, &buyer, seat.event_id).await;
     Ok(Redirect::to(&format!("/orders/{order_id}")))
 }

@@ -20,14 +20,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use askama::Template;
+use lease::LeaseStore;
+use sqlx::PgPool;
 
 use super::best_available::FreeSeat;
 use super::overview::Overview;
 use super::per_event::PerEvent;
 use super::queries::{self, MapSeat, Zone};
+use crate::config::LeaseNamespace;
 use crate::events::{self, EventSummary};
 use crate::http::error::Result;
-use crate::state::AppState;
 
 /// How long one board is served before the next view reads the stores again: a sale or
 /// hold made through another server shows on a freshly loaded page within this (and on
@@ -137,8 +139,15 @@ impl Boards {
     /// Event `event_id`'s board: the shared one if it is younger than [`BOARD_TTL`], else
     /// a new one (read by one caller; the others wait for it and share it). `None` if
     /// there is no such event (also kept for [`BOARD_TTL`], so a crowd asking for one
-    /// costs one read). Errors: a store that does not answer.
-    pub async fn get(&self, state: &AppState, event_id: i64) -> Result<Option<Arc<Board>>> {
+    /// costs one read). It reads Postgres through `db`, and the holds from `leases` in
+    /// the group under `namespace`. Errors: a store that does not answer.
+    pub async fn get(
+        &self,
+        db: &PgPool,
+        leases: &dyn LeaseStore,
+        namespace: &LeaseNamespace,
+        event_id: i64,
+    ) -> Result<Option<Arc<Board>>> {
         let slot = self.events.slot(event_id);
         let mut shared = slot.lock().await;
         if let Some((read_at, board)) = &*shared
@@ -146,7 +155,7 @@ impl Boards {
         {
             return Ok(board.clone());
         }
-        let board = build(state, event_id).await?.map(Arc::new);
+        let board = build(db, leases, namespace, event_id).await?.map(Arc::new);
         *shared = Some((Instant::now(), board.clone()));
         Ok(board)
     }
@@ -160,7 +169,8 @@ impl Boards {
     /// never a judge (the hold script is). Errors: Redis does not answer.
     pub async fn held_since(
         &self,
-        state: &AppState,
+        leases: &dyn LeaseStore,
+        namespace: &LeaseNamespace,
         event_id: i64,
         since: Instant,
     ) -> Result<Arc<HashSet<i64>>> {
@@ -174,8 +184,8 @@ impl Boards {
             tokio::time::sleep_until((*started + HOLDS_SPACING).into()).await;
         }
         let started = Instant::now();
-        let group = crate::seats::event_group(&state.settings.lease_namespace, event_id);
-        let holders = state.leases.holders(&group).await?;
+        let group = crate::seats::event_group(namespace, event_id);
+        let holders = leases.holders(&group).await?;
         let held: Arc<HashSet<i64>> = (holders.holdings.iter())
             .filter_map(crate::seats::seat_of)
             .collect::<HashSet<_>>()
@@ -201,16 +211,21 @@ struct OverviewHtml<'a> {
 
 /// Reads the event from the stores and builds its board: five Postgres queries and one
 /// Redis round trip, run together; `None` if no such event.
-async fn build(state: &AppState, event_id: i64) -> Result<Option<Board>> {
-    let group = crate::seats::event_group(&state.settings.lease_namespace, event_id);
-    let seats = crate::telemetry::postgres("map_seats", queries::map_seats(&state.db, event_id));
+async fn build(
+    db: &PgPool,
+    leases: &dyn LeaseStore,
+    namespace: &LeaseNamespace,
+    event_id: i64,
+) -> Result<Option<Board>> {
+    let group = crate::seats::event_group(namespace, event_id);
+    let seats = crate::telemetry::postgres("map_seats", queries::map_seats(db, event_id));
     let (event, seats, zones, plan, shapes, holds) = tokio::join!(
-        events::find(&state.db, event_id),
+        events::find(db, event_id),
         seats,
-        queries::zones(&state.db, event_id),
-        queries::venue_plan(&state.db, event_id),
-        queries::section_shapes(&state.db, event_id),
-        state.leases.holders(&group),
+        queries::zones(db, event_id),
+        queries::venue_plan(db, event_id),
+        queries::section_shapes(db, event_id),
+        leases.holders(&group),
     );
     let Some(event) = event? else {
         return Ok(None);

@@ -258,7 +258,11 @@ pub async fn load(
         );
         Ok::<_, crate::http::error::Error>((sold?, held?))
     };
-    let (board, buyers_own) = tokio::join!(state.boards.get(state, event_id), buyers_own);
+    let namespace = &state.settings.lease_namespace;
+    let board = state
+        .boards
+        .get(&state.db, &*state.leases, namespace, event_id);
+    let (board, buyers_own) = tokio::join!(board, buyers_own);
     let Some(board) = board? else { return Ok(None) };
     let (sold, held) = buyers_own?;
     let mut my_holds: Vec<MyHold> = held

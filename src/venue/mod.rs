@@ -8,6 +8,7 @@
 //! * [`layout`]: where the sections are, as `seatlock seed` reads a venue file.
 //! * [`best_available`]: the block of adjacent seats a buyer is offered.
 //! * [`live`]: the seat map's server-sent events.
+//! * [`snapshots`]: the snapshot a map's stream opens on, shared, and what open maps show.
 //! * [`queries`]: the SQL of the pages.
 //! * `per_event`: one value per event, read by one caller while the others wait.
 //! * `routes`: the event's pages, its stream and best available.
@@ -21,5 +22,6 @@ pub mod overview;
 mod per_event;
 pub mod queries;
 mod routes;
+pub mod snapshots;
 
 pub use routes::router;

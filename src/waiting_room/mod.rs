@@ -10,7 +10,8 @@
 //!   in a cookie signed with the server secret (`ticket.rs`);
 //! * **one shared number**: the room's frontier, the highest place whose turn has come.
 //!   Every server keeps it in memory, pushed on the event's channel after each tick
-//!   ([`Rooms`]). A position is the place minus the frontier, with no store read;
+//!   ([`rooms::Rooms`]). A position is the place minus the frontier, with no store
+//!   read;
 //! * **one ticker**: one server at a time moves the frontier, under a lease, with its
 //!   fencing token checked in the step's script (`ticker.rs`);
 //! * **the origin serves only the admitted**: a visitor whose turn has not come is sent
@@ -32,18 +33,17 @@
 //! * one place per buyer per event: a second tab or a reload keeps it. Another cookie
 //!   jar is another buyer, with a place of its own at the back.
 
-mod rooms;
+pub mod rooms;
 mod routes;
 mod ticker;
 mod ticket;
 
-pub use rooms::Rooms;
 pub use routes::{page, router};
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lease::{Arrival, OwnerToken, Place, RoomTerms};
+use lease::{Arrival, OwnerToken, Place, RoomTerms, RoomView};
 use rooms::Seen;
 use ticket::Ticket;
 
@@ -53,9 +53,6 @@ use crate::http::error::{Error, Result};
 use crate::seats::catalog::EventSeats;
 use crate::state::{AppState, RoomStore};
 use crate::telemetry;
-
-/// How often the ticker steps each room, and so how often the frontier can move.
-pub const TICK: Duration = Duration::from_secs(1);
 
 /// The terms of `event`'s waiting room, or `None` if it has none.
 pub fn terms(settings: &Settings, event: &EventSeats) -> Option<RoomTerms> {
@@ -75,6 +72,27 @@ pub fn terms(settings: &Settings, event: &EventSeats) -> Option<RoomTerms> {
 /// The lease group the room of event `event_id` lives in: its seats' group.
 fn group(state: &AppState, event_id: i64) -> String {
     crate::seats::event_group(&state.settings.lease_namespace, event_id)
+}
+
+/// The room of event `event_id` as this server knows it (`Rooms::seen`).
+/// On first use it starts this server's ticker for the room.
+async fn seen(state: &AppState, event_id: i64, terms: &RoomTerms) -> Result<Option<Seen>> {
+    let start_ticker = || ticker::spawn(state.clone(), event_id, terms.clone());
+    let read = read_room(state, event_id);
+    (state.rooms)
+        .seen(&state.live, event_id, start_ticker, read)
+        .await
+}
+
+/// The room of event `event_id` read again, at most once a tick (`Rooms::refresh`).
+async fn refresh(state: &AppState, event_id: i64) -> Result<Option<Seen>> {
+    let read = read_room(state, event_id);
+    state.rooms.refresh(&state.live, event_id, read).await
+}
+
+/// Reads the room of event `event_id` from Redis: one round trip.
+async fn read_room(state: &AppState, event_id: i64) -> Result<Option<RoomView>> {
+    Ok(store(state)?.room(&group(state, event_id)).await?)
 }
 
 /// The room's store, or a 503 naming why there is none (an event with a room of its own
@@ -187,14 +205,14 @@ async fn standing(
         seed: event.queue_seed,
         terms,
     };
-    let mut seen = state.rooms.seen(state, event_id, terms).await?;
+    let mut seen = seen(state, event_id, terms).await?;
     let mut ticket = Ticket::read(buyer, event_id);
     // A ticket of another epoch: either this server has not heard of a new room yet, or
     // the ticket is stale. One read (at most one per tick) tells.
     if let (Some(t), Some(s)) = (&ticket, &seen)
         && t.epoch != s.view.epoch
     {
-        seen = state.rooms.refresh(state, event_id).await?.or(seen);
+        seen = refresh(state, event_id).await?.or(seen);
     }
     ticket = ticket.filter(|t| seen.as_ref().is_none_or(|s| s.view.epoch == t.epoch));
     let ticket = match ticket {
@@ -212,7 +230,7 @@ async fn standing(
     // has come.
     let seen = seen
         .filter(|s| s.view.epoch == ticket.epoch)
-        .unwrap_or_else(|| Seen::empty(&ticket));
+        .unwrap_or_else(|| Seen::empty(&ticket.epoch, ticket.place));
     let standing = room.standing(&ticket, &seen);
     Ok((ticket, standing))
 }
@@ -250,7 +268,7 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
         return Ok(Gate::Queue(Some(Waiting { ticket, standing })));
     };
     let token = buyer.admission_token(event_id);
-    let ticket_in = (place, ticket.epoch.as_str());
+    let ticket_in = (ticket.place, place, ticket.epoch.as_str());
     let group = group(state, event_id);
     match store(state)?
         .arrive(&group, buyer.id(), &token, ticket_in, &terms)
@@ -288,8 +306,8 @@ pub async fn gate(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Gate
                 seed: event.queue_seed,
                 terms: &terms,
             };
-            let seen = (state.rooms.seen(state, event_id, &terms).await?)
-                .unwrap_or_else(|| Seen::empty(&ticket));
+            let seen = (seen(state, event_id, &terms).await?)
+                .unwrap_or_else(|| Seen::empty(&ticket.epoch, ticket.place));
             let standing = room.standing(&ticket, &seen);
             Ok(Gate::Queue(Some(Waiting { ticket, standing })))
         }
@@ -328,7 +346,7 @@ pub async fn leave(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<()>
         terms: &terms,
     };
     let ticket = Ticket::read(buyer, event_id);
-    let seen = state.rooms.seen(state, event_id, &terms).await?;
+    let seen = seen(state, event_id, &terms).await?;
     let place = match (&ticket, &seen) {
         (Some(t), Some(s)) => room.place(t, s).unwrap_or(0),
         _ => 0,

@@ -11,13 +11,13 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lease::{Place, RoomTerms, RoomView};
+use lease::{Place, RoomView};
 
-use super::ticket::Ticket;
-use super::{TICK, group, store, ticker};
 use crate::http::error::Result;
-use crate::live::{LiveMessage, queue_topic};
-use crate::state::AppState;
+use crate::live::{LiveHub, LiveMessage, queue_topic};
+
+/// How often the ticker steps each room, and so how often the frontier can move.
+pub(super) const TICK: Duration = Duration::from_secs(1);
 
 /// State older than this is read again: the ticker has missed a few ticks.
 const STALE: Duration = Duration::from_secs(3);
@@ -33,18 +33,19 @@ pub(super) struct Seen {
 }
 
 impl Seen {
-    /// The room as `ticket`'s join left it, before any tick: nobody's turn has come.
-    pub(super) fn empty(ticket: &Ticket) -> Seen {
+    /// The room as a ticket's join left it, before any tick: nobody's turn has come.
+    /// The ticket is of room `epoch`, at `place`.
+    pub(super) fn empty(epoch: &str, place: Place) -> Seen {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let (on_sale, number) = match ticket.place {
+        let (on_sale, number) = match place {
             Place::Line(n) => (true, n),
             Place::PreQueue(k) => (false, k),
         };
         Seen {
             view: RoomView {
-                epoch: ticket.epoch.clone(),
+                epoch: epoch.to_owned(),
                 frontier: 0,
                 issued: number,
                 prequeue: if on_sale { 0 } else { number },
@@ -98,9 +99,10 @@ impl Rooms {
         events.entry(event_id).or_default().clone()
     }
 
-    /// The state last heard of event `event_id`'s room (no store asked).
-    pub(super) fn heard(&self, state: &AppState, event_id: i64) -> Option<Seen> {
-        let (at, message) = state.live.retained(&queue_topic(event_id))?;
+    /// The state last heard of event `event_id`'s room, kept by the `live` hub.
+    /// No store is asked.
+    pub(super) fn heard(&self, live: &LiveHub, event_id: i64) -> Option<Seen> {
+        let (at, message) = live.retained(&queue_topic(event_id))?;
         let view = view_of(&message)?;
         self.note_pace(event_id, &view);
         Some(Seen {
@@ -109,50 +111,60 @@ impl Rooms {
         })
     }
 
-    /// The room of event `event_id` as this server knows it: what the ticker last
-    /// published, or, if that is older than a few ticks, read now (one round trip, shared,
-    /// at most one a tick). Starts this server's ticker for the room on first use.
-    /// `None` if the room has no state yet. Errors: 503 Redis down (on a read).
+    /// The room of event `event_id` as this server knows it.
+    /// It is what the ticker last published, heard through `live`.
+    /// If that is older than a few ticks, `read_room` reads it now.
+    /// That read is one round trip, shared, at most one a tick.
+    /// `start_ticker` starts this server's ticker for the room, on first use only.
+    /// `None` if the room has no state yet. Errors: 503 Redis down, on a read.
     pub(super) async fn seen(
         &self,
-        state: &AppState,
+        live: &LiveHub,
         event_id: i64,
-        terms: &RoomTerms,
+        start_ticker: impl FnOnce(),
+        read_room: impl Future<Output = Result<Option<RoomView>>>,
     ) -> Result<Option<Seen>> {
         let room = self.room(event_id);
-        room.ticking
-            .get_or_init(|| ticker::spawn(state.clone(), event_id, terms.clone()));
-        match self.heard(state, event_id) {
+        room.ticking.get_or_init(start_ticker);
+        match self.heard(live, event_id) {
             Some(seen) if seen.age < STALE => Ok(Some(seen)),
-            _ => self.read(state, event_id, &room).await,
+            _ => self.read(live, event_id, &room, read_room).await,
         }
     }
 
-    /// The room of event `event_id` read now, unless it was read within the tick (then
-    /// what was heard). For a ticket of an epoch this server has not heard of.
-    pub(super) async fn refresh(&self, state: &AppState, event_id: i64) -> Result<Option<Seen>> {
-        self.read(state, event_id, &self.room(event_id)).await
+    /// The room of event `event_id` read now by `read_room`, unless it was read within
+    /// the tick. Then it is what was heard. For a ticket of an epoch this server has not
+    /// heard of.
+    pub(super) async fn refresh(
+        &self,
+        live: &LiveHub,
+        event_id: i64,
+        read_room: impl Future<Output = Result<Option<RoomView>>>,
+    ) -> Result<Option<Seen>> {
+        self.read(live, event_id, &self.room(event_id), read_room)
+            .await
     }
 
+    /// Runs `read_room` and publishes what it read on `live`, unless another caller just
+    /// did. A future does nothing until awaited, so a skipped read costs nothing.
     async fn read(
         &self,
-        state: &AppState,
+        live: &LiveHub,
         event_id: i64,
         room: &EventRoom,
+        read_room: impl Future<Output = Result<Option<RoomView>>>,
     ) -> Result<Option<Seen>> {
         let mut last = room.read.lock().await;
-        // Another caller read (or the ticker was heard) while this one waited.
+        // Another caller read, or the ticker was heard, while this one waited.
         if last.is_some_and(|at| at.elapsed() < TICK) {
-            return Ok(self.heard(state, event_id));
+            return Ok(self.heard(live, event_id));
         }
         *last = Some(Instant::now());
-        let Some(view) = store(state)?.room(&group(state, event_id)).await? else {
+        let Some(view) = read_room.await? else {
             return Ok(None);
         };
-        state
-            .live
-            .publish_retained(&queue_topic(event_id), message(&view));
-        Ok(self.heard(state, event_id))
+        live.publish_retained(&queue_topic(event_id), message(&view));
+        Ok(self.heard(live, event_id))
     }
 
     /// The pre-queue's places in join order, drawn from `seed` once the sale opened:

@@ -198,7 +198,7 @@ async fn stream(
     let subscription = (state.live)
         .subscribe(&queue_topic(event_id))
         .ok_or(Error::StreamsFull)?;
-    let seen = state.rooms.seen(&state, event_id, &terms).await?;
+    let seen = super::seen(&state, event_id, &terms).await?;
     let Some(ticket) = Ticket::read(&buyer, event_id) else {
         let reload = Event::default().event("reload").data("{}");
         return Ok(
@@ -217,7 +217,7 @@ async fn stream(
                 seed: event.queue_seed,
                 terms: &terms,
             };
-            let seen = seen.unwrap_or_else(|| Seen::empty(&ticket));
+            let seen = seen.unwrap_or_else(|| Seen::empty(&ticket.epoch, ticket.place));
             let view = StandingView::of(&room.standing(&ticket, &seen));
             let sse = match &view {
                 Some(view) => Event::default().event("position").json_data(view),
@@ -241,7 +241,7 @@ async fn stream(
                 });
                 Some(match seen {
                     Some(seen) => standing_event(&state, Some(seen)),
-                    None => standing_event(&state, state.rooms.heard(&state, event_id)),
+                    None => standing_event(&state, state.rooms.heard(&state.live, event_id)),
                 })
             };
             let update = match next {

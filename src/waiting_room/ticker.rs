@@ -10,7 +10,8 @@ use std::time::Duration;
 use lease::{LeaseError, LeaseStore, RoomTerms, Tick};
 use rand::Rng;
 
-use super::{TICK, group};
+use super::group;
+use super::rooms::TICK;
 use crate::state::AppState;
 use crate::telemetry;
 

@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
+use seatlock::failpoint::PausePoint;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::{HttpBuyer, ServerProcess, eventually};
 
 use crate::deployment::*;

@@ -8,25 +8,29 @@ use lease::{LeaseClient, LeaseKey, LeaseStore};
 use reqwest::StatusCode;
 use reqwest::header::{HeaderMap, HeaderValue};
 use seatlock::config::Settings;
+use seatlock::failpoint::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
 use seatlock::http::error::Refusal;
 use seatlock::ledger::PgFenceLedger;
-use seatlock::racelab::pause::{PAUSE_AT_HEADER, PAUSE_HEADER, PausePoint};
 use seatlock::seats::{self, SeatRef};
 pub(crate) use seatlock_harness::http::{between, hold_token, page_buyer_id};
 use seatlock_harness::{
     HttpBuyer, Reply, ServerProcess, TestApp, check, eventually, first_event_seats,
 };
+use seatlock_lab::LabSettings;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
+/// The product's server: no race lab, no pause seam installed.
 pub(crate) const SERVER: &str = env!("CARGO_BIN_EXE_seatlock");
 pub(crate) const SEE_OTHER: StatusCode = StatusCode::SEE_OTHER;
 
 /// One deployment under test: a fresh seeded database, and the settings that all of its
 /// server processes share (database, Redis, lease namespace, CSRF secret), plus the
-/// test's own view of both stores.
+/// test's own view of both stores. Its servers are the lab's (`seatlock-lab serve
+/// --enable-race-lab`): a test parks a confirm with the pause headers ([`pause_headers`]).
 pub(crate) struct Deployment {
     pub(crate) settings: Settings,
+    pub(crate) lab: LabSettings,
     pub(crate) db: PgPool,
     pub(crate) leases: LeaseClient<PgFenceLedger>,
     pub(crate) event: i64,
@@ -59,10 +63,7 @@ impl Deployment {
 
     pub(crate) async fn from(builder: seatlock_harness::TestAppBuilder) -> Deployment {
         let settings = builder
-            .with(|s| {
-                s.hold_ttl_ms = 2_000;
-                s.enable_race_lab = true;
-            })
+            .with(|s| s.hold_ttl_ms = 2_000)
             .settings()
             .await
             .unwrap();
@@ -76,6 +77,7 @@ impl Deployment {
         let (event, seats) = first_event_seats(&db).await.unwrap();
         Deployment {
             settings,
+            lab: LabSettings::enabled(),
             db,
             leases,
             event,
@@ -83,9 +85,35 @@ impl Deployment {
         }
     }
 
-    /// A `seatlock serve` process of this deployment, its settings changed by `adjust`.
+    /// A `seatlock-lab serve` process of this deployment, its settings changed by `adjust`.
     pub(crate) async fn server(&self, adjust: impl FnOnce(&mut Settings)) -> ServerProcess {
         self.server_with_env(adjust, &[]).await
+    }
+
+    /// [`Deployment::server`], its lab settings changed by `adjust_lab` too.
+    pub(crate) async fn lab_server(
+        &self,
+        adjust: impl FnOnce(&mut Settings),
+        adjust_lab: impl FnOnce(&mut LabSettings),
+    ) -> ServerProcess {
+        let mut settings = self.settings.clone();
+        adjust(&mut settings);
+        let mut lab = self.lab.clone();
+        adjust_lab(&mut lab);
+        let binary = seatlock_harness::procs::lab_binary().unwrap();
+        ServerProcess::start_lab(&binary, &settings, &lab)
+            .await
+            .unwrap()
+    }
+
+    /// A `seatlock serve` process of this deployment, the product without the lab, its
+    /// settings changed by `adjust`.
+    pub(crate) async fn product_server(&self, adjust: impl FnOnce(&mut Settings)) -> ServerProcess {
+        let mut settings = self.settings.clone();
+        adjust(&mut settings);
+        ServerProcess::start(SERVER.as_ref(), &settings)
+            .await
+            .unwrap()
     }
 
     /// [`Deployment::server`] with extra environment variables.
@@ -96,7 +124,8 @@ impl Deployment {
     ) -> ServerProcess {
         let mut settings = self.settings.clone();
         adjust(&mut settings);
-        ServerProcess::start_with_env(SERVER.as_ref(), &settings, env)
+        let binary = seatlock_harness::procs::lab_binary().unwrap();
+        ServerProcess::start_lab_with_env(&binary, &settings, &self.lab, env)
             .await
             .unwrap()
     }
@@ -285,12 +314,12 @@ pub(crate) async fn act(
     buyer.post(&url, &[]).await.unwrap()
 }
 
-/// Waits until `server`'s log says a race-lab pause began `count` times: the server is
-/// parked at the requested point.
+/// Waits until `server`'s log says a pause of the pause seam began `count` times
+/// (`seatlock::failpoint::point` logs it): the server is parked at the requested point.
 pub(crate) async fn parked(server: &ServerProcess, count: usize) {
     eventually(Duration::from_secs(10), "the server to park", || async {
         let log = std::fs::read_to_string(&server.log).unwrap_or_default();
-        log.matches("race lab: pausing").count() >= count
+        log.matches("fail point: pausing").count() >= count
     })
     .await;
 }

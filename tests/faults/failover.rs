@@ -37,7 +37,7 @@ impl Outcome {
     pub(crate) fn assert_repeated(&self) {
         assert_eq!(
             self.after, self.before[1],
-            "the lab should reproduce the duplicate token (issue 15)"
+            "the lab should reproduce the duplicate token"
         );
     }
 }
@@ -48,10 +48,10 @@ pub(crate) async fn guarded_server(
     d: &Deployment,
     failover_guard: bool,
 ) -> seatlock_harness::ServerProcess {
-    d.server(|s| {
-        s.hold_ttl_ms = 60_000;
-        s.lab_disable_failover_guard = !failover_guard;
-    })
+    d.lab_server(
+        |s| s.hold_ttl_ms = 60_000,
+        |lab| lab.lab_disable_failover_guard = !failover_guard,
+    )
     .await
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use seatlock::racelab::pause::PausePoint;
+use seatlock::failpoint::PausePoint;
 use seatlock_harness::eventually;
 
 use crate::deployment::*;

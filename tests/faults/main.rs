@@ -3,8 +3,9 @@
 //! test starts and controls by PID on loopback: `seatlock serve` children
 //! ([`ServerProcess`](seatlock_harness::ServerProcess)), a private `redis-server` and a
 //! private PostgreSQL. Every child is killed when its guard drops, even when a test
-//! panics. Servers run with `--enable-race-lab` so that a test can park a confirm at a
-//! chosen point (`x-race-lab-pause-at`); the purchase path is the product's, fenced.
+//! panics. Servers are the lab's (`seatlock-lab serve --enable-race-lab`), so that a test
+//! can park a confirm at a chosen point (`x-race-lab-pause-at`). Their purchase path is
+//! the product's, fenced.
 //!
 //! One module per fault family; [`deployment`] and [`traffic`] are the suite's harness.
 

@@ -1,4 +1,4 @@
-//! Payments under the faults of the real world (issue 32, from a break-it pass): a hold
+//! Payments under the faults of the real world, found in a break-it pass: a hold
 //! given up and taken again while its sale is still finishing, servers killed mid-purchase
 //! with a second tab in flight, the sweep racing live attempts, many tabs at once on two
 //! servers, Postgres cutting connections or losing an answer, and the payment row's count
@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use lease::LeaseStore;
+use seatlock::failpoint::PausePoint;
 use seatlock::http::error::Refusal;
 use seatlock::profile::BuyerProfile;
-use seatlock::racelab::pause::PausePoint;
 use seatlock::seats::SeatRef;
 use seatlock::seats::queries::{self, Sale};
 use seatlock_harness::eventually;
@@ -531,10 +531,10 @@ async fn an_authorization_whose_answer_is_lost_is_voided_by_the_sweep_and_the_re
         .settings
         .database_url
         .replacen(&upstream, &proxy.address.to_string(), 1);
+    // The product's server: without the lab, the request deadline has no pause margin.
     let server = d
-        .server(|s| {
+        .product_server(|s| {
             s.database_url = proxied;
-            s.enable_race_lab = false;
             s.store_timeout_ms = 1_000;
             s.hold_ttl_ms = 15_000;
         })

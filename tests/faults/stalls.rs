@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease::{LeaseClient, LeaseKey, LeaseStore, MemoryLedger, WatchdogEvent};
+use seatlock::failpoint::PausePoint;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::{RedisServer, eventually};
 use tokio::time::Instant;
 

@@ -5,8 +5,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use seatlock::failpoint::PausePoint;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::{
     HttpBuyer, PostgresServer, RedisServer, ServerProcess, TINY_VENUES, eventually, store_urls,
 };

@@ -1,11 +1,11 @@
-//! One buyer, two tabs (issue 32): the first tab's confirm is parked at each point of its
+//! One buyer, two tabs: the first tab's confirm is parked at each point of its
 //! purchase while the second tab confirms the same seat, checks out (with a lapsed hold
 //! in the cart, or a whole one) or releases everything, on the same server or another
 //! one. Whatever the interleaving, no order exists without its captured payment, no
 //! capture without its order, and once every attempt has answered no authorization is
 //! left open: the last attempt to leave a payment voids it, and only that one.
 
-use seatlock::racelab::pause::PausePoint;
+use seatlock::failpoint::PausePoint;
 use seatlock_harness::Reply;
 
 use crate::deployment::*;

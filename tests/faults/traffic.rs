@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use rand::Rng;
 use reqwest::header::HeaderMap;
+use seatlock::failpoint::PausePoint;
 use seatlock::http::buyer::BUYER_COOKIE;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PausePoint;
 use seatlock_harness::{HttpBuyer, Reply};
 
 use crate::deployment::*;

@@ -29,8 +29,9 @@ use playwright_rs::{
 };
 use seatlock::config::Settings;
 use seatlock_harness::haproxy::{BACKEND_COOKIE, BACKEND_HEADER};
-use seatlock_harness::procs::{seatlock_binary, target_dir};
+use seatlock_harness::procs::{lab_binary, seatlock_binary, target_dir};
 use seatlock_harness::{DEMO_VENUES, HaProxy, ServerProcess, TestApp};
+use seatlock_lab::LabSettings;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -47,14 +48,14 @@ const CHROMIUM_ARGS: &[&str] = &[
 ];
 
 /// How long an action or a navigation may take before the test fails.
-pub const ACTION_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ACTION_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a change may take to reach another buyer's open page (it normally takes a
 /// few milliseconds; this is generous for a loaded 2-core machine).
-pub const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One test's world: the database, two server processes (perhaps behind HAProxy) and a
 /// browser.
-pub struct World {
+pub(crate) struct World {
     name: &'static str,
     /// The test database (to check what was written).
     pub db: PgPool,
@@ -74,7 +75,7 @@ type Responses = Arc<Mutex<Vec<ResponseObject>>>;
 
 /// One buyer: a browser context (its own cookies) with one page, on one server.
 #[derive(Clone)]
-pub struct Buyer {
+pub(crate) struct Buyer {
     /// "A", "B", …: names the buyer in artifacts.
     pub label: &'static str,
     /// The buyer's page.
@@ -88,12 +89,12 @@ pub struct Buyer {
 
 impl Buyer {
     /// The absolute URL of `path` on this buyer's server.
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
 
     /// Opens `path` on this buyer's server and checks that it answered 200.
-    pub async fn open(&self, path: &str) -> anyhow::Result<()> {
+    pub(crate) async fn open(&self, path: &str) -> anyhow::Result<()> {
         let response = self.page.goto(&self.url(path), None).await?;
         let status = response.map(|r| r.status()).unwrap_or(0);
         ensure!(
@@ -106,7 +107,7 @@ impl Buyer {
 
     /// Opens `path` and waits until its live stream is connected (the element carrying
     /// `data-live`, the seat map or the auction item, says "open").
-    pub async fn open_live(&self, path: &str) -> anyhow::Result<()> {
+    pub(crate) async fn open_live(&self, path: &str) -> anyhow::Result<()> {
         self.open(path).await?;
         self.wait_live()
             .await
@@ -114,7 +115,7 @@ impl Buyer {
     }
 
     /// Waits until the page's live stream is connected (after a reload, say).
-    pub async fn wait_live(&self) -> anyhow::Result<()> {
+    pub(crate) async fn wait_live(&self) -> anyhow::Result<()> {
         Ok(expect(self.page.locator("[data-live]"))
             .with_timeout(LIVE_TIMEOUT)
             .to_have_attribute("data-live", "open")
@@ -123,7 +124,7 @@ impl Buyer {
 
     /// Another tab of this buyer's browser (same context: same cookies, same connection
     /// pool), on the same server.
-    pub async fn tab(&self) -> anyhow::Result<Buyer> {
+    pub(crate) async fn tab(&self) -> anyhow::Result<Buyer> {
         let page = self.context.new_page().await?;
         page.set_default_timeout(ACTION_TIMEOUT.as_millis() as f64)
             .await;
@@ -138,7 +139,7 @@ impl Buyer {
     /// Behind the proxy: the backends that answered (the proxy's [`BACKEND_HEADER`]) this
     /// buyer's responses whose URL ends with `suffix` (e.g. `/stream`: its live
     /// streams), each once, in the order seen; `none` for a response without the header.
-    pub async fn served_by(&self, suffix: &str) -> anyhow::Result<Vec<String>> {
+    pub(crate) async fn served_by(&self, suffix: &str) -> anyhow::Result<Vec<String>> {
         let responses = self
             .responses
             .as_ref()
@@ -159,13 +160,13 @@ impl Buyer {
     }
 
     /// Seat `seat_id` on the seat map.
-    pub fn seat(&self, seat_id: i64) -> Locator {
+    pub(crate) fn seat(&self, seat_id: i64) -> Locator {
         self.page.locator(format!("#seat-{seat_id}"))
     }
 
     /// Starts recording in the page when each seat is first shown in each state (the
     /// live script replaces a seat's element on every change), for [`Buyer::shown_at`].
-    pub async fn record_seat_changes(&self) -> anyhow::Result<()> {
+    pub(crate) async fn record_seat_changes(&self) -> anyhow::Result<()> {
         Ok(self
             .page
             .evaluate_expression(
@@ -181,7 +182,7 @@ impl Buyer {
 
     /// When (Unix time, ms) seat `seat_id` was first shown in `state` since
     /// [`Buyer::record_seat_changes`]; `None` if it was not.
-    pub async fn shown_at(&self, seat_id: i64, state: &str) -> anyhow::Result<Option<u64>> {
+    pub(crate) async fn shown_at(&self, seat_id: i64, state: &str) -> anyhow::Result<Option<u64>> {
         let key = format!("seat-{seat_id} {state}");
         Ok(self
             .page
@@ -191,13 +192,13 @@ impl Buyer {
 
     /// Waits up to [`LIVE_TIMEOUT`] until seat `seat_id` has the class `state`
     /// (`available`, `held`, `mine`, `sold` or `bought`).
-    pub async fn wait_for_seat(&self, seat_id: i64, state: &str) -> anyhow::Result<()> {
+    pub(crate) async fn wait_for_seat(&self, seat_id: i64, state: &str) -> anyhow::Result<()> {
         self.wait_for_seat_within(seat_id, state, LIVE_TIMEOUT)
             .await
     }
 
     /// Waits up to `timeout` until seat `seat_id` has the class `state`.
-    pub async fn wait_for_seat_within(
+    pub(crate) async fn wait_for_seat_within(
         &self,
         seat_id: i64,
         state: &str,
@@ -213,7 +214,7 @@ impl Buyer {
 
 impl World {
     /// A new buyer (a fresh browser context, JavaScript on) on server `server` (0 or 1).
-    pub async fn buyer(&self, label: &'static str, server: usize) -> anyhow::Result<Buyer> {
+    pub(crate) async fn buyer(&self, label: &'static str, server: usize) -> anyhow::Result<Buyer> {
         let base = self.servers[server].address.clone();
         self.new_buyer(label, base, true, None).await
     }
@@ -221,7 +222,7 @@ impl World {
     /// A new buyer (JavaScript on) going through the proxy, kept on backend number
     /// `server` (0 or 1) by the proxy's cookie, as if its first request had been given
     /// that backend; records which backend answers each response ([`Buyer::served_by`]).
-    pub async fn buyer_through_proxy(
+    pub(crate) async fn buyer_through_proxy(
         &self,
         label: &'static str,
         server: usize,
@@ -244,7 +245,7 @@ impl World {
     }
 
     /// A new buyer whose browser has JavaScript disabled, on server `server`.
-    pub async fn buyer_without_javascript(
+    pub(crate) async fn buyer_without_javascript(
         &self,
         label: &'static str,
         server: usize,
@@ -293,7 +294,7 @@ impl World {
 
     /// The id of the event whose name contains `name` (the hall's is "Mahler's Fifth…",
     /// the arena's "Championship Finals Night").
-    pub async fn event_id(&self, name: &str) -> anyhow::Result<i64> {
+    pub(crate) async fn event_id(&self, name: &str) -> anyhow::Result<i64> {
         sqlx::query_scalar("SELECT id FROM events WHERE name LIKE '%' || $1 || '%'")
             .bind(name)
             .fetch_one(&self.db)
@@ -302,13 +303,13 @@ impl World {
     }
 
     /// Orders for one seat of one event, as written in the database.
-    pub async fn orders_for(&self, event_id: i64, seat_id: i64) -> anyhow::Result<i64> {
+    pub(crate) async fn orders_for(&self, event_id: i64, seat_id: i64) -> anyhow::Result<i64> {
         Ok(seatlock_harness::orders_for(&self.db, event_id, seat_id).await?)
     }
 
     /// Makes the hold on seat `seat_id` of event `event_id` lapse now, as its TTL running
     /// out would (Redis expires that one lease key; the buyer's other holds stay).
-    pub async fn lapse_hold(&self, event_id: i64, seat_id: i64) -> anyhow::Result<()> {
+    pub(crate) async fn lapse_hold(&self, event_id: i64, seat_id: i64) -> anyhow::Result<()> {
         let key = seatlock::seats::lease_key(
             &self.settings.lease_namespace,
             seatlock::seats::SeatRef { event_id, seat_id },
@@ -319,7 +320,7 @@ impl World {
     /// With `E2E_SCREENSHOTS=1`, saves what `buyer` sees at the top of the page (the
     /// browser window, not the whole page) as `target/e2e/<test>-<label>.png`; otherwise
     /// does nothing.
-    pub async fn screenshot(&self, buyer: &Buyer, label: &str) -> anyhow::Result<()> {
+    pub(crate) async fn screenshot(&self, buyer: &Buyer, label: &str) -> anyhow::Result<()> {
         if std::env::var("E2E_SCREENSHOTS").as_deref() != Ok("1") {
             return Ok(());
         }
@@ -386,46 +387,56 @@ impl World {
 }
 
 /// Now, in Unix milliseconds (the clock the browser's `Date.now()` reads too).
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Runs `body` in a fresh world with the default settings (ten-minute holds).
-pub async fn run(name: &'static str, body: impl AsyncFnOnce(&World) -> anyhow::Result<()>) {
+pub(crate) async fn run(name: &'static str, body: impl AsyncFnOnce(&World) -> anyhow::Result<()>) {
     run_with(name, |_| {}, body).await
 }
 
 /// [`run`] with HAProxy in front of the two servers ([`World::buyer_through_proxy`]).
-pub async fn run_behind_proxy(
+pub(crate) async fn run_behind_proxy(
     name: &'static str,
     body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
-    run_world(name, |_| {}, true, body).await
+    run_world(name, |_| {}, None, true, body).await
 }
 
 /// Starts a world whose servers run with the settings `adjust` makes, runs `body`, saves
 /// artifacts when it fails (an error or a panic), then closes the browser and the
 /// Playwright driver and stops the servers whatever happened, so no chromium, node or
 /// server process outlives the test.
-pub async fn run_with(
+pub(crate) async fn run_with(
     name: &'static str,
     adjust: impl FnOnce(&mut Settings) + Send + 'static,
     body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
-    run_world(name, adjust, false, body).await
+    run_world(name, adjust, None, false, body).await
 }
 
-/// [`run_with`], the servers behind HAProxy if `proxied`.
+/// [`run`] with the lab's servers (`seatlock-lab serve`) as `lab` sets them.
+pub(crate) async fn run_lab(
+    name: &'static str,
+    lab: LabSettings,
+    body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
+) {
+    run_world(name, |_| {}, Some(lab), false, body).await
+}
+
+/// [`run_with`], the servers the lab's if `lab` is set, behind HAProxy if `proxied`.
 async fn run_world(
     name: &'static str,
     adjust: impl FnOnce(&mut Settings) + Send + 'static,
+    lab: Option<LabSettings>,
     proxied: bool,
     body: impl AsyncFnOnce(&World) -> anyhow::Result<()>,
 ) {
     let clock = Instant::now();
-    let (db, settings, servers) = start_servers(adjust)
+    let (db, settings, servers) = start_servers(adjust, lab)
         .await
         .unwrap_or_else(|e| panic!("{name}: starting the servers: {e:?}"));
     let proxy = if proxied {
@@ -490,10 +501,11 @@ async fn run_world(
 
 /// A fresh database seeded with the demo venues, and two `seatlock serve` processes over
 /// it with one secret and one lease namespace ([`TestApp::builder`]), as `adjust` sets.
+/// With `lab`, two `seatlock-lab serve` processes with those lab settings.
 async fn start_servers(
     adjust: impl FnOnce(&mut Settings) + Send + 'static,
+    lab: Option<LabSettings>,
 ) -> anyhow::Result<(PgPool, Settings, Vec<ServerProcess>)> {
-    let binary = seatlock_binary()?;
     let settings = TestApp::builder()
         .venues(DEMO_VENUES)
         // A store call that is slow only because the machine is busy (two browsers, four
@@ -503,10 +515,22 @@ async fn start_servers(
         .settings()
         .await?;
     let url = settings.database_url.clone();
-    let (one, two) = tokio::try_join!(
-        ServerProcess::start(&binary, &settings),
-        ServerProcess::start(&binary, &settings)
-    )?;
+    let (one, two) = match &lab {
+        None => {
+            let binary = seatlock_binary()?;
+            tokio::try_join!(
+                ServerProcess::start(&binary, &settings),
+                ServerProcess::start(&binary, &settings)
+            )?
+        }
+        Some(lab) => {
+            let binary = lab_binary()?;
+            tokio::try_join!(
+                ServerProcess::start_lab(&binary, &settings, lab),
+                ServerProcess::start_lab(&binary, &settings, lab)
+            )?
+        }
+    };
     let db = PgPoolOptions::new()
         .max_connections(2)
         .connect(&url)

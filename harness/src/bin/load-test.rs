@@ -1,4 +1,4 @@
-//! `load-test race`: reproduces the double-purchase race across several `seatlock serve`
+//! `load-test race`: reproduces the double-purchase race across several `seatlock-lab serve`
 //! processes, one purchase strategy at a time, and checks the article's invariant on what
 //! Postgres accepted; `load-test race --strategy groups` races buyers for overlapping
 //! groups of seats, seat by seat against the one-script group hold. `load-test failover`:
@@ -13,7 +13,6 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use seatlock::config::PurchaseStrategy;
 use seatlock_harness::history::History;
 use seatlock_harness::load::failover as failover_lab;
 use seatlock_harness::load::groups::{self as lab_groups, GroupConfig, GroupStrategy};
@@ -24,6 +23,7 @@ use seatlock_harness::load::race::{self as lab, RaceConfig};
 use seatlock_harness::load::report::{self, Report, StrategyRow};
 use seatlock_harness::load::throughput;
 use seatlock_harness::{DEMO_VENUES, ServerProcess, check, fresh_database, seed, test_settings};
+use seatlock_lab::{LabSettings, PurchaseStrategy};
 use sqlx::postgres::PgPoolOptions;
 
 // The server's allocator: the crowd of `load-test onsale` (20,000 browsers in one
@@ -260,6 +260,10 @@ struct Stores {
     /// The `seatlock` binary to start (default: next to this one).
     #[arg(long, env = "SEATLOCK_SERVER_BIN")]
     server_bin: Option<PathBuf>,
+    /// The `seatlock-lab` binary that `race`, `nemesis` and `failover` start: their
+    /// servers run the race lab's strategies and pauses (default: next to this one).
+    #[arg(long, env = "SEATLOCK_LAB_BIN")]
+    lab_bin: Option<PathBuf>,
 }
 
 impl Stores {
@@ -267,6 +271,13 @@ impl Stores {
         match &self.server_bin {
             Some(path) => Ok(path.clone()),
             None => Ok(std::env::current_exe()?.with_file_name("seatlock")),
+        }
+    }
+
+    fn lab_bin(&self) -> anyhow::Result<PathBuf> {
+        match &self.lab_bin {
+            Some(path) => Ok(path.clone()),
+            None => Ok(std::env::current_exe()?.with_file_name("seatlock-lab")),
         }
     }
 }
@@ -326,8 +337,8 @@ struct RaceArgs {
     /// Write a self-contained HTML report (table and latency charts) here.
     #[arg(long)]
     html: Option<PathBuf>,
-    /// Race servers already running (started with --enable-race-lab and the strategy
-    /// named by --strategy) instead of starting them.
+    /// Race servers already running (`seatlock-lab serve --enable-race-lab` with the
+    /// strategy named by --strategy) instead of starting them.
     #[arg(long, num_args = 1..)]
     target: Vec<String>,
     #[command(flatten)]
@@ -470,7 +481,7 @@ async fn onsale(args: OnsaleArgs) -> anyhow::Result<()> {
 }
 
 async fn failover(args: FailoverArgs) -> anyhow::Result<()> {
-    let report = failover_lab::run(&args.stores.server_bin()?, &args.stores.database_url).await?;
+    let report = failover_lab::run(&args.stores.lab_bin()?, &args.stores.database_url).await?;
     println!("{}", failover_lab::table(&report));
     let history_dir = output_dir(Some(&args.json), "target/failover");
     for run in &report.runs {
@@ -509,7 +520,7 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<()> {
     );
     let report = nemesis_run::run(
         &config,
-        &args.stores.server_bin()?,
+        &args.stores.lab_bin()?,
         &args.stores.database_url,
         out,
         &progress,
@@ -604,7 +615,7 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         .max_connections(4)
         .connect(&database_url)
         .await?;
-    let server_bin = args.stores.server_bin()?;
+    let server_bin = args.stores.lab_bin()?;
     let config = RaceConfig {
         buyers: args.buyers as usize,
         seats: args.seats as usize,
@@ -743,11 +754,13 @@ impl Servers {
         let mut settings = test_settings(database_url, &args.stores.redis_url);
         settings.hold_ttl_ms = args.hold_ttl_ms();
         settings.payment_delay_ms = args.payment_delay_ms;
-        settings.purchase_strategy = strategy;
-        settings.enable_race_lab = true;
+        let lab = LabSettings {
+            purchase_strategy: strategy,
+            ..LabSettings::enabled()
+        };
         let mut processes = Vec::new();
         for _ in 0..args.servers {
-            processes.push(ServerProcess::start(binary, &settings).await?);
+            processes.push(ServerProcess::start_lab(binary, &settings, &lab).await?);
         }
         Ok(Servers {
             addresses: processes.iter().map(|p| p.address.clone()).collect(),
@@ -765,7 +778,7 @@ async fn check_targets(targets: &[String], strategy: PurchaseStrategy) -> anyhow
             .error_for_status()
             .with_context(|| {
                 format!(
-                    "{url}: start the target with --enable-race-lab --purchase-strategy {}",
+                    "{url}: start the target with seatlock-lab serve --enable-race-lab --purchase-strategy {}",
                     strategy.flag_value()
                 )
             })?;

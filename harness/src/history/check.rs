@@ -47,6 +47,7 @@ pub struct Anomaly {
     /// `double_sale`, `token_order`, `lost_write`, `phantom_write` (the resource's), or
     /// `double_grant`, `repeated_token`, `token_went_back` (the lock's).
     pub kind: &'static str,
+    /// The resource it happened to: `seat 12`, `item 3`.
     pub resource: String,
     /// What happened, in words.
     pub message: String,
@@ -79,7 +80,9 @@ pub struct Verdict {
 /// One write a resource accepted, as its final read reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Accepted {
+    /// The holder whose write it was.
     pub holder: String,
+    /// The fencing token the write carried, if any.
     pub fencing_token: Option<i64>,
     /// What was written, where a holder's writes must be told apart (a bid's cents);
     /// `None` where one write per holder is all there is to know (a seat's sale).

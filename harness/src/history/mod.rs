@@ -50,8 +50,9 @@ pub struct Op {
     /// Who sent it: one single-threaded client (a buyer's tab, a bidder), as Jepsen's
     /// processes are: its operations never overlap.
     pub process: String,
-    /// Whose lease it is: the buyer (several tabs share one session, so one holder).
+    /// Whose lease it is: the buyer (several tabs share one buyer cookie, so one holder).
     pub holder: String,
+    /// What the operation was: acquire, write, release or a final read.
     pub op: OpKind,
     /// The lock's resource: `seat 12`, `item 3`.
     pub resource: String,
@@ -64,6 +65,7 @@ pub struct Op {
     pub invoke_ms: f64,
     /// When the client had its answer (or gave up), same clock.
     pub complete_ms: f64,
+    /// How it ended: ok, failed, or unknown.
     pub outcome: Outcome,
     /// Why it failed (the refusal code: `stale`, `expired`, …) or why it is
     /// unknown (`timeout`, `503`, `hung up`).

@@ -1,5 +1,5 @@
 //! The failover lab (`load-test failover`, `make failover`): a Redis failover that loses
-//! grants, through the real HTTP flow, on two `seatlock serve` processes that follow the
+//! grants, through the real HTTP flow, on two `seatlock-lab serve` processes that follow the
 //! failover through Sentinel ([`crate::sentinel::SentinelTopology`]).
 //!
 //! Seats: buyers A hold a few seats on server 1 while the replica is kept from applying
@@ -33,8 +33,9 @@ use sqlx::postgres::PgPoolOptions;
 
 use seatlock::auction::queries;
 use seatlock::config::Settings;
+use seatlock::failpoint::PAUSE_HEADER;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PAUSE_HEADER;
+use seatlock_lab::LabSettings;
 
 use super::timeline::{self, Lane, Moment};
 use crate::history::check::{Accepted, Model, Verdict, check as check_history};
@@ -57,6 +58,7 @@ pub const BIDDER_STALL_MS: u64 = 5_000;
 /// One run (the JSON shape `make failover` promises, plus `guard`).
 #[derive(Debug, Clone, Serialize)]
 pub struct FailoverRun {
+    /// The run's name: the workload and whether the guard was on.
     pub name: String,
     /// Whether the failover guard was on.
     pub guard: bool,
@@ -101,6 +103,7 @@ pub struct FailoverRun {
 /// `{"runs": [...]}`.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct FailoverReport {
+    /// One entry per run, in the order they ran.
     pub runs: Vec<FailoverRun>,
 }
 
@@ -131,11 +134,13 @@ impl Lab {
         let mut settings: Settings = crate::test_settings(&url, &topology.url());
         settings.hold_ttl_ms = LAB_LEASE_TTL_MS;
         settings.bid_lock_ttl_ms = LAB_LEASE_TTL_MS;
-        settings.enable_race_lab = true;
-        settings.lab_disable_failover_guard = !guard;
+        let lab = LabSettings {
+            lab_disable_failover_guard: !guard,
+            ..LabSettings::enabled()
+        };
         let servers = [
-            ServerProcess::start(server_bin, &settings).await?,
-            ServerProcess::start(server_bin, &settings).await?,
+            ServerProcess::start_lab(server_bin, &settings, &lab).await?,
+            ServerProcess::start_lab(server_bin, &settings, &lab).await?,
         ];
         Ok(Lab {
             topology,

@@ -128,6 +128,7 @@ pub struct GroupRow {
     pub gave_up: usize,
     /// Hold attempts over all buyers; `retries` = attempts beyond each buyer's first.
     pub attempts: usize,
+    /// Hold attempts beyond each buyer's first.
     pub retries: usize,
     /// The most attempts one buyer made.
     pub max_attempts_one_buyer: usize,
@@ -140,9 +141,11 @@ pub struct GroupRow {
     /// Seats sold (Postgres) and buyers who bought part of a group (Postgres: a buyer's
     /// orders in the event are not exactly one group).
     pub seats_sold: usize,
+    /// Buyers whose orders in the event are not exactly one group.
     pub partial_purchases: usize,
     /// From the invariant checker.
     pub double_sold_seats: usize,
+    /// Accepted writes out of token order, or under a token two holders wrote with.
     pub invariant_violations: usize,
     /// Outcomes that were neither a purchase nor a clean refusal.
     pub failures: usize,

@@ -1,5 +1,5 @@
 //! The nemesis (`load-test nemesis`, `make nemesis`): buyers with several tabs each and
-//! bidders work against several `seatlock serve` processes while a fault schedule drawn
+//! bidders work against several `seatlock-lab serve` processes while a fault schedule drawn
 //! from a seed hits the real processes, alone and together; every client operation goes
 //! into a [history](crate::history), judged afterwards by [the checker](crate::history::check).
 //! Jepsen's lock analyses (etcd, Hazelcast) do it this way, with three lock workloads
@@ -37,9 +37,10 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Mutex;
 
-use seatlock::config::{PurchaseStrategy, Settings};
+use seatlock::config::Settings;
+use seatlock::failpoint::PAUSE_HEADER;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PAUSE_HEADER;
+use seatlock_lab::{LabSettings, PurchaseStrategy};
 
 use super::report::{escape, html_table, markdown_table};
 use super::timeline::{self, Lane, Moment};
@@ -185,6 +186,7 @@ impl FaultKind {
 /// One fault of the schedule, as drawn from the seed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlannedFault {
+    /// What the fault does.
     pub kind: FaultKind,
     /// When it starts, ms on the run's clock (the histories'; the clients start about
     /// 10 s in, once every process is up, and the schedule's first slot 2 s after them).
@@ -250,10 +252,13 @@ pub fn schedule(
 /// A fault as it happened: ms on the histories' clock.
 #[derive(Debug, Clone, Serialize)]
 pub struct Fault {
+    /// What the fault did.
     pub kind: FaultKind,
     /// What it hit: `server 3`, `redis primary :PORT`, `postgres`.
     pub target: String,
+    /// When it started, ms on the histories' clock.
     pub start_ms: f64,
+    /// When it ended, ms on the same clock.
     pub end_ms: f64,
     /// What the nemesis saw: `failover took 2100 ms`, or the error if the fault failed.
     pub note: Option<String>,
@@ -262,25 +267,31 @@ pub struct Fault {
 /// One interesting thing and how often it happened.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sometimes {
+    /// What happened.
     pub name: &'static str,
+    /// How many times it happened.
     pub count: usize,
 }
 
 /// One workload's result.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkloadReport {
+    /// The workload's name.
     pub name: &'static str,
     /// The servers' `--purchase-strategy`.
     pub strategy: String,
     /// Whether the run needs it valid (false only for `unfenced-lease`).
     pub must_be_valid: bool,
+    /// Operations in the workload's history.
     pub operations: usize,
     /// The checker's verdict and, for seats, the database's (one order, one captured
     /// payment each way).
     pub valid: bool,
     /// Writes the resource accepted.
     pub accepted_writes: usize,
+    /// Leases granted while another holder's may still have run.
     pub double_grants: usize,
+    /// Double grants where the resource accepted the writes of at most one of the two holders.
     pub double_grants_caught: usize,
     /// The lock's anomalies (see [`checker`]), counted.
     pub lock_anomalies: usize,
@@ -297,12 +308,19 @@ pub struct WorkloadReport {
 /// `target/nemesis/report.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct NemesisReport {
+    /// The seed the schedule was drawn from: the same seed, the same run.
     pub seed: u64,
+    /// The lease store the servers used.
     pub store: LeaseBackend,
+    /// How long the clients ran, s.
     pub seconds: u64,
+    /// The faults as drawn from the seed.
     pub schedule: Vec<PlannedFault>,
+    /// The faults as they happened.
     pub faults: Vec<Fault>,
+    /// Each workload's result.
     pub workloads: Vec<WorkloadReport>,
+    /// Interesting things, and how often each happened.
     pub sometimes: Vec<Sometimes>,
     /// Why the run failed; empty when it passed.
     pub failures: Vec<String>,
@@ -359,16 +377,23 @@ impl SeatPool {
 struct Slot {
     process: ServerProcess,
     settings: Settings,
+    lab: LabSettings,
     clock_file: PathBuf,
 }
 
 impl Slot {
-    async fn start(binary: &Path, settings: Settings, clock_file: PathBuf) -> anyhow::Result<Slot> {
+    async fn start(
+        binary: &Path,
+        settings: Settings,
+        lab: LabSettings,
+        clock_file: PathBuf,
+    ) -> anyhow::Result<Slot> {
         std::fs::write(&clock_file, "+0")?;
-        let process = start_server(binary, &settings, &clock_file).await?;
+        let process = start_server(binary, &settings, &lab, &clock_file).await?;
         Ok(Slot {
             process,
             settings,
+            lab,
             clock_file,
         })
     }
@@ -377,6 +402,7 @@ impl Slot {
 async fn start_server(
     binary: &Path,
     settings: &Settings,
+    lab: &LabSettings,
     clock_file: &Path,
 ) -> anyhow::Result<ServerProcess> {
     let lib = libfaketime()?;
@@ -389,7 +415,7 @@ async fn start_server(
         // Sleeps and timeouts keep the real monotonic clock: only the wall clock moves.
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
     ];
-    ServerProcess::start_with_env(binary, settings, &env).await
+    ServerProcess::start_lab_with_env(binary, settings, lab, &env).await
 }
 
 /// The lock store and the Redis of the sessions.
@@ -473,7 +499,8 @@ impl Stage {
                         slot.process.kill().await?;
                         tokio::time::sleep(hold).await;
                         slot.process =
-                            start_server(&self.binary, &slot.settings, &slot.clock_file).await?;
+                            start_server(&self.binary, &slot.settings, &slot.lab, &slot.clock_file)
+                                .await?;
                         self.addresses.write().expect("addresses lock")[index] =
                             slot.process.address.clone();
                     }
@@ -857,15 +884,17 @@ pub async fn run(
         let (event, seats) =
             super::race::create_race_event(&db, &format!("Nemesis: {name}")).await?;
         let mut settings = store.settings(&proxied_url);
-        settings.enable_race_lab = true;
-        settings.purchase_strategy = strategy;
         settings.hold_ttl_ms = config.hold_ttl_ms;
         settings.bid_lock_ttl_ms = config.hold_ttl_ms;
         let mut indices = Vec::new();
         for _ in 0..config.servers {
             let file = clock_dir.0.join(format!("clock-{}", slots.len()));
             indices.push(slots.len());
-            slots.push(Slot::start(binary, settings.clone(), file).await?);
+            let lab = LabSettings {
+                purchase_strategy: strategy,
+                ..LabSettings::enabled()
+            };
+            slots.push(Slot::start(binary, settings.clone(), lab, file).await?);
         }
         seat_workloads.push(SeatWorkload {
             name,
@@ -1259,13 +1288,17 @@ fn failures(
 /// A stretch of one workload's history for the report's timeline.
 #[derive(Debug, Clone)]
 pub struct Window {
+    /// The workload the stretch is of.
     pub workload: String,
     /// Where it starts and ends, ms on the run's clock.
     pub from_ms: f64,
+    /// Where the stretch ends, ms on the same clock.
     pub to_ms: f64,
     /// What it is centred on: the first violation, else the first failover or restart.
     pub around: String,
+    /// The timeline's lanes.
     pub lanes: Vec<Lane>,
+    /// The faults' moments in the stretch.
     pub moments: Vec<Moment>,
 }
 

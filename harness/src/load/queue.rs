@@ -48,8 +48,11 @@ pub struct QueueConfig {
 /// What a run measured (the JSON of `load-test queue --json`).
 #[derive(Debug, Serialize)]
 pub struct QueueReport {
+    /// Buyers in the run.
     pub buyers: usize,
+    /// How many may shop at once: the room's N.
     pub shoppers: u64,
+    /// Servers behind the proxy.
     pub servers: usize,
     /// Buyers admitted (all of them, unless some failed).
     pub admitted: u64,
@@ -67,6 +70,7 @@ pub struct QueueReport {
     pub admitted_refused: u64,
     /// Bot holds, and how many the room refused `not_admitted` (all of them).
     pub bot_holds: u64,
+    /// Bot holds the room refused `not_admitted`.
     pub bot_holds_refused: u64,
     /// Requests answered with something else than the flow expects, or not at all.
     pub failures: u64,

@@ -25,9 +25,9 @@ use reqwest::header::{HeaderMap, HeaderValue};
 use sqlx::PgPool;
 use tokio::sync::Barrier;
 
-use seatlock::config::PurchaseStrategy;
+use seatlock::failpoint::PAUSE_HEADER;
 use seatlock::http::error::Refusal;
-use seatlock::racelab::pause::PAUSE_HEADER;
+use seatlock_lab::PurchaseStrategy;
 
 use crate::check::CheckReport;
 use crate::history::check::{Model, Verdict};
@@ -103,6 +103,7 @@ pub struct RaceNumbers {
 /// ms since the race began.
 #[derive(Debug, Clone)]
 pub struct Attempt {
+    /// The seat it was for.
     pub seat: i64,
     /// The buyer's public id (the page's `data-buyer`), as orders record it.
     pub buyer_id: String,
@@ -110,6 +111,7 @@ pub struct Attempt {
     pub held_ms: Option<f64>,
     /// When its last request (the confirm, or the refused hold) was answered.
     pub answered_ms: f64,
+    /// How it ended.
     pub outcome: Outcome,
 }
 

@@ -11,21 +11,32 @@ use crate::history::check::Verdict;
 /// Latency percentiles of a purchase attempt (hold + confirm), in milliseconds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Latency {
+    /// The 50th percentile.
     pub p50: f64,
+    /// The 95th percentile.
     pub p95: f64,
+    /// The 99th percentile.
     pub p99: f64,
 }
 
 /// One strategy's row (the JSON shape `load-test --json` promises).
 #[derive(Debug, Clone, Serialize)]
 pub struct StrategyRow {
+    /// The purchase strategy the servers used.
     pub strategy: String,
+    /// Purchase attempts: a hold, then a confirm.
     pub attempts: usize,
+    /// Purchases confirmed.
     pub confirmed: usize,
+    /// Seats with more than one accepted sale.
     pub double_sold_seats: usize,
+    /// Late confirms the fence refused.
     pub stale_rejected: usize,
+    /// Accepted writes out of token order, or under a token two holders wrote with.
     pub invariant_violations: usize,
+    /// Attempts per second.
     pub throughput_per_s: f64,
+    /// Latency of an attempt, hold and confirm.
     pub latency_ms: Latency,
     /// Whether the history checker ([`crate::history::check`]) found the race's history
     /// valid: no seat accepted two sales, no write lost or phantom, tokens in order.
@@ -53,8 +64,10 @@ pub struct StrategyRow {
 /// ([`super::groups::GroupRow`]).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
+    /// One row per strategy.
     pub strategies: Vec<StrategyRow>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// The group scenario's rows, when it ran.
     pub groups: Vec<super::groups::GroupRow>,
 }
 

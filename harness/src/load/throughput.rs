@@ -16,11 +16,13 @@ use crate::http::{HttpBuyer, Reply};
 /// What a run measured: the timed requests (holds, or confirms) of `buyers` buyers.
 #[derive(Debug, Serialize)]
 pub struct RunReport {
+    /// Buyers sending requests at once.
     pub buyers: usize,
     /// Seconds measured (for confirms: the confirm phases only).
     pub seconds: f64,
     /// Timed requests answered.
     pub requests: u64,
+    /// Timed requests answered per second.
     pub per_s: f64,
     /// Latency percentiles of the timed requests, ms.
     pub latency_ms: super::report::Latency,

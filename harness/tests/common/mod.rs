@@ -1,10 +1,10 @@
 //! What the tests of the `load-test` binary share.
 
 /// Runs `load-test ARGS --json DIR/report.json --html DIR/report.html` against this
-/// build's server (`SEATLOCK_SERVER_BIN`), DIR a new temporary folder named after `name`;
+/// build's servers (`SEATLOCK_SERVER_BIN`, and `SEATLOCK_LAB_BIN` for the race lab's), DIR a new temporary folder named after `name`;
 /// asserts it succeeded (its stdout and stderr in the message otherwise) and returns DIR,
 /// its stdout and the JSON report.
-pub async fn run_load_test(
+pub(crate) async fn run_load_test(
     name: &str,
     args: &[&str],
 ) -> (std::path::PathBuf, String, serde_json::Value) {
@@ -19,6 +19,10 @@ pub async fn run_load_test(
         .env(
             "SEATLOCK_SERVER_BIN",
             seatlock_harness::procs::seatlock_binary().unwrap(),
+        )
+        .env(
+            "SEATLOCK_LAB_BIN",
+            seatlock_harness::procs::lab_binary().unwrap(),
         )
         .output()
         .await

@@ -16,6 +16,7 @@
 -- ARGV[6]  …but never past admitted-at + this cap, ms
 -- ARGV[7]  the arrival window, ms
 -- ARGV[8]  how long the room's keys live after this write, ms
+-- ARGV[9]  the place as the ticket says join.lua gave it: 'p<k>' or '<n>'
 --
 -- Reply {status, n}:
 --   {'arrived', expires_at_ms}   the turn is taken: shopping until then (Unix ms,
@@ -24,7 +25,8 @@
 --   {'waiting', 0}               the place's turn has not come
 --   {'spent', place}             the turn came and is over (left, lapsed or missed):
 --                                a new place at the back of the line
---   {'other_epoch', 0}           the ticket is from an earlier life of the room
+--   {'other_epoch', 0}           the ticket is from an earlier life of the room, or
+--                                names a place this holder no longer has
 local room_key, admitted_key, turns_key, places_key, since_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local member, holder, place = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ttl_ms, cap_ms, window_ms, keep_ms = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -32,6 +34,15 @@ local now = now_ms()
 
 local room = redis.call('HMGET', room_key, 'epoch', 'frontier')
 if room[1] ~= ARGV[4] then
+  return {'other_epoch', 0}
+end
+
+-- One place per holder. A ticket kept from a place the holder left, once they joined
+-- again, names another place than the room's record: it is stale, like one of another
+-- epoch. A holder with no record left and did not join again: the turn logic below
+-- finds their old turn over.
+local recorded = redis.call('HGET', places_key, holder)
+if recorded and recorded ~= ARGV[9] then
   return {'other_epoch', 0}
 end
 

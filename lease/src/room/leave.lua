@@ -11,7 +11,8 @@
 -- KEYS[6]  gone       lease:{group}:~gone      places whose holder left before their turn
 -- ARGV[1]  member: the admission's owner token
 -- ARGV[2]  holder label
--- ARGV[3]  the holder's place in line, from their ticket (0: none known)
+-- ARGV[3]  the holder's place in line, from their ticket (0: none known, so the room's
+--          own record of the holder's place is used)
 -- ARGV[4]  the room's epoch the ticket was given in
 --
 -- Reply: 1 if an admission or an open turn ended, else 0
@@ -20,7 +21,14 @@ local member, holder, place = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local ended = redis.call('ZREM', admitted_key, member)
 redis.call('HDEL', since_key, member)
 local room = redis.call('HMGET', room_key, 'epoch', 'frontier')
-if place > 0 and room[1] == ARGV[4] then
+local this_epoch = room[1] == ARGV[4]
+if place == 0 then
+  -- No ticket came. The room's own record names the place, in this life of the room.
+  -- A pre-queue place ('p<k>') has no place in line yet: nothing to skip.
+  place = tonumber(redis.call('HGET', places_key, holder) or '') or 0
+  this_epoch = true
+end
+if place > 0 and this_epoch then
   if redis.call('ZREM', turns_key, place) == 1 then
     ended = 1
   elseif place > tonumber(room[2] or '0') then

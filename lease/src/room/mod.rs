@@ -80,6 +80,16 @@ pub enum Place {
     Line(u64),
 }
 
+impl Place {
+    /// The place as the room records it for its holder: `p<k>` or `<n>` (`join.lua`).
+    pub fn recorded(&self) -> String {
+        match self {
+            Place::PreQueue(k) => format!("p{k}"),
+            Place::Line(n) => n.to_string(),
+        }
+    }
+}
+
 /// What [`LeaseClient::join`] gave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Joined {
@@ -274,15 +284,17 @@ impl<L: FenceLedger + 'static> LeaseClient<L> {
         Ok(Joined { epoch, place })
     }
 
-    /// `holder`, at `place` in line (from a ticket of `epoch`), arrives in the room of
-    /// `group`, or renews its admission (`arrive.lua`, one round trip). `member` is the
-    /// admission's owner token. Errors: [`LeaseError::Unavailable`].
+    /// `holder`, at `place` in line (from a ticket of `epoch` that says it `joined` at
+    /// that place), arrives in the room of `group`, or renews its admission
+    /// (`arrive.lua`, one round trip). `member` is the admission's owner token. A ticket
+    /// whose `joined` is not the place the room now records for `holder` (they left and
+    /// joined again) is stale: [`Arrival::OtherEpoch`]. Errors: [`LeaseError::Unavailable`].
     pub async fn arrive(
         &self,
         group: &str,
         holder: &str,
         member: &OwnerToken,
-        (place, epoch): (u64, &str),
+        (joined, place, epoch): (Place, u64, &str),
         terms: &RoomTerms,
     ) -> Result<Arrival, LeaseError> {
         let mut invocation = ARRIVE.prepare_invoke();
@@ -299,7 +311,8 @@ impl<L: FenceLedger + 'static> LeaseClient<L> {
             .arg(millis(terms.admission_ttl))
             .arg(millis(terms.admission_cap))
             .arg(millis(terms.arrival_window))
-            .arg(terms.keep_ms());
+            .arg(terms.keep_ms())
+            .arg(joined.recorded());
         let (status, n): (String, u64) = self.store().invoke("arrive", &invocation).await?;
         Ok(match status.as_str() {
             "arrived" | "admitted" => Arrival::Admitted {

@@ -7,7 +7,8 @@
 -- Nothing is locked one by one, so nothing can deadlock.
 -- The steps and the key layout are in lease/src/lib.rs.
 -- The fence block and the failover guard are on FenceLedger, in lease/src/fence.rs.
--- scripts.rs runs server_identity.lua and now_ms.lua first.
+-- scripts.rs puts server_identity.lua and now_ms.lua in front of this file.
+-- They define the functions server_identity() and now_ms() used below.
 --
 -- KEYS[1]  fence hash     lease:{group}:~fence    fields counter, ceiling, server
 -- KEYS[2]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>"

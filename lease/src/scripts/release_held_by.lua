@@ -27,3 +27,4 @@ ARGV[1] = redis.call('GET', KEYS[1])
 if not ARGV[1] then
   return 0
 end
+-- scripts.rs appends release.lua here: its compare-and-delete runs next, on ARGV[1].

@@ -41,7 +41,10 @@ pub enum Role {
     /// Opens the map and its stream, takes `quantity` seats with best available at the
     /// on-sale (one fewer at a time while no block of that many together is left),
     /// checks out.
-    Buyer { quantity: u64 },
+    Buyer {
+        /// The seats they want together.
+        quantity: u64,
+    },
     /// [`BOT_JARS`] times: a fresh cookie jar straight to best available for the most
     /// seats a buyer may hold, past the queue if there is one.
     Bot,
@@ -50,6 +53,7 @@ pub enum Role {
 /// One person of the crowd, drawn before the run.
 #[derive(Debug, Clone)]
 pub struct Person {
+    /// Looker, buyer or bot.
     pub role: Role,
     /// When they arrive, from the run's start.
     pub arrival: Duration,
@@ -66,7 +70,9 @@ pub struct Person {
 pub struct Sale {
     /// `http://HOST:PORT` of the proxy.
     pub base: String,
+    /// The event on sale.
     pub event: i64,
+    /// When the sale opens.
     pub on_sale: Instant,
     /// Whether the event has a waiting room (lookers then press Leave when they go).
     pub room: bool,
@@ -82,6 +88,7 @@ pub struct Sale {
     pub streams: reqwest::Client,
     /// The connections every browser's requests share ([`browsers`]).
     pub browsers: reqwest::Client,
+    /// What the crowd counts.
     pub tally: Tally,
     /// Turns true when the run ends: everyone still watching or queued goes home.
     pub closing: watch::Receiver<bool>,
@@ -95,6 +102,7 @@ pub struct Timings {
     statuses: Mutex<BTreeMap<String, u64>>,
     /// Requests sent (answered or not).
     pub sent: AtomicU64,
+    /// Requests not answered within [`ANSWER_WITHIN`].
     pub unanswered: AtomicU64,
     /// Requests this process could not send: it had no file descriptor left.
     pub client_out_of_files: AtomicU64,
@@ -156,24 +164,31 @@ pub struct Tally {
     pub seats_held: AtomicU64,
     /// Streams whose snapshot arrived and that are still open, and the most at once.
     pub streams_open: AtomicI64,
+    /// The most streams open at once.
     pub streams_peak: AtomicI64,
     /// People on the queue page right now.
     pub queued: AtomicI64,
     /// Best-available requests of bots granted, and refused `not_admitted`.
     pub bot_holds: AtomicU64,
+    /// Bot requests refused `not_admitted`.
     pub bot_refused: AtomicU64,
     /// Best-available requests (`hold`), checkouts (`confirm`), map and checkout pages
     /// (`page`), queue polls and Leave (`queue`), streams to their snapshot (`stream`).
     pub hold: Timings,
+    /// Checkouts.
     pub confirm: Timings,
+    /// Map and checkout pages.
     pub page: Timings,
+    /// Queue polls and Leave.
     pub queue: Timings,
+    /// Streams, to their snapshot.
     pub stream: Timings,
     /// From joining the queue (or the on-sale, for who joined before it) to admission, µs.
     pub queue_wait: Mutex<Histogram<u64>>,
 }
 
 impl Tally {
+    /// An empty tally: every count zero, every histogram empty.
     pub fn new() -> Self {
         Tally {
             seats_held: AtomicU64::new(0),
@@ -234,7 +249,9 @@ impl Default for Tally {
 /// buyer's first `held` update reached their stream.
 #[derive(Default)]
 pub struct Story {
+    /// The buyer's public id and when their hold was answered, once it was.
     pub held: Option<(String, Instant)>,
+    /// For a probe: when each buyer's first `held` update reached its stream, by buyer id.
     pub arrivals: HashMap<String, Instant>,
 }
 

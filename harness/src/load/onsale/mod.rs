@@ -108,6 +108,7 @@ pub struct OnsaleReport {
     pub fanout_p99_ms: Option<f64>,
     /// Queue wait, from joining (or the on-sale, for the pre-queue) to admission, s.
     pub queue_wait_p50_s: Option<f64>,
+    /// Queue wait at the 99th percentile, s.
     pub queue_wait_p99_s: Option<f64>,
     /// The queue page (`GET /events/{id}/queue`, each poll), ms.
     pub queue_p99_ms: Option<f64>,
@@ -124,7 +125,9 @@ pub struct OnsaleReport {
 
 /// A report and what its HTML page shows beside the numbers.
 pub struct OnsaleRun {
+    /// The numbers, as in `report.json`.
     pub report: OnsaleReport,
+    /// What the run was asked for.
     pub config: OnsaleConfig,
     /// Seats on sale.
     pub capacity: u64,
@@ -134,6 +137,7 @@ pub struct OnsaleRun {
     pub requests: Vec<report::RequestRow>,
     /// Bots' best-available requests granted, and refused `not_admitted`.
     pub bot_holds: u64,
+    /// Bots' best-available requests refused `not_admitted`.
     pub bot_refused: u64,
 }
 

@@ -23,8 +23,11 @@ pub struct Sample {
     pub queued: u64,
     /// Latencies of the requests answered since the last sample, ms (`None`: none).
     pub hold_p50_ms: Option<f64>,
+    /// Hold latency at the 99th percentile, ms.
     pub hold_p99_ms: Option<f64>,
+    /// Page latency at the 99th percentile, ms.
     pub page_p99_ms: Option<f64>,
+    /// Checkout latency at the 99th percentile, ms.
     pub confirm_p99_ms: Option<f64>,
 }
 
@@ -35,8 +38,11 @@ pub struct RequestRow {
     pub kind: &'static str,
     /// Answered within 10 s, and their latency percentiles, ms.
     pub answered: u64,
+    /// The 50th percentile, ms.
     pub p50_ms: f64,
+    /// The 99th percentile, ms.
     pub p99_ms: f64,
+    /// Not answered within 10 s.
     pub unanswered: u64,
     /// Not sent: this process had no file descriptor left (its limit, not the servers').
     pub client_out_of_files: u64,

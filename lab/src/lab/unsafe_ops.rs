@@ -69,7 +69,7 @@ pub(super) async fn delete_lock_keys(redis: &RedisStore, key: &LeaseKey) -> Redi
         key.retired_key(),
         ledger_key(key.group()),
     ];
-    keys.extend(super::run::SERVERS.map(|server| key.held_by_key(server)));
+    keys.extend(super::SERVERS.map(|server| key.held_by_key(server)));
     redis.connection().del(&keys).await
 }
 

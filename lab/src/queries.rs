@@ -1,8 +1,8 @@
-//! The race lab's writes. Compare with [`crate::seats::queries::sell`].
+//! The race lab's writes. Compare with [`seatlock::seats::queries::sell`].
 
 use sqlx::PgPool;
 
-use crate::seats::SeatRef;
+use seatlock::seats::SeatRef;
 
 /// The unsafe write: mark the seat sold whatever its state, and log the sale. Used by
 /// `race-lab-naive` and `race-lab-unfenced-lease` after their own (racy) checks.

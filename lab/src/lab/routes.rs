@@ -23,11 +23,10 @@ use super::queries::{self, Row, Run};
 use super::{
     DEFAULT_PAUSE, DEFAULT_SEED, Fault, LEASE_TTL, MAX_PAUSE, SEAT, STAGGER, Scenario, Side, Step,
 };
-use crate::http::csrf::{CsrfForm, FormToken};
-use crate::http::error::{Error, Result};
-use crate::racelab::require_race_lab;
-use crate::seats::parse_id;
-use crate::state::AppState;
+use seatlock::http::csrf::{CsrfForm, FormToken};
+use seatlock::http::error::{Error, Result};
+use seatlock::http::ids::parse_id;
+use seatlock::state::AppState;
 
 /// Runs going at once on this server, at most: each holds eight Redis connections (four
 /// a side) for a few seconds.
@@ -44,7 +43,7 @@ static STREAMS: Semaphore = Semaphore::const_new(MAX_STREAMS);
 /// How often a run's stream looks for new rows.
 const STREAM_POLL: Duration = Duration::from_millis(250);
 
-/// The lab's routes (merged by [`crate::racelab::router`]).
+/// The lab's routes (merged by `crate::server::router`).
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/lab", get(form))
@@ -54,10 +53,10 @@ pub fn router() -> Router<AppState> {
         .route("/lab/runs/{run}/history.json", get(history))
 }
 
-/// 404 unless the race lab is on ([`require_race_lab`]) and the leases are in Redis (the
-/// lab races Redis leases; on etcd there is nothing to switch off).
+/// 404 unless the leases are in Redis: the lab races Redis leases, and on etcd there is
+/// nothing to switch off. Without `--enable-race-lab` the route never gets here
+/// (`crate::server::router`).
 fn require_lab(state: &AppState) -> Result<()> {
-    require_race_lab(state)?;
     if state.settings.leases_on_etcd() {
         return Err(Error::NotFound(
             "The lab races Redis leases, and this server keeps its leases in etcd.".into(),

@@ -16,9 +16,9 @@ use super::check::{Action, Checker, in_secs, why};
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
 use super::unsafe_ops::{self, LedgerInRedis};
-use super::{Fault, JITTER_MS, LEASE_TTL, RUN_LIMIT, SEAT, STAGGER, Scenario, Side};
-use crate::ledger::PgFenceLedger;
-use crate::state::AppState;
+use super::{Fault, JITTER_MS, LEASE_TTL, RUN_LIMIT, SEAT, SERVERS, STAGGER, Scenario, Side};
+use seatlock::ledger::PgFenceLedger;
+use seatlock::state::AppState;
 
 /// How far ahead of the moment both sides are ready their clocks start.
 const START_LINE: Duration = Duration::from_millis(50);
@@ -193,9 +193,6 @@ impl Prepared {
     }
 }
 
-/// The simulated servers of each side, by name (each its holder label).
-pub(super) const SERVERS: [&str; 3] = ["A", "B", "C"];
-
 /// The lock of run `run_id`'s `side`: 14C in the group `<namespace>:lab:<run>:<side>`.
 fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
     let group = format!(
@@ -215,7 +212,7 @@ pub(super) async fn clean_up(state: &AppState, run_id: i64, side: Side) -> anyho
         state.settings.store_timeout(),
     )?;
     unsafe_ops::delete_lock_keys(&redis, &key).await?;
-    PgFenceLedger(state.db.clone()).forget(key.group()).await?;
+    super::queries::forget_fence_ceiling(&state.db, key.group()).await?;
     Ok(())
 }
 

@@ -1,51 +1,59 @@
 //! Server side of the race lab: the unsafe strategies' hold and confirm, and
 //! `GET /race-lab`.
 
-use axum::extract::State;
-use axum::response::Redirect;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
+use seatlock::failpoint::{self, PausePoint};
+use seatlock::http::buyer::Buyer;
+use seatlock::http::error::{Error, Refusal, Result};
+use seatlock::seats::{SeatPost, SeatRef, purchase, queries as seat_queries};
+use seatlock::state::AppState;
 
 use super::queries;
-use crate::config::PurchaseStrategy;
-use crate::http::buyer::Buyer;
-use crate::http::error::{Error, Refusal, Result};
-use crate::racelab::pause::{self, Pause, PausePoint};
-use crate::seats::{SeatPost, SeatRef, purchase, queries as seat_queries};
-use crate::state::AppState;
+use crate::{LabSettings, PurchaseStrategy};
 
-/// Hold and confirm under the server's race-lab strategy, in place of the product's
-/// ([`crate::seats::purchase_routes`]); chosen by [`crate::app::router`].
-pub fn purchase_routes() -> Router<AppState> {
+/// Hold and confirm under `strategy`, in place of the product's
+/// ([`seatlock::seats::purchase_routes`]); chosen once, by [`seatlock::app::router`].
+pub(crate) fn purchase_routes(strategy: PurchaseStrategy) -> Router<AppState> {
     Router::new()
         .route("/events/{event}/seats/{seat}/hold", post(hold_route))
         .route("/events/{event}/seats/{seat}/confirm", post(confirm_route))
+        .layer(Extension(strategy))
 }
 
 async fn hold_route(
     State(state): State<AppState>,
+    Extension(strategy): Extension<PurchaseStrategy>,
     buyer: Buyer,
     SeatPost(seat, page): SeatPost,
 ) -> Result<Redirect> {
-    hold(&state, &buyer, seat).await?;
+    hold(&state, strategy, &buyer, seat).await?;
     Ok(page.back(seat))
 }
 
 async fn confirm_route(
     State(state): State<AppState>,
+    Extension(strategy): Extension<PurchaseStrategy>,
     buyer: Buyer,
-    pause: Pause,
     SeatPost(seat, page): SeatPost,
 ) -> Result<Redirect> {
-    pause.over(confirm(&state, &buyer, seat)).await?;
+    confirm(&state, strategy, &buyer, seat).await?;
     Ok(page.back(seat))
 }
 
 /// A hold under the server's race-lab strategy. `race-lab-unfenced-lease` takes the
 /// product's lease; the lock-free ones only check that the seat exists and is unsold
 /// (there is nothing to hold).
-async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
-    if state.settings.purchase_strategy.uses_lease() {
+async fn hold(
+    state: &AppState,
+    strategy: PurchaseStrategy,
+    buyer: &Buyer,
+    seat: SeatRef,
+) -> Result<()> {
+    if strategy.uses_lease() {
         return purchase::hold(state, buyer, seat).await.map(drop);
     }
     match seat_queries::seat_status(&state.db, seat).await? {
@@ -57,13 +65,17 @@ async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<()> {
 
 /// A purchase under the server's race-lab strategy; returns the `race_lab_sales.id`
 /// (the product's `fenced` path is [`purchase::confirm`], never routed here).
-async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> {
+async fn confirm(
+    state: &AppState,
+    strategy: PurchaseStrategy,
+    buyer: &Buyer,
+    seat: SeatRef,
+) -> Result<i64> {
     // The payment, then the race lab's pause: the holder that stalls before its write.
     let delay = async {
         tokio::time::sleep(state.settings.payment_delay()).await;
-        pause::point(PausePoint::BeforeWrite).await;
+        failpoint::point(PausePoint::BeforeWrite).await;
     };
-    let strategy = state.settings.purchase_strategy;
     match strategy {
         // Never routed here (the product's routes serve it); delegating keeps it safe.
         PurchaseStrategy::Fenced => purchase::confirm(state, buyer, seat).await,
@@ -117,22 +129,37 @@ async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i64> 
 }
 
 /// `GET /race-lab`: `{"strategy": "race-lab-naive"}`, so `load-test --target` can check
-/// what it is racing; 404 unless the server runs with `--enable-race-lab`.
-async fn describe(State(state): State<AppState>) -> Result<Json<serde_json::Value>> {
-    super::require_race_lab(&state)?;
-    Ok(Json(
-        serde_json::json!({ "strategy": state.settings.purchase_strategy.flag_value() }),
-    ))
+/// what it is racing.
+async fn describe(Extension(strategy): Extension<PurchaseStrategy>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "strategy": strategy.flag_value() }))
 }
 
 /// `GET /race-lab`, `POST /race-lab/events/{event}/hold-group` and the lab's pages under
-/// `/lab` ([`super::lab`]), all 404 unless the server runs with `--enable-race-lab`.
-pub fn router() -> Router<AppState> {
-    Router::new()
+/// `/lab` ([`super::lab`]). Without `--enable-race-lab` each answers 404 and says how to
+/// start the lab.
+pub(crate) fn router(lab: &LabSettings) -> Router<AppState> {
+    let routes = Router::new()
         .route("/race-lab", get(describe))
         .route(
             "/race-lab/events/{event}/hold-group",
             post(super::group::hold_group_route),
         )
         .merge(super::lab::router())
+        .layer(Extension(lab.purchase_strategy));
+    // Decided once, here: a handler never asks whether the lab is on.
+    if lab.enable_race_lab {
+        routes
+    } else {
+        routes.route_layer(axum::middleware::from_fn(not_enabled))
+    }
+}
+
+/// Middleware: 404 for every route of the lab while it is off.
+async fn not_enabled(_req: Request, _next: Next) -> Response {
+    Error::NotFound(
+        "The race lab is not enabled on this server: start it with `make lab` (or \
+         `seatlock-lab serve --enable-race-lab`)."
+            .into(),
+    )
+    .into_response()
 }

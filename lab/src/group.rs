@@ -1,6 +1,6 @@
 //! `POST /race-lab/events/{event}/hold-group` (field `seats`: seat ids, comma-separated):
 //! holds exactly the named seats with the product's group hold
-//! ([`crate::seats::cart::hold_group`], one script, all or none), so `load-test race
+//! ([`seatlock::seats::cart::hold_group`], one script, all or none), so `load-test race
 //! --strategy groups` can race buyers for overlapping groups they choose (best
 //! available picks the block itself, so its buyers never overlap). 404 unless the server
 //! runs with `--enable-race-lab`.
@@ -9,11 +9,12 @@ use axum::extract::{Path, State};
 use axum::response::Redirect;
 use serde::Deserialize;
 
-use crate::http::buyer::Buyer;
-use crate::http::csrf::CsrfForm;
-use crate::http::error::{Error, Refusal, Result};
-use crate::seats::{cart, parse_id, purchase};
-use crate::state::AppState;
+use seatlock::http::buyer::Buyer;
+use seatlock::http::csrf::CsrfForm;
+use seatlock::http::error::{Error, Refusal, Result};
+use seatlock::http::ids::parse_id;
+use seatlock::seats::{cart, purchase};
+use seatlock::state::AppState;
 
 /// The form: `seats=12,13,14,15`.
 #[derive(Deserialize)]
@@ -32,7 +33,6 @@ pub(super) async fn hold_group_route(
     Path(event): Path<String>,
     CsrfForm(form): CsrfForm<GroupForm>,
 ) -> Result<Redirect> {
-    super::require_race_lab(&state)?;
     let event_id = parse_id(&event, "event")?;
     let seats = parse_group(&form.seats, state.settings.max_seats_per_buyer)?;
     let event = state

@@ -1,4 +1,4 @@
-//! The lab in the browser (`GET /lab`, `src/racelab/lab/`) over HTTP: off without
+//! The lab in the browser (`GET /lab`, `lab/src/lab/`) over HTTP: off without
 //! `--enable-race-lab`, bad forms refused whole, any step with any fault recorded whole
 //! and true to the seat's row, and a run whose server stopped shown as cut off. The six
 //! scenarios' marks, in Chromium: `e2e/tests/browser.rs`
@@ -45,33 +45,38 @@ async fn runs(app: &TestApp) -> i64 {
         .unwrap()
 }
 
+/// Off twice over: the product's server has no lab at all, and the lab's server without
+/// `--enable-race-lab` answers 404 on each of its pages.
 #[tokio::test]
 async fn the_lab_is_404_without_the_race_lab_flag() {
-    let app = TestApp::builder().spawn().await.unwrap();
-    let (event, _) = app.first_event_seats().await.unwrap();
-    let mut reader = HttpBuyer::new();
-    reader
-        .get(&format!("{}/events/{event}", app.address))
-        .await
-        .unwrap();
-    for path in [
-        "/lab",
-        "/lab/runs/1",
-        "/lab/runs/1/stream",
-        "/lab/runs/1/history.json",
-    ] {
-        let reply = reader.get(&format!("{}{path}", app.address)).await.unwrap();
-        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
+    let product = TestApp::builder().spawn().await.unwrap();
+    let lab_off = TestApp::builder().lab(|_| {}).spawn().await.unwrap();
+    for app in [product, lab_off] {
+        let (event, _) = app.first_event_seats().await.unwrap();
+        let mut reader = HttpBuyer::new();
+        reader
+            .get(&format!("{}/events/{event}", app.address))
+            .await
+            .unwrap();
+        for path in [
+            "/lab",
+            "/lab/runs/1",
+            "/lab/runs/1/stream",
+            "/lab/runs/1/history.json",
+        ] {
+            let reply = reader.get(&format!("{}{path}", app.address)).await.unwrap();
+            assert_eq!(reply.status, StatusCode::NOT_FOUND, "{path}");
+        }
+        let reply = reader
+            .post(
+                &format!("{}/lab/runs", app.address),
+                &form("fencing", "none"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
+        assert_eq!(runs(&app).await, 0);
     }
-    let reply = reader
-        .post(
-            &format!("{}/lab/runs", app.address),
-            &form("fencing", "none"),
-        )
-        .await
-        .unwrap();
-    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
-    assert_eq!(runs(&app).await, 0);
 }
 
 #[tokio::test]
@@ -400,7 +405,7 @@ async fn a_run_whose_server_stopped_is_shown_cut_off_and_its_stream_ends() {
 #[tokio::test]
 async fn a_stream_open_on_a_run_whose_server_stopped_ends_at_its_cut_off() {
     let app = lab_app().await;
-    // Started 42 s ago: cut off 3 s from now (seatlock::racelab::lab::CUT_OFF_AFTER).
+    // Started 42 s ago: cut off 3 s from now (seatlock_lab::lab::CUT_OFF_AFTER).
     let run = run_left_unfinished(&app, 42).await;
     let url = format!("{}/lab/runs/{run}/stream", app.address);
     let stream = stream_to_its_end(&url, Duration::from_secs(20)).await;

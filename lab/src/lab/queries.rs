@@ -109,6 +109,17 @@ pub(super) async fn cut_off_if_stale(db: &PgPool, id: i64) -> sqlx::Result<bool>
     .map(|done| done.rows_affected() == 1)
 }
 
+/// Deletes lease group `group`'s ceiling from the product's fence ledger
+/// (`fence_ceilings`). Only for a group that will never be granted again: a finished
+/// run's. A live group's next block would start again at 1.
+pub(super) async fn forget_fence_ceiling(db: &PgPool, group: &str) -> sqlx::Result<()> {
+    sqlx::query("DELETE FROM fence_ceilings WHERE lease_group = $1")
+        .bind(group)
+        .execute(db)
+        .await
+        .map(drop)
+}
+
 /// Marks run `id` finished: its stream ends.
 pub(super) async fn finish_run(db: &PgPool, id: i64) -> sqlx::Result<()> {
     sqlx::query("UPDATE lab_runs SET finished_at = now() WHERE id = $1")

@@ -37,6 +37,9 @@ use std::time::Duration;
 
 pub use routes::router;
 
+/// The simulated servers of each side, by name (each its holder label).
+pub(crate) const SERVERS: [&str; 3] = ["A", "B", "C"];
+
 /// The lease on 14C: longer than a holder's payment and ticket ([`SLACK`] to spare), so
 /// a server that does not pause finishes inside it.
 pub const LEASE_TTL: Duration = Duration::from_millis(1800);

@@ -1,0 +1,258 @@
+//! The lab's own flags: the unsafe purchase strategies, the switch that allows them and
+//! the failover guard's off switch. They are flags of `seatlock-lab serve` only. The
+//! product's `seatlock serve` does not know them.
+
+use clap::Args;
+use serde::Serialize;
+
+/// The race lab's settings, beside the product's [`seatlock::config::Settings`].
+/// [`LabSettings::default`] is the lab switched off: the product's behaviour.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args, Serialize)]
+pub struct LabSettings {
+    /// How purchases are made. Only `fenced` is the product; the `race-lab-*` strategies
+    /// are unsafe on purpose (they can sell a seat twice), for `load-test race`, and need
+    /// `--enable-race-lab`: without it the command line is refused.
+    #[arg(
+        long,
+        env = "SEATLOCK_PURCHASE_STRATEGY",
+        value_enum,
+        default_value = "fenced",
+        requires_ifs = [
+            ("race-lab-naive", "enable_race_lab"),
+            ("race-lab-unfenced-lease", "enable_race_lab"),
+            ("race-lab-conditional", "enable_race_lab"),
+        ]
+    )]
+    pub purchase_strategy: PurchaseStrategy,
+    /// Allows the race-lab strategies, the pause headers and the lab's pages. Never in
+    /// production.
+    #[arg(long, env = "SEATLOCK_ENABLE_RACE_LAB")]
+    pub enable_race_lab: bool,
+    /// Lab only (`make failover`), never in production; needs `--enable-race-lab` (the
+    /// command line is refused without it). Turns off the failover guard of the lease
+    /// store ([`lease::LeaseClient::with_failover_guard`]). After a Redis failover to a
+    /// replica that missed the last grants, a fencing token is then issued twice, which
+    /// the failover lab shows.
+    #[arg(
+        long,
+        env = "SEATLOCK_LAB_DISABLE_FAILOVER_GUARD",
+        requires_if("true", "enable_race_lab")
+    )]
+    pub lab_disable_failover_guard: bool,
+}
+
+impl LabSettings {
+    /// The lab switched on, with the product's strategy (`fenced`).
+    pub fn enabled() -> Self {
+        LabSettings {
+            enable_race_lab: true,
+            ..LabSettings::default()
+        }
+    }
+
+    /// The lab's flags as a clap command (for `--help` text and the flags' metadata).
+    pub fn command() -> clap::Command {
+        Self::augment_args(clap::Command::new("serve"))
+    }
+
+    /// Refuses the lab-only settings without `--enable-race-lab`, after parsing. Clap's
+    /// `requires` (above) refuses them on the command line. But it counts a flag set in
+    /// the environment as given even when its value is `false`
+    /// (`SEATLOCK_ENABLE_RACE_LAB=false`), which would let an unsafe strategy start.
+    /// Errors: clap's "required arguments were not provided" error naming the flag.
+    pub fn refuse_lab_settings_without_the_lab(&self) -> Result<(), clap::Error> {
+        let lab_only =
+            self.purchase_strategy != PurchaseStrategy::Fenced || self.lab_disable_failover_guard;
+        if lab_only && !self.enable_race_lab {
+            return Err(Self::command().error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "the race-lab strategies and --lab-disable-failover-guard need --enable-race-lab \
+                 (SEATLOCK_ENABLE_RACE_LAB=true)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The environment variables that start a `seatlock-lab serve` process with these
+    /// settings: one `(NAME, value)` per flag. Names come from the flags' `env`
+    /// attributes, values from the fields, as [`seatlock::config::Settings::to_env`].
+    pub fn to_env(&self) -> Vec<(String, String)> {
+        let values = serde_json::to_value(self).expect("lab settings serialise to JSON");
+        Self::command()
+            .get_arguments()
+            .filter_map(|arg| {
+                let name = arg.get_env()?.to_str()?.to_owned();
+                let value = match &values[arg.get_id().as_str()] {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                Some((name, value))
+            })
+            .collect()
+    }
+}
+
+/// How a server makes a purchase (`--purchase-strategy`). Only `Fenced` is the product;
+/// the others exist for the race lab and need `--enable-race-lab`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum PurchaseStrategy {
+    /// Lease + fencing token checked by Postgres: the product path.
+    #[default]
+    Fenced,
+    /// No lock at all: read the seat, payment delay, write "sold".
+    RaceLabNaive,
+    /// A Redis lease with owner-checked release, but the write carries no fencing token.
+    RaceLabUnfencedLease,
+    /// No lock service: one `UPDATE … WHERE sold = false`.
+    RaceLabConditional,
+}
+
+impl PurchaseStrategy {
+    /// The short name used by `load-test --strategy` and in reports.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            PurchaseStrategy::Fenced => "fenced",
+            PurchaseStrategy::RaceLabNaive => "naive",
+            PurchaseStrategy::RaceLabUnfencedLease => "lease",
+            PurchaseStrategy::RaceLabConditional => "conditional",
+        }
+    }
+
+    /// The value of `seatlock-lab serve --purchase-strategy` (`race-lab-naive`, …).
+    pub fn flag_value(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .expect("no strategy is skipped")
+            .get_name()
+            .to_owned()
+    }
+
+    /// Whether holds take a Redis lease under this strategy.
+    pub fn uses_lease(self) -> bool {
+        matches!(
+            self,
+            PurchaseStrategy::Fenced | PurchaseStrategy::RaceLabUnfencedLease
+        )
+    }
+
+    /// All four, in report order.
+    pub const ALL: [PurchaseStrategy; 4] = [
+        PurchaseStrategy::RaceLabNaive,
+        PurchaseStrategy::RaceLabUnfencedLease,
+        PurchaseStrategy::Fenced,
+        PurchaseStrategy::RaceLabConditional,
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::FromArgMatches as _;
+
+    /// Parses `argv` (after `serve`) as `seatlock-lab serve` would, environment unread.
+    fn serve(extra: &[&str]) -> Result<LabSettings, clap::Error> {
+        let args = std::iter::once("serve").chain(extra.iter().copied());
+        let matches = LabSettings::command()
+            .mut_args(|arg| arg.env(None))
+            .try_get_matches_from(args)?;
+        LabSettings::from_arg_matches(&matches)
+    }
+
+    #[test]
+    fn lab_flags_are_refused_without_the_race_lab() {
+        for lab_only in [
+            &["--purchase-strategy", "race-lab-naive"][..],
+            &["--purchase-strategy", "race-lab-unfenced-lease"],
+            &["--purchase-strategy", "race-lab-conditional"],
+            &["--lab-disable-failover-guard"],
+        ] {
+            let err = serve(lab_only).expect_err("a lab flag alone");
+            assert!(err.to_string().contains("--enable-race-lab"), "{err}");
+            let mut with_lab = lab_only.to_vec();
+            with_lab.push("--enable-race-lab");
+            assert!(serve(&with_lab).is_ok(), "{with_lab:?}");
+        }
+        assert!(serve(&["--purchase-strategy", "fenced"]).is_ok());
+        // SEATLOCK_ENABLE_RACE_LAB=false passes clap's `requires`; the check after parsing
+        // refuses it.
+        let mut settings = LabSettings {
+            purchase_strategy: PurchaseStrategy::RaceLabNaive,
+            ..LabSettings::default()
+        };
+        let err = settings.refuse_lab_settings_without_the_lab().unwrap_err();
+        assert!(err.to_string().contains("--enable-race-lab"), "{err}");
+        settings.enable_race_lab = true;
+        assert!(settings.refuse_lab_settings_without_the_lab().is_ok());
+    }
+
+    #[test]
+    fn the_default_is_the_flags_default_and_the_lab_off() {
+        assert_eq!(serve(&[]).unwrap(), LabSettings::default());
+        assert_eq!(
+            LabSettings::default().purchase_strategy,
+            PurchaseStrategy::Fenced
+        );
+        assert!(!LabSettings::default().enable_race_lab);
+    }
+
+    #[test]
+    fn every_lab_setting_survives_the_trip_through_the_environment() {
+        let settings = LabSettings {
+            purchase_strategy: PurchaseStrategy::RaceLabUnfencedLease,
+            enable_race_lab: true,
+            lab_disable_failover_guard: true,
+        };
+        let env = settings.to_env();
+        assert_eq!(env.len(), LabSettings::command().get_arguments().count());
+        let mut argv = Vec::new();
+        for (name, value) in &env {
+            let arg = LabSettings::command()
+                .get_arguments()
+                .find(|a| a.get_env().and_then(|e| e.to_str()) == Some(name.as_str()))
+                .cloned()
+                .unwrap_or_else(|| panic!("{name} is no flag's variable"));
+            let flag = format!("--{}", arg.get_long().expect("a long flag"));
+            if arg.get_action().takes_values() {
+                argv.extend([flag, value.clone()]);
+            } else if value == "true" {
+                argv.push(flag);
+            }
+        }
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        assert_eq!(serve(&argv).unwrap(), settings);
+    }
+
+    /// docs/configuration.md's `seatlock-lab serve` table lists the lab's flags, and only
+    /// those (the product's table is checked against `seatlock serve --help`).
+    #[test]
+    fn the_configuration_table_lists_every_lab_flag_and_no_other() {
+        let page = include_str!("../../docs/configuration.md");
+        let table = page
+            .split("\n## ")
+            .find(|s| s.starts_with("`seatlock-lab serve`"))
+            .expect("a `## `seatlock-lab serve`` table in docs/configuration.md");
+        let listed: std::collections::BTreeSet<String> = table
+            .lines()
+            .filter_map(|line| line.strip_prefix('|')?.split('|').next())
+            .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+            .filter(|code| code.starts_with("--"))
+            .map(str::to_owned)
+            .collect();
+        let flags: std::collections::BTreeSet<String> = LabSettings::command()
+            .get_arguments()
+            .filter_map(|arg| arg.get_long().map(|long| format!("--{long}")))
+            .collect();
+        assert_eq!(listed, flags);
+    }
+
+    #[test]
+    fn strategy_flag_values_are_clap_names() {
+        assert_eq!(
+            PurchaseStrategy::RaceLabNaive.flag_value(),
+            "race-lab-naive"
+        );
+        assert_eq!(PurchaseStrategy::Fenced.flag_value(), "fenced");
+    }
+}
