@@ -199,15 +199,18 @@ async fn stream(
         .subscribe(&queue_topic(event_id))
         .ok_or(Error::StreamsFull)?;
     let seen = super::seen(&state, event_id, &terms).await?;
-    let Some(ticket) = Ticket::read(&buyer, event_id) else {
-        let reload = Event::default().event("reload").data("{}");
+    // A ticket from an earlier life of the room is no ticket: the page joins again.
+    let ticket = Ticket::read(&buyer, event_id)
+        .filter(|t| seen.as_ref().is_none_or(|s| s.view.epoch == t.epoch));
+    let Some(ticket) = ticket else {
         return Ok(
-            page_stream(subscription, reload.retry(retry_after()), |_| async {
+            page_stream(subscription, reload().retry(retry_after()), |_| async {
                 Update::End
             })
             .into_response(),
         );
     };
+    let epoch = ticket.epoch.clone();
     let map_url = serde_json::json!({ "url": format!("/events/{event_id}") });
     let standing_event =
         move |state: &AppState, seen: Option<Seen>| -> (Option<StandingView>, Event) {
@@ -239,6 +242,11 @@ async fn stream(
                     view,
                     age: Duration::ZERO,
                 });
+                // The room was lost and began again: this ticket is stale, reload.
+                if seen.as_ref().is_some_and(|s| s.view.epoch != epoch) {
+                    done = true;
+                    return std::future::ready(Update::Send(reload()));
+                }
                 Some(match seen {
                     Some(seen) => standing_event(&state, Some(seen)),
                     None => standing_event(&state, state.rooms.heard(&state.live, event_id)),
@@ -253,10 +261,15 @@ async fn stream(
                     Update::Send(sse)
                 }
             };
-            async move { update }
+            std::future::ready(update)
         })
         .into_response(),
     )
+}
+
+/// The stream's `reload` event: the page must be loaded again (it joins the line).
+fn reload() -> Event {
+    Event::default().event("reload").data("{}")
 }
 
 /// `POST /events/{id}/queue/leave`: out of the line, or the turn ends; back to the

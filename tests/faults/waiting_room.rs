@@ -584,3 +584,23 @@ async fn a_queued_browsers_stream_says_admitted_when_the_turn_comes() {
     assert_eq!(name, "admitted", "{data}");
     assert!(data.contains(&format!("/events/{}", d.event)));
 }
+
+#[tokio::test]
+async fn a_stale_tickets_queue_stream_says_reload_once_the_room_began_again() {
+    let mut redis = RedisServer::start().await.unwrap();
+    let (admin, _) = store_urls().unwrap();
+    let d = Deployment::new(&admin, &redis.url(), TINY_VENUES).await;
+    with_room(&d, 1, None).await;
+    let server = d.server(|_| {}).await;
+    let at = server.address.as_str();
+    let mut buyers = queue_up(&d, 2, |_| at.to_owned()).await;
+    redis.restart_empty().await.unwrap();
+    // Buyer 0 asks first: the room begins again, in a new epoch, and it is their turn.
+    let seen = settles(&mut buyers[0], &d, at, Visit::Map).await;
+    assert_eq!(seen, Visit::Map);
+    // Buyer 1 still has the old epoch's ticket: its stream must not place it in line.
+    let url = format!("{}/queue/stream", d.page(at));
+    let mut stream = EventStream::open_as(&buyers[1], &url).await.unwrap();
+    let (name, data) = stream.next().await;
+    assert_eq!(name, "reload", "a stale ticket is no ticket: {data}");
+}
