@@ -437,16 +437,26 @@ async fn a_server_killed_costs_no_buyer_a_place() {
     );
 }
 
-#[tokio::test]
-async fn redis_restarted_empty_loses_the_room_and_buyers_join_again_as_they_ask() {
+/// A room of one on a Redis of its own, `n` buyers queued through one server, then that
+/// Redis restarted empty: the room and its epoch are gone, the buyers' tickets remain.
+async fn queued_then_room_lost(
+    n: usize,
+) -> (RedisServer, Deployment, ServerProcess, Vec<HttpBuyer>) {
     let mut redis = RedisServer::start().await.unwrap();
     let (admin, _) = store_urls().unwrap();
     let d = Deployment::new(&admin, &redis.url(), TINY_VENUES).await;
     with_room(&d, 1, None).await;
     let server = d.server(|_| {}).await;
-    let at = server.address.as_str();
-    let mut buyers = queue_up(&d, 3, |_| at.to_owned()).await;
+    let at = server.address.clone();
+    let buyers = queue_up(&d, n, |_| at.clone()).await;
     redis.restart_empty().await.unwrap();
+    (redis, d, server, buyers)
+}
+
+#[tokio::test]
+async fn redis_restarted_empty_loses_the_room_and_buyers_join_again_as_they_ask() {
+    let (_redis, d, server, mut buyers) = queued_then_room_lost(3).await;
+    let at = server.address.as_str();
 
     // The room went with Redis (its epoch with it): each ticket is stale, and the room
     // fills again in the order the buyers ask (here the last one first). No 5xx.
@@ -587,14 +597,8 @@ async fn a_queued_browsers_stream_says_admitted_when_the_turn_comes() {
 
 #[tokio::test]
 async fn a_stale_tickets_queue_stream_says_reload_once_the_room_began_again() {
-    let mut redis = RedisServer::start().await.unwrap();
-    let (admin, _) = store_urls().unwrap();
-    let d = Deployment::new(&admin, &redis.url(), TINY_VENUES).await;
-    with_room(&d, 1, None).await;
-    let server = d.server(|_| {}).await;
+    let (_redis, d, server, mut buyers) = queued_then_room_lost(2).await;
     let at = server.address.as_str();
-    let mut buyers = queue_up(&d, 2, |_| at.to_owned()).await;
-    redis.restart_empty().await.unwrap();
     // Buyer 0 asks first: the room begins again, in a new epoch, and it is their turn.
     let seen = settles(&mut buyers[0], &d, at, Visit::Map).await;
     assert_eq!(seen, Visit::Map);
