@@ -117,8 +117,10 @@ struct OnsaleArgs {
     /// How long a looker watches the map, in seconds.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     look_s: u64,
-    /// The run ends after this many seconds even if buyers are still queued.
-    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(10..=7_200))]
+    /// The run ends after this many seconds even if buyers are still queued or waiting
+    /// for seats to come back (a hung-up buyer's seats come back at the hold TTL, so
+    /// selling out takes longer than it).
+    #[arg(long, default_value_t = 1_500, value_parser = clap::value_parser!(u64).range(10..=7_200))]
     max_run_s: u64,
     /// One person in this many records on their stream when each hold arrived (the
     /// fan-out).

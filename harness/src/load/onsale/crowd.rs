@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hdrhistogram::Histogram;
+use rand::Rng;
 use reqwest::StatusCode;
 use seatlock::http::error::Refusal;
 use tokio::sync::watch;
@@ -26,6 +27,11 @@ pub const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
 /// How long a buyer who is refused or not answered waits before trying again.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
+
+/// How long a buyer who found every seat held or sold waits before asking again, at
+/// least and at most (drawn between, so that a crowd of them does not ask at once):
+/// someone else's holds come back when they lapse.
+const WAIT_FOR_SEATS: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(30));
 
 /// The longest queue wait recorded (an hour), µs.
 const QUEUE_WAIT_MAX_US: u64 = 3_600_000_000;
@@ -92,6 +98,9 @@ pub struct Sale {
     pub tally: Tally,
     /// Turns true when the run ends: everyone still watching or queued goes home.
     pub closing: watch::Receiver<bool>,
+    /// Turns true when every seat is sold (the sampler reads Postgres): the buyers
+    /// waiting for seats to come back go home, as the map's "sold out" sends people.
+    pub sold_out: watch::Receiver<bool>,
 }
 
 /// One kind of request: the latencies of those answered within [`ANSWER_WITHIN`] (all
@@ -349,6 +358,20 @@ async fn pause_or_close(sale: &Sale, pause: Duration) -> bool {
     }
 }
 
+/// Waits for seats to come back, as a buyer who found them all taken does: a while
+/// within [`WAIT_FOR_SEATS`]; whether to ask again (false once the run closes or the
+/// event sells out).
+async fn wait_for_seats(sale: &Sale) -> bool {
+    let (least, most) = WAIT_FOR_SEATS;
+    let pause = rand::rng().random_range(least..=most);
+    let (mut closing, mut sold_out) = (sale.closing.clone(), sale.sold_out.clone());
+    tokio::select! {
+        _ = tokio::time::sleep(pause) => !closed(sale) && !*sale.sold_out.borrow(),
+        _ = closing.wait_for(|c| *c) => false,
+        _ = sold_out.wait_for(|s| *s) => false,
+    }
+}
+
 /// Opens the event's map as a browser does, trying `retries` more times if it is not
 /// answered or answers an error: the page (200), after the queue if the waiting room
 /// sends them there. The page, or `None` if they never got it.
@@ -554,19 +577,23 @@ async fn buy(sale: &Sale, person: &Person, quantity: u64) -> Story {
 /// At the on-sale (or now, if later): best available for `quantity` seats, retried
 /// after a refusal or no answer; then the page the redirect names (the held section),
 /// and unless they hang up, the checkout page and its purchase, retried if not answered.
+/// A buyer who stays (one who does not hang up) and finds every seat held or sold waits
+/// for some to come back ([`wait_for_seats`]), through the queue again if their turn
+/// ended meanwhile, until the event sells out or the run ends.
 /// Their public buyer id and when the hold was answered, if it was granted.
 async fn shop(
     sale: &Sale,
     browser: &mut HttpBuyer,
-    quantity: u64,
+    wanted: u64,
     person: &Person,
 ) -> Option<(String, Instant)> {
     tokio::time::sleep_until(sale.on_sale.into()).await;
     let base = format!("{}/events/{}", sale.base, sale.event);
     let tally = &sale.tally;
     let best_available = format!("{base}/best-available");
+    let stays = person.role != Role::Bot && person.hangs_up_after.is_none();
     let mut held_at = None;
-    let (mut quantity, mut attempt) = (quantity, 0);
+    let (mut quantity, mut attempt) = (wanted, 0);
     while attempt <= person.retries {
         let quantity_field = quantity.to_string();
         let form = [("quantity", quantity_field.as_str())];
@@ -586,6 +613,21 @@ async fn shop(
                 || reply.is_refused(&Refusal::StrandsSeat { quantity });
             if apart && quantity > 1 {
                 quantity -= 1;
+                continue;
+            }
+            // Not one seat free: the rest are held or sold. Held seats come back when
+            // their holds lapse (a buyer who hung up), so one who stays waits for them
+            // and asks again for as many as they came for.
+            if apart && stays {
+                if !wait_for_seats(sale).await {
+                    return None;
+                }
+                quantity = wanted;
+                continue;
+            }
+            // Their turn ended while they waited: back through the queue, then ask.
+            if reply.is_refused(&Refusal::NotAdmitted) && stays {
+                open_map(sale, browser, person.retries).await?;
                 continue;
             }
         }

@@ -229,6 +229,7 @@ pub async fn run(
     let pids: Vec<u32> = servers.iter().filter_map(ServerProcess::pid).collect();
 
     let (close, closing) = tokio::sync::watch::channel(false);
+    let (sell_out, sold_out) = tokio::sync::watch::channel(false);
     let sale = Arc::new(Sale {
         base: proxy.address.clone(),
         event,
@@ -243,6 +244,7 @@ pub async fn run(
         browsers: crowd::browsers(),
         tally: Tally::new(),
         closing,
+        sold_out,
     });
     let crowd = draw_crowd(config);
     progress.set_length(crowd.len() as u64);
@@ -254,7 +256,7 @@ pub async fn run(
             .await?,
         pids,
         (start, capacity as u64),
-        progress.clone(),
+        (progress.clone(), sell_out),
     ));
 
     // Everyone arrives; when every buyer and bot is done (or the run's time is up), a
@@ -355,14 +357,14 @@ fn draw_crowd(config: &OnsaleConfig) -> Vec<Person> {
 /// seats held per second, open streams, queue length, the window's latencies, Redis's
 /// memory and command rate, and the servers' memory (`/proc/PID/status`). Returns the
 /// samples and the peaks of Redis's memory (bytes), the servers' RSS (kB, summed) and
-/// Redis's commands per second.
+/// Redis's commands per second. Says `sell_out` once every seat is sold.
 async fn sample(
     sale: Arc<Sale>,
     db: PgPool,
     mut redis: redis::aio::MultiplexedConnection,
     pids: Vec<u32>,
     (start, capacity): (Instant, u64),
-    progress: ProgressBar,
+    (progress, sell_out): (ProgressBar, tokio::sync::watch::Sender<bool>),
 ) -> anyhow::Result<(Vec<Sample>, u64, u64, f64)> {
     let tally = &sale.tally;
     let (mut samples, mut redis_peak, mut rss_peak) = (Vec::new(), 0u64, 0u64);
@@ -380,6 +382,9 @@ async fn sample(
             .fetch_one(&db)
             .await
             .unwrap_or(0);
+        if sold as u64 >= capacity {
+            sell_out.send_if_modified(|s| !std::mem::replace(s, true));
+        }
         let info: String = redis::cmd("INFO")
             .arg("memory")
             .query_async(&mut redis)
@@ -408,10 +413,11 @@ async fn sample(
         let ms = |h: &hdrhistogram::Histogram<u64>, q: f64| {
             (!h.is_empty()).then(|| h.value_at_quantile(q) as f64 / 1e3)
         };
-        let (hold, page, confirm) = (
+        let (hold, page, confirm, queue) = (
             tally.hold.take_window(),
             tally.page.take_window(),
             tally.confirm.take_window(),
+            tally.queue.take_window(),
         );
         let streams = tally.streams_open.load(Ordering::Relaxed).max(0) as u64;
         let queued = tally.queued.load(Ordering::Relaxed).max(0) as u64;
@@ -430,6 +436,7 @@ async fn sample(
             hold_p99_ms: ms(&hold, 0.99),
             page_p99_ms: ms(&page, 0.99),
             confirm_p99_ms: ms(&confirm, 0.99),
+            queue_p99_ms: ms(&queue, 0.99),
         });
         if stop {
             return Ok((samples, redis_peak, rss_peak, commands_peak));

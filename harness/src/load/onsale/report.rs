@@ -29,6 +29,8 @@ pub struct Sample {
     pub page_p99_ms: Option<f64>,
     /// Checkout latency at the 99th percentile, ms.
     pub confirm_p99_ms: Option<f64>,
+    /// Queue page latency at the 99th percentile, ms.
+    pub queue_p99_ms: Option<f64>,
 }
 
 /// One kind of request over the run (a row of the report's second table).
@@ -212,6 +214,7 @@ pub fn html(run: &OnsaleRun) -> Result<String, String> {
                 ("hold p99", BLUE, over_time(run, |s| s.hold_p99_ms)),
                 ("page p99", RED, over_time(run, |s| s.page_p99_ms)),
                 ("confirm p99", BLACK, over_time(run, |s| s.confirm_p99_ms)),
+                ("queue p99", GREEN, over_time(run, |s| s.queue_p99_ms)),
             ],
         )?,
     ];
