@@ -480,8 +480,8 @@ async fn a_ttl_the_running_etcd_would_lengthen_stops_the_start() {
 
 /// Past its backend quota etcd takes only reads and deletes (its NOSPACE alarm), and a
 /// read-only check still passes (etcd-io/etcd#8207, #7986). `/readyz` asks for the
-/// alarms and names etcd; a hold is a 503 that says etcd is out of space, not that it is
-/// unavailable.
+/// alarms and names etcd and its NOSPACE alarm; a hold is a 503 that says etcd is out of
+/// space, not that it is unavailable.
 #[tokio::test]
 async fn an_etcd_past_its_quota_is_named_by_readyz_and_a_hold_says_why() {
     let etcd = EtcdCluster::start_with(1, &["--quota-backend-bytes", "4194304"])
@@ -503,13 +503,19 @@ async fn an_etcd_past_its_quota_is_named_by_readyz_and_a_hold_says_why() {
         }
         assert!(i < 50, "etcd took 50 MB past a 4 MB quota");
     }
-    eventually(Duration::from_secs(10), "/readyz to name etcd", || async {
-        let ready = reqwest::get(format!("{}/readyz", app.address))
-            .await
-            .unwrap();
-        ready.status() == StatusCode::SERVICE_UNAVAILABLE
-            && ready.text().await.unwrap().contains("etcd")
-    })
+    eventually(
+        Duration::from_secs(10),
+        "/readyz to name etcd's alarm",
+        || async {
+            let ready = reqwest::get(format!("{}/readyz", app.address))
+                .await
+                .unwrap();
+            ready.status() == StatusCode::SERVICE_UNAVAILABLE && {
+                let body = ready.text().await.unwrap();
+                body.contains("etcd") && body.contains("NOSPACE alarm")
+            }
+        },
+    )
     .await;
     let reply = HttpBuyer::new()
         .seat_action(&app.address, event, seats[0], "hold")

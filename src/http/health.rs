@@ -5,7 +5,7 @@
 //! * `GET /livez`: 200 `ok` whenever the process serves requests. It asks no store.
 //! * `GET /readyz`: 200 `ok` when the lease store, Redis and Postgres answer and both
 //!   live feeds are subscribed, else 503 naming what is down (`redis`, `etcd` when etcd
-//!   backs the leases, `postgres`, `live-redis` (the lease feed, whichever store),
+//!   backs the leases, with the alarm when etcd has raised NOSPACE, `postgres`, `live-redis` (the lease feed, whichever store),
 //!   `live-postgres`), or `draining` once the server was told to stop. Each check is
 //!   bounded by the store timeout. A server that works but less well than it should adds
 //!   `warning:` lines after `ok` (expiry notifications off, an eviction policy that can
@@ -17,6 +17,7 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
+use lease::LeaseError;
 
 use crate::http::sessions::SessionRedis;
 use crate::state::AppState;
@@ -57,7 +58,7 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     // Redis closed while idle is reopened, not reported as Redis down).
     let leases = answers(timeout, {
         let leases = state.leases.clone();
-        async move { leases.ping().await.is_ok() }
+        async move { leases.ping().await }
     });
     let redis = async {
         matches!(state.redis, SessionRedis::Leases(_))
@@ -69,22 +70,36 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
                 }
             })
             .await
+                == Some(true)
     };
     let postgres = answers(timeout, {
         let db = state.db.clone();
         async move { sqlx::query("SELECT 1").execute(&db).await.is_ok() }
     });
-    let (leases_ok, redis_ok, postgres_ok) = tokio::join!(leases, redis, postgres);
-    let down: Vec<&str> = [
-        (leases_ok, leases_name),
-        (redis_ok, "redis"),
-        (postgres_ok, "postgres"),
-    ]
-    .into_iter()
-    .filter(|(ok, _)| !ok)
-    .map(|(_, name)| name)
-    .chain(state.live.feeds_down().into_iter().map(|feed| feed.name()))
-    .collect();
+    let (leases, redis_ok, postgres_ok) = tokio::join!(leases, redis, postgres);
+    // etcd past its quota answers reads but refuses every write: say which alarm, as a
+    // hold's 503 does, so whoever reads the check knows to compact and defragment.
+    let leases_down = match leases {
+        Some(Ok(())) => None,
+        Some(Err(LeaseError::EtcdNoSpace(why))) => Some(format!("{leases_name} ({why})")),
+        _ => Some(leases_name.to_owned()),
+    };
+    let down: Vec<String> = leases_down
+        .into_iter()
+        .chain(
+            [(redis_ok, "redis"), (postgres_ok == Some(true), "postgres")]
+                .into_iter()
+                .filter(|(ok, _)| !ok)
+                .map(|(_, name)| name.to_owned()),
+        )
+        .chain(
+            state
+                .live
+                .feeds_down()
+                .into_iter()
+                .map(|feed| feed.name().to_owned()),
+        )
+        .collect();
     if down.is_empty() {
         let notes = state.live.notes();
         let body = std::iter::once("ok".to_owned())
@@ -100,17 +115,19 @@ pub async fn readyz(State(state): State<AppState>) -> (StatusCode, String) {
     }
 }
 
-/// Runs `check` on a task of its own and waits at most `timeout` for it to say yes. A
+/// Runs `check` on a task of its own and waits at most `timeout` for its answer (`None`
+/// if it did not come in time). A
 /// check that takes longer, or whose caller goes away (a proxy's check timeout is often
 /// shorter than the store timeout), still runs to its end: a store's ping whose
 /// request times out repairs the store (a new connection; with Sentinels, the promoted
 /// primary followed), and only if it runs on can the next check see the repair. Cut at
 /// the same timeout as the request inside it, it never would: a server whose Redis
 /// primary hung would report Redis down, and stay out of the proxy, for good.
-async fn answers<F>(timeout: std::time::Duration, check: F) -> bool
+async fn answers<F>(timeout: std::time::Duration, check: F) -> Option<F::Output>
 where
-    F: std::future::Future<Output = bool> + Send + 'static,
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
 {
     let task = tokio::spawn(check);
-    matches!(tokio::time::timeout(timeout, task).await, Ok(Ok(true)))
+    tokio::time::timeout(timeout, task).await.ok()?.ok()
 }
