@@ -603,3 +603,34 @@ async fn etcd_compacts_the_revisions_of_old_holds_and_holds_go_on() {
     assert_eq!(message.data["seat"], seats[3], "{message:?}");
     let _ = client.status().await;
 }
+
+/// No sale before the on-sale with the leases in etcd (issue 43): a hold three seconds
+/// before the on-sale is refused (`not_on_sale`) by the grant's txn, holding nothing; once
+/// the on-sale has passed, the first hold opens the sale (the group's `~on-sale` key) and
+/// is granted.
+#[tokio::test]
+async fn on_etcd_nothing_is_held_before_the_on_sale_and_then_it_is() {
+    let app = app_on_etcd(etcd_url().unwrap()).await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    sqlx::query("UPDATE events SET on_sale_at = now() + interval '3 seconds' WHERE id = $1")
+        .bind(event)
+        .execute(app.db())
+        .await
+        .unwrap();
+    let mut alice = HttpBuyer::new();
+    let refused = alice.seat_action(&app.address, event, seats[0], "hold").await.unwrap();
+    assert_eq!(refused.refusal.as_deref(), Some("not_on_sale"), "{}", refused.body);
+    let group = app.event_group(event);
+    assert!(app.state.leases.holders(&group).await.unwrap().holdings.is_empty());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let hold = alice.seat_action(&app.address, event, seats[0], "hold").await.unwrap();
+        if hold.status == StatusCode::SEE_OTHER {
+            break;
+        }
+        assert_eq!(hold.refusal.as_deref(), Some("not_on_sale"), "{}", hold.body);
+        assert!(tokio::time::Instant::now() < deadline, "the sale never opened");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(app.state.leases.holders(&group).await.unwrap().holdings.len(), 1);
+}

@@ -55,7 +55,9 @@ pub(super) struct EventPage {
     /// `/events/{id}`, `"../"` from `/events/{id}/sections/{code}`.
     pub seat_base: String,
     pub buyer_name: String,
-    /// Public buyer id, so the page's script can tell its own holds in live updates.
+    /// The viewer's own buyer id (`data-buyer`: for tools that act as this buyer, as on
+    /// the profile). No other buyer's id is on the page or its stream: the stream tells
+    /// the viewer's holds as `mine` ([`super::live`]).
     pub buyer_id: String,
     pub authenticity_token: String,
     /// The hold length in words ("10 minutes").
