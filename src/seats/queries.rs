@@ -54,15 +54,18 @@ pub struct EventRow {
     pub time_zone: String,
     /// The ids of its seats.
     pub seat_ids: Vec<i64>,
+    /// The codes of its venue's sections.
+    pub section_codes: Vec<String>,
 }
 
-/// Event `event_id`'s start, on-sale time, waiting room and seat ids.
+/// Event `event_id`'s start, on-sale time, waiting room, seat ids and section codes.
 /// `None` if there is no such event.
 /// It is what a hold checks, read once per process ([`super::catalog::Catalog`]).
 pub async fn event_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventRow>> {
     sqlx::query_as(
         "SELECT e.name, e.starts_at, e.on_sale_at, e.waiting_room_shoppers, e.queue_seed, v.time_zone,
-                array(SELECT seat_id FROM event_seats WHERE event_id = e.id) AS seat_ids
+                array(SELECT seat_id FROM event_seats WHERE event_id = e.id) AS seat_ids,
+                array(SELECT code FROM sections WHERE venue_id = e.venue_id) AS section_codes
            FROM events e JOIN venues v ON v.id = e.venue_id WHERE e.id = $1",
     )
     .bind(event_id)
