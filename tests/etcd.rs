@@ -618,19 +618,55 @@ async fn on_etcd_nothing_is_held_before_the_on_sale_and_then_it_is() {
         .await
         .unwrap();
     let mut alice = HttpBuyer::new();
-    let refused = alice.seat_action(&app.address, event, seats[0], "hold").await.unwrap();
-    assert_eq!(refused.refusal.as_deref(), Some("not_on_sale"), "{}", refused.body);
+    let refused = alice
+        .seat_action(&app.address, event, seats[0], "hold")
+        .await
+        .unwrap();
+    assert_eq!(
+        refused.refusal.as_deref(),
+        Some("not_on_sale"),
+        "{}",
+        refused.body
+    );
     let group = app.event_group(event);
-    assert!(app.state.leases.holders(&group).await.unwrap().holdings.is_empty());
+    assert!(
+        app.state
+            .leases
+            .holders(&group)
+            .await
+            .unwrap()
+            .holdings
+            .is_empty()
+    );
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let hold = alice.seat_action(&app.address, event, seats[0], "hold").await.unwrap();
+        let hold = alice
+            .seat_action(&app.address, event, seats[0], "hold")
+            .await
+            .unwrap();
         if hold.status == StatusCode::SEE_OTHER {
             break;
         }
-        assert_eq!(hold.refusal.as_deref(), Some("not_on_sale"), "{}", hold.body);
-        assert!(tokio::time::Instant::now() < deadline, "the sale never opened");
+        assert_eq!(
+            hold.refusal.as_deref(),
+            Some("not_on_sale"),
+            "{}",
+            hold.body
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the sale never opened"
+        );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_eq!(app.state.leases.holders(&group).await.unwrap().holdings.len(), 1);
+    assert_eq!(
+        app.state
+            .leases
+            .holders(&group)
+            .await
+            .unwrap()
+            .holdings
+            .len(),
+        1
+    );
 }

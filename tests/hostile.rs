@@ -934,9 +934,13 @@ async fn every_response_carries_the_security_headers_and_no_page_needs_inline_co
 #[tokio::test]
 async fn on_https_a_body_too_large_is_a_413_with_hsts() {
     let public = "https://tickets.example";
-    let (app, event, seats, _) = app(move |s| s.public_origin = Some(public.parse().unwrap())).await;
+    let (app, event, seats, _) =
+        app(move |s| s.public_origin = Some(public.parse().unwrap())).await;
     let reply = reqwest::Client::new()
-        .post(format!("{}/events/{event}/seats/{}/hold", app.address, seats[0]))
+        .post(format!(
+            "{}/events/{event}/seats/{}/hold",
+            app.address, seats[0]
+        ))
         .header(ORIGIN, public)
         .body(vec![b'a'; BODY_LIMIT_BYTES + 1])
         .send()
@@ -944,7 +948,11 @@ async fn on_https_a_body_too_large_is_a_413_with_hsts() {
         .unwrap();
     assert_eq!(reply.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let header = |name: &reqwest::header::HeaderName| {
-        reply.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+        reply
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
     };
     let hsts = header(&reqwest::header::STRICT_TRANSPORT_SECURITY);
     assert_eq!(hsts.as_deref(), Some(seatlock::http::proxy::HSTS));

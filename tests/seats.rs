@@ -1044,7 +1044,9 @@ async fn another_event(app: &TestApp, event: i64) -> i64 {
     .fetch_one(&mut *tx)
     .await
     .unwrap();
-    seatlock::seed::create_event_seats(&mut tx, other).await.unwrap();
+    seatlock::seed::create_event_seats(&mut tx, other)
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     other
 }
@@ -1058,7 +1060,9 @@ async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
     let app = tiny().await;
     let (first, seats) = app.first_event_seats().await.unwrap();
     let second = another_event(&app, first).await;
-    let second_seats = seatlock_harness::event_seats(app.db(), second).await.unwrap();
+    let second_seats = seatlock_harness::event_seats(app.db(), second)
+        .await
+        .unwrap();
     let base = app.address.clone();
     let mut secrets = Vec::new();
     let mut holders = Vec::new();
@@ -1067,7 +1071,10 @@ async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
         let page = buyer.get(&format!("{base}/events/{first}")).await.unwrap();
         let id = seatlock_harness::http::page_buyer_id(&page.body).unwrap();
         secrets.extend([id.clone(), name.to_owned()]);
-        let named = buyer.post(&format!("{base}/me"), &[("name", name)]).await.unwrap();
+        let named = buyer
+            .post(&format!("{base}/me"), &[("name", name)])
+            .await
+            .unwrap();
         assert_eq!(named.status, StatusCode::SEE_OTHER, "{}", named.body);
         for (event, seat) in [(first, seats[n]), (second, second_seats[n])] {
             let held = buyer.seat_action(&base, event, seat, "hold").await.unwrap();
@@ -1082,13 +1089,28 @@ async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
     let mut seen = String::new();
     let mut streams = Vec::new();
     for event in [first, second] {
-        seen += &stranger.get(&format!("{base}/events/{event}")).await.unwrap().body;
-        seen += &stranger.get(&format!("{base}/events/{event}/sections/MAIN")).await.unwrap().body;
+        seen += &stranger
+            .get(&format!("{base}/events/{event}"))
+            .await
+            .unwrap()
+            .body;
+        seen += &stranger
+            .get(&format!("{base}/events/{event}/sections/MAIN"))
+            .await
+            .unwrap()
+            .body;
         let url = format!("{base}/events/{event}/stream");
         let mut stream = EventStream::open_as(&stranger, &url).await.unwrap();
         let (name, snapshot) = stream.next().await;
         assert_eq!(name, "snapshot");
-        assert!(snapshot_shows_held(&snapshot, if event == first { seats[0] } else { second_seats[0] }));
+        assert!(snapshot_shows_held(
+            &snapshot,
+            if event == first {
+                seats[0]
+            } else {
+                second_seats[0]
+            }
+        ));
         seen += &snapshot;
         streams.push(stream);
     }
@@ -1097,11 +1119,18 @@ async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
     let mut alices = EventStream::open_as(&holders[0], &url).await.unwrap();
     let (_, snapshot) = alices.next().await;
     let snapshot: serde_json::Value = serde_json::from_str(&snapshot).unwrap();
-    assert_eq!(snapshot["mine"], serde_json::json!([seats[0]]), "{snapshot}");
+    assert_eq!(
+        snapshot["mine"],
+        serde_json::json!([seats[0]]),
+        "{snapshot}"
+    );
     // More holds while the stranger's streams are open: each reaches them as `held`.
     for (n, holder) in holders.iter_mut().enumerate() {
         for (event, seat) in [(first, seats[2 + n]), (second, second_seats[2 + n])] {
-            let held = holder.seat_action(&base, event, seat, "hold").await.unwrap();
+            let held = holder
+                .seat_action(&base, event, seat, "hold")
+                .await
+                .unwrap();
             assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
         }
     }
@@ -1114,10 +1143,16 @@ async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
         }
     }
     let (_, mine) = alices.next().await;
-    assert!(mine.contains(&format!("\"seat\":{}", seats[2])) && mine.contains("\"mine\""), "{mine}");
+    assert!(
+        mine.contains(&format!("\"seat\":{}", seats[2])) && mine.contains("\"mine\""),
+        "{mine}"
+    );
     let (_, theirs) = alices.next().await;
     assert!(theirs.contains("\"held\""), "{theirs}");
     for secret in &secrets {
-        assert!(!seen.contains(secret.as_str()), "a stranger sees {secret:?}");
+        assert!(
+            !seen.contains(secret.as_str()),
+            "a stranger sees {secret:?}"
+        );
     }
 }

@@ -439,7 +439,11 @@ async fn nothing_is_granted_before_its_time_and_then_it_is() {
             Err(LeaseError::NotYet { not_before_ms }) => assert_eq!(not_before_ms, now_ms + 60_000),
             other => panic!("{other:?}"),
         }
-        assert_eq!(store.remaining(&seat).await.unwrap(), None, "nothing written");
+        assert_eq!(
+            store.remaining(&seat).await.unwrap(),
+            None,
+            "nothing written"
+        );
         assert!(store.holders(&group).await.unwrap().holdings.is_empty());
         let open = Grant::new([seat.clone()], "alice", TTL).not_before(now_ms - 1_000);
         let leases = store.acquire_all(&open).await.unwrap();

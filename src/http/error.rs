@@ -282,7 +282,9 @@ impl From<LeaseError> for Error {
             LeaseError::OverLimit { held, limit } => Refusal::SeatLimit { held, limit }.into(),
             LeaseError::NotAdmitted => Refusal::NotAdmitted.into(),
             // Without the venue at hand (a hold names it: `seats::purchase::hold_refused`).
-            LeaseError::NotYet { not_before_ms } => Refusal::not_on_sale(not_before_ms, "UTC").into(),
+            LeaseError::NotYet { not_before_ms } => {
+                Refusal::not_on_sale(not_before_ms, "UTC").into()
+            }
             // Only the Redis store checks admissions; on etcd the server starts with no
             // waiting room.
             LeaseError::AdmissionUnchecked { .. } => {

@@ -579,7 +579,9 @@ async fn sale_refused(
         Some(s) if !s.sold && s.opens_at.is_some() => {
             let event = state.catalog.event(&state.db, seat.event_id).await?;
             let zone = event.as_ref().map_or("UTC", |e| e.time_zone.as_str());
-            let opens_at_ms = s.opens_at.map_or(0, |at| at.timestamp_millis().max(0) as u64);
+            let opens_at_ms = s
+                .opens_at
+                .map_or(0, |at| at.timestamp_millis().max(0) as u64);
             let refusal = Refusal::not_on_sale(opens_at_ms, zone);
             telemetry::confirm(ConfirmOutcome::Rejected(&refusal));
             Err(refusal.into())

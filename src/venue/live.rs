@@ -63,7 +63,11 @@ async fn snapshot(state: &AppState, event_id: i64, viewer: &str) -> Result<Optio
     let page = (state.snapshots)
         .get(&state.live, event_id, read(state, event_id))
         .await?;
-    Ok(page.map(|page| Event::default().event("snapshot").data(page.for_viewer(viewer))))
+    Ok(page.map(|page| {
+        Event::default()
+            .event("snapshot")
+            .data(page.for_viewer(viewer))
+    }))
 }
 
 /// Every held and sold seat of the event, read from the stores: `{"held": {seat: holder},
@@ -148,7 +152,11 @@ fn for_viewer(change: &serde_json::Value, viewer: &str) -> serde_json::Value {
     if let Some(fields) = change.as_object_mut()
         && let Some(holder) = fields.remove("holder")
     {
-        let state = if holder.as_str() == Some(viewer) { "mine" } else { "held" };
+        let state = if holder.as_str() == Some(viewer) {
+            "mine"
+        } else {
+            "held"
+        };
         fields.insert("state".into(), state.into());
     }
     change

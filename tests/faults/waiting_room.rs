@@ -303,12 +303,20 @@ async fn a_section_the_venue_lacks_is_a_404_behind_a_room_and_queues_nobody() {
         .get(&event_url(&d, at, "sections/NO-SUCH"))
         .await
         .unwrap();
-    assert_eq!(missing.status, reqwest::StatusCode::NOT_FOUND, "{missing:?}");
+    assert_eq!(
+        missing.status,
+        reqwest::StatusCode::NOT_FOUND,
+        "{missing:?}"
+    );
     assert!(missing.body.contains("no section"), "{}", missing.body);
     let queue = format!("seatlock.queue.{}", d.event);
     assert_eq!(stranger.cookie(at, &queue), None, "no ticket given");
     let mut next = HttpBuyer::new();
-    assert_eq!(visit(&mut next, &d, at).await, Visit::Queued(1), "nobody queued before");
+    assert_eq!(
+        visit(&mut next, &d, at).await,
+        Visit::Queued(1),
+        "nobody queued before"
+    );
 }
 
 /// The ticket cookie of `buyer` for the deployment's event, as the browser keeps it.

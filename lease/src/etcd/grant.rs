@@ -131,7 +131,9 @@ async fn create_all(
     let (keys, holder, limit) = (&grant.keys, grant.holder.as_str(), grant.limit);
     let group = keys[0].group();
     let value = hold_value(owner, expires_at_ms, holder);
-    let opening = grant.not_before_ms.map(|ms| (opening_key(group), ms.to_string()));
+    let opening = grant
+        .not_before_ms
+        .map(|ms| (opening_key(group), ms.to_string()));
     loop {
         let mut when = Vec::new();
         let mut then = Vec::new();
