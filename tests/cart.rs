@@ -760,14 +760,7 @@ async fn a_checkout_form_naming_seats_the_buyer_never_held_is_refused_and_buys_n
 async fn nothing_is_held_or_bought_before_the_on_sale_and_the_map_says_when() {
     let app = tiny().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
-    let opens: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
-        "UPDATE events SET on_sale_at = date_trunc('second', now()) + interval '1 hour'
-          WHERE id = $1 RETURNING on_sale_at",
-    )
-    .bind(event)
-    .fetch_one(app.db())
-    .await
-    .unwrap();
+    let opens = app.on_sale_in(event, 3600).await;
     // The tiny venue is in New York: the time is written on its clock.
     let words = (opens.with_timezone(&chrono_tz::America::New_York))
         .format("%H:%M:%S %Z")
@@ -800,7 +793,7 @@ async fn nothing_is_held_or_bought_before_the_on_sale_and_the_map_says_when() {
         best.refusal,
         best.body
     );
-    assert!(holds(&app, event).await.is_empty(), "nothing held");
+    assert_eq!(app.held_count(event).await, 0, "nothing held");
 
     // Holds granted while the sale was open, before its on-sale moved later.
     let id = seatlock_harness::http::page_buyer_id(&page.body).unwrap();

@@ -612,11 +612,7 @@ async fn etcd_compacts_the_revisions_of_old_holds_and_holds_go_on() {
 async fn on_etcd_nothing_is_held_before_the_on_sale_and_then_it_is() {
     let app = app_on_etcd(etcd_url().unwrap()).await;
     let (event, seats) = app.first_event_seats().await.unwrap();
-    sqlx::query("UPDATE events SET on_sale_at = now() + interval '3 seconds' WHERE id = $1")
-        .bind(event)
-        .execute(app.db())
-        .await
-        .unwrap();
+    app.on_sale_in(event, 3).await;
     let mut alice = HttpBuyer::new();
     let refused = alice
         .seat_action(&app.address, event, seats[0], "hold")
@@ -628,16 +624,7 @@ async fn on_etcd_nothing_is_held_before_the_on_sale_and_then_it_is() {
         "{}",
         refused.body
     );
-    let group = app.event_group(event);
-    assert!(
-        app.state
-            .leases
-            .holders(&group)
-            .await
-            .unwrap()
-            .holdings
-            .is_empty()
-    );
+    assert_eq!(app.held_count(event).await, 0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let hold = alice
@@ -659,14 +646,5 @@ async fn on_etcd_nothing_is_held_before_the_on_sale_and_then_it_is() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    assert_eq!(
-        app.state
-            .leases
-            .holders(&group)
-            .await
-            .unwrap()
-            .holdings
-            .len(),
-        1
-    );
+    assert_eq!(app.held_count(event).await, 1);
 }

@@ -431,16 +431,7 @@ async fn posts_without_a_valid_csrf_token_or_from_another_site_are_refused() {
         .await
         .unwrap();
     assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
-    let group = app.event_group(event);
-    assert!(
-        app.state
-            .leases
-            .holders(&group)
-            .await
-            .unwrap()
-            .holdings
-            .is_empty()
-    );
+    assert_eq!(app.held_count(event).await, 0);
 }
 
 #[tokio::test]

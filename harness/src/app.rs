@@ -230,6 +230,28 @@ impl TestApp {
             .expect("counting a seat's orders")
     }
 
+    /// How many seats of event `event_id` are held now, by anyone (one read of the
+    /// event's group).
+    pub async fn held_count(&self, event_id: i64) -> usize {
+        let group = seats::event_group(&self.state.settings.lease_namespace, event_id);
+        let holders = self.state.leases.holders(&group).await;
+        holders.expect("reading the holds").holdings.len()
+    }
+
+    /// Puts event `event_id` on sale `seconds` from now on Postgres's clock, to the whole
+    /// second (before any hold of it: a server reads an event once): the on-sale.
+    pub async fn on_sale_in(&self, event_id: i64, seconds: i64) -> chrono::DateTime<chrono::Utc> {
+        sqlx::query_scalar(
+            "UPDATE events SET on_sale_at = date_trunc('second', now()) + make_interval(secs => $2)
+              WHERE id = $1 RETURNING on_sale_at",
+        )
+        .bind(event_id)
+        .bind(seconds as f64)
+        .fetch_one(self.db())
+        .await
+        .expect("setting the on-sale")
+    }
+
     /// The lease key of seat `seat_id` of event `event_id` in this server's namespace.
     pub fn seat_key(&self, event_id: i64, seat_id: i64) -> LeaseKey {
         seats::lease_key(

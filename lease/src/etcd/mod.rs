@@ -11,7 +11,7 @@
 //! | release | owner-checked delete (txn: the key's lease is the owner's) plus revoke |
 //! | renew | keep-alive of the owner's lease, then an owner-checked rewrite of the recorded expiry |
 //! | retire | owner-checked delete plus a `~retired:<name>` key without lease, which every grant's txn requires absent |
-//! | not before (an on-sale) | the group's `~on-sale` key, which a grant's txn requires to hold that time; the first process whose own clock passed it writes it ([`grant`]) |
+//! | not before (an on-sale) | the group's `~on-sale` key, which a grant's txn requires to hold that time; the first process whose own clock passed it writes it (`grant.rs`) |
 //! | changes | a watch on the groups' key prefix; a lapse is a delete by etcd |
 //!
 //! Keys: `lease:{group}:<name>` (value `"<owner token> <expires_at_ms> <holder label>"`),
