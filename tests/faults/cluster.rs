@@ -362,3 +362,37 @@ async fn the_live_feed_hears_the_expiries_of_every_master() {
         assert_eq!(lapsed.data["why"], "expired", "{lapsed:?}");
     }
 }
+
+/// No grant before the on-sale on a Redis Cluster and under Sentinel (issue 43): the same
+/// acquire script judges it, on the clock of the master (primary) that grants: a hold
+/// two seconds before the on-sale is refused `not_on_sale`, holding nothing; once the
+/// on-sale has passed, it is granted.
+#[tokio::test]
+async fn on_a_cluster_and_under_sentinel_nothing_is_held_before_the_on_sale() {
+    let cluster = ClusterTopology::start().await.unwrap();
+    let sentinel = seatlock_harness::sentinel::SentinelTopology::start()
+        .await
+        .unwrap();
+    for url in [cluster.url(), sentinel.url()] {
+        let app = TestApp::builder().redis(url.clone()).spawn().await.unwrap();
+        let (event, seats) = app.first_event_seats().await.unwrap();
+        app.on_sale_in(event, 2).await;
+        let mut buyer = HttpBuyer::new();
+        let early = buyer
+            .seat_action(&app.address, event, seats[0], "hold")
+            .await
+            .unwrap();
+        assert_eq!(
+            early.refusal.as_deref(),
+            Some("not_on_sale"),
+            "{url}: {early:?}"
+        );
+        assert_eq!(app.held_count(event).await, 0, "{url}");
+        let hold = format!("{}/events/{event}/seats/{}/hold", app.address, seats[0]);
+        eventually(Duration::from_secs(15), "the sale to open", || async {
+            buyer.post(&hold, &[]).await.unwrap().status == SEE_OTHER
+        })
+        .await;
+        assert_eq!(app.held_count(event).await, 1, "{url}");
+    }
+}
