@@ -60,8 +60,9 @@ pub const ETCD_TTL_LIMITS: TtlLimits = TtlLimits {
 };
 
 /// The most seats (resources) one group hold takes on etcd: its txn compares two keys
-/// per resource plus one for the holder limit, and etcd refuses a txn of more than 128
-/// operations in any of its lists (its default `--max-txn-ops`).
+/// per resource plus one for the holder limit and one for the on-sale (128 in all), and
+/// etcd refuses a txn of more than 128 operations in any of its lists (its default
+/// `--max-txn-ops`).
 pub const ETCD_MAX_KEYS_PER_HOLD: usize = 63;
 
 /// How many request attempts fit in the store timeout: each attempt may take this share
