@@ -612,39 +612,6 @@ async fn etcd_compacts_the_revisions_of_old_holds_and_holds_go_on() {
 async fn on_etcd_nothing_is_held_before_the_on_sale_and_then_it_is() {
     let app = app_on_etcd(etcd_url().unwrap()).await;
     let (event, seats) = app.first_event_seats().await.unwrap();
-    app.on_sale_in(event, 3).await;
-    let mut alice = HttpBuyer::new();
-    let refused = alice
-        .seat_action(&app.address, event, seats[0], "hold")
-        .await
-        .unwrap();
-    assert_eq!(
-        refused.refusal.as_deref(),
-        Some("not_on_sale"),
-        "{}",
-        refused.body
-    );
-    assert_eq!(app.held_count(event).await, 0);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let hold = alice
-            .seat_action(&app.address, event, seats[0], "hold")
-            .await
-            .unwrap();
-        if hold.status == StatusCode::SEE_OTHER {
-            break;
-        }
-        assert_eq!(
-            hold.refusal.as_deref(),
-            Some("not_on_sale"),
-            "{}",
-            hold.body
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the sale never opened"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    assert_eq!(app.held_count(event).await, 1);
+    app.check_no_hold_before_the_on_sale(event, seats[0], 3)
+        .await;
 }

@@ -13,7 +13,7 @@
 //!   the viewer's, decided by the server for the viewer of each stream (its signed
 //!   cookie), so no buyer's id, name or token reaches another browser. The shared work
 //!   stays shared: one read and one serialization per change for every viewer; per
-//!   stream, only the comparison of a change's holder with the viewer ([`for_viewer`])
+//!   stream, only the comparison of a change's holder with the viewer (`for_viewer`)
 //!   and the viewer's own seats added to the snapshot.
 //! * **One snapshot per change, for every viewer.** The snapshot is built once per
 //!   generation of the event's topic ([`crate::live::LiveHub::generation`], which moves

@@ -374,25 +374,9 @@ async fn on_a_cluster_and_under_sentinel_nothing_is_held_before_the_on_sale() {
         .await
         .unwrap();
     for url in [cluster.url(), sentinel.url()] {
-        let app = TestApp::builder().redis(url.clone()).spawn().await.unwrap();
+        let app = TestApp::builder().redis(url).spawn().await.unwrap();
         let (event, seats) = app.first_event_seats().await.unwrap();
-        app.on_sale_in(event, 2).await;
-        let mut buyer = HttpBuyer::new();
-        let early = buyer
-            .seat_action(&app.address, event, seats[0], "hold")
-            .await
-            .unwrap();
-        assert_eq!(
-            early.refusal.as_deref(),
-            Some("not_on_sale"),
-            "{url}: {early:?}"
-        );
-        assert_eq!(app.held_count(event).await, 0, "{url}");
-        let hold = format!("{}/events/{event}/seats/{}/hold", app.address, seats[0]);
-        eventually(Duration::from_secs(15), "the sale to open", || async {
-            buyer.post(&hold, &[]).await.unwrap().status == SEE_OTHER
-        })
-        .await;
-        assert_eq!(app.held_count(event).await, 1, "{url}");
+        app.check_no_hold_before_the_on_sale(event, seats[0], 2)
+            .await;
     }
 }
