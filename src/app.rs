@@ -314,15 +314,16 @@ pub fn router(state: AppState, extension: Extension) -> Router {
         ))
         .layer(sessions)
         .layer(axum::middleware::from_fn(buyer::keep_rotated_sessions))
-        // Outside the sessions: it sees (and marks `Secure`, on https) their cookies.
-        .layer(axum::middleware::from_fn_with_state(
-            crate::http::proxy::Proxying::of(&state.settings),
-            crate::http::proxy::buyer_origin,
-        ))
         .layer(axum::middleware::from_fn(buyer::session_save_failures))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             deadline::bound,
+        ))
+        // Outside the sessions: it sees (and marks `Secure`, on https) their cookies.
+        // Outside the deadline too, so its answers (408, 413) get HSTS on https.
+        .layer(axum::middleware::from_fn_with_state(
+            crate::http::proxy::Proxying::of(&state.settings),
+            crate::http::proxy::buyer_origin,
         ))
         // gzip for clients that ask (the arena's overview: 24 kB of HTML, 5 kB sent);
         // tower-http's default predicate leaves event streams and tiny bodies

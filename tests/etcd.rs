@@ -609,3 +609,15 @@ async fn etcd_compacts_the_revisions_of_old_holds_and_holds_go_on() {
     assert_eq!(message.data["seat"], seats[3], "{message:?}");
     let _ = client.status().await;
 }
+
+/// No sale before the on-sale with the leases in etcd (issue 43): a hold three seconds
+/// before the on-sale is refused (`not_on_sale`) by the grant's txn, holding nothing; once
+/// the on-sale has passed, the first hold opens the sale (the group's `~on-sale` key) and
+/// is granted.
+#[tokio::test]
+async fn on_etcd_nothing_is_held_before_the_on_sale_and_then_it_is() {
+    let app = app_on_etcd(etcd_url().unwrap()).await;
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    app.check_no_hold_before_the_on_sale(event, seats[0], 3)
+        .await;
+}

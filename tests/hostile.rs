@@ -925,3 +925,38 @@ async fn every_response_carries_the_security_headers_and_no_page_needs_inline_co
         );
     }
 }
+
+/// On an https origin the answers the app writes before any handler carry HSTS too (issue
+/// 43): a body over the limit is a 413 with HSTS and the security headers (it was written
+/// outside the layer that adds HSTS). The answers hyper writes itself, before the app (a
+/// malformed request: 400; headers past its buffer: 431), are left to the TLS proxy
+/// (docs/scale-out.md).
+#[tokio::test]
+async fn on_https_a_body_too_large_is_a_413_with_hsts() {
+    let public = "https://tickets.example";
+    let (app, event, seats, _) =
+        app(move |s| s.public_origin = Some(public.parse().unwrap())).await;
+    let reply = reqwest::Client::new()
+        .post(format!(
+            "{}/events/{event}/seats/{}/hold",
+            app.address, seats[0]
+        ))
+        .header(ORIGIN, public)
+        .body(vec![b'a'; BODY_LIMIT_BYTES + 1])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let header = |name: &reqwest::header::HeaderName| {
+        reply
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let hsts = header(&reqwest::header::STRICT_TRANSPORT_SECURITY);
+    assert_eq!(hsts.as_deref(), Some(seatlock::http::proxy::HSTS));
+    for (name, value) in seatlock::http::headers::SECURITY_HEADERS {
+        assert_eq!(header(&name).as_deref(), Some(value), "{name}");
+    }
+}

@@ -8,6 +8,7 @@ use seatlock::http::error::Refusal;
 use seatlock::profile::BuyerProfile;
 use seatlock::seats::SeatRef;
 use seatlock::seats::queries::{self, Sale};
+use seatlock_harness::http::{EventStream, snapshot_shows_held};
 use seatlock_harness::{DEMO_VENUES, HttpBuyer, RedisServer, TestApp, eventually};
 
 async fn tiny() -> TestApp {
@@ -430,16 +431,7 @@ async fn posts_without_a_valid_csrf_token_or_from_another_site_are_refused() {
         .await
         .unwrap();
     assert_eq!(foreign.status(), StatusCode::FORBIDDEN);
-    let group = app.event_group(event);
-    assert!(
-        app.state
-            .leases
-            .holders(&group)
-            .await
-            .unwrap()
-            .holdings
-            .is_empty()
-    );
+    assert_eq!(app.held_count(event).await, 0);
 }
 
 #[tokio::test]
@@ -966,7 +958,7 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
     let mut stream = seatlock_harness::http::EventStream::open(&url).await;
     let (name, data) = stream.next().await;
     assert_eq!(name, "snapshot");
-    assert!(data.contains(&format!("\"{}\"", seats[0])), "held: {data}");
+    assert!(snapshot_shows_held(&data, seats[0]), "held: {data}");
 
     // Another buyer holds and releases seat 2 every 100 ms, until the test ends.
     let busy = {
@@ -1005,7 +997,7 @@ async fn an_open_map_converges_after_a_change_it_was_never_told_of() {
             "the map never converged"
         );
         let (name, data) = stream.next().await;
-        if name == "snapshot" && !data.contains(&format!("\"{}\"", seats[0])) {
+        if name == "snapshot" && !snapshot_shows_held(&data, seats[0]) {
             break;
         }
     }
@@ -1028,5 +1020,130 @@ async fn page_showing(buyer: &mut HttpBuyer, url: &str, wanted: &str) -> String 
             "{url} never showed {wanted:?}: {body}"
         );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// A copy of event `event` (same venue and start, its own seats), as `seatlock seed`
+/// makes one: its id.
+async fn another_event(app: &TestApp, event: i64) -> i64 {
+    let mut tx = app.db().begin().await.unwrap();
+    let other: i64 = sqlx::query_scalar(
+        "INSERT INTO events (venue_id, name, starts_at)
+         SELECT venue_id, 'Another night', starts_at FROM events WHERE id = $1 RETURNING id",
+    )
+    .bind(event)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    seatlock::seed::create_event_seats(&mut tx, other)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    other
+}
+
+/// The map names no one (issue 43): two named buyers hold seats in two events; a stranger
+/// reads both events' pages and streams, before and while they hold more, and finds
+/// neither buyer's id, name or owner token, only held seats. Each holder's own stream
+/// tells its holds as `mine`, and another's as `held`.
+#[tokio::test]
+async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
+    let app = tiny().await;
+    let (first, seats) = app.first_event_seats().await.unwrap();
+    let second = another_event(&app, first).await;
+    let second_seats = seatlock_harness::event_seats(app.db(), second)
+        .await
+        .unwrap();
+    let base = app.address.clone();
+    let mut secrets = Vec::new();
+    let mut holders = Vec::new();
+    for (n, name) in ["Alice Holder", "Bob Holder"].into_iter().enumerate() {
+        let mut buyer = HttpBuyer::new();
+        let page = buyer.get(&format!("{base}/events/{first}")).await.unwrap();
+        let id = seatlock_harness::http::page_buyer_id(&page.body).unwrap();
+        secrets.extend([id.clone(), name.to_owned()]);
+        let named = buyer
+            .post(&format!("{base}/me"), &[("name", name)])
+            .await
+            .unwrap();
+        assert_eq!(named.status, StatusCode::SEE_OTHER, "{}", named.body);
+        for (event, seat) in [(first, seats[n]), (second, second_seats[n])] {
+            let held = buyer.seat_action(&base, event, seat, "hold").await.unwrap();
+            assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+            let key = app.seat_key(event, seat);
+            let lease = app.state.leases.owned_by(&key, &id).await.unwrap();
+            secrets.push(lease.expect("held").owner().as_str().to_owned());
+        }
+        holders.push(buyer);
+    }
+    let mut stranger = HttpBuyer::new();
+    let mut seen = String::new();
+    let mut streams = Vec::new();
+    for event in [first, second] {
+        seen += &stranger
+            .get(&format!("{base}/events/{event}"))
+            .await
+            .unwrap()
+            .body;
+        seen += &stranger
+            .get(&format!("{base}/events/{event}/sections/MAIN"))
+            .await
+            .unwrap()
+            .body;
+        let url = format!("{base}/events/{event}/stream");
+        let mut stream = EventStream::open_as(&stranger, &url).await.unwrap();
+        let (name, snapshot) = stream.next().await;
+        assert_eq!(name, "snapshot");
+        assert!(snapshot_shows_held(
+            &snapshot,
+            if event == first {
+                seats[0]
+            } else {
+                second_seats[0]
+            }
+        ));
+        seen += &snapshot;
+        streams.push(stream);
+    }
+    // Each holder's own map tells its hold as theirs, and the other's as held.
+    let url = format!("{base}/events/{first}/stream");
+    let mut alices = EventStream::open_as(&holders[0], &url).await.unwrap();
+    let (_, snapshot) = alices.next().await;
+    let snapshot: serde_json::Value = serde_json::from_str(&snapshot).unwrap();
+    assert_eq!(
+        snapshot["mine"],
+        serde_json::json!([seats[0]]),
+        "{snapshot}"
+    );
+    // More holds while the stranger's streams are open: each reaches them as `held`.
+    for (n, holder) in holders.iter_mut().enumerate() {
+        for (event, seat) in [(first, seats[2 + n]), (second, second_seats[2 + n])] {
+            let held = holder
+                .seat_action(&base, event, seat, "hold")
+                .await
+                .unwrap();
+            assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+        }
+    }
+    for stream in &mut streams {
+        for _ in 0..2 {
+            let (name, change) = stream.next().await;
+            assert_eq!(name, "seat");
+            assert!(change.contains("\"state\":\"held\""), "{change}");
+            seen += &change;
+        }
+    }
+    let (_, mine) = alices.next().await;
+    assert!(
+        mine.contains(&format!("\"seat\":{}", seats[2])) && mine.contains("\"mine\""),
+        "{mine}"
+    );
+    let (_, theirs) = alices.next().await;
+    assert!(theirs.contains("\"held\""), "{theirs}");
+    for secret in &secrets {
+        assert!(
+            !seen.contains(secret.as_str()),
+            "a stranger sees {secret:?}"
+        );
     }
 }

@@ -69,35 +69,35 @@
     }
   }
 
-  function heldState(map, holder) {
-    return holder === map.dataset.buyer ? "mine" : "held";
-  }
-
+  // A snapshot names no holder (src/venue/live.rs): every held seat is in `held`, the
+  // viewer's own also in `mine`, as the server decided for this browser.
   function applySnapshot(map, snapshot) {
     const sold = new Set(snapshot.sold.map(String));
+    const held = new Set(snapshot.held.map(String));
+    const mine = new Set(snapshot.mine.map(String));
     map.querySelectorAll(".seat").forEach(function (el) {
       const id = el.id.slice("seat-".length);
-      const holder = snapshot.held[id];
-      setSeat(map, id, sold.has(id) ? "sold" : holder !== undefined ? heldState(map, holder) : "available");
+      setSeat(map, id, sold.has(id) ? "sold" : mine.has(id) ? "mine" : held.has(id) ? "held" : "available");
     });
   }
 
-  // The map as shown, in the shape of a snapshot (for a tab that joins a shared stream):
-  // the holder of a seat held by someone else is not known here, and need not be.
+  // The map as shown, in the shape of a snapshot (for a tab that joins a shared stream).
   function mapState(map) {
-    const state = { held: {}, sold: [] };
+    const state = { mine: [], held: [], sold: [] };
     map.querySelectorAll(".seat").forEach(function (el) {
-      const id = el.id.slice("seat-".length);
+      const id = Number(el.id.slice("seat-".length));
       const s = seatState(el);
-      if (s === "sold" || s === "bought") state.sold.push(Number(id));
-      else if (s === "mine") state.held[id] = map.dataset.buyer;
-      else if (s === "held") state.held[id] = "";
+      if (s === "sold" || s === "bought") state.sold.push(id);
+      else if (s === "mine") { state.mine.push(id); state.held.push(id); }
+      else if (s === "held") state.held.push(id);
     });
     return state;
   }
 
+  // A change's state is "held" (someone else's), "mine" (this browser's), "available"
+  // or "sold".
   function applySeat(map, change) {
-    setSeat(map, change.seat, change.state === "held" ? heldState(map, change.holder) : change.state);
+    setSeat(map, change.seat, change.state);
   }
 
   // Opens a server-sent event stream, calling handlers[event name](data), and keeps it
@@ -270,17 +270,17 @@
         sections.forEach(function (sec) { sec.dataset.available = sec.dataset.total; });
         if (count) count.textContent = String(sectionOf.size);
         snap.sold.forEach(function (id) { mark(id, "sold"); });
-        Object.keys(snap.held).forEach(function (id) { mark(id, "held"); });
+        snap.held.forEach(function (id) { mark(id, "held"); });
         sections.forEach(show);
       },
       seat: function (change) {
-        const sec = mark(change.seat, change.state === "available" ? null : change.state);
+        const sec = mark(change.seat, change.state === "available" ? null : change.state === "sold" ? "sold" : "held");
         if (sec) show(sec);
       },
       state: function () {
-        const state = { held: {}, sold: [] };
+        const state = { mine: [], held: [], sold: [] };
         taken.forEach(function (s, id) {
-          if (s === "sold") state.sold.push(id); else state.held[id] = "";
+          if (s === "sold") state.sold.push(id); else state.held.push(id);
         });
         return state;
       }

@@ -775,7 +775,7 @@ async fn best_available_2_does_not_strand_the_third_of_three_free_seats() {
         let a = w.buyer("A", 0).await?;
         a.open_live(&hall).await?;
         expect(a.page.locator("#orphan-rule"))
-            .to_contain_text("never leaves a single seat alone")
+            .to_contain_text("leaves no single seat alone")
             .await?;
         let (_, places) = held_by_best_available(w, &a, event, 2).await?;
         ensure!(places.len() == 2, "held {places:?}");

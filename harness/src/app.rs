@@ -230,6 +230,54 @@ impl TestApp {
             .expect("counting a seat's orders")
     }
 
+    /// How many seats of event `event_id` are held now, by anyone (one read of the
+    /// event's group).
+    pub async fn held_count(&self, event_id: i64) -> usize {
+        let group = seats::event_group(&self.state.settings.lease_namespace, event_id);
+        let holders = self.state.leases.holders(&group).await;
+        holders.expect("reading the holds").holdings.len()
+    }
+
+    /// Puts event `event_id` on sale `seconds` from now on Postgres's clock, to the whole
+    /// second (before any hold of it: a server reads an event once): the on-sale.
+    pub async fn on_sale_in(&self, event_id: i64, seconds: i64) -> chrono::DateTime<chrono::Utc> {
+        sqlx::query_scalar(
+            "UPDATE events SET on_sale_at = date_trunc('second', now()) + make_interval(secs => $2)
+              WHERE id = $1 RETURNING on_sale_at",
+        )
+        .bind(event_id)
+        .bind(seconds as f64)
+        .fetch_one(self.db())
+        .await
+        .expect("setting the on-sale")
+    }
+
+    /// Puts event `event_id` on sale `seconds` from now ([`TestApp::on_sale_in`]) and
+    /// checks a hold of its seat `seat_id` over HTTP: refused `not_on_sale` before the
+    /// on-sale, holding nothing; granted once it has passed (within 15 s).
+    pub async fn check_no_hold_before_the_on_sale(
+        &self,
+        event_id: i64,
+        seat_id: i64,
+        seconds: i64,
+    ) {
+        self.on_sale_in(event_id, seconds).await;
+        let mut buyer = crate::HttpBuyer::new();
+        let early = buyer
+            .seat_action(&self.address, event_id, seat_id, "hold")
+            .await;
+        let early = early.expect("a hold answered");
+        assert_eq!(early.refusal.as_deref(), Some("not_on_sale"), "{early:?}");
+        assert_eq!(self.held_count(event_id).await, 0, "nothing held");
+        let hold = format!("{}/events/{event_id}/seats/{seat_id}/hold", self.address);
+        eventually(Duration::from_secs(15), "the sale to open", || async {
+            let reply = buyer.post(&hold, &[]).await.expect("a hold answered");
+            reply.status == reqwest::StatusCode::SEE_OTHER
+        })
+        .await;
+        assert_eq!(self.held_count(event_id).await, 1);
+    }
+
     /// The lease key of seat `seat_id` of event `event_id` in this server's namespace.
     pub fn seat_key(&self, event_id: i64, seat_id: i64) -> LeaseKey {
         seats::lease_key(

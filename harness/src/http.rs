@@ -315,6 +315,13 @@ pub fn authenticity_token(html: &str) -> Option<String> {
     Some(html[start..start + end].to_owned())
 }
 
+/// Whether a seat map's snapshot data (`{"mine": [seat], "held": [seat], "sold": [seat]}`,
+/// `src/venue/live.rs`) shows `seat` held, by anyone.
+pub fn snapshot_shows_held(data: &str, seat: i64) -> bool {
+    let data: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
+    (data["held"].as_array()).is_some_and(|held| held.contains(&seat.into()))
+}
+
 /// The public buyer id of an event page's viewer (its `data-buyer` attribute).
 pub fn page_buyer_id(page: &str) -> Option<String> {
     between(page, "data-buyer=\"", "\"")

@@ -48,7 +48,7 @@ pub(super) async fn hold_group_route(
     }
     cart::hold_group(&state, &buyer, event_id, &seats)
         .await?
-        .map_err(purchase::hold_refused)?;
+        .map_err(|err| purchase::hold_refused(err, &event))?;
     Ok(Redirect::to(&format!("/events/{event_id}#cart")))
 }
 

@@ -106,7 +106,9 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
     ///
     /// The script refuses the whole grant, writing nothing, when:
     ///
-    /// * the grant's admission is not live: [`LeaseError::NotAdmitted`], checked first;
+    /// * Redis's clock is before the grant's `not_before_ms`: [`LeaseError::NotYet`],
+    ///   checked first;
+    /// * the grant's admission is not live: [`LeaseError::NotAdmitted`];
     /// * a key is retired: [`LeaseError::Retired`];
     /// * another owner holds a key: [`LeaseError::Held`], with that holder and its time left;
     /// * the holder would pass the grant's limit: [`LeaseError::OverLimit`].
@@ -170,6 +172,9 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
                 }
                 AcquireReply::Retired => return Err(LeaseError::Retired),
                 AcquireReply::NotAdmitted => return Err(LeaseError::NotAdmitted),
+                AcquireReply::NotYet { not_before_ms } => {
+                    return Err(LeaseError::NotYet { not_before_ms });
+                }
                 // Step 5. Redis may not issue past the ledger's ceiling. After a failover
                 // it may not issue from a block another server installed. So reserve a
                 // block, then ask again with the same owner token and marker.

@@ -51,6 +51,15 @@ pub enum LeaseError {
     /// granted or written.
     #[error("the holder has no live admission to this group's waiting room")]
     NotAdmitted,
+    /// The grant asked for nothing before `not_before_ms` ([`Grant::not_before_ms`](crate::Grant::not_before_ms)),
+    /// and the store's clock says it is earlier (on etcd: the group's opening key is not
+    /// written yet, and this process's clock says it is too early to write it). Nothing
+    /// was granted or written.
+    #[error("nothing is granted before {not_before_ms} (Unix ms)")]
+    NotYet {
+        /// The time asked for, Unix milliseconds.
+        not_before_ms: u64,
+    },
     /// The grant named an admission, and this store cannot check one: only the Redis
     /// store keeps waiting rooms. Nothing was sent.
     #[error("the {store} lease store cannot check a waiting room's admission")]

@@ -36,6 +36,14 @@ pub struct Grant {
     /// The holder's admission to the group's waiting room ([`crate::room`]). The grant
     /// then succeeds only while that admission is live. `None`: no waiting room.
     pub admission: Option<OwnerToken>,
+    /// Unix milliseconds before which nothing is granted (an event's on-sale), judged in
+    /// the grant's atomic step on the store's clock: Redis's `TIME` in the script; on etcd
+    /// a compare on the group's opening key, which the first process whose own clock has
+    /// passed this time writes (`docs/stores.md`). Refused with [`LeaseError::NotYet`].
+    /// `None`: no such time.
+    ///
+    /// [`LeaseError::NotYet`]: crate::LeaseError::NotYet
+    pub not_before_ms: Option<u64>,
 }
 
 impl Grant {
@@ -48,6 +56,7 @@ impl Grant {
             ttl,
             limit: None,
             admission: None,
+            not_before_ms: None,
         }
     }
 
@@ -62,6 +71,13 @@ impl Grant {
     /// room.
     pub fn admission(mut self, admission: OwnerToken) -> Grant {
         self.admission = Some(admission);
+        self
+    }
+
+    /// The same request, refused before `not_before_ms` (Unix ms, the store's clock:
+    /// [`Grant::not_before_ms`]).
+    pub fn not_before(mut self, not_before_ms: u64) -> Grant {
+        self.not_before_ms = Some(not_before_ms);
         self
     }
 }

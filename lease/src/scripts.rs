@@ -80,6 +80,9 @@ pub(crate) enum AcquireReply {
     NeedsBlock,
     Retired,
     NotAdmitted,
+    NotYet {
+        not_before_ms: u64,
+    },
 }
 
 /// How long a block reservation may take, from the acquire that asked for it to its
@@ -120,7 +123,9 @@ pub(crate) async fn acquire(
         .arg(grant.limit.map_or(0, |n| n.max(1)))
         .arg(u8::from(attempt.failover_guard))
         // "": no waiting room.
-        .arg(grant.admission.as_ref().map_or("", OwnerToken::as_str));
+        .arg(grant.admission.as_ref().map_or("", OwnerToken::as_str))
+        // 0: no on-sale time.
+        .arg(grant.not_before_ms.unwrap_or(0));
     for key in &grant.keys {
         invocation.key(key.lease_key()).arg(key.name());
     }
@@ -139,6 +144,7 @@ pub(crate) async fn acquire(
         "over_limit" => AcquireReply::OverLimit { held: a, limit: b },
         "needs_block" => AcquireReply::NeedsBlock,
         "not_admitted" => AcquireReply::NotAdmitted,
+        "not_yet" => AcquireReply::NotYet { not_before_ms: a },
         _ => {
             return Err(RedisError::from((
                 ErrorKind::UnexpectedReturnType,

@@ -119,7 +119,7 @@ pub trait LeaseStore: Send + Sync {
     /// refuses unless the admission is live.
     ///
     /// Errors: [`LeaseError::Held`], [`LeaseError::Retired`], [`LeaseError::OverLimit`],
-    /// [`LeaseError::NotAdmitted`], [`LeaseError::NotOneGroup`],
+    /// [`LeaseError::NotAdmitted`], [`LeaseError::NotYet`], [`LeaseError::NotOneGroup`],
     /// [`LeaseError::TtlNotExpressible`], and [`LeaseError::AdmissionUnchecked`] from a
     /// store that cannot check an admission.
     async fn acquire_all(&self, grant: &Grant) -> Result<Vec<Lease>, LeaseError>;

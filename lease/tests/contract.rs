@@ -425,3 +425,30 @@ async fn a_watchdog_keeps_a_lease_past_its_ttl_on_either_store() {
     })
     .await;
 }
+
+/// Nothing is granted before a grant's `not_before_ms` (an event's on-sale, issue 43),
+/// judged in the grant's own step: a minute ahead of the store's clock the grant is refused
+/// (`NotYet`) and nothing is written; once the time has passed it is granted.
+#[tokio::test]
+async fn nothing_is_granted_before_its_time_and_then_it_is() {
+    on_both(|store, group| async move {
+        let seat = key(&group, "1");
+        let now_ms = store.holders(&group).await.unwrap().now_ms;
+        let early = Grant::new([seat.clone()], "alice", TTL).not_before(now_ms + 60_000);
+        match store.acquire_all(&early).await {
+            Err(LeaseError::NotYet { not_before_ms }) => assert_eq!(not_before_ms, now_ms + 60_000),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            store.remaining(&seat).await.unwrap(),
+            None,
+            "nothing written"
+        );
+        assert!(store.holders(&group).await.unwrap().holdings.is_empty());
+        let open = Grant::new([seat.clone()], "alice", TTL).not_before(now_ms - 1_000);
+        let leases = store.acquire_all(&open).await.unwrap();
+        assert!(store.is_held(&leases[0]).await.unwrap());
+        assert_eq!(store.holders(&group).await.unwrap().holdings.len(), 1);
+    })
+    .await;
+}

@@ -4,7 +4,6 @@ use askama::Template;
 use askama_web::WebTemplate;
 use axum::extract::State;
 use axum::response::IntoResponse;
-use chrono::{DateTime, Utc};
 
 use super::EventSummary;
 use crate::http::buyer::Buyer;
@@ -24,8 +23,6 @@ pub(crate) struct EventListing {
     pub unsold: i64,
     /// `events.waiting_room_shoppers` (migration 0010): `None` leaves it to the flag.
     pub waiting_room_shoppers: Option<i32>,
-    /// `events.on_sale_at`: `None` on sale since it was created.
-    pub on_sale_at: Option<DateTime<Utc>>,
 }
 
 impl EventListing {
@@ -36,8 +33,7 @@ impl EventListing {
             .waiting_room_shoppers
             .map_or(*default_shoppers, |n| u64::try_from(n).unwrap_or(0));
         (shoppers > 0).then(|| {
-            let on_sale = self
-                .on_sale_at
+            let on_sale = (self.event.on_sale_at)
                 .map(|at| format!(", on sale {}", self.event.local(at, "%a %-d %b, %H:%M %Z")))
                 .unwrap_or_default();
             format!("a waiting room: {shoppers} at a time{on_sale}")

@@ -7,6 +7,10 @@ use sqlx::PgPool;
 
 pub(crate) mod list;
 
+/// How an on-sale is written for a buyer, on the venue's clock (chrono's format): "Sat 12
+/// Dec 2026, 19:30:00 GMT". Seconds included: a crowd waits for the minute.
+pub(crate) const ON_SALE_FORMAT: &str = "%a %-d %b %Y, %H:%M:%S %Z";
+
 /// An event with its venue and seat counts.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct EventSummary {
@@ -22,6 +26,9 @@ pub struct EventSummary {
     pub starts_at: DateTime<Utc>,
     /// The venue's IANA zone (`venues.time_zone`, migration 0012), `Europe/London`.
     pub time_zone: String,
+    /// `events.on_sale_at`: nothing is held or sold before it; `None` on sale since it
+    /// was created.
+    pub on_sale_at: Option<DateTime<Utc>>,
 }
 
 impl EventSummary {
@@ -31,6 +38,14 @@ impl EventSummary {
     /// reading it as the hall's time).
     pub fn when(&self) -> String {
         self.local(self.starts_at, "%a %-d %b %Y, %H:%M %Z")
+    }
+
+    /// When the sale opens on the venue's wall clock ([`ON_SALE_FORMAT`]), while it is
+    /// still to come by this process's clock (what the page says; the grant's step
+    /// decides, on the store's clock): `None` once it has opened, or with no on-sale.
+    pub fn opens(&self) -> Option<String> {
+        let at = self.on_sale_at.filter(|at| *at > Utc::now())?;
+        Some(self.local(at, ON_SALE_FORMAT))
     }
 
     /// `at` on the venue's wall clock ([`venue_time`]).
@@ -50,7 +65,7 @@ pub(crate) fn venue_time(time_zone: &str, at: DateTime<Utc>, format: &str) -> St
 /// One event, or `None`.
 pub(crate) async fn find(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventSummary>> {
     sqlx::query_as(
-        "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at, v.time_zone
+        "SELECT e.id, e.name, v.name AS venue, v.city, e.starts_at, v.time_zone, e.on_sale_at
            FROM events e JOIN venues v ON v.id = e.venue_id WHERE e.id = $1",
     )
     .bind(event_id)
@@ -70,6 +85,7 @@ mod tests {
             city: "Manchester".into(),
             starts_at: starts_at.parse().unwrap(),
             time_zone: venue_zone.into(),
+            on_sale_at: None,
         }
     }
 

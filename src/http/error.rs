@@ -108,6 +108,15 @@ pub enum Refusal {
         "It is not your turn to shop this event: its waiting room admits a few buyers at a time. Join the queue from the event's page; seats you already hold stay yours until their countdown ends."
     )]
     NotAdmitted,
+    /// The event's sale has not opened: `not_on_sale`. Judged where the grant is (the
+    /// hold script on Redis's clock, the etcd txn; `docs/stores.md`) and by the sale's
+    /// write on Postgres's clock. `opens` is the on-sale on the venue's wall clock
+    /// ([`Refusal::not_on_sale`]).
+    #[error("This event is not on sale yet: its sale opens {opens}. Nothing was held or bought.")]
+    NotOnSale {
+        /// "Sat 12 Dec 2026, 19:30:00 GMT".
+        opens: String,
+    },
     /// The item's bid lock stayed busy through every retry: `busy`.
     #[error(
         "Bidding on this item is busy right now, so your bid was not placed. Please try again."
@@ -137,6 +146,15 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// [`Refusal::NotOnSale`] for a sale that opens at `opens_at_ms` (Unix ms), written on
+    /// the wall clock of the IANA zone `time_zone` (the venue's).
+    pub fn not_on_sale(opens_at_ms: u64, time_zone: &str) -> Refusal {
+        let at = chrono::DateTime::from_timestamp_millis(opens_at_ms as i64).unwrap_or_default();
+        Refusal::NotOnSale {
+            opens: crate::events::venue_time(time_zone, at, crate::events::ON_SALE_FORMAT),
+        }
+    }
+
     /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`,
     /// `seat_limit`, `no_block`, `strands_seat`, `blocks_taken`, `holds_lapsed`, `payment_voided`,
     /// `not_admitted`, `busy`,
@@ -156,6 +174,7 @@ impl Refusal {
             Refusal::HoldsLapsed { .. } => "holds_lapsed",
             Refusal::PaymentVoided => "payment_voided",
             Refusal::NotAdmitted => "not_admitted",
+            Refusal::NotOnSale { .. } => "not_on_sale",
             Refusal::BidLockBusy => "busy",
             Refusal::StaleBidLock => "stale_bid_lock",
             Refusal::Bid(rule) => rule.code(),
@@ -262,6 +281,10 @@ impl From<LeaseError> for Error {
             LeaseError::Retired => Refusal::AlreadySold.into(),
             LeaseError::OverLimit { held, limit } => Refusal::SeatLimit { held, limit }.into(),
             LeaseError::NotAdmitted => Refusal::NotAdmitted.into(),
+            // Without the venue at hand (a hold names it: `seats::purchase::hold_refused`).
+            LeaseError::NotYet { not_before_ms } => {
+                Refusal::not_on_sale(not_before_ms, "UTC").into()
+            }
             // Only the Redis store checks admissions; on etcd the server starts with no
             // waiting room.
             LeaseError::AdmissionUnchecked { .. } => {

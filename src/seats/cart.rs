@@ -64,7 +64,7 @@ pub struct HeldBlock {
 /// Errors:
 /// * 400: `quantity` not in 1..=`--max-seats-per-buyer`.
 /// * 404: no such event.
-/// * 409: event started. Or no such block ([`Refusal::NoBlock`]). Or only blocks that
+/// * 409: event started, or not on sale yet ([`Refusal::NotOnSale`]). Or no such block ([`Refusal::NoBlock`]). Or only blocks that
 ///   would strand a seat ([`Refusal::StrandsSeat`]). Or the buyer's limit
 ///   ([`Refusal::SeatLimit`]). Or taken by others on every pick ([`Refusal::BlocksTaken`]).
 /// * 503: store unavailable.
@@ -148,7 +148,7 @@ pub async fn best_available(
                 taken = held.iter().chain(&sold_since).copied().collect();
                 spread = spread.saturating_mul(SPREAD);
             }
-            Err(err) => return Err(purchase::hold_refused(err)),
+            Err(err) => return Err(purchase::hold_refused(err, &event)),
         }
     }
     Err(Refusal::BlocksTaken { quantity }.into())
@@ -163,7 +163,8 @@ pub async fn best_available(
 /// Returns the leases in the order of `seats`.
 ///
 /// A refusal comes back as the lease error, and nothing was held then. The errors are
-/// `Held`, `Retired` for a sold seat, `OverLimit`, `NotAdmitted` and `Unavailable`.
+/// `Held`, `Retired` for a sold seat, `OverLimit`, `NotAdmitted`, `NotYet` before the
+/// event's on-sale (in the grant's step, on the store's clock) and `Unavailable`.
 /// `purchase::hold_refused` turns them into the buyer's 409 or 503.
 /// The one error of its own is 404, no such event.
 ///
@@ -183,9 +184,11 @@ pub async fn hold_group(
             )
         })
         .collect();
+    let event = state.catalog.event(&state.db, event_id).await?;
     let grant = Grant {
         limit: Some(state.settings.max_seats_per_buyer),
         admission: waiting_room::admission(state, buyer, event_id).await?,
+        not_before_ms: event.ok_or_else(Error::no_such_event)?.on_sale_at_ms(),
         ..Grant::new(keys, buyer.id(), state.settings.hold_ttl())
     };
     let leases = match state.leases.acquire_all(&grant).await {

@@ -36,12 +36,18 @@ pub struct EventSeats {
     /// The venue's IANA zone, for times shown to buyers.
     pub time_zone: String,
     seat_ids: HashSet<i64>,
+    section_codes: HashSet<String>,
 }
 
 impl EventSeats {
     /// Whether the event has seat `seat_id` (`seats.id`).
     pub fn has_seat(&self, seat_id: i64) -> bool {
         self.seat_ids.contains(&seat_id)
+    }
+
+    /// Whether the event's venue has a section of code `code` (`sections.code`).
+    pub fn has_section(&self, code: &str) -> bool {
+        self.section_codes.contains(code)
     }
 
     /// How many seats the event has.
@@ -96,6 +102,7 @@ impl Catalog {
             queue_seed: row.queue_seed as u64,
             time_zone: row.time_zone,
             seat_ids: row.seat_ids.into_iter().collect(),
+            section_codes: row.section_codes.into_iter().collect(),
         });
         self.events
             .write()

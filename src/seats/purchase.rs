@@ -22,6 +22,7 @@ use tracing::Span;
 use tracing::field::Empty;
 
 use super::SeatRef;
+use super::catalog::EventSeats;
 use super::queries::{self, Sale};
 use crate::failpoint::{self, PausePoint};
 use crate::http::buyer::Buyer;
@@ -58,9 +59,10 @@ pub enum HoldOutcome {
 ///
 /// Errors:
 /// * 404: no such event, or no such seat.
-/// * 409: sold, event started, "someone is buying this seat", or the buyer's limit
-///   reached. Redis counts the limit (`--max-seats-per-buyer`) in the same script
-///   ([`Refusal::SeatLimit`]).
+/// * 409: sold, event started, not on sale yet, "someone is buying this seat", or the
+///   buyer's limit reached. Redis counts the limit (`--max-seats-per-buyer`) and judges
+///   the on-sale (on its own clock) in the same script ([`Refusal::SeatLimit`],
+///   [`Refusal::NotOnSale`]).
 /// * 503: store unavailable.
 ///
 /// Traced as span `hold`, with the event, seat, buyer and, once granted, fencing token.
@@ -80,6 +82,7 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
     let grant = Grant {
         limit: Some(state.settings.max_seats_per_buyer),
         admission: waiting_room::admission(state, buyer, seat.event_id).await?,
+        not_before_ms: event.on_sale_at_ms(),
         ..Grant::new([key], buyer.id(), state.settings.hold_ttl())
     };
     match state
@@ -102,16 +105,22 @@ pub async fn hold(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<Hold
         }
         // The refusal names why. Held by someone else: `held`. Retired by its sale:
         // `sold`. Over the buyer's limit: `seat_limit`. Not admitted by the event's
-        // waiting room: `not_admitted`.
-        Err(err) => Err(hold_refused(err)),
+        // waiting room: `not_admitted`. Before the on-sale: `not_on_sale`.
+        Err(err) => Err(hold_refused(err, &event)),
     }
 }
 
-/// A hold refused by Redis, as the buyer's error.
-/// It is 409 for held, sold or the buyer's limit, and 503 for a store unavailable.
+/// A hold of `event` refused by the lease store, as the buyer's error.
+/// It is 409 for held, sold, the buyer's limit or before the on-sale (named on the
+/// venue's clock), and 503 for a store unavailable.
 /// Counted in `telemetry::HOLDS_REFUSED_TOTAL`.
-pub fn hold_refused(err: LeaseError) -> Error {
-    let err = Error::from(err);
+pub fn hold_refused(err: LeaseError, event: &EventSeats) -> Error {
+    let err = match err {
+        LeaseError::NotYet { not_before_ms } => {
+            Refusal::not_on_sale(not_before_ms, &event.time_zone).into()
+        }
+        err => Error::from(err),
+    };
     if let Error::Refused(refusal) = &err {
         telemetry::hold_refused(refusal);
     }
@@ -539,7 +548,7 @@ async fn give_up(state: &AppState, lease: &Lease, sold: bool) {
 /// Explains a sale the fenced write refused ([`queries::sell`]).
 ///
 /// * Already bought by this buyer: a double submit. It returns the order.
-/// * The event started.
+/// * The event started, or its sale has not opened (Postgres's clock).
 /// * A stale fencing token: the row accepted a higher one, which only a sale writes.
 /// * Sold.
 ///
@@ -566,6 +575,16 @@ async fn sale_refused(
         Some(s) if !s.sold && s.started => {
             telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::EventStarted));
             Err(Refusal::EventStarted.into())
+        }
+        Some(s) if !s.sold && s.opens_at.is_some() => {
+            let event = state.catalog.event(&state.db, seat.event_id).await?;
+            let zone = event.as_ref().map_or("UTC", |e| e.time_zone.as_str());
+            let opens_at_ms = s
+                .opens_at
+                .map_or(0, |at| at.timestamp_millis().max(0) as u64);
+            let refusal = Refusal::not_on_sale(opens_at_ms, zone);
+            telemetry::confirm(ConfirmOutcome::Rejected(&refusal));
+            Err(refusal.into())
         }
         Some(s) if s.fence_token > lease.fencing_token().as_i64() => {
             tracing::warn!(

@@ -19,12 +19,15 @@ pub struct SeatStatus {
     pub fence_token: i64,
     /// Whether the event has started. Sales close when it starts.
     pub started: bool,
+    /// When the event's sale opens, if it has not yet (Postgres's clock): sales open then.
+    pub opens_at: Option<DateTime<Utc>>,
 }
 
 /// The seat's state, or `None` if the event has no such seat.
 pub async fn seat_status(db: &PgPool, seat: SeatRef) -> sqlx::Result<Option<SeatStatus>> {
     sqlx::query_as(
-        "SELECT es.sold, es.fence_token, e.starts_at <= clock_timestamp() AS started
+        "SELECT es.sold, es.fence_token, e.starts_at <= clock_timestamp() AS started,
+                CASE WHEN e.on_sale_at > clock_timestamp() THEN e.on_sale_at END AS opens_at
            FROM event_seats es JOIN events e ON e.id = es.event_id
           WHERE es.event_id = $1 AND es.seat_id = $2",
     )
@@ -51,15 +54,18 @@ pub struct EventRow {
     pub time_zone: String,
     /// The ids of its seats.
     pub seat_ids: Vec<i64>,
+    /// The codes of its venue's sections.
+    pub section_codes: Vec<String>,
 }
 
-/// Event `event_id`'s start, on-sale time, waiting room and seat ids.
+/// Event `event_id`'s start, on-sale time, waiting room, seat ids and section codes.
 /// `None` if there is no such event.
 /// It is what a hold checks, read once per process ([`super::catalog::Catalog`]).
 pub async fn event_seats(db: &PgPool, event_id: i64) -> sqlx::Result<Option<EventRow>> {
     sqlx::query_as(
         "SELECT e.name, e.starts_at, e.on_sale_at, e.waiting_room_shoppers, e.queue_seed, v.time_zone,
-                array(SELECT seat_id FROM event_seats WHERE event_id = e.id) AS seat_ids
+                array(SELECT seat_id FROM event_seats WHERE event_id = e.id) AS seat_ids,
+                array(SELECT code FROM sections WHERE venue_id = e.venue_id) AS section_codes
            FROM events e JOIN venues v ON v.id = e.venue_id WHERE e.id = $1",
     )
     .bind(event_id)
@@ -90,7 +96,7 @@ pub enum Sale {
 /// token. It does so only if three things hold at the moment of the write:
 /// * the seat is unsold;
 /// * no higher token was accepted before: Kleppmann's fencing check;
-/// * the event has not started.
+/// * the event is on sale (`on_sale_at` passed) and has not started.
 ///
 /// The same statement inserts the order and captures the payment authorized under
 /// `payment_key`.
@@ -126,11 +132,11 @@ pub async fn sell(
 ) -> sqlx::Result<Sale> {
     let row: Option<(i64, bool)> = sqlx::query_as(
         "-- The fenced, conditional write. Only an unsold seat, a token not lower than
-         -- the row's, and an event not started yet.
+         -- the row's, and an event on sale and not started yet.
          WITH sold AS (
              UPDATE event_seats SET sold = true, fence_token = $3
               WHERE event_id = $1 AND seat_id = $2 AND NOT sold AND fence_token <= $3
-                AND (SELECT starts_at FROM events WHERE id = $1) > clock_timestamp()
+                AND (SELECT starts_at > clock_timestamp() AND coalesce(on_sale_at, '-infinity') <= clock_timestamp() FROM events WHERE id = $1)
           RETURNING event_id, seat_id, price_cents),
          -- The order, only if the seat was sold just now.
          ordered AS (

@@ -1,12 +1,20 @@
 //! `GET /events/{id}/stream`: the seat map's live updates (server-sent events).
 //!
-//! The stream opens with a `snapshot` (every held and sold seat), then sends one `seat`
-//! event per change: `{"seat": 14, "state": "held", "holder": "<buyer id>"}`,
-//! `{"seat": 14, "state": "available", "why": "released" | "expired"}` or
-//! `{"seat": 14, "state": "sold"}`. After any gap (a lost Redis or Postgres connection,
-//! a page too slow to keep up) it sends a fresh snapshot; a browser that reconnects gets
-//! one too, so pages never need Last-Event-ID.
+//! The stream opens with a `snapshot` (`{"mine": [seat], "held": [seat], "sold": [seat]}`:
+//! every held seat in `held`, the viewer's own also in `mine`), then sends one `seat` event
+//! per change: `{"seat": 14, "state": "held"}` (someone else's hold), `{"seat": 14,
+//! "state": "mine"}` (the viewer's), `{"seat": 14, "state": "available", "why": "released"
+//! | "expired"}` or `{"seat": 14, "state": "sold"}`. After any gap (a lost Redis or
+//! Postgres connection, a page too slow to keep up) it sends a fresh snapshot; a browser
+//! that reconnects gets one too, so pages never need Last-Event-ID.
 //!
+//! * **The map names no one.** The server knows who holds each seat (the lease's holder
+//!   label is the buyer's id); a page is told only held, sold, free, and which holds are
+//!   the viewer's, decided by the server for the viewer of each stream (its signed
+//!   cookie), so no buyer's id, name or token reaches another browser. The shared work
+//!   stays shared: one read and one serialization per change for every viewer; per
+//!   stream, only the comparison of a change's holder with the viewer (`for_viewer`)
+//!   and the viewer's own seats added to the snapshot.
 //! * **One snapshot per change, for every viewer.** The snapshot is built once per
 //!   generation of the event's topic ([`crate::live::LiveHub::generation`], which moves
 //!   with every message). It is shared ([`super::snapshots`]): ten thousand maps opening
@@ -36,6 +44,7 @@ use futures_util::Stream;
 
 use super::queries;
 use crate::events;
+use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Result};
 use crate::http::ids::EventId;
 use crate::live::{
@@ -48,17 +57,22 @@ use crate::state::AppState;
 /// stay wrong after a lost message.
 pub const CONVERGE_INTERVAL: Duration = Duration::from_secs(3);
 
-/// Every held and sold seat of the event, as a `snapshot` event (shared,
-/// [`super::snapshots`]); `None` if no such event.
-async fn snapshot(state: &AppState, event_id: i64) -> Result<Option<Event>> {
-    let data = (state.snapshots)
+/// Every held and sold seat of the event, and which are `viewer`'s, as a `snapshot` event
+/// (shared, [`super::snapshots`]); `None` if no such event.
+async fn snapshot(state: &AppState, event_id: i64, viewer: &str) -> Result<Option<Event>> {
+    let page = (state.snapshots)
         .get(&state.live, event_id, read(state, event_id))
         .await?;
-    Ok(data.map(|data| Event::default().event("snapshot").data(&*data)))
+    Ok(page.map(|page| {
+        Event::default()
+            .event("snapshot")
+            .data(page.for_viewer(viewer))
+    }))
 }
 
 /// Every held and sold seat of the event, read from the stores: `{"held": {seat: holder},
-/// "sold": [seat]}`; `None` if no such event. Each hold is scheduled to be read at its
+/// "sold": [seat]}` (the server's own: pages get [`super::snapshots::PageSnapshot`]);
+/// `None` if no such event. Each hold is scheduled to be read at its
 /// expiry ([`crate::live::LapseTouches`]).
 async fn read(state: &AppState, event_id: i64) -> Result<Option<serde_json::Value>> {
     let group = crate::seats::event_group(&state.settings.lease_namespace, event_id);
@@ -115,35 +129,57 @@ pub fn spawn_convergence(state: AppState) {
     });
 }
 
-/// The page event for a hub message: a seat change as it is, or a fresh snapshot after
-/// a gap.
-async fn update(state: &AppState, event_id: i64, message: &LiveMessage) -> Update {
-    if message.event == "resync" {
-        return Update::from_snapshot(snapshot(state, event_id).await);
+/// The page event for a hub message, for `viewer`: a seat change ([`for_viewer`]), or the
+/// shared snapshot after a gap or a convergence step (which published the truth with its
+/// holders, for the server's own use).
+async fn update(state: &AppState, event_id: i64, viewer: &str, message: &LiveMessage) -> Update {
+    if message.event != "seat" {
+        return Update::from_snapshot(snapshot(state, event_id, viewer).await);
     }
     Update::Send(
         Event::default()
-            .event(&message.event)
-            .json_data(&message.data)
+            .event("seat")
+            .json_data(for_viewer(&message.data, viewer))
             .expect("JSON"),
     )
 }
 
-/// `GET /events/{id}/stream`. 404 for an unknown event, 400 for a malformed id.
+/// A seat change `{"seat", "state", "holder"?, "why"?}` as the page of `viewer` gets it:
+/// without the holder, and a hold's state `mine` when `viewer` is its holder, else
+/// `held`.
+fn for_viewer(change: &serde_json::Value, viewer: &str) -> serde_json::Value {
+    let mut change = change.clone();
+    if let Some(fields) = change.as_object_mut()
+        && let Some(holder) = fields.remove("holder")
+    {
+        let state = if holder.as_str() == Some(viewer) {
+            "mine"
+        } else {
+            "held"
+        };
+        fields.insert("state".into(), state.into());
+    }
+    change
+}
+
+/// `GET /events/{id}/stream`, for the viewer `buyer` (one stream per browser: its tabs
+/// share it, and share the cookie). 404 for an unknown event, 400 for a malformed id.
 pub(super) async fn stream(
     State(state): State<AppState>,
+    buyer: Buyer,
     EventId(event_id): EventId,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+    let viewer = buyer.id().to_owned();
     // Subscribe first, then read the snapshot: no change can fall between the two.
     let subscription = state
         .live
         .subscribe(&event_topic(event_id))
         .ok_or(Error::StreamsFull)?;
-    let first = snapshot(&state, event_id)
+    let first = snapshot(&state, event_id, &viewer)
         .await?
         .ok_or_else(Error::no_such_event)?;
     Ok(page_stream(subscription, first, move |message| {
-        let state = state.clone();
-        async move { update(&state, event_id, &message).await }
+        let (state, viewer) = (state.clone(), viewer.clone());
+        async move { update(&state, event_id, &viewer, &message).await }
     }))
 }

@@ -55,7 +55,9 @@ pub(super) struct EventPage {
     /// `/events/{id}`, `"../"` from `/events/{id}/sections/{code}`.
     pub seat_base: String,
     pub buyer_name: String,
-    /// Public buyer id, so the page's script can tell its own holds in live updates.
+    /// The viewer's own buyer id (`data-buyer`: for tools that act as this buyer, as on
+    /// the profile). No other buyer's id is on the page or its stream: the stream tells
+    /// the viewer's holds as `mine` ([`super::live`]).
     pub buyer_id: String,
     pub authenticity_token: String,
     /// The hold length in words ("10 minutes").
@@ -166,7 +168,9 @@ async fn show(
 }
 
 /// `GET /events/{id}/sections/{code}`: one section's seats, with the buyer's holds and
-/// cart beside them. 404 for a section the event's venue does not have.
+/// cart beside them. 404 for a section the event's venue does not have, decided before
+/// the waiting room's gate (from the process's [`crate::seats::catalog`]), so bad input
+/// writes nothing, room or no room.
 async fn show_section(
     State(state): State<AppState>,
     buyer: Buyer,
@@ -174,15 +178,20 @@ async fn show_section(
     EventId(event_id): EventId,
     Path((_, code)): Path<(String, String)>,
 ) -> Result<Response> {
+    let event = state.catalog.event(&state.db, event_id).await?;
+    if !event.ok_or_else(Error::no_such_event)?.has_section(&code) {
+        return Err(Error::NotFound(format!(
+            "This event's venue has no section {code:?}."
+        )));
+    }
     let admitted_until = match admission(&state, &buyer, &csrf, event_id).await? {
         Ok(until) => until,
         Err(queue) => return Ok(queue),
     };
     let map = event_map(&state, &buyer, event_id).await?;
-    let no_section = || Error::NotFound(format!("This event's venue has no section {code:?}."));
     let mut summary = (map.board.overview.sections.iter())
         .find(|s| s.code == code)
-        .ok_or_else(no_section)?
+        .ok_or_else(Error::no_such_event)?
         .clone();
     summary.available = map.available_of(|seat| seat.section_code == code, summary.available);
     let mut page = page(&state, &buyer, &csrf, map, admitted_until).await?;

@@ -1,6 +1,11 @@
 //! What each event's open seat maps show, kept by the server, and the snapshot they open
 //! on, shared ([`Snapshots`]). The stream that uses them is [`super::live`], whose module
 //! docs say why.
+//!
+//! The server reads who holds each seat (it needs it to tell each viewer which holds are
+//! theirs, and to keep what the maps show); a page is never told: its snapshot is the
+//! shared part, which seats are held and sold, and the viewer's own holds
+//! ([`PageSnapshot::for_viewer`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -13,9 +18,9 @@ use crate::live::{LiveHub, LiveMessage, event_of_topic, event_topic};
 /// current, and what the open maps show (see the module docs).
 #[derive(Default)]
 pub struct Snapshots {
-    /// Per event: the topic's generation the snapshot was read at, and its data as JSON,
-    /// serialized once for every stream that opens on it (the arena's is some 300 kB).
-    events: PerEvent<(u64, Arc<str>)>,
+    /// Per event: the topic's generation the snapshot was read at, and the snapshot, its
+    /// shared part serialized once for every stream that opens on it.
+    events: PerEvent<(u64, Arc<PageSnapshot>)>,
     /// Per event with open maps: what they show. Kept by [`Snapshots::observe`] under the
     /// hub's lock, so never lock the hub while holding it.
     shown: Mutex<HashMap<i64, Shown>>,
@@ -23,6 +28,45 @@ pub struct Snapshots {
 
 /// One seat's state on a map, where it is not available: `held <holder>` or `sold`.
 type SeatStates = BTreeMap<String, String>;
+
+/// A snapshot as pages get it: `{"mine": [seat], "held": [seat], "sold": [seat]}`, every
+/// held seat in `held` and the viewer's own also in `mine`. The shared part is serialized
+/// once (the arena's is some 100 kB) and only `mine` is the viewer's: no holder is named.
+pub struct PageSnapshot {
+    /// `"held": […], "sold": […]}`: the JSON after `{"mine": […],`.
+    shared: String,
+    /// The seats of each holder, as JSON numbers.
+    by_holder: HashMap<String, Vec<String>>,
+}
+
+impl PageSnapshot {
+    /// The page snapshot of a snapshot's data `{"held": {seat: holder}, "sold": [seat]}`.
+    fn new(data: &serde_json::Value) -> PageSnapshot {
+        let mut held = Vec::new();
+        let mut by_holder: HashMap<String, Vec<String>> = HashMap::new();
+        for (seat, holder) in data["held"].as_object().into_iter().flatten() {
+            let Ok(seat) = seat.parse::<i64>() else {
+                continue;
+            };
+            held.push(seat);
+            let holder = holder.as_str().unwrap_or_default().to_owned();
+            by_holder.entry(holder).or_default().push(seat.to_string());
+        }
+        let shared = serde_json::json!({ "held": held, "sold": data["sold"] }).to_string();
+        PageSnapshot {
+            // `{"held":…}` less its opening brace, which `for_viewer` writes.
+            shared: shared[1..].to_owned(),
+            by_holder,
+        }
+    }
+
+    /// The snapshot's JSON for the viewer whose buyer id is `viewer`: the shared part, and
+    /// in `mine` the seats `viewer` holds.
+    pub fn for_viewer(&self, viewer: &str) -> String {
+        let mine = self.by_holder.get(viewer).map_or(&[][..], Vec::as_slice);
+        format!("{{\"mine\":[{}],{}", mine.join(","), self.shared)
+    }
+}
 
 /// What an event's open maps show, and the differences from the truth that the last
 /// convergence step found (seat → (truth, shown); `None`: available).
@@ -112,7 +156,7 @@ impl Snapshots {
             .or_insert_with(|| Shown::new(seat_states(data)));
     }
 
-    /// The event's snapshot data as JSON.
+    /// The event's snapshot for pages.
     /// It is the shared one if nothing was sent on its topic, in `live`, since it was read.
     /// Else `read` reads it now: one caller reads, and the others wait for it and share it.
     /// `read` is a future, so it does nothing unless it is awaited.
@@ -122,11 +166,11 @@ impl Snapshots {
         live: &LiveHub,
         event_id: i64,
         read: impl Future<Output = Result<Option<serde_json::Value>>>,
-    ) -> Result<Option<Arc<str>>> {
+    ) -> Result<Option<Arc<PageSnapshot>>> {
         let slot = self.events.slot(event_id);
         let mut cached = slot.lock().await;
         let Some(generation) = live.generation(&event_topic(event_id)) else {
-            return Ok(read.await?.map(|data| json(&data)));
+            return Ok(read.await?.map(|data| Arc::new(PageSnapshot::new(&data))));
         };
         if let Some((at, data)) = &*cached
             && *at == generation
@@ -140,15 +184,16 @@ impl Snapshots {
             return Ok(None);
         };
         self.start_showing(live, event_id, generation, &data);
-        let data = json(&data);
-        *cached = Some((generation, data.clone()));
-        Ok(Some(data))
+        let page = Arc::new(PageSnapshot::new(&data));
+        *cached = Some((generation, page.clone()));
+        Ok(Some(page))
     }
 
     /// One convergence step for the event's maps. Returns whether it sent a snapshot.
     /// `read` reads the stores, and the truth is compared with what the maps show.
     /// A seat may differ as it did at the last step. Then the truth goes to the maps
-    /// through `live`, as a snapshot, and is shared.
+    /// through `live`, as a snapshot (each stream sends its page the shared one, with the
+    /// viewer's own holds), and is shared.
     pub(super) async fn converge(
         &self,
         live: &LiveHub,
@@ -190,14 +235,9 @@ impl Snapshots {
         // Current as of the message just sent.
         *cached = live
             .generation(&event_topic(event_id))
-            .map(|generation| (generation, json(&data)));
+            .map(|generation| (generation, Arc::new(PageSnapshot::new(&data))));
         Ok(true)
     }
-}
-
-/// `data` as JSON text, once, for every stream that opens on it.
-fn json(data: &serde_json::Value) -> Arc<str> {
-    data.to_string().into()
 }
 
 /// The seats whose state differs between `truth` and `shown`: seat → (truth, shown).

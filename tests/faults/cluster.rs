@@ -362,3 +362,21 @@ async fn the_live_feed_hears_the_expiries_of_every_master() {
         assert_eq!(lapsed.data["why"], "expired", "{lapsed:?}");
     }
 }
+
+/// No grant before the on-sale on a Redis Cluster and under Sentinel (issue 43): the same
+/// acquire script judges it, on the clock of the master (primary) that grants: a hold
+/// two seconds before the on-sale is refused `not_on_sale`, holding nothing; once the
+/// on-sale has passed, it is granted.
+#[tokio::test]
+async fn on_a_cluster_and_under_sentinel_nothing_is_held_before_the_on_sale() {
+    let cluster = ClusterTopology::start().await.unwrap();
+    let sentinel = seatlock_harness::sentinel::SentinelTopology::start()
+        .await
+        .unwrap();
+    for url in [cluster.url(), sentinel.url()] {
+        let app = TestApp::builder().redis(url).spawn().await.unwrap();
+        let (event, seats) = app.first_event_seats().await.unwrap();
+        app.check_no_hold_before_the_on_sale(event, seats[0], 2)
+            .await;
+    }
+}

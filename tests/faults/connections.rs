@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::StatusCode;
+use seatlock_harness::http::snapshot_shows_held;
 use seatlock_harness::{HttpBuyer, RedisServer, TcpProxy, TestApp, eventually};
 
 use crate::deployment::{follow, shows_sold};
@@ -136,15 +137,17 @@ async fn a_half_open_live_feed_is_replaced_and_open_pages_keep_getting_changes()
         }
     }
     let seat = held.expect("a hold is granted once the lease connection is replaced");
-    // As a `seat` event, or in the fresh snapshot (`"held": {"<seat>": …}`) sent after
+    // As a `seat` event, or in the fresh snapshot (`"held": [<seat>, …]`) sent after
     // the feed's reconnection.
-    let (as_change, in_snapshot) = (format!("\"seat\":{seat}"), format!("\"{seat}\":"));
+    let as_change = format!("\"seat\":{seat}");
     eventually(
         Duration::from_secs(15),
         "the hold to reach the open page",
         || async {
             let page = page.lock().unwrap();
-            page[seen_before..].contains(&as_change) || page[seen_before..].contains(&in_snapshot)
+            (page[seen_before..].lines())
+                .filter_map(|line| line.strip_prefix("data:"))
+                .any(|data| data.contains(&as_change) || snapshot_shows_held(data.trim(), seat))
         },
     )
     .await;

@@ -287,6 +287,38 @@ async fn holds_need_an_admission_so_a_fresh_cookie_jar_only_queues() {
     assert_eq!(visit(&mut shopper, &d, at).await, Visit::Queued(1));
 }
 
+/// Bad input writes nothing, whichever the event (issue 43): a section the venue lacks,
+/// on an event behind a waiting room whose one place is taken, is a 404 as without a
+/// room, not a 303 to the queue: no ticket is given, and the next arrival is first in line.
+#[tokio::test]
+async fn a_section_the_venue_lacks_is_a_404_behind_a_room_and_queues_nobody() {
+    let d = Deployment::tiny().await;
+    with_room(&d, 1, None).await;
+    let server = d.server(|_| {}).await;
+    let at = server.address.as_str();
+    let mut shopper = HttpBuyer::new();
+    assert_eq!(settles(&mut shopper, &d, at, Visit::Map).await, Visit::Map);
+    let mut stranger = HttpBuyer::new();
+    let missing = stranger
+        .get(&event_url(&d, at, "sections/NO-SUCH"))
+        .await
+        .unwrap();
+    assert_eq!(
+        missing.status,
+        reqwest::StatusCode::NOT_FOUND,
+        "{missing:?}"
+    );
+    assert!(missing.body.contains("no section"), "{}", missing.body);
+    let queue = format!("seatlock.queue.{}", d.event);
+    assert_eq!(stranger.cookie(at, &queue), None, "no ticket given");
+    let mut next = HttpBuyer::new();
+    assert_eq!(
+        visit(&mut next, &d, at).await,
+        Visit::Queued(1),
+        "nobody queued before"
+    );
+}
+
 /// The ticket cookie of `buyer` for the deployment's event, as the browser keeps it.
 fn ticket(buyer: &HttpBuyer, d: &Deployment, server: &str) -> String {
     buyer

@@ -2,6 +2,12 @@
 //! the hold if none exists (create-if-absent: `create_revision == 0`), none is retired,
 //! and, under a per-holder limit, the holder's limited holds did not change since they
 //! were counted. The txn's revision is every key's create revision: the fencing token.
+//!
+//! A grant with a time before which nothing is granted (`Grant::not_before_ms`, an
+//! event's on-sale) also compares the group's opening key `lease:{group}:~on-sale` in the
+//! txn: it must hold that time. etcd has no clock to ask, so the key is the clock: the
+//! first process whose own clock has passed the time writes it, and from then on every
+//! grant of every process finds the sale open; before it, every one is refused.
 
 use std::time::Duration;
 
@@ -125,6 +131,9 @@ async fn create_all(
     let (keys, holder, limit) = (&grant.keys, grant.holder.as_str(), grant.limit);
     let group = keys[0].group();
     let value = hold_value(owner, expires_at_ms, holder);
+    let opening = grant
+        .not_before_ms
+        .map(|ms| (opening_key(group), ms.to_string()));
     loop {
         let mut when = Vec::new();
         let mut then = Vec::new();
@@ -173,6 +182,10 @@ async fn create_all(
                 ));
             }
         }
+        if let Some((key, at)) = &opening {
+            when.push(Compare::value(key.clone(), CompareOp::Equal, at.clone()));
+            otherwise.push(TxnOp::get(key.clone(), None));
+        }
         let reply = store
             .txn(Txn::new().when(when).and_then(then).or_else(otherwise))
             .await?;
@@ -180,9 +193,37 @@ async fn create_all(
             let revision = reply.header().map_or(0, |h| h.revision());
             return Ok(FencingToken(revision as u64));
         }
-        if let Some(granted) = refusal(&reply.op_responses(), owner)? {
+        let reads = reply.op_responses();
+        if let Some((key, at)) = &opening
+            && found(&reads, 2 * keys.len()).is_none_or(|kv| kv.value() != at.as_bytes())
+        {
+            let not_before_ms = grant.not_before_ms.unwrap_or_default();
+            if now_ms() < not_before_ms {
+                return Err(LeaseError::NotYet { not_before_ms });
+            }
+            // This process's clock says the sale is open: open it for every process.
+            store
+                .txn(Txn::new().and_then([TxnOp::put(key.clone(), at.clone(), None)]))
+                .await?;
+            continue;
+        }
+        if let Some(granted) = refusal(&reads[..2 * keys.len()], owner)? {
             return Ok(granted);
         }
+    }
+}
+
+/// `lease:{group}:~on-sale`: the group's opening key, holding the time (Unix ms) before
+/// which nothing is granted once a process's clock has passed it (see the module docs).
+fn opening_key(group: &str) -> String {
+    format!("lease:{{{group}}}:~on-sale")
+}
+
+/// The key-value the txn's `or_else` read number `i` found, if any.
+fn found(reads: &[TxnOpResponse], i: usize) -> Option<etcd_client::KeyValue> {
+    match reads.get(i) {
+        Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
+        _ => None,
     }
 }
 
@@ -195,12 +236,8 @@ fn refusal(
     reads: &[TxnOpResponse],
     owner: &OwnerToken,
 ) -> Result<Option<FencingToken>, LeaseError> {
-    let found = |i: usize| match reads.get(i) {
-        Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
-        _ => None,
-    };
     for pair in 0..reads.len() / 2 {
-        if let Some(kv) = found(2 * pair)
+        if let Some(kv) = found(reads, 2 * pair)
             && let Some((holds, _, holding)) = parse_hold(&kv)
         {
             if holds == *owner {
@@ -211,7 +248,7 @@ fn refusal(
                 remaining: Duration::from_millis(holding.expires_at_ms.saturating_sub(now_ms())),
             });
         }
-        if found(2 * pair + 1).is_some() {
+        if found(reads, 2 * pair + 1).is_some() {
             return Err(LeaseError::Retired);
         }
     }

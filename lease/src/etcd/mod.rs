@@ -11,6 +11,7 @@
 //! | release | owner-checked delete (txn: the key's lease is the owner's) plus revoke |
 //! | renew | keep-alive of the owner's lease, then an owner-checked rewrite of the recorded expiry |
 //! | retire | owner-checked delete plus a `~retired:<name>` key without lease, which every grant's txn requires absent |
+//! | not before (an on-sale) | the group's `~on-sale` key, which a grant's txn requires to hold that time; the first process whose own clock passed it writes it (`grant.rs`) |
 //! | changes | a watch on the groups' key prefix; a lapse is a delete by etcd |
 //!
 //! Keys: `lease:{group}:<name>` (value `"<owner token> <expires_at_ms> <holder label>"`),
@@ -59,8 +60,9 @@ pub const ETCD_TTL_LIMITS: TtlLimits = TtlLimits {
 };
 
 /// The most seats (resources) one group hold takes on etcd: its txn compares two keys
-/// per resource plus one for the holder limit, and etcd refuses a txn of more than 128
-/// operations in any of its lists (its default `--max-txn-ops`).
+/// per resource plus one for the holder limit and one for the on-sale (128 in all), and
+/// etcd refuses a txn of more than 128 operations in any of its lists (its default
+/// `--max-txn-ops`).
 pub const ETCD_MAX_KEYS_PER_HOLD: usize = 63;
 
 /// How many request attempts fit in the store timeout: each attempt may take this share

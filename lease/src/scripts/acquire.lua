@@ -33,7 +33,9 @@
 -- ARGV[7]  1: failover guard on. 0: off, in the failover lab only.
 -- ARGV[8]  admission: the owner token of the holder's admission to the waiting room
 --          (room/arrive.lua). It must be live for anything to be granted. '': no room.
--- ARGV[8+i]  the resource name of KEYS[6+i]
+-- ARGV[9]  not before: Unix ms (an event's on-sale) before which nothing is granted, on
+--          this server's clock. 0: no such time.
+-- ARGV[9+i]  the resource name of KEYS[6+i]
 --
 -- Reply {status, a, b, holder, name}:
 --   {'granted', token, expires_at_ms, '', ''}  all granted (expires_at_ms: Unix ms, Redis
@@ -42,6 +44,8 @@
 --   {'held', pttl_ms, 0, holder, name}  name is held by another owner (or, after a
 --                                      partial lapse, by this one): nothing granted
 --   {'retired', 0, 0, '', name}        name is retired: nothing granted or written
+--   {'not_yet', not_before, 0, '', ''}  the clock is before ARGV[9]: nothing granted or
+--                                      written
 --   {'not_admitted', 0, 0, '', ''}     ARGV[8] names no live admission: nothing granted
 --                                      or written
 --   {'over_limit', held, limit, '', ''}  the holder has `held` live leases in the group;
@@ -55,10 +59,10 @@ local fence_key, holders_key, reservation_key = KEYS[1], KEYS[2], KEYS[3]
 local retired_key, held_by_key, admitted_key = KEYS[4], KEYS[5], KEYS[6]
 local owner, ttl_ms, holder, channel = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local reservation_ttl_ms, limit, guard = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7] == '1'
-local admission = ARGV[8]
+local admission, not_before = ARGV[8], tonumber(ARGV[9])
 local lease_keys, names = {}, {}
 for i = 1, #KEYS - 6 do
-  lease_keys[i], names[i] = KEYS[6 + i], ARGV[8 + i]
+  lease_keys[i], names[i] = KEYS[6 + i], ARGV[9 + i]
 end
 local n = #names
 
@@ -70,6 +74,12 @@ local function holding(name)
 end
 
 local now = now_ms()
+
+-- The on-sale comes first, on this server's clock, in the step that grants.
+-- So no server whose own clock runs fast can sell early.
+if now < not_before then
+  return {'not_yet', not_before, 0, '', ''}
+end
 
 -- The waiting room's gate comes first. The admission must be live now, on this clock.
 -- The check and the SET are one atomic step, so no lapse slips in between.

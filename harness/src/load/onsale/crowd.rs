@@ -19,7 +19,7 @@ use seatlock::http::error::Refusal;
 use tokio::sync::watch;
 
 use super::super::throughput::histogram;
-use crate::http::{HttpBuyer, Reply, between, page_buyer_id};
+use crate::http::{HttpBuyer, Reply, between};
 
 /// A request not answered within this long counts as unanswered (`unanswered`), and
 /// the person stops waiting for it (a stream: for its opening snapshot).
@@ -258,9 +258,11 @@ impl Default for Tally {
 /// buyer's first `held` update reached their stream.
 #[derive(Default)]
 pub struct Story {
-    /// The buyer's public id and when their hold was answered, once it was.
+    /// The first seat the buyer held (its id, as the page lists the holds) and when the
+    /// hold was answered, once it was.
     pub held: Option<(String, Instant)>,
-    /// For a probe: when each buyer's first `held` update reached its stream, by buyer id.
+    /// For a probe: when each seat's first `held` update reached its stream, by seat id
+    /// (a stream names no holder).
     pub arrivals: HashMap<String, Instant>,
 }
 
@@ -493,7 +495,7 @@ async fn watch(
 }
 
 /// Takes the complete events off the front of `text` (server-sent events end with a
-/// blank line) and notes when each holder's first `held` seat update arrived.
+/// blank line) and notes when each seat's first `held` update arrived.
 fn record_holds(text: &mut String, arrivals: &mut HashMap<String, Instant>) {
     let now = Instant::now();
     while let Some(end) = text.find("\n\n") {
@@ -507,10 +509,8 @@ fn record_holds(text: &mut String, arrivals: &mut HashMap<String, Instant>) {
         let Ok(update) = serde_json::from_str::<serde_json::Value>(data) else {
             continue;
         };
-        if update["state"] == "held"
-            && let Some(holder) = update["holder"].as_str()
-        {
-            arrivals.entry(holder.to_owned()).or_insert(now);
+        if update["state"] == "held" {
+            arrivals.entry(update["seat"].to_string()).or_insert(now);
         }
     }
 }
@@ -641,13 +641,12 @@ async fn shop(
     if person.role == Role::Bot {
         tally.bot_holds.fetch_add(1, Ordering::Relaxed);
     }
-    // The redirect's page: the arena's held section, whose seat grid names the buyer
-    // (the overview has no grid).
+    // The redirect's page: the arena's held section, whose panel lists the buyer's holds.
     let page_url = redirect.map_or(base.clone(), |to| format!("{}{}", sale.base, to));
     let page = answered(&tally.page, browser.get(&page_url)).await;
     let held = page
-        .and_then(|p| page_buyer_id(&p.body))
-        .map(|id| (id, held_at));
+        .and_then(|p| between(&p.body, "id=\"hold-", "\""))
+        .map(|seat| (seat, held_at));
     if person.hangs_up_after.is_some() {
         return held;
     }
@@ -704,18 +703,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_probe_notes_each_holders_first_held_update_and_keeps_a_partial_event() {
+    fn a_probe_notes_each_seats_first_held_update_and_keeps_a_partial_event() {
         let mut text = String::from(
-            "event: snapshot\ndata: {\"held\":{},\"sold\":[]}\n\n\
-             event: seat\ndata: {\"seat\":1,\"state\":\"held\",\"holder\":\"b1\"}\n\n\
+            "event: snapshot\ndata: {\"mine\":[],\"held\":[],\"sold\":[]}\n\n\
+             event: seat\ndata: {\"seat\":1,\"state\":\"held\"}\n\n\
              event: seat\ndata: {\"seat\":2,\"state\":\"sold\"}\n\n\
-             event: seat\ndata: {\"seat\":3,\"state\":\"held\",\"holder\":\"b1\"}\n\n\
+             event: seat\ndata: {\"seat\":1,\"state\":\"held\"}\n\n\
              event: seat\ndata: {\"seat\":4,\"sta",
         );
         let mut arrivals = HashMap::new();
         record_holds(&mut text, &mut arrivals);
         assert_eq!(arrivals.len(), 1);
-        assert!(arrivals.contains_key("b1"));
+        assert!(arrivals.contains_key("1"));
         assert_eq!(text, "event: seat\ndata: {\"seat\":4,\"sta");
     }
 }

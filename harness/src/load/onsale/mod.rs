@@ -515,8 +515,8 @@ async fn judge(
         .filter_map(|s| s.held.as_ref().map(|(id, at)| (id.as_str(), *at)))
         .collect();
     let mut fanout = super::throughput::histogram();
-    for (holder, arrived) in stories.iter().flat_map(|s| &s.arrivals) {
-        if let Some(answered) = held.get(holder.as_str()) {
+    for (seat, arrived) in stories.iter().flat_map(|s| &s.arrivals) {
+        if let Some(answered) = held.get(seat.as_str()) {
             let us = arrived.saturating_duration_since(*answered).as_micros();
             let _ = fanout.record(us.clamp(1, 60_000_000) as u64);
         }
