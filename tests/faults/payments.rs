@@ -768,3 +768,55 @@ fn assert_no_panic(servers: &[&seatlock_harness::ServerProcess]) {
         assert!(!log.contains("panicked"), "{}: {log}", server.log.display());
     }
 }
+
+/// Sets the price of `seat` of the deployment's event to `cents` (an operator's price
+/// change, as Postgres sees it).
+async fn reprice(d: &Deployment, seat: i64, cents: i64) {
+    sqlx::query("UPDATE event_seats SET price_cents = $3 WHERE event_id = $1 AND seat_id = $2")
+        .bind(d.event)
+        .bind(seat)
+        .bind(cents)
+        .execute(&d.db)
+        .await
+        .unwrap();
+}
+
+/// The payment is bound to its amount: a confirm authorizes the seat's price, and the
+/// price changes while it is parked between its authorization and its sale. The sale
+/// must not capture the old amount under an order at the new price: it is refused
+/// `price_changed` with nothing bought and the hold kept, the old authorization voided;
+/// the retry authorizes the new price and captures exactly it. Before the fix the order
+/// took the new price and the capture the old amount (the checker's `unpaid_order`).
+#[tokio::test]
+async fn a_price_changed_after_the_authorization_is_never_captured_at_the_old_amount() {
+    let d = Deployment::tiny().await;
+    let server = d.server(|s| s.hold_ttl_ms = 30_000).await;
+    let base = &server.address;
+    let seat = d.seats[0];
+    let (buyer, id, _) = holder(&d, base, seat).await;
+    let tab = buyer.another_tab(pause_headers(PausePoint::BeforeWrite, 2_000));
+    let url = confirm_url(&d, base, seat);
+    let first = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
+    parked(&server, 1).await;
+    let authorized = payment_rows(&d.db, d.event, seat).await;
+    let new_price = authorized[0].amount_cents + 700;
+    reprice(&d, seat, new_price).await;
+    let first = first.await.unwrap();
+    assert_conflict(&first, Refusal::PriceChanged);
+    assert!(d.orders(seat).await.is_empty(), "nothing bought");
+    let left = payment_rows(&d.db, d.event, seat).await;
+    assert_eq!(left[0].status, "voided", "{left:#?}");
+    d.assert_invariant().await;
+
+    let bought = act(&buyer, base, &d, seat, "confirm").await;
+    assert_eq!(bought.status, SEE_OTHER, "the hold stands, the retry buys: {bought:?}");
+    d.assert_sold_once_to(seat, &id).await;
+    let paid = payment_rows(&d.db, d.event, seat).await;
+    assert_eq!(
+        (paid.len(), paid[0].status.as_str(), paid[0].amount_cents),
+        (1, "captured", new_price),
+        "{paid:#?}"
+    );
+    d.assert_invariant().await;
+    assert_no_panic(&[&server]);
+}
