@@ -115,3 +115,54 @@ async fn forwarded_headers_are_believed_from_the_trusted_proxy_alone() {
     let reply = act(&direct, &server.address, &d, d.seats[1], "hold").await;
     assert_eq!(reply.status, SEE_OTHER, "{}", reply.body);
 }
+
+/// On https every cookie is `__Host-` named, `Secure`, for path `/` and no domain, so a
+/// browser takes none from a sibling subdomain or a plain-HTTP page, and the server reads
+/// no other. A sibling plants a genuine buyer cookie of its own under the plain name in
+/// the victim's browser (`Domain=example.com`, which a `__Host-` name forbids): the
+/// victim stays themselves and buys their hold under their own id.
+#[tokio::test]
+async fn on_https_cookies_are_host_only_and_a_planted_one_is_never_read() {
+    use seatlock::http::buyer::BUYER_COOKIE;
+    use seatlock::http::proxy::HOST_PREFIX;
+    let d = Deployment::tiny().await;
+    let mut proxy = TlsProxy::new().unwrap();
+    let public = proxy.address();
+    let server = d
+        .server(|s| s.public_origin = Some(public.parse().unwrap()))
+        .await;
+    proxy.start(&server.address).await.unwrap();
+    let browser = || HttpBuyer::trusting(&proxy.certificate, from_origin(&public)).unwrap();
+    let host_buyer_cookie = format!("{HOST_PREFIX}{BUYER_COOKIE}");
+
+    let mut planter = browser();
+    let page = planter.get(&d.page(&public)).await.unwrap();
+    let cookies: Vec<&str> = page
+        .headers
+        .get_all(SET_COOKIE)
+        .iter()
+        .map(|c| c.to_str().unwrap())
+        .collect();
+    assert!(cookies.len() >= 2, "{cookies:?}");
+    for cookie in &cookies {
+        let scoped = cookie.starts_with(HOST_PREFIX)
+            && cookie.contains("; Secure")
+            && cookie.contains("Path=/")
+            && !cookie.to_ascii_lowercase().contains("domain=");
+        assert!(scoped, "not host-only: {cookie}");
+    }
+    let planted = planter.cookie(&public, &host_buyer_cookie).unwrap();
+
+    let mut victim = browser();
+    let seen = victim.get(&d.page(&public)).await.unwrap();
+    assert_eq!(seen.status, StatusCode::OK, "{}", seen.body);
+    let victim_id = buyer_id(&seen.body);
+    let seat = d.seats[0];
+    assert_eq!(act(&victim, &public, &d, seat, "hold").await.status, SEE_OTHER);
+    victim.set_cookie(&public, BUYER_COOKIE, &planted).unwrap();
+    let seen = victim.get(&d.page(&public)).await.unwrap();
+    assert!(seen.body.contains("held for you"), "the victim is still themselves");
+    let bought = act(&victim, &public, &d, seat, "confirm").await;
+    assert_eq!(bought.status, SEE_OTHER, "{}", bought.body);
+    d.assert_sold_once_to(seat, &victim_id).await;
+}
