@@ -17,8 +17,8 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
 use crate::config::Settings;
-use crate::http::sessions::SessionRedis;
 use crate::http::secrets::Secrets;
+use crate::http::sessions::SessionRedis;
 use crate::http::{buyer, csrf, deadline, health, sessions};
 use crate::ledger::PgFenceLedger;
 use crate::state::{AppState, RoomStore, Shared};

@@ -121,7 +121,8 @@ pub struct Settings {
     /// share a Redis.
     #[arg(long, env = "SEATLOCK_LEASE_NAMESPACE", default_value = "seatlock")]
     pub lease_namespace: LeaseNamespace,
-    /// Secret shared by all server processes, used to sign CSRF tokens. Random per
+    /// Secret shared by all server processes, which signs buyer cookies, had-hold
+    /// cookies, waiting-room tickets and CSRF tokens (at least 32 bytes). Random per
     /// process when unset, which only suits a single process.
     #[arg(long, env = "SEATLOCK_SECRET")]
     pub secret: Option<String>,

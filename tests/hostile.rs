@@ -932,7 +932,8 @@ fn buyer_cookie_issued_at(id: &str, issued_at: i64) -> String {
     let key = cookie::Key::derive_from(seatlock_harness::TEST_SECRET.as_bytes());
     let mut jar = cookie::CookieJar::new();
     let value = format!("{id}.{issued_at}");
-    jar.signed_mut(&key).add(cookie::Cookie::new(BUYER_COOKIE, value));
+    jar.signed_mut(&key)
+        .add(cookie::Cookie::new(BUYER_COOKIE, value));
     let pair = jar.delta().next().unwrap().encoded().to_string();
     pair.split_once('=').unwrap().1.to_owned()
 }
@@ -995,7 +996,10 @@ async fn a_buyer_cookie_is_renewed_while_used_and_refused_past_its_maximum_age()
     assert!(!seen.body.contains("held for you"), "a stranger");
     let minted = set_cookie_value(&seen, BUYER_COOKIE).expect("a new buyer");
     assert_ne!(cookie_buyer_id(&minted), id);
-    let confirm = buyer.seat_action(base, event, seat, "confirm").await.unwrap();
+    let confirm = buyer
+        .seat_action(base, event, seat, "confirm")
+        .await
+        .unwrap();
     assert_page(&confirm, StatusCode::FORBIDDEN, "confirm");
     assert!(app.orders_for(event, seat).await == 0);
 }
@@ -1029,8 +1033,14 @@ async fn many_lapsed_holds_never_grow_the_cookie_header_past_a_bound() {
             .await
             .unwrap();
     }
-    let newest = buyer.seat_action(base, event, last, "confirm").await.unwrap();
+    let newest = buyer
+        .seat_action(base, event, last, "confirm")
+        .await
+        .unwrap();
     assert!(newest.is_refused(&Refusal::HoldExpired), "{newest:?}");
-    let oldest = buyer.seat_action(base, event, first, "confirm").await.unwrap();
+    let oldest = buyer
+        .seat_action(base, event, first, "confirm")
+        .await
+        .unwrap();
     assert_page(&oldest, StatusCode::FORBIDDEN, "a forgotten hold");
 }

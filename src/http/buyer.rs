@@ -97,9 +97,9 @@ pub struct Identities {
     keys: Arc<[Key]>,
 }
 
-/// A had-hold cookie the request carried: its name, and when it was set (Unix seconds)
-/// if it is this buyer's (`None`: another buyer's, a forgery, or set before its value
-/// carried the time; forgotten first).
+/// A had-hold cookie the request carried: its name, and when it was set (Unix seconds;
+/// 0 if set before its value said so) if it is this buyer's (`None`: another buyer's, or
+/// a forgery). The lowest is forgotten first.
 #[derive(Clone, Debug)]
 struct HeldCookie {
     name: String,
@@ -164,8 +164,8 @@ impl Identities {
                 if age.is_some_and(|age| age > seconds(BUYER_COOKIE_MAX_AGE)) {
                     return None;
                 }
-                let renew = !current
-                    || age.is_none_or(|age| age > seconds(BUYER_COOKIE_RENEW_AFTER));
+                let renew =
+                    !current || age.is_none_or(|age| age > seconds(BUYER_COOKIE_RENEW_AFTER));
                 Some((id.to_owned(), renew))
             });
         let mut read = Read {
@@ -187,7 +187,7 @@ impl Identities {
                     let set_at = held_set_at(&value, id, seat)?;
                     Some((seat, value, current, set_at))
                 });
-            let set_at = mine.as_ref().and_then(|(_, _, _, at)| *at);
+            let set_at = mine.as_ref().map(|(_, _, _, at)| *at);
             if let Some((seat, value, current, _)) = mine {
                 read.held.insert(seat);
                 if !current {
@@ -262,13 +262,12 @@ fn held_value(buyer_id: &str, (event_id, seat_id): (i64, i64), set_at: u64) -> S
 }
 
 /// Whether `value` is `buyer_id`'s had-hold value for `seat` ([`held_value`]): `None` if
-/// not, else when it was set (`Some(None)`: a value from before it said so).
-fn held_set_at(value: &str, buyer_id: &str, (event_id, seat_id): (i64, i64)) -> Option<Option<u64>> {
+/// not, else when it was set (0 for a value from before it said so: the oldest).
+fn held_set_at(value: &str, buyer_id: &str, (event_id, seat_id): (i64, i64)) -> Option<u64> {
     let rest = value.strip_prefix(&format!("{buyer_id}:{event_id}.{seat_id}"))?;
     match rest.strip_prefix(':') {
-        None if rest.is_empty() => Some(None),
-        Some(at) => Some(Some(at.parse().ok()?)),
-        None => None,
+        Some(at) => at.parse().ok(),
+        None => rest.is_empty().then_some(0),
     }
 }
 
@@ -331,11 +330,19 @@ pub async fn identify(
     let mut cookies: Vec<Cookie<'static>> = Vec::new();
     if let Some(id) = issue {
         let value = buyer_cookie_value(id, now);
-        cookies.push(Cookie::build((BUYER_COOKIE, value)).max_age(BUYER_COOKIE_MAX_AGE).into());
+        cookies.push(
+            Cookie::build((BUYER_COOKIE, value))
+                .max_age(BUYER_COOKIE_MAX_AGE)
+                .into(),
+        );
     }
     if read.known.is_some() {
         for (name, value) in read.resign {
-            cookies.push(Cookie::build((name, value)).max_age(HELD_COOKIE_MAX_AGE).into());
+            cookies.push(
+                Cookie::build((name, value))
+                    .max_age(HELD_COOKIE_MAX_AGE)
+                    .into(),
+            );
         }
     }
     let headers = response.headers_mut();

@@ -40,7 +40,9 @@ impl Secrets {
             if accepted.is_empty() {
                 return Ok(None);
             }
-            return Err("SEATLOCK_ACCEPTED_SECRETS needs SEATLOCK_SECRET, the secret that signs".into());
+            return Err(
+                "SEATLOCK_ACCEPTED_SECRETS needs SEATLOCK_SECRET, the secret that signs".into(),
+            );
         };
         if current.len() < MIN_SECRET_BYTES {
             return Err(format!(

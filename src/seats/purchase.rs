@@ -520,7 +520,10 @@ async fn leave_payment(state: &AppState, payment: &str) {
 async fn unpaid<T>(tx: sqlx::Transaction<'_, sqlx::Postgres>, why: Refusal) -> Result<T> {
     tx.rollback().await?;
     telemetry::confirm(ConfirmOutcome::Rejected(&why));
-    tracing::warn!(refusal = why.code(), "confirm refused: the capture took nothing");
+    tracing::warn!(
+        refusal = why.code(),
+        "confirm refused: the capture took nothing"
+    );
     Err(why.into())
 }
 

@@ -46,12 +46,24 @@ struct Sale {
 /// Every buyer of `sale` is who they were, asked through `server`: the shopper shops and
 /// sees their hold and their order, the waiting keep their places.
 async fn everyone_kept(d: &Deployment, sale: &mut Sale, server: &str, when: &str) {
-    assert_eq!(visit(&mut sale.shopper, d, server).await, Visit::Map, "{when}");
+    assert_eq!(
+        visit(&mut sale.shopper, d, server).await,
+        Visit::Map,
+        "{when}"
+    );
     let map = sale.shopper.get(&d.page(server)).await.unwrap();
-    assert!(map.body.contains("held for you"), "{when}: the shopper's hold");
+    assert!(
+        map.body.contains("held for you"),
+        "{when}: the shopper's hold"
+    );
     let order = format!("{server}/orders/{}", sale.order);
     let order = sale.shopper.get(&order).await.unwrap();
-    assert_eq!(order.status, reqwest::StatusCode::OK, "{when}: {}", order.body);
+    assert_eq!(
+        order.status,
+        reqwest::StatusCode::OK,
+        "{when}: {}",
+        order.body
+    );
     for (i, buyer) in sale.waiting.iter_mut().enumerate() {
         let place = Visit::Queued(i as u64 + 1);
         assert_eq!(visit(buyer, d, server).await, place, "{when}: waiting {i}");
