@@ -97,7 +97,7 @@ pub struct Identities {
     keys: Arc<[Key]>,
 }
 
-/// A had-hold cookie the request carried: its name, and when it was set (Unix seconds;
+/// A had-hold cookie the request carried: its name, and when it was set (Unix µs;
 /// 0 if set before its value said so) if it is this buyer's (`None`: another buyer's, or
 /// a forgery). The lowest is forgotten first.
 #[derive(Clone, Debug)]
@@ -213,11 +213,11 @@ impl Identities {
     }
 }
 
-/// Now, in Unix seconds (0 on a clock before 1970).
-fn unix_now() -> u64 {
+/// Now since the Unix epoch (zero on a clock before 1970).
+fn unix_now() -> std::time::Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .unwrap_or_default()
 }
 
 /// A cookie duration in whole seconds.
@@ -256,7 +256,8 @@ fn is_buyer_id(id: &str) -> bool {
 
 /// The signed value of a had-hold cookie: the buyer and the seat, so it cannot be made
 /// from the buyer cookie's value (the signature covers the value alone), then when it was
-/// set (Unix seconds), so the oldest is forgotten first.
+/// set (Unix µs: finer than a second, so holds taken one after another in the same second
+/// are told apart), so the oldest is forgotten first.
 fn held_value(buyer_id: &str, (event_id, seat_id): (i64, i64), set_at: u64) -> String {
     format!("{buyer_id}:{event_id}.{seat_id}:{set_at}")
 }
@@ -306,7 +307,7 @@ pub async fn identify(
     mut req: Request,
     next: Next,
 ) -> Response {
-    let now = unix_now();
+    let now = unix_now().as_secs();
     let read = identities.read(req.headers(), now);
     let id = Arc::new(OnceLock::new());
     if let Some((known, _)) = &read.known {
@@ -541,7 +542,8 @@ impl Buyer {
         for oldest in &others[..excess] {
             self.remove_cookie(oldest.name.clone());
         }
-        let value = held_value(&self.id, (event_id, seat_id), unix_now());
+        let set_at = u64::try_from(unix_now().as_micros()).unwrap_or(u64::MAX);
+        let value = held_value(&self.id, (event_id, seat_id), set_at);
         self.set_signed_cookie(name, value, HELD_COOKIE_MAX_AGE);
     }
 

@@ -326,19 +326,43 @@ mod tests {
     }
 
     #[test]
-    fn on_https_every_cookie_set_is_secure() {
+    fn on_https_every_cookie_is_host_only_both_ways() {
         let mut h = HeaderMap::new();
         h.append(
             header::SET_COOKIE,
             HeaderValue::from_static("a=1; Path=/; HttpOnly"),
         );
-        h.append(header::SET_COOKIE, HeaderValue::from_static("b=2; Secure"));
+        h.append(
+            header::SET_COOKIE,
+            HeaderValue::from_static("b=2; Secure; Domain=example.com; Path=/x"),
+        );
         secure_cookies(&mut h);
         let set: Vec<&str> = h
             .get_all(header::SET_COOKIE)
             .iter()
             .map(|v| v.to_str().unwrap())
             .collect();
-        assert_eq!(set, ["a=1; HttpOnly; Secure; Path=/", "b=2; Secure"]);
+        assert_eq!(
+            set,
+            [
+                "__Host-a=1; HttpOnly; Secure; Path=/",
+                "__Host-b=2; Secure; Path=/"
+            ]
+        );
+
+        // A request's cookies: only the prefixed ones reach the app, without the prefix.
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=planted; __Host-a=1"),
+        );
+        h.append(header::COOKIE, HeaderValue::from_static("__Host-b=2"));
+        host_only_cookies(&mut h);
+        assert_eq!(h.get_all(header::COOKIE).iter().count(), 1);
+        assert_eq!(h[header::COOKIE], "a=1; b=2");
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=planted"));
+        host_only_cookies(&mut h);
+        assert!(h.get(header::COOKIE).is_none());
     }
 }
