@@ -59,12 +59,7 @@ impl Secrets {
         Ok(Some(Secrets { current, accepted }))
     }
 
-    /// The secret that signs.
-    pub fn current(&self) -> &str {
-        &self.current
-    }
-
-    /// Every secret that verifies, the current one first.
+    /// Every secret that verifies, the current one (the one that signs) first.
     pub fn all(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.current.as_str()).chain(self.accepted.iter().map(String::as_str))
     }
@@ -88,7 +83,6 @@ mod tests {
         let secrets = Secrets::of(&settings(Some(&a), Some(&list)))
             .unwrap()
             .unwrap();
-        assert_eq!(secrets.current(), a);
         assert_eq!(secrets.all().collect::<Vec<_>>(), [&a, &b, &c]);
         assert!(Secrets::of(&settings(None, None)).unwrap().is_none());
         for (secret, accepted) in [

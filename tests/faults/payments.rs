@@ -805,7 +805,8 @@ async fn reprice(d: &Deployment, seat: i64, cents: i64) {
 /// must not capture the old amount under an order at the new price: it is refused
 /// `price_changed` with nothing bought and the hold kept, the old authorization voided;
 /// the retry authorizes the new price and captures exactly it. Before the fix the order
-/// took the new price and the capture the old amount (the checker's `unpaid_order`).
+/// took the new price and the capture the old amount (the checker's `unpaid_order`). And
+/// the checker reports such a capture from both sides.
 #[tokio::test]
 async fn a_price_changed_after_the_authorization_is_never_captured_at_the_old_amount() {
     let d = Deployment::tiny().await;
@@ -838,4 +839,21 @@ async fn a_price_changed_after_the_authorization_is_never_captured_at_the_old_am
     );
     d.assert_invariant().await;
     assert_no_panic(&[&server]);
+
+    // The checker compares the amounts from both sides: a capture of another amount than
+    // its order's price is an order not paid its price and a capture without its order.
+    sqlx::query("UPDATE payments SET amount_cents = amount_cents - 1 WHERE order_id IS NOT NULL")
+        .execute(&d.db)
+        .await
+        .unwrap();
+    let report = seatlock_harness::check::check(&d.db, d.event).await.unwrap();
+    let mut kinds: Vec<(&str, i64)> = (report.violations.iter())
+        .map(|v| (v.kind, v.seat_id))
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [("capture_without_order", seat), ("unpaid_order", seat)],
+        "{report:#?}"
+    );
 }
