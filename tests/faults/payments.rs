@@ -846,7 +846,9 @@ async fn a_price_changed_after_the_authorization_is_never_captured_at_the_old_am
         .execute(&d.db)
         .await
         .unwrap();
-    let report = seatlock_harness::check::check(&d.db, d.event).await.unwrap();
+    let report = seatlock_harness::check::check(&d.db, d.event)
+        .await
+        .unwrap();
     let mut kinds: Vec<(&str, i64)> = (report.violations.iter())
         .map(|v| (v.kind, v.seat_id))
         .collect();
