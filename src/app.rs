@@ -17,6 +17,7 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
 use crate::config::Settings;
+use crate::http::secrets::Secrets;
 use crate::http::sessions::SessionRedis;
 use crate::http::{buyer, csrf, deadline, health, sessions};
 use crate::ledger::PgFenceLedger;
@@ -76,11 +77,9 @@ impl Application {
         // deadline bounds the waits on a store that stopped answering (crate::db).
         let db = crate::db::pool(&settings)?;
         let (leases, redis, waiting_room) = stores(&settings, &db, &extension).await?;
-        if let Some(secret) = &settings.secret {
-            csrf::check_secret(secret).map_err(anyhow::Error::msg)?;
-        }
-        let csrf = csrf::Csrf::new(settings.secret.as_deref());
-        let identities = buyer::Identities::new(settings.secret.as_deref());
+        let secrets = Secrets::of(&settings).map_err(anyhow::Error::msg)?;
+        let csrf = csrf::Csrf::new(secrets.as_ref());
+        let identities = buyer::Identities::new(secrets.as_ref());
         let live = Arc::new(live::LiveHub::new(settings.max_streams as usize));
         let lapses = Arc::new(live::LapseTouches::new(leases.clone()));
         live::spawn(

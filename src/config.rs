@@ -121,10 +121,17 @@ pub struct Settings {
     /// share a Redis.
     #[arg(long, env = "SEATLOCK_LEASE_NAMESPACE", default_value = "seatlock")]
     pub lease_namespace: LeaseNamespace,
-    /// Secret shared by all server processes, used to sign CSRF tokens. Random per
+    /// Secret shared by all server processes, which signs buyer cookies, had-hold
+    /// cookies, waiting-room tickets and CSRF tokens (at least 32 bytes). Random per
     /// process when unset, which only suits a single process.
     #[arg(long, env = "SEATLOCK_SECRET")]
     pub secret: Option<String>,
+    /// Secrets a buyer cookie, a form or a waiting-room ticket may also be signed with,
+    /// comma-separated (each at least 32 bytes; needs `--secret`): accepted, never used to
+    /// sign. A rotation's overlap: the old secret after the switch, and during a rolling
+    /// restart the new one before it (docs/configuration.md, "Rotating the secret").
+    #[arg(long, env = "SEATLOCK_ACCEPTED_SECRETS")]
+    pub accepted_secrets: Option<String>,
     /// The origin buyers' browsers use, when a proxy in front of this server terminates
     /// TLS or rewrites `Host` (`https://tickets.example.com`): forms are accepted from
     /// it alone, and on https cookies are `Secure` and HSTS is sent
@@ -465,6 +472,7 @@ mod tests {
             payment_delay_ms: 56,
             lease_namespace: "ns-7".parse().unwrap(),
             secret: Some("s".repeat(40)),
+            accepted_secrets: Some(format!("{},{}", "a".repeat(32), "b".repeat(33))),
             public_origin: Some("https://tickets.example.com".parse().unwrap()),
             trusted_proxies: Some("127.0.0.1,10.0.0.0/8".parse().unwrap()),
             store_timeout_ms: 789,

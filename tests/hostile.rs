@@ -960,3 +960,122 @@ async fn on_https_a_body_too_large_is_a_413_with_hsts() {
         assert_eq!(header(&name).as_deref(), Some(value), "{name}");
     }
 }
+
+/// `value` (a buyer id and when it was issued, Unix seconds) as the buyer cookie a server
+/// of the test secret would have set: what a browser keeps, or a thief replays, later.
+fn buyer_cookie_issued_at(id: &str, issued_at: i64) -> String {
+    let key = cookie::Key::derive_from(seatlock_harness::TEST_SECRET.as_bytes());
+    let mut jar = cookie::CookieJar::new();
+    let value = format!("{id}.{issued_at}");
+    jar.signed_mut(&key)
+        .add(cookie::Cookie::new(BUYER_COOKIE, value));
+    let pair = jar.delta().next().unwrap().encoded().to_string();
+    pair.split_once('=').unwrap().1.to_owned()
+}
+
+/// The buyer id a buyer cookie's value names: the 16 hex digits before `.<issued at>`.
+fn cookie_buyer_id(value: &str) -> String {
+    let (signed, _) = value.rsplit_once('.').expect("<signature><id>.<issued at>");
+    signed[signed.len() - 16..].to_owned()
+}
+
+/// The value `reply` sets for cookie `name`, if it sets one.
+fn set_cookie_value(reply: &Reply, name: &str) -> Option<String> {
+    reply
+        .headers
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| c.strip_prefix(&format!("{name}=")))
+        .map(|rest| rest.split(';').next().unwrap_or_default().to_owned())
+}
+
+/// A buyer cookie is bounded in lifetime, by the server: its signed value says when it
+/// was issued. One issued two days ago is the same buyer (their hold), issued again on
+/// the answer (renewed, so a buyer who keeps coming never ages out); one issued past the
+/// maximum age (30 days) is refused whatever the browser kept, as a copy replayed later
+/// would be: a stranger, who cannot buy the hold.
+#[tokio::test]
+async fn a_buyer_cookie_is_renewed_while_used_and_refused_past_its_maximum_age() {
+    use seatlock::http::buyer::{BUYER_COOKIE_MAX_AGE, BUYER_COOKIE_RENEW_AFTER};
+    let (app, event, seats, _) = app(|_| {}).await;
+    let base = &app.address;
+    let seat = seats[0];
+    let page = format!("{base}/events/{event}");
+    let mut buyer = holding(&app, event, seat).await;
+    let id = cookie_buyer_id(&buyer.cookie(base, BUYER_COOKIE).unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+
+    let aged = now - 2 * BUYER_COOKIE_RENEW_AFTER.whole_seconds();
+    buyer
+        .set_cookie(base, BUYER_COOKIE, &buyer_cookie_issued_at(&id, aged))
+        .unwrap();
+    let seen = buyer.get(&page).await.unwrap();
+    assert!(seen.body.contains("held for you"), "the same buyer");
+    let renewed = set_cookie_value(&seen, BUYER_COOKIE).expect("renewed on the answer");
+    assert_eq!(cookie_buyer_id(&renewed), id);
+    let issued: i64 = renewed.rsplit_once('.').unwrap().1.parse().unwrap();
+    assert!(issued >= now, "issued now: {issued} < {now}");
+    // Renewed once: the next answer sets no buyer cookie.
+    let again = buyer.get(&page).await.unwrap();
+    assert_eq!(set_cookie_value(&again, BUYER_COOKIE), None);
+
+    let expired = now - BUYER_COOKIE_MAX_AGE.whole_seconds() - 60;
+    buyer
+        .set_cookie(base, BUYER_COOKIE, &buyer_cookie_issued_at(&id, expired))
+        .unwrap();
+    let seen = buyer.get(&page).await.unwrap();
+    assert!(!seen.body.contains("held for you"), "a stranger");
+    let minted = set_cookie_value(&seen, BUYER_COOKIE).expect("a new buyer");
+    assert_ne!(cookie_buyer_id(&minted), id);
+    let confirm = buyer
+        .seat_action(base, event, seat, "confirm")
+        .await
+        .unwrap();
+    assert_page(&confirm, StatusCode::FORBIDDEN, "confirm");
+    assert!(app.orders_for(event, seat).await == 0);
+}
+
+/// A buyer who leaves many holds behind keeps at most `MAX_HELD_COOKIES` had-hold
+/// cookies (one per hold, to tell a lapsed hold from none): the oldest is forgotten, so
+/// the `Cookie` header stays far below a proxy's limit (nginx's 8 kB line). The newest
+/// lapsed hold is still told `expired`; the oldest, forgotten, as never held (403).
+#[tokio::test]
+async fn many_lapsed_holds_never_grow_the_cookie_header_past_a_bound() {
+    use seatlock::http::buyer::MAX_HELD_COOKIES;
+    let (app, event, seats, _) = app(|s| s.max_seats_per_buyer = 100).await;
+    let base = &app.address;
+    assert!(seats.len() > MAX_HELD_COOKIES, "{} seats", seats.len());
+    let mut buyer = visitor(&app, event).await;
+    for seat in &seats {
+        let held = buyer.seat_action(base, event, *seat, "hold").await.unwrap();
+        assert_eq!(held.status, StatusCode::SEE_OTHER, "{}", held.body);
+    }
+    let header = buyer.cookie_header(base).unwrap();
+    let remembered = header
+        .split("; ")
+        .filter(|c| c.starts_with("seatlock.held."))
+        .count();
+    assert_eq!(remembered, MAX_HELD_COOKIES, "{header}");
+    assert!(header.len() < 4_096, "{} bytes: {header}", header.len());
+
+    let (first, last) = (seats[0], *seats.last().unwrap());
+    for seat in [first, last] {
+        seatlock_harness::lapse_lease(&app.state.settings.redis_url, &app.seat_key(event, seat))
+            .await
+            .unwrap();
+    }
+    let newest = buyer
+        .seat_action(base, event, last, "confirm")
+        .await
+        .unwrap();
+    assert!(newest.is_refused(&Refusal::HoldExpired), "{newest:?}");
+    let oldest = buyer
+        .seat_action(base, event, first, "confirm")
+        .await
+        .unwrap();
+    assert_page(&oldest, StatusCode::FORBIDDEN, "a forgotten hold");
+}

@@ -5,7 +5,7 @@
 //!
 //! And the money that goes with a sale, in both directions (migration 0009): every order
 //! has exactly one captured payment, of its seat and price, and every captured payment
-//! has its order.
+//! has its order, of its seat and amount.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -29,7 +29,8 @@ pub struct AcceptedWrite {
 pub struct Violation {
     /// `double_sale`, `token_order`, `unpaid_order` (an order without exactly one
     /// captured payment of its seat and price) or `capture_without_order` (a captured
-    /// payment whose order is missing or is another seat's).
+    /// payment whose order is missing, is another seat's, or is of another price than the
+    /// amount captured).
     pub kind: &'static str,
     /// The seat whose writes broke it.
     pub seat_id: i64,
@@ -95,7 +96,8 @@ async fn payment_violations(db: &PgPool, event_id: i64) -> sqlx::Result<Vec<(&'s
          SELECT false, p.seat_id FROM payments p
            LEFT JOIN orders o ON o.id = p.order_id
           WHERE p.event_id = $1 AND p.status = 'captured'
-            AND (o.id IS NULL OR o.event_id <> p.event_id OR o.seat_id <> p.seat_id)
+            AND (o.id IS NULL OR o.event_id <> p.event_id OR o.seat_id <> p.seat_id
+                 OR o.price_cents <> p.amount_cents)
           ORDER BY 2",
     )
     .bind(event_id)

@@ -30,58 +30,77 @@ use serde::de::DeserializeOwned;
 use crate::http::error::Error;
 use crate::http::ids::{PathId, segment};
 use crate::http::proxy::BuyerOrigin;
+use crate::http::secrets::Secrets;
 
-/// The CSRF configuration: the cookie settings and the signing secret, from which
-/// `Csrf::for_buyer` derives each buyer's own.
+/// The CSRF configuration: the cookie settings and the signing secrets (the current one
+/// first, then those accepted during a rotation), from which `Csrf::for_buyer` derives
+/// each buyer's own.
 #[derive(Clone)]
 pub struct Csrf {
     // Shared: the CSRF extractors take a copy per request.
     cookie: Arc<CsrfConfig>,
-    secret: Arc<str>,
+    secrets: Arc<[String]>,
 }
 
 impl Csrf {
-    /// With `secret` (at least 32 bytes) every server process signs and checks tokens the
-    /// same way, so a form served by one process can be posted to another; without it
-    /// each process makes a random one and encrypts the cookie with a random key, which
-    /// suits one process only.
-    pub fn new(secret: Option<&str>) -> Csrf {
+    /// With `secrets` every server process signs tokens with the current secret and
+    /// checks them against each secret, so a form served by one process can be posted to
+    /// another, also across a rotation ([`Secrets`]); without them each process makes a
+    /// random one and encrypts the cookie with a random key, which suits one process only.
+    pub fn new(secrets: Option<&Secrets>) -> Csrf {
         let cookie = CsrfConfig::default()
             .with_cookie_name("seatlock.csrf")
             .with_http_only(true)
             .with_secure(false)
             .with_cookie_same_site(axum_csrf::SameSite::Lax);
-        match secret {
+        match secrets {
             // The cookie holds a random token in clear; the form carries an HMAC of it,
             // which a cross-site page can neither read nor compute (signed double submit).
-            Some(secret) => Csrf {
+            Some(secrets) => Csrf {
                 cookie: Arc::new(cookie.with_key(None)),
-                secret: secret.into(),
+                secrets: secrets.all().map(str::to_owned).collect(),
             },
             None => Csrf {
                 cookie: Arc::new(cookie),
-                secret: random_text().into(),
+                secrets: Arc::new([random_text()]),
             },
         }
     }
 
-    /// The configuration for the buyer `buyer_id`: the form token is HMAC(secret ":"
-    /// buyer id, cookie token).
-    fn for_buyer(&self, buyer_id: &str) -> CsrfConfig {
+    /// The configuration for the buyer `buyer_id` under `secret`: the form token is
+    /// HMAC(secret ":" buyer id, cookie token).
+    fn for_buyer(&self, secret: &str, buyer_id: &str) -> CsrfConfig {
         (*self.cookie)
             .clone()
-            .with_salt(format!("{}:{buyer_id}", self.secret))
+            .with_salt(format!("{secret}:{buyer_id}"))
     }
 
     /// The CSRF token of the request's buyer ([`crate::http::buyer::buyer_id`], from the
-    /// signed buyer cookie, or minted on this request): no store is read or written.
-    async fn token(&self, parts: &mut Parts) -> Result<CsrfToken, Error> {
+    /// signed buyer cookie, or minted on this request) under `secret`: no store is read
+    /// or written.
+    async fn token(&self, parts: &mut Parts, secret: &str) -> Result<CsrfToken, Error> {
         let (buyer_id, _) = crate::http::buyer::buyer_id(parts)?;
-        let config = self.for_buyer(&buyer_id);
+        let config = self.for_buyer(secret, &buyer_id);
         // (axum_csrf's extractor never fails: a missing cookie gets a new token.)
         CsrfToken::from_request_parts(parts, &config)
             .await
             .map_err(|_| Error::Unavailable("CSRF"))
+    }
+
+    /// The secret that signs form tokens.
+    fn current(&self) -> &str {
+        &self.secrets[0]
+    }
+
+    /// The request's CSRF token under each secret, the current one first: a form served
+    /// before a rotation, or by a server not restarted yet, verifies under one of them
+    /// during the overlap ([`Secrets`]).
+    async fn tokens(&self, parts: &mut Parts) -> Result<Vec<CsrfToken>, Error> {
+        let mut tokens = Vec::with_capacity(self.secrets.len());
+        for secret in self.secrets.iter() {
+            tokens.push(self.token(parts, secret).await?);
+        }
+        Ok(tokens)
     }
 }
 
@@ -111,7 +130,8 @@ where
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Error> {
-        let cookie = Csrf::from_ref(state).token(parts).await?;
+        let csrf = Csrf::from_ref(state);
+        let cookie = csrf.token(parts, csrf.current()).await?;
         let authenticity = cookie
             .authenticity_token()
             .map_err(|_| Error::Unavailable("CSRF"))?;
@@ -127,15 +147,6 @@ impl IntoResponseParts for FormToken {
 
     fn into_response_parts(self, res: ResponseParts) -> Result<ResponseParts, Self::Error> {
         self.cookie.into_response_parts(res)
-    }
-}
-
-/// Checks that a secret is long enough for [`Csrf::new`].
-pub fn check_secret(secret: &str) -> Result<(), String> {
-    if secret.len() >= 32 {
-        Ok(())
-    } else {
-        Err("SEATLOCK_SECRET must be at least 32 bytes".into())
     }
 }
 
@@ -161,15 +172,18 @@ where
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let (mut parts, body) = req.into_parts();
-        let token = Csrf::from_ref(state).token(&mut parts).await?;
+        let tokens = Csrf::from_ref(state).tokens(&mut parts).await?;
         let bytes = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(|_| Error::form_unreadable())?;
         let sent: AuthenticityToken =
             serde_urlencoded::from_bytes(&bytes).map_err(|_| forbidden())?;
-        token
-            .verify(&sent.authenticity_token)
-            .map_err(|_| forbidden())?;
+        if !tokens
+            .iter()
+            .any(|token| token.verify(&sent.authenticity_token).is_ok())
+        {
+            return Err(forbidden());
+        }
         let form = serde_urlencoded::from_bytes(&bytes)
             .map_err(|e| Error::BadRequest(format!("The form is not valid: {e}.")))?;
         Ok(CsrfForm(form))

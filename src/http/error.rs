@@ -101,6 +101,14 @@ pub enum Refusal {
         "Your payment authorization was voided before the sale, so nothing was bought and nothing was charged. Your hold stands: confirm again to authorize the payment anew."
     )]
     PaymentVoided,
+    /// The seat's price changed after the payment was authorized, so the sale's capture,
+    /// which takes only the authorized amount, took nothing and the sale was rolled back:
+    /// nothing bought, nothing charged, the hold kept: `price_changed`. The next confirm
+    /// authorizes the new price.
+    #[error(
+        "The price of this seat changed after your payment was authorized, so nothing was bought and nothing was charged. Your hold stands: reload to see the new price, and confirm again to pay it."
+    )]
+    PriceChanged,
     /// The event has a waiting room and the buyer has no live admission to it (never
     /// admitted, lapsed, or ended at checkout), checked by Redis in the hold's own
     /// script: `not_admitted`. Seats the buyer already holds stay theirs.
@@ -157,7 +165,7 @@ impl Refusal {
 
     /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`,
     /// `seat_limit`, `no_block`, `strands_seat`, `blocks_taken`, `holds_lapsed`, `payment_voided`,
-    /// `not_admitted`, `busy`,
+    /// `price_changed`, `not_admitted`, `busy`,
     /// `stale_bid_lock`, `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
     /// ([`BidRefusal::code`]).
     pub fn code(&self) -> &'static str {
@@ -173,6 +181,7 @@ impl Refusal {
             Refusal::BlocksTaken { .. } => "blocks_taken",
             Refusal::HoldsLapsed { .. } => "holds_lapsed",
             Refusal::PaymentVoided => "payment_voided",
+            Refusal::PriceChanged => "price_changed",
             Refusal::NotAdmitted => "not_admitted",
             Refusal::NotOnSale { .. } => "not_on_sale",
             Refusal::BidLockBusy => "busy",

@@ -2,7 +2,8 @@
 //!
 //! * [`buyer`]: who is buying, a signed cookie. A session holds only a display name
 //!   ([`sessions`]).
-//! * [`csrf`]: the CSRF defences. [`ids`]: the ids a URL names, parsed once.
+//! * [`secrets`]: the signing secrets, one that signs and those accepted during a
+//!   rotation. [`csrf`]: the CSRF defences. [`ids`]: the ids a URL names, parsed once.
 //! * [`error`]: one error type that maps every failure to a status and a page.
 //! * [`deadline`]: the request deadline and the body limit. [`detached`]: work that
 //!   finishes when the client hangs up.
@@ -23,5 +24,6 @@ pub mod headers;
 pub mod health;
 pub mod ids;
 pub mod proxy;
+pub mod secrets;
 pub mod serve;
 pub mod sessions;

@@ -8,7 +8,8 @@
 //! * the CSRF origin check ([`crate::http::csrf::refuse_foreign_origin`]): a POST's
 //!   `Origin` must be this origin;
 //! * cookies are `Secure` when the origin is https, so the browser never sends the
-//!   session over plain HTTP;
+//!   session over plain HTTP, and their names are `__Host-` prefixed
+//!   ([`HOST_PREFIX`]), so a sibling subdomain or a plain-HTTP page cannot plant one;
 //! * `Strict-Transport-Security` ([`HSTS`]) is sent when the origin is https.
 //!
 //! The origin of a request ([`BuyerOrigin`]) is, in order:
@@ -41,6 +42,13 @@ use crate::config::{PublicOrigin, Settings, TrustedProxies, without_default_port
 /// server cannot know whether every subdomain serves https). RFC 6797 §7.2: never sent
 /// on plain HTTP, where a browser ignores it anyway.
 pub const HSTS: &str = "max-age=31536000";
+
+/// The prefix of every cookie name on https (RFC 6265bis §4.1.3.2): a browser keeps a
+/// `__Host-` cookie only if it is `Secure`, for path `/`, with no `Domain`, set by an https
+/// page of this very host. So no sibling subdomain (`evil.example.com` setting
+/// `Domain=example.com`) and no plain-HTTP answer can set one, and on https the server
+/// reads no other: a planted buyer cookie, CSRF cookie or ticket is never seen.
+pub const HOST_PREFIX: &str = "__Host-";
 
 /// How this server is reached: the settings [`buyer_origin`] works from.
 #[derive(Clone, Debug, Default)]
@@ -139,8 +147,10 @@ impl BuyerOrigin {
 }
 
 /// Middleware: finds the request's [`BuyerOrigin`] and puts it in its extensions; on an
-/// https origin, marks every cookie the response sets `Secure` and adds [`HSTS`]. The
-/// peer's address comes from the server loop ([`crate::http::serve`]).
+/// https origin, hands the app only the request's [`HOST_PREFIX`]ed cookies, under their
+/// names without it, and names every cookie the response sets with it, `Secure`, for path
+/// `/` and no domain, and adds [`HSTS`]. So the app names its cookies once, whatever the
+/// scheme. The peer's address comes from the server loop ([`crate::http::serve`]).
 pub async fn buyer_origin(
     State(proxying): State<Proxying>,
     mut request: Request,
@@ -153,6 +163,9 @@ pub async fn buyer_origin(
     let origin = BuyerOrigin::of(&proxying, peer, request.headers());
     let https = origin.https == Some(true);
     request.extensions_mut().insert(origin);
+    if https {
+        host_only_cookies(request.headers_mut());
+    }
     let mut response = next.run(request).await;
     if https {
         secure_cookies(response.headers_mut());
@@ -164,8 +177,28 @@ pub async fn buyer_origin(
     response
 }
 
-/// Adds `Secure` to each `Set-Cookie` of `headers` (the session's, the CSRF cookie,
-/// whatever sets one), parsed and written back by the `cookie` crate.
+/// Keeps of the request's `Cookie` headers only the [`HOST_PREFIX`]ed cookies, named
+/// without the prefix, in one `Cookie` header (none if there are none).
+fn host_only_cookies(headers: &mut HeaderMap) {
+    let kept: Vec<&str> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().strip_prefix(HOST_PREFIX))
+        .collect();
+    let joined = (!kept.is_empty())
+        .then(|| HeaderValue::from_str(&kept.join("; ")).ok())
+        .flatten();
+    headers.remove(header::COOKIE);
+    if let Some(joined) = joined {
+        headers.insert(header::COOKIE, joined);
+    }
+}
+
+/// Names each `Set-Cookie` of `headers` (the session's, the CSRF cookie, whatever sets
+/// one) with [`HOST_PREFIX`] and makes it `Secure`, for path `/`, with no domain, as the
+/// prefix requires; parsed and written back by the `cookie` crate.
 fn secure_cookies(headers: &mut HeaderMap) {
     let cookies: Vec<HeaderValue> = headers
         .get_all(header::SET_COOKIE)
@@ -178,7 +211,10 @@ fn secure_cookies(headers: &mut HeaderMap) {
             else {
                 return value.clone();
             };
+            cookie.set_name(format!("{HOST_PREFIX}{}", cookie.name()));
             cookie.set_secure(true);
+            cookie.set_path("/");
+            cookie.unset_domain();
             HeaderValue::from_str(&cookie.to_string()).unwrap_or_else(|_| value.clone())
         })
         .collect();
@@ -290,19 +326,43 @@ mod tests {
     }
 
     #[test]
-    fn on_https_every_cookie_set_is_secure() {
+    fn on_https_every_cookie_is_host_only_both_ways() {
         let mut h = HeaderMap::new();
         h.append(
             header::SET_COOKIE,
             HeaderValue::from_static("a=1; Path=/; HttpOnly"),
         );
-        h.append(header::SET_COOKIE, HeaderValue::from_static("b=2; Secure"));
+        h.append(
+            header::SET_COOKIE,
+            HeaderValue::from_static("b=2; Secure; Domain=example.com; Path=/x"),
+        );
         secure_cookies(&mut h);
         let set: Vec<&str> = h
             .get_all(header::SET_COOKIE)
             .iter()
             .map(|v| v.to_str().unwrap())
             .collect();
-        assert_eq!(set, ["a=1; HttpOnly; Secure; Path=/", "b=2; Secure"]);
+        assert_eq!(
+            set,
+            [
+                "__Host-a=1; HttpOnly; Secure; Path=/",
+                "__Host-b=2; Secure; Path=/"
+            ]
+        );
+
+        // A request's cookies: only the prefixed ones reach the app, without the prefix.
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=planted; __Host-a=1"),
+        );
+        h.append(header::COOKIE, HeaderValue::from_static("__Host-b=2"));
+        host_only_cookies(&mut h);
+        assert_eq!(h.get_all(header::COOKIE).iter().count(), 1);
+        assert_eq!(h[header::COOKIE], "a=1; b=2");
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("a=planted"));
+        host_only_cookies(&mut h);
+        assert!(h.get(header::COOKIE).is_none());
     }
 }

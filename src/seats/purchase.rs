@@ -255,9 +255,10 @@ async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) 
 ///    doubled confirm never pays twice, nor does a checkout of the seat from another tab.
 /// (b) The fenced write, [`queries::sell`], in one transaction. It writes only if the
 ///    seat is NOT sold and the fencing token is not lower than the row's. It also
-///    captures the payment and takes the row lock. A capture may find the payment
-///    voided. Then the sale is rolled back ([`Refusal::PaymentVoided`]): no capture,
-///    no order.
+///    captures the payment, of exactly the order's price, and takes the row lock. A
+///    capture may find the payment voided, or authorized for a price since changed.
+///    Then the sale is rolled back ([`Refusal::PaymentVoided`],
+///    [`Refusal::PriceChanged`]): no capture, no order.
 /// (c) The owner check in Redis: a `GET`, compared. Is the hold still ours? If not,
 ///    roll back and return `None`. A hold that lapsed cannot buy. That holds even when
 ///    the holder after it came and went without writing. The fence alone would let the
@@ -351,8 +352,10 @@ async fn sell_fenced(
             tx.rollback().await?;
             return Ok(Attempt::Refused);
         }
-        // The capture found the payment voided. No capture, no order.
-        Sale::Unpaid => return unpaid(tx).await,
+        // The capture found the payment voided, or of another amount. No capture, no
+        // order.
+        Sale::Unpaid => return unpaid(tx, Refusal::PaymentVoided).await,
+        Sale::Repriced => return unpaid(tx, Refusal::PriceChanged).await,
     };
     failpoint::point(PausePoint::BeforeOwnerCheck).await;
     // (c) The owner check, with the row locked. A hold that lapsed cannot buy.
@@ -471,7 +474,8 @@ async fn sell_all_fenced(
                 sale_refused(state, buyer, *seat, lease).await?;
                 return Ok(Checkout::BoughtAlready);
             }
-            Sale::Unpaid => return unpaid(tx).await,
+            Sale::Unpaid => return unpaid(tx, Refusal::PaymentVoided).await,
+            Sale::Repriced => return unpaid(tx, Refusal::PriceChanged).await,
         }
     }
     failpoint::point(PausePoint::BeforeOwnerCheck).await;
@@ -518,14 +522,18 @@ async fn leave_payment(state: &AppState, payment: &str) {
     }
 }
 
-/// A sale whose capture found its payment voided.
-/// Roll it back: no capture, no order. Refuse with [`Refusal::PaymentVoided`].
-/// The hold stays. A new attempt authorizes again.
-async fn unpaid<T>(tx: sqlx::Transaction<'_, sqlx::Postgres>) -> Result<T> {
+/// A sale whose capture took nothing: its payment was voided
+/// ([`Refusal::PaymentVoided`]), or authorized for another amount than the order's price
+/// ([`Refusal::PriceChanged`]). Roll it back: no capture, no order. Refuse with `why`.
+/// The hold stays. A new attempt authorizes again, at the price then.
+async fn unpaid<T>(tx: sqlx::Transaction<'_, sqlx::Postgres>, why: Refusal) -> Result<T> {
     tx.rollback().await?;
-    telemetry::confirm(ConfirmOutcome::Rejected(&Refusal::PaymentVoided));
-    tracing::warn!("confirm refused: the payment was voided before its capture");
-    Err(Refusal::PaymentVoided.into())
+    telemetry::confirm(ConfirmOutcome::Rejected(&why));
+    tracing::warn!(
+        refusal = why.code(),
+        "confirm refused: the capture took nothing"
+    );
+    Err(why.into())
 }
 
 /// Gives `lease` up once a purchase attempt is over.

@@ -88,6 +88,11 @@ pub enum Sale {
     /// It was voided. The caller MUST roll back, so no order exists without its captured
     /// payment (migration 0009).
     Unpaid,
+    /// The write was accepted, but the payment under the key was authorized for another
+    /// amount than the order's price: the seat's price changed after the authorization.
+    /// Nothing was captured. The caller MUST roll back; the next attempt authorizes the
+    /// new price ([`authorize_payment`]).
+    Repriced,
 }
 
 /// The fenced purchase, in ONE statement.
@@ -101,10 +106,15 @@ pub enum Sale {
 /// The same statement inserts the order and captures the payment authorized under
 /// `payment_key`.
 ///
-/// Returns one of three:
+/// The capture takes only a payment authorized for the order's price: an authorization
+/// binds its amount, and a price changed since then captures nothing.
+///
+/// Returns one of four:
 /// * [`Sale::Sold`], with the new order id.
 /// * [`Sale::Refused`] if a condition failed. Nothing was written.
 /// * [`Sale::Unpaid`] if the capture found no authorized payment. The caller rolls back.
+/// * [`Sale::Repriced`] if the payment was authorized for another amount. The caller
+///   rolls back.
 ///
 /// The capture takes the payment's row lock. So a void either landed before it, and the
 /// sale is rolled back, or it waits for the commit and then finds the payment captured.
@@ -130,7 +140,7 @@ pub async fn sell(
     payment_key: &str,
     idle_bound: Duration,
 ) -> sqlx::Result<Sale> {
-    let row: Option<(i64, bool)> = sqlx::query_as(
+    let row: Option<(i64, bool, bool)> = sqlx::query_as(
         "-- The fenced, conditional write. Only an unsold seat, a token not lower than
          -- the row's, and an event on sale and not started yet.
          WITH sold AS (
@@ -142,16 +152,22 @@ pub async fn sell(
          ordered AS (
              INSERT INTO orders (event_id, seat_id, buyer_id, buyer_name, price_cents, fence_token)
              SELECT event_id, seat_id, $4, $5, price_cents, $3 FROM sold
-          RETURNING id, event_id, seat_id),
-         -- The capture of the hold's payment. A voided payment captures nothing.
+          RETURNING id, event_id, seat_id, price_cents),
+         -- The capture of the hold's payment, of exactly the order's price. A voided
+         -- payment, or one authorized for another amount, captures nothing.
          captured AS (
              UPDATE payments SET status = 'captured', order_id = ordered.id
                FROM ordered
               WHERE payments.idempotency_key = $6 AND payments.status = 'authorized'
+                AND payments.amount_cents = ordered.price_cents
           RETURNING payments.order_id)
-         -- The order and whether it was paid. Also a note for live pages, sent on
-         -- commit, and the bound on how long this transaction may sit idle.
+         -- The order, whether it was paid, and whether the payment is of another amount.
+         -- Also a note for live pages, sent on commit, and the bound on how long this
+         -- transaction may sit idle.
          SELECT id, EXISTS (SELECT 1 FROM captured) AS captured,
+                EXISTS (SELECT 1 FROM payments p
+                         WHERE p.idempotency_key = $6 AND p.amount_cents <> ordered.price_cents)
+                    AS repriced,
                 pg_notify($8, json_build_object(
                     'topic', 'event:' || event_id, 'event', 'seat',
                     'data', json_build_object('seat', seat_id, 'state', 'sold'))::text),
@@ -169,8 +185,9 @@ pub async fn sell(
     .fetch_optional(tx)
     .await?;
     Ok(match row {
-        Some((order_id, true)) => Sale::Sold { order_id },
-        Some((_, false)) => Sale::Unpaid,
+        Some((order_id, true, _)) => Sale::Sold { order_id },
+        Some((_, false, true)) => Sale::Repriced,
+        Some((_, false, false)) => Sale::Unpaid,
         None => Sale::Refused,
     })
 }
@@ -178,7 +195,10 @@ pub async fn sell(
 /// Joins the attempt to the payment of one hold, `payment_key`, for `seat` at its price
 /// (migration 0009).
 /// The first attempt authorizes it. Each later one counts itself in: `open_attempts + 1`.
-/// A payment voided before is authorized again.
+/// A payment voided before is authorized again. The authorization records its amount,
+/// the seat's price now: if the price changed since the last authorization, the old one
+/// is voided and the new price authorized in its place (the simulated provider's void and
+/// new authorization, in one write), and only a sale at that price captures it ([`sell`]).
 /// A captured payment is left as it is, so a retried confirm never pays twice.
 /// Every attempt that joins either captures the payment with its sale, or leaves it
 /// ([`leave_payment`]).
@@ -194,7 +214,7 @@ pub async fn authorize_payment(
           WHERE event_id = $1 AND seat_id = $2
          ON CONFLICT (idempotency_key) DO UPDATE
             SET status = 'authorized', open_attempts = payments.open_attempts + 1,
-                authorized_at = now()
+                amount_cents = EXCLUDED.amount_cents, authorized_at = now()
           WHERE payments.status <> 'captured'",
     )
     .bind(seat.event_id)

@@ -1,5 +1,7 @@
 //! The buyer's ticket: their place in an event's line, kept by the browser in a cookie
-//! signed with the server secret (the buyer cookie's key, [`Buyer::signed_cookie`]).
+//! signed with the server secret (the buyer cookie's key, [`Buyer::signed_cookie`]; one
+//! signed under a secret accepted during a rotation is signed again under the current
+//! one, so a rotation costs nobody their place).
 //! Every server reads it without asking a store. A forged ticket fails the signature;
 //! one copied to another buyer or event names them and is refused; one from a room Redis
 //! lost names an old epoch. None of that can admit anyone: the hold's own script checks
@@ -84,7 +86,7 @@ impl Ticket {
 
     /// `buyer`'s ticket for event `event_id`, if their browser sent one that verifies.
     pub(super) fn read(buyer: &Buyer, event_id: i64) -> Option<Ticket> {
-        let value = buyer.signed_cookie(&cookie_name(event_id))?;
+        let value = buyer.signed_cookie(&cookie_name(event_id), TICKET_MAX_AGE)?;
         Ticket::parse(&value, buyer.id(), event_id)
     }
 

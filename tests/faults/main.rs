@@ -19,6 +19,7 @@ mod hangups;
 mod health;
 mod payments;
 mod poolers;
+mod rotation;
 mod scale_out;
 mod shared_redis;
 mod soak;

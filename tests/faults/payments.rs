@@ -41,6 +41,28 @@ async fn payment_rows(db: &PgPool, event: i64, seat: i64) -> Vec<Payment> {
     .unwrap()
 }
 
+/// A new buyer holds `seat` through `server` and confirms it in a second tab, parked
+/// `ms` at `point` (the server has parked it when this returns): the buyer, its public
+/// id, and the parked confirm's reply to come.
+async fn parked_confirm(
+    d: &Deployment,
+    server: &seatlock_harness::ServerProcess,
+    seat: i64,
+    point: PausePoint,
+    ms: u64,
+) -> (
+    seatlock_harness::HttpBuyer,
+    String,
+    tokio::task::JoinHandle<seatlock_harness::Reply>,
+) {
+    let (buyer, id, _) = holder(d, &server.address, seat).await;
+    let tab = buyer.another_tab(pause_headers(point, ms));
+    let url = confirm_url(d, &server.address, seat);
+    let confirm = tokio::spawn(async move { tab.post(&url, &[]).await.unwrap() });
+    parked(server, 1).await;
+    (buyer, id, confirm)
+}
+
 /// A confirm has committed its sale and is slow to give its hold up (parked
 /// after the commit: a slow Redis, a GC pause, a busy core). Meanwhile, in another tab,
 /// the same buyer releases everything and picks the seat again: the seat is not retired
@@ -107,11 +129,8 @@ async fn a_lapsed_hold_picked_again_after_its_own_sale_leaves_no_authorization_o
     let server = d.server(|_| {}).await;
     let base = &server.address;
     let seat = d.seats[1];
-    let (buyer, id, _) = holder(&d, base, seat).await;
-    let slow = buyer.another_tab(pause_headers(PausePoint::AfterCommit, 4_000));
-    let url = confirm_url(&d, base, seat);
-    let first = tokio::spawn(async move { slow.post(&url, &[]).await.unwrap() });
-    parked(&server, 1).await;
+    let (buyer, id, first) =
+        parked_confirm(&d, &server, seat, PausePoint::AfterCommit, 4_000).await;
     // The 2 s hold lapses while the first confirm is parked after its commit.
     seatlock_harness::lapse_lease(&d.settings.redis_url, &d.key(seat))
         .await
@@ -767,4 +786,76 @@ fn assert_no_panic(servers: &[&seatlock_harness::ServerProcess]) {
         let log = std::fs::read_to_string(&server.log).unwrap_or_default();
         assert!(!log.contains("panicked"), "{}: {log}", server.log.display());
     }
+}
+
+/// Sets the price of `seat` of the deployment's event to `cents` (an operator's price
+/// change, as Postgres sees it).
+async fn reprice(d: &Deployment, seat: i64, cents: i64) {
+    sqlx::query("UPDATE event_seats SET price_cents = $3 WHERE event_id = $1 AND seat_id = $2")
+        .bind(d.event)
+        .bind(seat)
+        .bind(cents)
+        .execute(&d.db)
+        .await
+        .unwrap();
+}
+
+/// The payment is bound to its amount: a confirm authorizes the seat's price, and the
+/// price changes while it is parked between its authorization and its sale. The sale
+/// must not capture the old amount under an order at the new price: it is refused
+/// `price_changed` with nothing bought and the hold kept, the old authorization voided;
+/// the retry authorizes the new price and captures exactly it. Before the fix the order
+/// took the new price and the capture the old amount (the checker's `unpaid_order`). And
+/// the checker reports such a capture from both sides.
+#[tokio::test]
+async fn a_price_changed_after_the_authorization_is_never_captured_at_the_old_amount() {
+    let d = Deployment::tiny().await;
+    let server = d.server(|s| s.hold_ttl_ms = 30_000).await;
+    let base = &server.address;
+    let seat = d.seats[0];
+    let (buyer, id, first) =
+        parked_confirm(&d, &server, seat, PausePoint::BeforeWrite, 2_000).await;
+    let authorized = payment_rows(&d.db, d.event, seat).await;
+    let new_price = authorized[0].amount_cents + 700;
+    reprice(&d, seat, new_price).await;
+    let first = first.await.unwrap();
+    assert_conflict(&first, Refusal::PriceChanged);
+    assert!(d.orders(seat).await.is_empty(), "nothing bought");
+    let left = payment_rows(&d.db, d.event, seat).await;
+    assert_eq!(left[0].status, "voided", "{left:#?}");
+    d.assert_invariant().await;
+
+    let bought = act(&buyer, base, &d, seat, "confirm").await;
+    assert_eq!(
+        bought.status, SEE_OTHER,
+        "the hold stands, the retry buys: {bought:?}"
+    );
+    d.assert_sold_once_to(seat, &id).await;
+    let paid = payment_rows(&d.db, d.event, seat).await;
+    assert_eq!(
+        (paid.len(), paid[0].status.as_str(), paid[0].amount_cents),
+        (1, "captured", new_price),
+        "{paid:#?}"
+    );
+    d.assert_invariant().await;
+    assert_no_panic(&[&server]);
+
+    // The checker compares the amounts from both sides: a capture of another amount than
+    // its order's price is an order not paid its price and a capture without its order.
+    sqlx::query("UPDATE payments SET amount_cents = amount_cents - 1 WHERE order_id IS NOT NULL")
+        .execute(&d.db)
+        .await
+        .unwrap();
+    let report = seatlock_harness::check::check(&d.db, d.event)
+        .await
+        .unwrap();
+    let mut kinds: Vec<(&str, i64)> = (report.violations.iter())
+        .map(|v| (v.kind, v.seat_id))
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [("capture_without_order", seat), ("unpaid_order", seat)],
+        "{report:#?}"
+    );
 }

@@ -91,7 +91,11 @@ async fn leave(buyer: &HttpBuyer, d: &Deployment, server: &str) {
 
 /// `n` fresh buyers open the event in turn, buyer `i` through `server(i)`; the first
 /// then shops and the others wait at positions 1, 2, … (checked).
-async fn queue_up(d: &Deployment, n: usize, server: impl Fn(usize) -> String) -> Vec<HttpBuyer> {
+pub(crate) async fn queue_up(
+    d: &Deployment,
+    n: usize,
+    server: impl Fn(usize) -> String,
+) -> Vec<HttpBuyer> {
     let mut buyers: Vec<HttpBuyer> = (0..n).map(|_| HttpBuyer::new()).collect();
     for (i, buyer) in buyers.iter_mut().enumerate() {
         visit(buyer, d, &server(i)).await;

@@ -15,8 +15,9 @@
 //! * **the lease** is the admission's TTL on the store's clock, renewed by each visit up
 //!   to a cap. A turn not taken within the arrival window is over, so a holder gone for
 //!   good costs one window of an idle place;
-//! * **the owner token** is the admission's member, a secret the caller derives per
-//!   holder (seatlock: an HMAC of the buyer and the event). It never reaches the browser;
+//! * **the owner token** is the admission's member, which the caller derives per holder
+//!   and never takes from a client (seatlock: SHA-256 of the buyer and the event, from
+//!   the buyer id its signed cookie proves). It never reaches the browser;
 //! * **the fence**, twice. The hold's own script checks the admission (a [`Grant`](crate::Grant)
 //!   with its `admission` set), so no hold is granted on an admission that lapsed or ended. And one server at a time moves the frontier under a lease of its
 //!   own; its fencing token goes with every step ([`LeaseClient::tick`]), so a ticker
