@@ -516,14 +516,14 @@ mod tests {
     };
 
     #[test]
-    fn the_seeded_auctions_stay_open_a_day_with_small_increments() {
+    fn the_seeded_auctions_stay_open_a_day_with_a_hard_stop() {
         let text = include_str!("../data/auctions.json");
         let specs: Vec<AuctionSpec> = serde_json::from_str(text).unwrap();
         assert!((3..=10).contains(&specs.len()), "a handful");
         for spec in &specs {
             assert!(spec.open_hours >= 24, "{}", spec.slug);
             assert!(
-                (1..=1_000).contains(&spec.terms.min_increment_cents),
+                spec.hard_stop_after_end_secs >= u32::try_from(spec.terms.soft_close_secs).unwrap(),
                 "{}",
                 spec.slug
             );

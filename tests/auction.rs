@@ -84,8 +84,9 @@ async fn fetch(app: &TestApp, item: i64) -> queries::Item {
     queries::item(app.db(), item).await.unwrap().unwrap()
 }
 
+/// How many bids were accepted on `item` (the bidders' own rows, not the automatic ones).
 async fn bid_count(app: &TestApp, item: i64) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM bids WHERE item_id = $1")
+    sqlx::query_scalar("SELECT count(*) FROM bids WHERE item_id = $1 AND NOT automatic")
         .bind(item)
         .fetch_one(app.db())
         .await
@@ -97,19 +98,15 @@ async fn end_now(app: &TestApp, item: i64) {
     end_auction_now(app.db(), item).await;
 }
 
-/// Bidder `who`'s bid of `amount_cents` on `item` through the domain function, with the
-/// app's strategy.
-async fn place(
-    app: &TestApp,
-    who: &str,
-    item: i64,
-    amount_cents: i64,
-) -> Result<AcceptedBid, Error> {
+/// Bidder `who`'s maximum of `max_cents` on `item`, arriving now, through the domain
+/// function, with the app's strategy.
+async fn place(app: &TestApp, who: &str, item: i64, max_cents: i64) -> Result<AcceptedBid, Error> {
     let bidder = profile(who);
     let new_bid = Bid {
         bidder: &bidder,
         item_id: item,
-        amount_cents,
+        max_cents,
+        arrived_at: Utc::now(),
     };
     bid::place_bid(&app.state, &new_bid).await
 }
@@ -312,7 +309,8 @@ async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
     let late_bid = Bid {
         bidder: &a,
         item_id: id,
-        amount_cents: 2_000,
+        max_cents: 2_000,
+        arrived_at: Utc::now(),
     };
     let late = bid::bid_under_lease(&app.state, &lease_a, &late_bid).await;
     match late {
@@ -435,16 +433,23 @@ async fn a_closer_paused_past_its_lease_cannot_write() {
     // The fence alone: an open, ended item whose row accepted token 42 refuses 41.
     let other = item_ended_with_token(&app, 42).await;
     assert_eq!(
-        queries::close_item(app.db(), other, 41).await.unwrap(),
+        queries::close_item(app.db(), other, 41, grace(&app))
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
-        queries::close_item(app.db(), other, 42)
+        queries::close_item(app.db(), other, 42, grace(&app))
             .await
             .unwrap()
             .as_deref(),
         Some("no_bids")
     );
+}
+
+/// The app's arrival grace ([`bid::arrival_grace`]).
+fn grace(app: &TestApp) -> Duration {
+    bid::arrival_grace(&app.state.settings)
 }
 
 async fn item_ended_with_token(app: &TestApp, token: i64) -> i64 {
@@ -650,7 +655,7 @@ async fn the_list_shows_open_items_and_seeding_is_idempotent() {
             item.terms.title
         );
         assert!(
-            item.terms.min_increment_cents <= 1_000,
+            item.hard_stop_at - item.ends_at >= TimeDelta::hours(1),
             "{}",
             item.terms.title
         );

@@ -147,12 +147,14 @@ pub fn auction_item(title: &str) -> seatlock::auction::queries::NewItem {
     }
 }
 
-/// Moves auction item `item`'s end into the past (tests do not wait for auctions to
-/// end), and its start too if needed.
+/// Moves auction item `item`'s end a minute into the past, past the arrival grace in
+/// which bids that arrived before the end may still be written
+/// ([`seatlock::auction::bid::arrival_grace`]), so that the closer may close it at once
+/// (tests do not wait for auctions to end); its start too if needed.
 pub async fn end_auction_now(db: &PgPool, item: i64) {
     sqlx::query(
-        "UPDATE auction_items SET ends_at = now() - interval '1 second',
-                starts_at = least(starts_at, now() - interval '2 seconds') WHERE id = $1",
+        "UPDATE auction_items SET ends_at = now() - interval '1 minute',
+                starts_at = least(starts_at, now() - interval '2 minutes') WHERE id = $1",
     )
     .bind(item)
     .execute(db)
