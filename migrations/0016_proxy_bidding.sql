@@ -91,14 +91,15 @@ $$;
 -- three maxima, the bidder's earlier one (as leader or runner-up) replaced by the new
 -- one; the top two by (maximum DESC, place ASC) are kept: equal maxima, the earlier
 -- wins. The price: the starting price alone, else min(top, runner-up + increment at the
--- runner-up's maximum); raised to the reserve when the top maximum reaches it. The bid
+-- runner-up's maximum), except that a leader who stays the leader keeps the price (no
+-- self-outbid); raised to the reserve when the top maximum reaches it. The bid
 -- statement checks beforehand that the bid is allowed (a non-leader bids at least the
 -- price plus one increment, a leader not below the price); this function only ranks.
 CREATE FUNCTION auction_resolve(
     leader_id text, leader_name text, leader_max bigint, leader_seq bigint,
     runner_up_id text, runner_up_name text, runner_up_max bigint, runner_up_seq bigint,
     bidder_id text, bidder_name text, bidder_max bigint, bidder_seq bigint,
-    starting_price_cents bigint, reserve_price_cents bigint,
+    price_cents bigint, starting_price_cents bigint, reserve_price_cents bigint,
     band_from bigint[], band_increment bigint[],
     OUT new_leader_id text, OUT new_leader_name text, OUT new_leader_max bigint,
     OUT new_leader_seq bigint, OUT new_runner_up_id text, OUT new_runner_up_name text,
@@ -132,6 +133,12 @@ BEGIN
                       ELSE least(new_leader_max, new_runner_up_max
                                  + auction_increment(new_runner_up_max, band_from, band_increment))
                  END;
+    -- Nobody outbids themself: a leader who stays the leader keeps the price, whatever
+    -- the new maximum (after a tie at the leader's maximum, the formula would put a
+    -- raised maximum's price at the runner-up's plus the increment, above the price).
+    IF leader_id = bidder_id AND new_leader_id = bidder_id THEN
+        new_price := price_cents;
+    END IF;
     IF reserve_price_cents > 0 AND new_leader_max >= reserve_price_cents THEN
         new_price := greatest(new_price, reserve_price_cents);
     END IF;

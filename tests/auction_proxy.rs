@@ -74,9 +74,10 @@ impl Reference {
         let top = maxima[0];
         self.leader = Some(top);
         self.runner_up = maxima.get(1).copied();
-        let mut price = match self.runner_up {
-            None => self.start_price,
-            Some((_, second, _)) => top.1.min(second + increment_cents(second)),
+        let mut price = match (self.runner_up, self.price) {
+            (_, Some(kept)) if leads && top.0 == who => kept, // no self-outbid
+            (None, _) => self.start_price,
+            (Some((_, second, _)), _) => top.1.min(second + increment_cents(second)),
         };
         if self.reserve > 0 && top.1 >= self.reserve {
             price = price.max(self.reserve);

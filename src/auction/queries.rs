@@ -234,7 +234,8 @@ pub struct PlacedBid {
 /// The bid write, ONE statement: resolve `bid`'s maximum against the item's leader and
 /// runner-up (`auction_resolve`, migrations/0016: the top two maxima, equal maxima in the
 /// item's own order `bid_count`; the price the lower of the top maximum and the
-/// runner-up's plus its band's increment, raised to a reserve the top maximum meets),
+/// runner-up's plus its band's increment, kept when the leader stays the leader (no
+/// self-outbid), raised to a reserve the top maximum meets),
 /// write the new leader, price and end, and the history rows, only if
 /// * the bid arrived while the auction was open, `starts_at <= arrived_at < ends_at` (the
 ///   receiving server's clock, [`Bid::arrived_at`]: a bid that came in before the end is
@@ -284,7 +285,7 @@ pub async fn place_bid(
                         item.high_bidder_id, item.high_bidder_name, item.leader_max_cents,
                         item.leader_seq, item.runner_up_id, item.runner_up_name,
                         item.runner_up_max_cents, item.runner_up_seq,
-                        $2, $3, $4, item.bid_count + 1,
+                        $2, $3, $4, item.bid_count + 1, item.high_bid_cents,
                         item.starting_price_cents, item.reserve_price_cents, $9, $10)),
                     bid_count = bid_count + 1,
                     fence_token = coalesce($5, fence_token),
