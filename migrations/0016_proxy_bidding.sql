@@ -161,6 +161,9 @@ ALTER TABLE bids
     -- When the server received the request (its own clock; docs/auction.md, "Judged at
     -- arrival"); NULL on automatic rows and on bids from before.
     ADD COLUMN arrived_at timestamptz,
+    -- The item's price right after this bid (the bidder's own rows): what the nemesis's
+    -- history checker judges ("never above the runner-up's maximum plus the increment").
+    ADD COLUMN price_cents bigint,
     ADD CONSTRAINT bids_max_not_below_amount CHECK (max_cents >= amount_cents),
     ADD CONSTRAINT bids_automatic_has_no_max CHECK (NOT (automatic AND max_cents IS NOT NULL));
 -- One lease grant places at most one bid (its automatic companion aside).

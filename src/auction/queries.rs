@@ -305,9 +305,9 @@ pub async fn place_bid(
           RETURNING id, ends_at, high_bid_cents, high_bidder_id, high_bidder_name),
          own AS (
              INSERT INTO bids (item_id, bidder_id, bidder_name, amount_cents, max_cents,
-                               fence_token, arrived_at)
+                               fence_token, arrived_at, price_cents)
              SELECT id, $2, $3, CASE WHEN high_bidder_id = $2 THEN high_bid_cents ELSE $4 END,
-                    $4, $5, $7
+                    $4, $5, $7, high_bid_cents
                FROM placed
           RETURNING id, item_id),
          automatic AS (

@@ -162,6 +162,7 @@ impl Lab {
             ttl_ms: LAB_LEASE_TTL_MS as f64,
             fenced: true,
             exclusive,
+            proxy_increment: None,
         };
         check_history(&self.history.ops(), model)
     }
