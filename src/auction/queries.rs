@@ -1,31 +1,29 @@
 //! Every SQL statement of the auction. The two that matter are [`place_bid`], the fenced
-//! conditional bid write, and [`close_item`], the fenced close. Each is ONE statement, so
-//! its checks and its write are atomic.
+//! proxy bid (resolution and all), and [`close_item`], the fenced close. Each is ONE
+//! statement, so its checks and its write are atomic.
 //!
-//! # The clock: `clock_timestamp()`, the moment of the check
+//! # The clocks: the arrival, then `clock_timestamp()` for the grace
 //!
-//! Every time comes from the Postgres clock, one clock for every server process, and
-//! every decision "open, ended, inside the soft-close window" uses the same reading of
-//! it: `clock_timestamp()`, the server's time when the expression is evaluated. Not
-//! `now()`: that is the start of the *transaction*, so a bid whose transaction began
-//! before the end and then stalled (a GC pause, its bid lock lapsing) was judged as if it
-//! wrote at the start, and accepted after the end, after a newer bidder had been told
-//! "ended". Not `statement_timestamp()` either: it is the moment the statement
-//! *arrived*, and a write that then waits for the item's row lock (another bid's
-//! transaction, the closer) keeps that earlier time. Postgres re-checks the WHERE clause
-//! of a waiting UPDATE on the new row version once the lock is free (READ COMMITTED);
-//! `clock_timestamp()`, being volatile, is read again there, `statement_timestamp()` is
-//! not. (Measured on Postgres 15: an UPDATE sent before the end and blocked past it by
-//! another transaction's row lock was accepted 1.07 s after the end with
-//! `statement_timestamp()`, and refused with `clock_timestamp()`.)
+//! A bid is judged open or ended at its ARRIVAL ([`Bid::arrived_at`], the receiving
+//! server's clock when the request came in): one received before the end is on time even
+//! if its turn at the item's lock came after it (docs/auction.md, "Judged at arrival").
+//! What bounds that turn is the Postgres clock at the write: the statement refuses a bid
+//! written later than the arrival grace after the end, and the closer closes only after
+//! it, by the same clock ([`due_items`], [`close_item`]).
 //!
-//! What that costs: each call reads the clock, so within one statement the WHERE clause
-//! and the SET list may read instants a few microseconds apart (only ever later: a bid
-//! accepted at `t < ends_at` whose soft-close test reads `t' >= t` can only be more
-//! inside the window); and a volatile value cannot bound an index scan, so the closer's
-//! scan ([`due_items`]) reads it once, as `(SELECT clock_timestamp())`. A bid is "in
-//! time" if its statement's check ran before the end; its transaction commits one round
-//! trip later (the lease strategy) or at once (the conditional strategy).
+//! That clock is `clock_timestamp()`, the server's time when the expression is
+//! evaluated. Not `now()`: that is the start of the *transaction*, so a bid whose
+//! transaction began before the grace ran out and then stalled (a GC pause, its bid lock
+//! lapsing) would be judged as if it wrote at the start. Not `statement_timestamp()`
+//! either: it is the moment the statement *arrived*, and a write that then waits for the
+//! item's row lock (another bid's transaction, the closer) keeps that earlier time.
+//! Postgres re-checks the WHERE clause of a waiting UPDATE on the new row version once
+//! the lock is free (READ COMMITTED); `clock_timestamp()`, being volatile, is read again
+//! there, `statement_timestamp()` is not. (Measured on Postgres 15: an UPDATE sent
+//! before the end and blocked past it by another transaction's row lock was accepted
+//! 1.07 s after the end with `statement_timestamp()`, and refused with
+//! `clock_timestamp()`.) A volatile value cannot bound an index scan, so the closer's
+//! scan reads it once, as `(SELECT clock_timestamp())`.
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
