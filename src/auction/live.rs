@@ -17,7 +17,7 @@
 //! per bid, not two thousand, and the bid that holds the item's lock does not wait
 //! behind them for the pool.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
@@ -86,13 +86,20 @@ impl ItemRead {
 /// A read shared by the streams that got one message.
 type SharedRead = Arc<tokio::sync::OnceCell<Option<ItemRead>>>;
 
-/// The reads of this process's item streams: for each item, the last hub message its
-/// streams were sent and the one read made for it. Every stream of an item receives the
-/// same `Arc` of a message, so the first stream to handle it starts the read and the
-/// others await that read. One entry per item ever watched here (items are few and never
-/// deleted); a failed read is not kept, so the next stream to ask reads again.
+/// The reads of this process's item streams: for each item, the last [`RECENT`] hub
+/// messages its streams were sent and the one read made for each. Every stream of an
+/// item receives the same `Arc` of a message, so the first stream to handle it starts the
+/// read and the others await that read. Several messages are kept because a thousand
+/// streams do not all handle one message before the next arrives: with one entry, the
+/// stragglers on the older message and the first on the newer one would evict each
+/// other's reads and read again and again (measured: 846 reads for 34 bids with 1,000
+/// watchers). One entry per item ever watched here (items are few and never deleted); a
+/// failed read is not kept, so the next stream to ask reads again.
 #[derive(Default)]
-pub struct SharedReads(Mutex<HashMap<i64, (Arc<LiveMessage>, SharedRead)>>);
+pub struct SharedReads(Mutex<HashMap<i64, VecDeque<(Arc<LiveMessage>, SharedRead)>>>);
+
+/// How many of an item's latest messages keep their shared read.
+const RECENT: usize = 16;
 
 impl SharedReads {
     /// The read of item `item_id` for `message`, made once however many streams ask.
@@ -104,11 +111,15 @@ impl SharedReads {
     ) -> Result<Option<ItemRead>> {
         let cell = {
             let mut reads = self.0.lock().expect("not poisoned");
-            match reads.get(&item_id) {
-                Some((seen, cell)) if Arc::ptr_eq(seen, message) => cell.clone(),
-                _ => {
+            let recent = reads.entry(item_id).or_default();
+            match recent.iter().find(|(seen, _)| Arc::ptr_eq(seen, message)) {
+                Some((_, cell)) => cell.clone(),
+                None => {
                     let cell = SharedRead::default();
-                    reads.insert(item_id, (message.clone(), cell.clone()));
+                    if recent.len() == RECENT {
+                        recent.pop_front();
+                    }
+                    recent.push_back((message.clone(), cell.clone()));
                     cell
                 }
             }
