@@ -81,10 +81,40 @@ impl ItemRead {
             buyer_id: buyer_id.to_owned(),
         }
     }
+
+    /// Whether the page differs for `buyer_id` from a stranger's: they lead, won, or
+    /// have a row in the history shown.
+    fn concerns(&self, buyer_id: &str) -> bool {
+        self.item.leads(buyer_id)
+            || self.item.winner_id.as_deref() == Some(buyer_id)
+            || self.bids.iter().any(|row| row.bidder_id == buyer_id)
+    }
+}
+
+/// One message's read, and the page rendered once for every watcher it does not concern
+/// (most of a thousand watchers have not bid): rendering a thousand pages per bid would
+/// cost the server more than the read it saves.
+struct SharedPage {
+    read: ItemRead,
+    /// `None` if it could not be rendered (logged by [`render`]).
+    stranger: std::sync::OnceLock<Option<String>>,
+}
+
+impl SharedPage {
+    /// The page's changing part as `buyer_id` sees it, as HTML.
+    fn html_for(&self, buyer_id: &str) -> Result<String> {
+        if self.read.concerns(buyer_id) {
+            return render(&self.read.clone().for_viewer(buyer_id));
+        }
+        self.stranger
+            .get_or_init(|| render(&self.read.clone().for_viewer("")).ok())
+            .clone()
+            .ok_or(Error::Unavailable("the page renderer"))
+    }
 }
 
 /// A read shared by the streams that got one message.
-type SharedRead = Arc<tokio::sync::OnceCell<Option<ItemRead>>>;
+type SharedRead = Arc<tokio::sync::OnceCell<Option<Arc<SharedPage>>>>;
 
 /// The reads of this process's item streams: for each item, the last [`RECENT`] hub
 /// messages its streams were sent and the one read made for each. Every stream of an
@@ -108,7 +138,7 @@ impl SharedReads {
         state: &AppState,
         item_id: i64,
         message: &Arc<LiveMessage>,
-    ) -> Result<Option<ItemRead>> {
+    ) -> Result<Option<Arc<SharedPage>>> {
         let cell = {
             let mut reads = self.0.lock().expect("not poisoned");
             let recent = reads.entry(item_id).or_default();
@@ -124,9 +154,16 @@ impl SharedReads {
                 }
             }
         };
-        cell.get_or_try_init(|| ItemRead::load(state, item_id))
-            .await
-            .cloned()
+        let load = async {
+            let read = ItemRead::load(state, item_id).await?;
+            Ok::<_, Error>(read.map(|read| {
+                Arc::new(SharedPage {
+                    read,
+                    stranger: std::sync::OnceLock::new(),
+                })
+            }))
+        };
+        cell.get_or_try_init(|| load).await.cloned()
     }
 }
 
@@ -172,13 +209,17 @@ impl LiveItem {
     }
 }
 
-/// Renders `live` as an SSE event named `name`.
-fn event(live: &LiveItem, name: &str) -> Result<Event> {
-    let html = askama::Template::render(live).map_err(|err| {
+/// Renders `live`, the changing part of its page, as HTML.
+fn render(live: &LiveItem) -> Result<String> {
+    askama::Template::render(live).map_err(|err| {
         tracing::error!(item = live.item.id, error = %err, "rendering a live auction update");
         Error::Unavailable("the page renderer")
-    })?;
-    Ok(Event::default().event(name).data(html))
+    })
+}
+
+/// Renders `live` as an SSE event named `name`.
+fn event(live: &LiveItem, name: &str) -> Result<Event> {
+    Ok(Event::default().event(name).data(render(live)?))
 }
 
 /// `GET /auctions/{id}/stream`. 404 for an unknown item, 400 for a malformed id.
@@ -205,9 +246,9 @@ pub(super) async fn stream(
                 "resync" => "snapshot",
                 other => other,
             };
-            let read = state.auction_reads.read(&state, item_id, &message).await;
-            let live = read.map(|read| read.map(|read| read.for_viewer(&buyer_id)));
-            Update::from_snapshot(live.and_then(|live| live.map(|l| event(&l, name)).transpose()))
+            let page = state.auction_reads.read(&state, item_id, &message).await;
+            let html = page.and_then(|page| page.map(|page| page.html_for(&buyer_id)).transpose());
+            Update::from_snapshot(html.map(|html| html.map(|html| Event::default().event(name).data(html))))
         }
     }))
 }
