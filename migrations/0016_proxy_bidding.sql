@@ -28,7 +28,7 @@
 -- the price (nobody outbids themself) except to meet the reserve.
 
 -- The increment is no longer the item's own: it comes from the published table by price
--- band (src/auction/rules.rs, INCREMENT_TABLE; shown on every item page), which the bid
+-- band (src/auction/increments.rs, INCREMENT_TABLE; shown on every item page), which the bid
 -- statement passes in as two arrays so that the table is written once, in Rust.
 ALTER TABLE auction_items DROP CONSTRAINT auction_items_increment_in_range;
 ALTER TABLE auction_items DROP COLUMN min_increment_cents;

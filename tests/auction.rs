@@ -158,9 +158,21 @@ async fn equal_maxima_race(strategy: BidStrategy) {
         // the other's comes first, it leads at the new maximum and the raise, now from
         // a bidder who does not lead, may fall short of price plus increment.
         let expected = if round == 0 { 1..=1 } else { 1..=2 };
-        assert!(expected.contains(&accepted), "round {round}: {} / {}", ra.status, rb.status);
-        for refused in [&ra, &rb].into_iter().filter(|r| r.status != StatusCode::SEE_OTHER) {
-            assert_eq!(refused.refusal.as_deref(), Some("too_low"), "round {round}: {refused:?}");
+        assert!(
+            expected.contains(&accepted),
+            "round {round}: {} / {}",
+            ra.status,
+            rb.status
+        );
+        for refused in [&ra, &rb]
+            .into_iter()
+            .filter(|r| r.status != StatusCode::SEE_OTHER)
+        {
+            assert_eq!(
+                refused.refusal.as_deref(),
+                Some("too_low"),
+                "round {round}: {refused:?}"
+            );
         }
         let maximum = 1_000 + 100 * round;
         // The leader: the bidder of the earlier accepted row at this maximum.
@@ -226,26 +238,51 @@ async fn proxy_bidding_bids_for_the_leader_up_to_the_hidden_maximum() {
     let url = format!("{base}/auctions/{id}");
 
     let low = bid_on(&mut a, base, id, "9.99").await;
-    assert_refused(&low, StatusCode::CONFLICT, "9.99", "below the starting price");
-    assert_eq!(bid_on(&mut a, base, id, "10").await.status, StatusCode::SEE_OTHER);
+    assert_refused(
+        &low,
+        StatusCode::CONFLICT,
+        "9.99",
+        "below the starting price",
+    );
+    assert_eq!(
+        bid_on(&mut a, base, id, "10").await.status,
+        StatusCode::SEE_OTHER
+    );
     let equal = bid_on(&mut b, base, id, "10.00").await;
-    assert_refused(&equal, StatusCode::CONFLICT, "10.00", "no longer high enough");
+    assert_refused(
+        &equal,
+        StatusCode::CONFLICT,
+        "10.00",
+        "no longer high enough",
+    );
     assert!(equal.body.contains("at least $10.50"), "{}", equal.body);
     let enough = bid_on(&mut b, base, id, "20.00").await;
     assert_eq!(enough.status, StatusCode::SEE_OTHER, "{}", enough.body);
     let item = fetch(&app, id).await;
-    assert_eq!((item.high_bid_cents, item.leader_max_cents), (Some(1_050), Some(2_000)));
+    assert_eq!(
+        (item.high_bid_cents, item.leader_max_cents),
+        (Some(1_050), Some(2_000))
+    );
 
     let theirs = b.get(&url).await.unwrap().body;
     assert!(theirs.contains("Price: $10.50 by Guest"), "{theirs}");
-    assert!(theirs.contains("Your maximum: <strong id=\"your-max\">$20.00</strong>"), "{theirs}");
+    assert!(
+        theirs.contains("Your maximum: <strong id=\"your-max\">$20.00</strong>"),
+        "{theirs}"
+    );
     assert!(theirs.contains("You are leading."), "{theirs}");
     let mine = a.get(&url).await.unwrap().body;
     assert!(mine.contains("Outbid"), "{mine}");
-    assert!(!mine.contains("$20.00"), "B's maximum is hidden from A: {mine}");
+    assert!(
+        !mine.contains("$20.00"),
+        "B's maximum is hidden from A: {mine}"
+    );
 
     // A's equal maximum: accepted, and the earlier one (B's) leads at it.
-    assert_eq!(bid_on(&mut a, base, id, "20").await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        bid_on(&mut a, base, id, "20").await.status,
+        StatusCode::SEE_OTHER
+    );
     let item = fetch(&app, id).await;
     let first_at_20: String = sqlx::query_scalar(
         "SELECT bidder_id FROM bids WHERE item_id = $1 AND max_cents = 2000 ORDER BY id LIMIT 1",
@@ -259,13 +296,24 @@ async fn proxy_bidding_bids_for_the_leader_up_to_the_hidden_maximum() {
         (Some(2_000), Some(first_at_20))
     );
     let history = a.get(&url).await.unwrap().body;
-    assert!(history.contains("<em class=\"auto-bid\">automatic</em>"), "{history}");
+    assert!(
+        history.contains("<em class=\"auto-bid\">automatic</em>"),
+        "{history}"
+    );
 
     // B raises: the price stays (nobody outbids themself); lowering below it is refused.
-    assert_eq!(bid_on(&mut b, base, id, "50").await.status, StatusCode::SEE_OTHER);
+    assert_eq!(
+        bid_on(&mut b, base, id, "50").await.status,
+        StatusCode::SEE_OTHER
+    );
     assert_eq!(fetch(&app, id).await.high_bid_cents, Some(2_000));
     let lowered = bid_on(&mut b, base, id, "19.99").await;
-    assert_refused(&lowered, StatusCode::CONFLICT, "19.99", "cannot be lowered below the price");
+    assert_refused(
+        &lowered,
+        StatusCode::CONFLICT,
+        "19.99",
+        "cannot be lowered below the price",
+    );
     assert_eq!(lowered.refusal.as_deref(), Some("below_price"));
     assert_eq!(bid_count(&app, id).await, 4);
 }
@@ -534,7 +582,11 @@ async fn the_background_closer_shows_the_winner_or_reserve_not_met() {
         .await
         .unwrap();
     assert!(page.body.contains("Sold to Guest"), "{}", page.body);
-    assert!(page.body.contains("for $15.00"), "the reserve: {}", page.body);
+    assert!(
+        page.body.contains("for $15.00"),
+        "the reserve: {}",
+        page.body
+    );
     assert!(page.body.contains("You won."));
     assert!(
         !page.body.contains("name=\"amount\""),
@@ -608,18 +660,28 @@ async fn a_bid_in_the_soft_close_window_moves_the_end_to_its_arrival_plus_the_wi
 
     let placed = place(&app, "a", soft, 1_000).await.unwrap();
     let arrival = arrived_at(&app, placed.bid_id).await;
-    assert_eq!(fetch(&app, soft).await.ends_at, arrival + TimeDelta::seconds(300));
+    assert_eq!(
+        fetch(&app, soft).await.ends_at,
+        arrival + TimeDelta::seconds(300)
+    );
     // A second bid moves it to ITS arrival plus the window: not a window more each time.
     let again = place(&app, "b", soft, 2_000).await.unwrap();
     let second = arrived_at(&app, again.bid_id).await;
-    assert_eq!(fetch(&app, soft).await.ends_at, second + TimeDelta::seconds(300));
+    assert_eq!(
+        fetch(&app, soft).await.ends_at,
+        second + TimeDelta::seconds(300)
+    );
 
     place(&app, "a", stopped, 1_000).await.unwrap();
     let row = fetch(&app, stopped).await;
     assert_eq!(row.ends_at, row.hard_stop_at, "never past the hard stop");
 
     place(&app, "b", far, 1_000).await.unwrap();
-    assert_eq!(fetch(&app, far).await.ends_at, far_end, "outside the window: unchanged");
+    assert_eq!(
+        fetch(&app, far).await.ends_at,
+        far_end,
+        "outside the window: unchanged"
+    );
 }
 
 /// Judged at arrival: a bid the server received before the end is on time though its
@@ -635,17 +697,29 @@ async fn a_bid_received_before_the_end_is_on_time_though_its_turn_comes_after() 
     let end = fetch(&app, id).await.ends_at;
     let url = format!("{}/auctions/{id}/bids", app.address);
     let reply = a.post(&url, &[("amount", "20.00")]).await.unwrap();
-    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{:?} {:?}", reply.refusal, reply.body);
+    assert_eq!(
+        reply.status,
+        StatusCode::SEE_OTHER,
+        "{:?} {:?}",
+        reply.refusal,
+        reply.body
+    );
     let row = fetch(&app, id).await;
     assert!(row.now > end, "the reply came after the end");
-    assert_eq!((row.high_bid_cents, row.leader_max_cents), (Some(1_000), Some(2_000)));
+    assert_eq!(
+        (row.high_bid_cents, row.leader_max_cents),
+        (Some(1_000), Some(2_000))
+    );
     let arrival: chrono::DateTime<Utc> =
         sqlx::query_scalar("SELECT arrived_at FROM bids WHERE item_id = $1")
             .bind(id)
             .fetch_one(app.db())
             .await
             .unwrap();
-    assert!(arrival < end, "it arrived before the end: {arrival} vs {end}");
+    assert!(
+        arrival < end,
+        "it arrived before the end: {arrival} vs {end}"
+    );
 }
 
 #[tokio::test]
@@ -945,15 +1019,9 @@ async fn a_bid_stalled_past_the_end_is_refused_and_extends_nothing() {
 }
 /// The value of the Prometheus sample `name` on this process's `GET /metrics`, 0 if absent.
 async fn metric(app: &TestApp, name: &str) -> f64 {
-    let page = reqwest::get(&app.metrics_url)
+    seatlock_harness::http::metric(&app.metrics_url, name)
         .await
         .unwrap()
-        .text()
-        .await
-        .unwrap();
-    page.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().expect("a number"))
 }
 
 /// How many statements starting with `prefix` run in this test's database, and how many
@@ -1091,5 +1159,8 @@ async fn a_bidder_who_hangs_up_mid_bid_leaves_the_bid_and_no_bid_lock() {
     })
     .await;
     let item = fetch(&app, id).await;
-    assert_eq!((item.high_bid_cents, item.leader_max_cents), (Some(1_000), Some(2_000)));
+    assert_eq!(
+        (item.high_bid_cents, item.leader_max_cents),
+        (Some(1_000), Some(2_000))
+    );
 }

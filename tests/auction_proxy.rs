@@ -13,9 +13,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 use futures_util::{StreamExt, stream};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use seatlock::auction::queries;
-use seatlock::auction::rules::increment_cents;
 use seatlock::auction::Bid;
+use seatlock::auction::increments::increment_cents;
+use seatlock::auction::queries;
 use seatlock::money::MAX_AMOUNT_CENTS;
 use seatlock::profile::BuyerProfile;
 use seatlock_harness::{auction_item, fresh_database};
@@ -84,7 +84,10 @@ impl Reference {
         }
         self.price = Some(price);
         if self.window_ms > 0 {
-            self.ends_ms = self.ends_ms.max(arrived_ms + self.window_ms).min(self.hard_stop_ms);
+            self.ends_ms = self
+                .ends_ms
+                .max(arrived_ms + self.window_ms)
+                .min(self.hard_stop_ms);
         }
         true
     }

@@ -13,17 +13,9 @@ const WATCHERS: usize = 50;
 
 /// `seatlock_auction_page_reads_total` on this process's `GET /metrics`.
 async fn page_reads(app: &TestApp) -> f64 {
-    let page = reqwest::get(&app.metrics_url)
+    seatlock_harness::http::metric(&app.metrics_url, "seatlock_auction_page_reads_total")
         .await
         .unwrap()
-        .text()
-        .await
-        .unwrap();
-    page.lines()
-        .find_map(|line| {
-            line.strip_prefix("seatlock_auction_page_reads_total ")
-        })
-        .map_or(0.0, |value| value.trim().parse().expect("a number"))
 }
 
 #[tokio::test]
@@ -52,7 +44,12 @@ async fn fifty_watchers_of_an_item_cost_one_read_per_bid() {
             .post(&format!("{page}/bids"), &[("amount", amount)])
             .await
             .unwrap();
-        assert_eq!(reply.status, reqwest::StatusCode::SEE_OTHER, "{}", reply.body);
+        assert_eq!(
+            reply.status,
+            reqwest::StatusCode::SEE_OTHER,
+            "{}",
+            reply.body
+        );
         for watcher in &mut watchers {
             let (name, html) = watcher.next().await;
             assert_eq!(name, "bid");
@@ -60,6 +57,10 @@ async fn fifty_watchers_of_an_item_cost_one_read_per_bid() {
         }
         // The bidder's redirect target (the page) is not followed: the reads counted are
         // the watchers' alone.
-        assert_eq!(page_reads(&app).await - before, (n + 1) as f64, "after bid {n}");
+        assert_eq!(
+            page_reads(&app).await - before,
+            (n + 1) as f64,
+            "after bid {n}"
+        );
     }
 }

@@ -443,11 +443,15 @@ async fn two_browsers_bid_by_maxima_and_both_pages_show_the_leader_and_price_liv
         expect(b.page.locator("#high-bid"))
             .to_contain_text(&format!("Price: $15.50 by {a_name}"))
             .await?;
-        expect(b.page.locator("#standing")).to_contain_text("Outbid").await?;
+        expect(b.page.locator("#standing"))
+            .to_contain_text("Outbid")
+            .await?;
         expect(b.page.locator("#standing"))
             .to_contain_text("Your maximum: $15.00")
             .await?;
-        expect(b.page.locator("em.auto-bid")).to_have_count(1).await?;
+        expect(b.page.locator("em.auto-bid"))
+            .to_have_count(1)
+            .await?;
         let a_high = a.page.locator("#high-bid");
         expect(a_high.clone())
             .with_timeout(LIVE_TIMEOUT)
@@ -456,7 +460,9 @@ async fn two_browsers_bid_by_maxima_and_both_pages_show_the_leader_and_price_liv
         expect(a.page.locator("#standing"))
             .to_contain_text("You are leading.")
             .await?;
-        expect(a.page.locator("em.auto-bid")).to_have_count(1).await?;
+        expect(a.page.locator("em.auto-bid"))
+            .to_have_count(1)
+            .await?;
 
         // B's higher maximum leads at A's $20.00 plus $0.50; A's open page turns.
         place_bid(&b, "40").await?;
@@ -470,7 +476,9 @@ async fn two_browsers_bid_by_maxima_and_both_pages_show_the_leader_and_price_liv
             .with_timeout(LIVE_TIMEOUT)
             .to_contain_text(&format!("Price: $20.50 by {b_name}"))
             .await?;
-        expect(a.page.locator("#standing")).to_contain_text("Outbid").await?;
+        expect(a.page.locator("#standing"))
+            .to_contain_text("Outbid")
+            .await?;
         expect(a.page.locator("#auction-live"))
             .not()
             .to_contain_text("$40.00")

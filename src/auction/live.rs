@@ -30,9 +30,9 @@ use askama::Template;
 use super::queries::{self, BidRow, Item};
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Result};
-use crate::money::format_cents;
 use crate::http::ids::ItemId;
 use crate::live::{LiveMessage, Update, page_stream};
+use crate::money::format_cents;
 use crate::state::AppState;
 
 /// How many bids the item page lists (the highest ones).
@@ -116,7 +116,7 @@ impl SharedPage {
 /// A read shared by the streams that got one message.
 type SharedRead = Arc<tokio::sync::OnceCell<Option<Arc<SharedPage>>>>;
 
-/// The reads of this process's item streams: for each item, the last [`RECENT`] hub
+/// The reads of this process's item streams: for each item, the last `RECENT` (16) hub
 /// messages its streams were sent and the one read made for each. Every stream of an
 /// item receives the same `Arc` of a message, so the first stream to handle it starts the
 /// read and the others await that read. Several messages are kept because a thousand
@@ -126,7 +126,10 @@ type SharedRead = Arc<tokio::sync::OnceCell<Option<Arc<SharedPage>>>>;
 /// watchers). One entry per item ever watched here (items are few and never deleted); a
 /// failed read is not kept, so the next stream to ask reads again.
 #[derive(Default)]
-pub struct SharedReads(Mutex<HashMap<i64, VecDeque<(Arc<LiveMessage>, SharedRead)>>>);
+pub struct SharedReads(Mutex<HashMap<i64, Recent>>);
+
+/// An item's latest messages, oldest first, each with its shared read.
+type Recent = VecDeque<(Arc<LiveMessage>, SharedRead)>;
 
 /// How many of an item's latest messages keep their shared read.
 const RECENT: usize = 16;
@@ -248,7 +251,9 @@ pub(super) async fn stream(
             };
             let page = state.auction_reads.read(&state, item_id, &message).await;
             let html = page.and_then(|page| page.map(|page| page.html_for(&buyer_id)).transpose());
-            Update::from_snapshot(html.map(|html| html.map(|html| Event::default().event(name).data(html))))
+            Update::from_snapshot(
+                html.map(|html| html.map(|html| Event::default().event(name).data(html))),
+            )
         }
     }))
 }

@@ -1,6 +1,7 @@
 //! The online auction: a short per-item lease serialises bids, every bid write is fenced,
 //! and a lease-claimed closing job writes each result exactly once.
 //!
+//! * [`increments`]: the published increment table by price band.
 //! * [`rules`]: the bid rules (judged at arrival, the minimum maximum, the published
 //!   increment table) and the messages: pure functions.
 //! * [`bid`]: the bid path: per-item bid lock (a lease from the `lease` crate, retried
@@ -20,6 +21,7 @@
 
 pub mod bid;
 pub mod close;
+pub mod increments;
 pub mod known_items;
 mod live;
 pub mod queries;

@@ -50,7 +50,7 @@ pub struct ItemTerms {
     /// The item's description.
     pub description: String,
     /// The least maximum of the first bid, and the price while one bidder has bid. The
-    /// increments come from the published table ([`super::rules::INCREMENT_TABLE`]).
+    /// increments come from the published table ([`super::increments::INCREMENT_TABLE`]).
     pub starting_price_cents: i64,
     /// The least high bid that sells the item; 0 = no reserve.
     pub reserve_price_cents: i64,
@@ -272,7 +272,7 @@ pub async fn place_bid(
     fencing_token: Option<i64>,
     grace: std::time::Duration,
 ) -> sqlx::Result<Option<PlacedBid>> {
-    let (band_from, band_increment) = super::rules::increment_arrays();
+    let (band_from, band_increment) = super::increments::increment_arrays();
     sqlx::query_as(
         "WITH placed AS (
              UPDATE auction_items AS item

@@ -76,7 +76,7 @@ impl Item {
         let price = self
             .high_bid_cents
             .unwrap_or(self.terms.starting_price_cents);
-        format_cents(super::rules::increment_cents(price))
+        format_cents(super::increments::increment_cents(price))
     }
 
     pub(super) fn minimum_bid(&self) -> String {
@@ -146,7 +146,7 @@ impl Item {
 
 /// The published increment table as the page lists it: ("from $25.00", "$1.00").
 pub(super) fn increment_bands() -> Vec<(String, String)> {
-    super::rules::INCREMENT_TABLE
+    super::increments::INCREMENT_TABLE
         .iter()
         .map(|&(from, step)| (format!("from {}", format_cents(from)), format_cents(step)))
         .collect()

@@ -6,8 +6,8 @@
 //!   ends_at` (the receiving server's clock when the request came in), and its turn at the
 //!   item's lock came within the arrival grace after the end ([`super::bid::arrival_grace`]);
 //! * a bidder who does not lead must state at least the price plus the increment of the
-//!   price's band in [`INCREMENT_TABLE`] (the starting price for the first bid); an EQUAL
-//!   maximum is accepted and loses to the earlier one;
+//!   price's band ([`super::increments::INCREMENT_TABLE`]; the starting price for the
+//!   first bid); an EQUAL maximum is accepted and loses to the earlier one;
 //! * the leader may raise their maximum (the price does not move: nobody outbids
 //!   themself, except up to a reserve it now meets) or lower it, never below the price;
 //! * no maximum is over [`MAX_AMOUNT_CENTS`], and a price AT it cannot be outbid;
@@ -19,40 +19,10 @@
 
 use chrono::{DateTime, Utc};
 
+use super::increments::increment_cents;
 use super::queries::Item;
 use crate::http::error::BidRefusal;
 use crate::money::MAX_AMOUNT_CENTS;
-
-/// The published increment table: `(from_cents, increment_cents)`, ascending. At a price
-/// of `p` the increment is that of the last band starting at or below `p`. The bid
-/// statement gets it as two arrays (`auction_increment`, migrations/0016), every item page
-/// shows it; bands and steps as the large auction sites publish them.
-pub const INCREMENT_TABLE: &[(i64, i64)] = &[
-    (0, 5),
-    (100, 25),
-    (500, 50),
-    (2_500, 100),
-    (10_000, 250),
-    (25_000, 500),
-    (50_000, 1_000),
-    (100_000, 2_500),
-    (250_000, 5_000),
-    (500_000, 10_000),
-];
-
-/// The increment at `price_cents`, in cents ([`INCREMENT_TABLE`]).
-pub fn increment_cents(price_cents: i64) -> i64 {
-    INCREMENT_TABLE
-        .iter()
-        .rev()
-        .find(|(from, _)| *from <= price_cents)
-        .map_or(INCREMENT_TABLE[0].1, |(_, step)| *step)
-}
-
-/// [`INCREMENT_TABLE`] as the bid statement binds it: the band starts, and the increments.
-pub fn increment_arrays() -> (Vec<i64>, Vec<i64>) {
-    INCREMENT_TABLE.iter().copied().unzip()
-}
 
 /// How a closed auction ended (`auction_items.result`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,7 +107,11 @@ pub struct Offer<'a> {
 
 /// Checks `offer` against `item` as read at `item.now`, judged at its arrival and given
 /// `grace`, how long after the end a bid that arrived in time may still take its turn.
-pub fn check_bid(item: &Item, offer: &Offer<'_>, grace: chrono::TimeDelta) -> Result<(), BidRefusal> {
+pub fn check_bid(
+    item: &Item,
+    offer: &Offer<'_>,
+    grace: chrono::TimeDelta,
+) -> Result<(), BidRefusal> {
     if item.status != "open" || offer.arrived_at >= item.ends_at || item.now >= item.ends_at + grace
     {
         return Err(BidRefusal::Ended);
@@ -248,12 +222,7 @@ mod tests {
     }
 
     #[test]
-    fn the_increment_comes_from_the_price_band() {
-        assert_eq!(increment_cents(0), 5);
-        assert_eq!(increment_cents(99), 5);
-        assert_eq!(increment_cents(2_500), 100);
-        assert_eq!(increment_cents(3_000), 100);
-        assert_eq!(increment_cents(MAX_AMOUNT_CENTS), 10_000);
+    fn a_bidder_who_does_not_lead_beats_the_price_by_its_bands_increment() {
         let bid_on = item(Some(3_000));
         assert_eq!(bid_on.minimum_bid_cents(), 3_100);
         let refusal = check(&bid_on, "b", 3_099).unwrap_err();

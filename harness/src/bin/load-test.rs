@@ -242,6 +242,13 @@ struct HoldsArgs {
     /// Concurrent buyers, each on its own seat.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1000))]
     buyers: u64,
+    #[command(flatten)]
+    run: Timed,
+}
+
+/// How long a throughput run lasts, where its result goes, and its stores.
+#[derive(clap::Args)]
+struct Timed {
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     duration_s: u64,
@@ -261,15 +268,8 @@ struct BidsArgs {
     /// Bidders sending maxima at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     bidders: u64,
-    /// How long to bid, in seconds.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
-    duration_s: u64,
-    /// Write the result as JSON here.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// The stores and the server binary, as for `race` (a fresh database is created).
     #[command(flatten)]
-    stores: Stores,
+    run: Timed,
 }
 
 /// Where the stores and the server binary are.
@@ -570,22 +570,25 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<()> {
 }
 
 async fn bids(args: BidsArgs) -> anyhow::Result<()> {
-    let url = fresh_database(&args.stores.database_url).await?;
-    let db = PgPoolOptions::new().max_connections(1).connect(&url).await?;
+    let url = fresh_database(&args.run.stores.database_url).await?;
+    let db = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await?;
     let item = seatlock::auction::queries::insert_item(&db, &auction_item("Watched poster"))
         .await?
         .context("a fresh slug")?;
     // A connection per watcher here and in the server (which inherits the limit).
     onsale_run::raise_fd_limit(args.watchers * 2 + 1_024);
-    let settings = test_settings(&url, &args.stores.redis_url);
-    let server = ServerProcess::start(&args.stores.server_bin()?, &settings).await?;
+    let settings = test_settings(&url, &args.run.stores.redis_url);
+    let server = ServerProcess::start(&args.run.stores.server_bin()?, &settings).await?;
     let report = bids_run::run(
         &server.address,
         &server.metrics_url,
         item,
         args.watchers as usize,
         args.bidders as usize,
-        Duration::from_secs(args.duration_s),
+        Duration::from_secs(args.run.duration_s),
     )
     .await?;
     println!(
@@ -602,14 +605,14 @@ async fn bids(args: BidsArgs) -> anyhow::Result<()> {
         report.updates_pushed,
         report.page_reads
     );
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.run.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
     }
     Ok(())
 }
 
 async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
-    let url = fresh_database(&args.stores.database_url).await?;
+    let url = fresh_database(&args.run.stores.database_url).await?;
     seed(&url, DEMO_VENUES).await?;
     let db = PgPoolOptions::new()
         .max_connections(1)
@@ -629,9 +632,9 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
         .await?;
         (event, seats)
     };
-    let settings = test_settings(&url, &args.stores.redis_url);
-    let server = ServerProcess::start(&args.stores.server_bin()?, &settings).await?;
-    let duration = Duration::from_secs(args.duration_s);
+    let settings = test_settings(&url, &args.run.stores.redis_url);
+    let server = ServerProcess::start(&args.run.stores.server_bin()?, &settings).await?;
+    let duration = Duration::from_secs(args.run.duration_s);
     let result = throughput::run(
         &server.address,
         "/",
@@ -652,7 +655,7 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
         result.latency_ms.p99,
         result.failures
     );
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.run.json {
         std::fs::write(path, serde_json::to_string_pretty(&result)?)?;
     }
     Ok(())

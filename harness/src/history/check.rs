@@ -40,7 +40,7 @@ pub struct Model {
     /// takes many bids).
     pub exclusive: bool,
     /// Proxy bidding (an auction item with no reserve): the published increment at a
-    /// price ([`seatlock::auction::rules::increment_cents`]), to judge `price_too_high`
+    /// price ([`seatlock::auction::increments::increment_cents`]), to judge `price_too_high`
     /// on the accepted writes' maxima (their `value`) and prices.
     pub proxy_increment: Option<fn(i64) -> i64>,
 }
@@ -731,7 +731,7 @@ mod tests {
     }
 
     const PROXY: Model = Model {
-        proxy_increment: Some(seatlock::auction::rules::increment_cents),
+        proxy_increment: Some(seatlock::auction::increments::increment_cents),
         ..ITEM
     };
 
@@ -742,18 +742,31 @@ mod tests {
             bid("b", "3000", 100.0, Ok),
             bid("a", "3000", 200.0, Ok),
         ];
+        // The read: A's, then B's and A's equal maxima, with the price after each.
+        let read = |b_price| {
+            let accepted = [
+                ("a", 1, 1_000, 1_000),
+                ("b", 2, 3_000, b_price),
+                ("a", 3, 3_000, 3_000),
+            ];
+            let read = proxy_read(500.0, &accepted);
+            writes.iter().cloned().chain([read]).collect::<Vec<Op>>()
+        };
         // $10.00, then B leads at A's $10.00 plus $0.50, then A's equal $30.00 loses to
         // B's earlier one at $30.00: the proxy rule holds.
-        let good = proxy_read(500.0, &[("a", 1, 1_000, 1_000), ("b", 2, 3_000, 1_050), ("a", 3, 3_000, 3_000)]);
-        let history: Vec<Op> = writes.iter().cloned().chain([good]).collect();
+        let history = read(1_050);
         assert!(check(&history, PROXY).valid, "{:?}", check(&history, PROXY));
         // Hand-written bad history: B's maximum was charged in full ($30.00) against a
         // runner-up at $10.00, as when the resolution ran against a stale runner-up.
-        let bad = proxy_read(500.0, &[("a", 1, 1_000, 1_000), ("b", 2, 3_000, 3_000), ("a", 3, 3_000, 3_000)]);
-        let history: Vec<Op> = writes.iter().cloned().chain([bad]).collect();
+        let history = read(3_000);
         let verdict = check(&history, PROXY);
         assert_eq!(kinds(&verdict.violations), ["price_too_high"]);
-        assert!(verdict.violations[0].message.contains("runner-up's maximum 1000"), "{verdict:?}");
+        assert!(
+            verdict.violations[0]
+                .message
+                .contains("runner-up's maximum 1000"),
+            "{verdict:?}"
+        );
         // The same history without the proxy rule is not judged on prices.
         assert!(check(&history, ITEM).valid);
     }

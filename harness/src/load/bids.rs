@@ -68,7 +68,8 @@ pub async fn run(
             let (stop, pushed) = (stop.clone(), pushed.clone());
             tokio::spawn(async move {
                 while !stop.load(Ordering::Relaxed) {
-                    let next = tokio::time::timeout(Duration::from_millis(200), watcher.next_or_end());
+                    let next =
+                        tokio::time::timeout(Duration::from_millis(200), watcher.next_or_end());
                     match next.await {
                         Ok(Some(_)) => {
                             pushed.fetch_add(1, Ordering::Relaxed);
@@ -141,10 +142,5 @@ pub async fn run(
 
 /// `seatlock_auction_page_reads_total` on the server's `/metrics`.
 async fn page_reads(metrics_url: &str) -> anyhow::Result<u64> {
-    let page = reqwest::get(metrics_url).await?.text().await?;
-    Ok(page
-        .lines()
-        .find_map(|line| line.strip_prefix("seatlock_auction_page_reads_total "))
-        .and_then(|value| value.trim().parse::<f64>().ok())
-        .map_or(0, |value| value as u64))
+    Ok(crate::http::metric(metrics_url, "seatlock_auction_page_reads_total").await? as u64)
 }

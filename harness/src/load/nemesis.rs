@@ -1053,7 +1053,7 @@ pub async fn run(
         ttl_ms: config.hold_ttl_ms as f64,
         fenced: true,
         exclusive: false,
-        proxy_increment: Some(seatlock::auction::rules::increment_cents),
+        proxy_increment: Some(seatlock::auction::increments::increment_cents),
     };
     workloads.push(judge(
         "auction",
