@@ -226,6 +226,7 @@ fn register_at_zero() {
     use crate::http::error::Refusal;
     metrics::counter!(HOLDS_GRANTED_TOTAL).absolute(0);
     metrics::counter!(ADMISSIONS_TOTAL).absolute(0);
+    metrics::counter!(AUCTION_PAGE_READS_TOTAL).absolute(0);
     for reason in [
         Refusal::SomeoneIsBuying,
         Refusal::AlreadySold,
