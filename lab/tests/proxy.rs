@@ -64,7 +64,9 @@ async fn without_the_fence_two_concurrent_maxima_both_end_up_leading() {
             let between = async move {
                 both_read.wait().await;
             };
-            seatlock_lab::proxy::bid_unfenced(&db, &bid, between).await.unwrap()
+            seatlock_lab::proxy::bid_unfenced(&db, &bid, between)
+                .await
+                .unwrap()
         }
     }))
     .await;
@@ -96,10 +98,18 @@ async fn without_the_fence_two_concurrent_maxima_both_end_up_leading() {
     }))
     .await;
     // Whichever came first, the second was ranked against it.
-    assert_eq!(placed.iter().filter(|p| p.price_cents == 2_050).count(), 1, "{placed:?}");
+    assert_eq!(
+        placed.iter().filter(|p| p.price_cents == 2_050).count(),
+        1,
+        "{placed:?}"
+    );
     let item = queries::item(app.db(), id).await.unwrap().unwrap();
     assert_eq!(
-        (item.high_bidder_id.as_deref(), item.high_bid_cents, item.runner_up_max_cents),
+        (
+            item.high_bidder_id.as_deref(),
+            item.high_bid_cents,
+            item.runner_up_max_cents
+        ),
         (Some("b"), Some(2_050), Some(2_000)),
         "B leads at A's maximum plus the increment"
     );
