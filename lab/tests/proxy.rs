@@ -23,6 +23,16 @@ fn bidder(id: &str) -> BuyerProfile {
     }
 }
 
+/// `who`'s maximum of `max_cents` on item `item_id`, arriving now.
+fn offer(who: &BuyerProfile, item_id: i64, max_cents: i64) -> Bid<'_> {
+    Bid {
+        bidder: who,
+        item_id,
+        max_cents,
+        arrived_at: Utc::now(),
+    }
+}
+
 /// An item led by `first` at $10.00 with a maximum of $12.00.
 async fn led_item(app: &TestApp) -> i64 {
     let id = queries::insert_item(app.db(), &auction_item("Lab poster"))
@@ -30,12 +40,7 @@ async fn led_item(app: &TestApp) -> i64 {
         .unwrap()
         .unwrap();
     let first = bidder("first");
-    let bid = Bid {
-        bidder: &first,
-        item_id: id,
-        max_cents: 1_200,
-        arrived_at: Utc::now(),
-    };
+    let bid = offer(&first, id, 1_200);
     queries::place_bid(app.db(), &bid, None, Duration::ZERO)
         .await
         .unwrap()
@@ -55,12 +60,7 @@ async fn without_the_fence_two_concurrent_maxima_both_end_up_leading() {
     let told = futures_util::future::join_all(maxima.map(|(who, max_cents)| {
         let (db, both_read) = (app.db().clone(), both_read.clone());
         async move {
-            let bid = Bid {
-                bidder: who,
-                item_id: id,
-                max_cents,
-                arrived_at: Utc::now(),
-            };
+            let bid = offer(who, id, max_cents);
             let between = async move {
                 both_read.wait().await;
             };
@@ -84,12 +84,7 @@ async fn without_the_fence_two_concurrent_maxima_both_end_up_leading() {
     let placed = futures_util::future::join_all(maxima.map(|(who, max_cents)| {
         let db = app.db().clone();
         async move {
-            let bid = Bid {
-                bidder: who,
-                item_id: id,
-                max_cents,
-                arrived_at: Utc::now(),
-            };
+            let bid = offer(who, id, max_cents);
             queries::place_bid(&db, &bid, None, Duration::ZERO)
                 .await
                 .unwrap()
