@@ -415,11 +415,20 @@ async fn a_bid_shows_on_the_other_buyers_open_item_page_and_so_does_the_close() 
 /// starting price; B's lower maximum is outbid at once by an automatic bid for A (B's
 /// page says outbid, A's shows the new price live and still "You are leading"); B's
 /// higher maximum takes the lead at A's maximum plus the increment, and A's open page
-/// turns to "Outbid" live. Neither page ever shows the other's leading maximum.
+/// turns to "Outbid" live. Neither page ever shows the other's leading maximum. The item
+/// closes in two minutes with a five-minute soft close: B's bid extends the end, and A's
+/// open page says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_browsers_bid_by_maxima_and_both_pages_show_the_leader_and_price_live() {
     support::run("proxy_bids_live", async |w| {
-        let (_, path) = auction_item(w).await?;
+        let (id, path) = auction_item(w).await?;
+        sqlx::query(
+            "UPDATE auction_items SET soft_close_secs = 300,
+                    ends_at = now() + interval '2 minutes' WHERE id = $1",
+        )
+        .bind(id)
+        .execute(&w.db)
+        .await?;
         let (a, b) = (w.buyer("A", 0).await?, w.buyer("B", 1).await?);
         a.open_live(&path).await?;
         let a_name = a.page.locator("#bid .muted strong").inner_text().await?;
@@ -462,6 +471,9 @@ async fn two_browsers_bid_by_maxima_and_both_pages_show_the_leader_and_price_liv
             .await?;
         expect(a.page.locator("em.auto-bid"))
             .to_have_count(1)
+            .await?;
+        expect(a.page.locator("#extended"))
+            .to_contain_text("extended by a late bid")
             .await?;
 
         // B's higher maximum leads at A's $20.00 plus $0.50; A's open page turns.
