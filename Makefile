@@ -15,6 +15,7 @@
 #   make onsale    load-test onsale: a crowd of 20,000 at the on-sale against N=1 server(s) behind HAProxy
 #                  (N=3, WAITING_ROOM=on, BUYERS=); writes target/onsale/report.json and report.html
 #   make bench     the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
+#   make bids      load-test bids: one auction item's bid rate with WATCHERS=1000 pages watching it live
 #   make lint      fmt, clippy -D warnings and rustdoc -D warnings only
 #   make services  start the private services; make stop stops them
 SHELL := /bin/bash
@@ -31,7 +32,7 @@ STORE ?= redis
 # pause seam) or seatlock-lab (the product with the race lab, lab/). Each is its own package.
 SERVER ?= seatlock
 
-.PHONY: demo lab scale test race failover nemesis onsale bench services stop e2e-driver lint
+.PHONY: demo lab scale test race failover nemesis onsale bench bids services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -141,6 +142,18 @@ onsale: services
 bench: services
 	source .run/env
 	$(CARGO) bench --bench hot_paths
+
+# One auction item, WATCHERS pages with its event stream open, 4 bidders stating rising
+# maxima for 10 s against one release server (docs/auction.md#watchers); writes
+# target/bids/report.json.
+WATCHERS ?= 1000
+bids: services
+	source .run/env
+	# Two builds, as for onsale: built with the harness, seatlock would get `failpoints`.
+	$(CARGO) build --release -p seatlock --bin seatlock
+	$(CARGO) build --release -p seatlock-harness --bin load-test
+	mkdir -p target/bids
+	$(RELEASE)/load-test bids --watchers $(WATCHERS) --json target/bids/report.json
 
 e2e-driver:
 	scripts/e2e-driver.sh

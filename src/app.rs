@@ -105,6 +105,7 @@ impl Application {
             boards: Arc::default(),
             rooms: Arc::default(),
             known_items: Arc::default(),
+            auction_reads: Arc::default(),
             draining: Arc::default(),
         });
         // Not ready before the live feeds are subscribed (pages would miss changes),

@@ -368,8 +368,9 @@ pub enum BidStrategy {
     /// conditional write: lock (1 Redis) + 1 Postgres transaction + release (1 Redis).
     #[default]
     Lease,
-    /// No lock service: one conditional `UPDATE … WHERE high bid + minimum increment <=
-    /// amount` (the article: "a single partition does the same job without a lock").
+    /// No lock service: the same one `UPDATE` of the item row (proxy resolution and
+    /// all), serialised by Postgres's row lock alone (the article: "a single partition
+    /// does the same job without a lock").
     Conditional,
 }
 

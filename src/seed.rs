@@ -457,6 +457,9 @@ pub struct AuctionSpec {
     pub terms: ItemTerms,
     /// Hours from the moment of seeding until the auction ends; it opens at once.
     pub open_hours: u32,
+    /// How far past its end soft close may move the end at most: the hard stop, in
+    /// seconds after the end.
+    pub hard_stop_after_end_secs: u32,
 }
 
 /// Opens the auction items of the JSON file at `path`, each for `open_hours` from now,
@@ -476,6 +479,9 @@ pub async fn seed_auctions(db: &PgPool, path: &Path) -> anyhow::Result<usize> {
             terms: spec.terms,
             starts_at: now,
             ends_at: now + TimeDelta::hours(spec.open_hours.into()),
+            hard_stop_at: now
+                + TimeDelta::hours(spec.open_hours.into())
+                + TimeDelta::seconds(spec.hard_stop_after_end_secs.into()),
         };
         let id = queries::insert_item(&mut *tx, &item)
             .await
@@ -510,14 +516,14 @@ mod tests {
     };
 
     #[test]
-    fn the_seeded_auctions_stay_open_a_day_with_small_increments() {
+    fn the_seeded_auctions_stay_open_a_day_with_a_hard_stop() {
         let text = include_str!("../data/auctions.json");
         let specs: Vec<AuctionSpec> = serde_json::from_str(text).unwrap();
         assert!((3..=10).contains(&specs.len()), "a handful");
         for spec in &specs {
             assert!(spec.open_hours >= 24, "{}", spec.slug);
             assert!(
-                (1..=1_000).contains(&spec.terms.min_increment_cents),
+                spec.hard_stop_after_end_secs >= u32::try_from(spec.terms.soft_close_secs).unwrap(),
                 "{}",
                 spec.slug
             );

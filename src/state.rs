@@ -71,6 +71,8 @@ pub struct Shared {
     pub rooms: Arc<crate::waiting_room::rooms::Rooms>,
     /// Auction items known to exist (a bid on an unknown id takes no lock).
     pub known_items: Arc<crate::auction::known_items::KnownItems>,
+    /// The item streams' reads: one per bid per process, shared by every watcher.
+    pub auction_reads: Arc<crate::auction::SharedReads>,
     /// Set once the server is told to stop (SIGTERM): `/readyz` then says so.
     pub draining: Arc<Draining>,
 }

@@ -14,6 +14,7 @@
 //! | `seatlock_admissions_total` | counter | | buyers who arrived for their turn in a waiting room (each counted by the process that served the arrival) |
 //! | `seatlock_queue_wait_seconds` | histogram, seconds | | how long each admitted buyer waited in the queue ([`QUEUE_WAIT_BUCKETS_SECONDS`]) |
 //! | `seatlock_queue_ticks_fenced_total` | counter | | waiting-room ticks refused by the room's fence: a ticker that paused past its lease and woke late |
+//! | `seatlock_auction_page_reads_total` | counter | | reads of an auction item's page data (item and history: two queries): one per page opened, and one per bid per process however many pages watch it |
 //! | `lease_renewals_total` | counter | `result` = `renewed` / `not_owner` | lease renewals (the closer's watchdog) |
 //! | `lease_watchdog_losses_total` | counter | | watchdogs that reported their lease lost |
 //! | `lease_lock_wait_seconds` | histogram, seconds | `outcome` = `granted` / `busy` / `failed` | time a bid waited for the item's bid lock (backoff included) |
@@ -36,6 +37,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::http::error::Refusal;
 
+/// Counter: reads of an auction item's page data ([`crate::auction`]'s live pages).
+pub(crate) const AUCTION_PAGE_READS_TOTAL: &str = "seatlock_auction_page_reads_total";
 /// Counter: holds granted.
 pub(crate) const HOLDS_GRANTED_TOTAL: &str = "seatlock_holds_granted_total";
 /// Counter, label `reason` (`held`, `sold`, `event_started`): holds refused.
@@ -148,6 +151,10 @@ fn describe() {
     use metrics::{describe_counter, describe_histogram};
     describe_counter!(HOLDS_GRANTED_TOTAL, "Seat holds granted (new leases).");
     describe_counter!(
+        AUCTION_PAGE_READS_TOTAL,
+        "Reads of an auction item's page data: one per page opened, one per bid per process."
+    );
+    describe_counter!(
         HOLDS_REFUSED_TOTAL,
         "Seat holds refused, by reason: held by someone else, or sold."
     );
@@ -219,6 +226,7 @@ fn register_at_zero() {
     use crate::http::error::Refusal;
     metrics::counter!(HOLDS_GRANTED_TOTAL).absolute(0);
     metrics::counter!(ADMISSIONS_TOTAL).absolute(0);
+    metrics::counter!(AUCTION_PAGE_READS_TOTAL).absolute(0);
     for reason in [
         Refusal::SomeoneIsBuying,
         Refusal::AlreadySold,

@@ -84,8 +84,9 @@ async fn fetch(app: &TestApp, item: i64) -> queries::Item {
     queries::item(app.db(), item).await.unwrap().unwrap()
 }
 
+/// How many bids were accepted on `item` (the bidders' own rows, not the automatic ones).
 async fn bid_count(app: &TestApp, item: i64) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM bids WHERE item_id = $1")
+    sqlx::query_scalar("SELECT count(*) FROM bids WHERE item_id = $1 AND NOT automatic")
         .bind(item)
         .fetch_one(app.db())
         .await
@@ -97,19 +98,15 @@ async fn end_now(app: &TestApp, item: i64) {
     end_auction_now(app.db(), item).await;
 }
 
-/// Bidder `who`'s bid of `amount_cents` on `item` through the domain function, with the
-/// app's strategy.
-async fn place(
-    app: &TestApp,
-    who: &str,
-    item: i64,
-    amount_cents: i64,
-) -> Result<AcceptedBid, Error> {
+/// Bidder `who`'s maximum of `max_cents` on `item`, arriving now, through the domain
+/// function, with the app's strategy.
+async fn place(app: &TestApp, who: &str, item: i64, max_cents: i64) -> Result<AcceptedBid, Error> {
     let bidder = profile(who);
     let new_bid = Bid {
         bidder: &bidder,
         item_id: item,
-        amount_cents,
+        max_cents,
+        arrived_at: Utc::now(),
     };
     bid::place_bid(&app.state, &new_bid).await
 }
@@ -129,9 +126,11 @@ async fn wait_for_lapse(app: &TestApp, key: &lease::LeaseKey) {
     .await;
 }
 
-/// 20 rounds of two buyers, on two server processes, bidding the same amount at once:
-/// exactly one is accepted each round, the other is told it is no longer high enough.
-async fn equal_bids_race(strategy: BidStrategy) {
+/// 20 rounds of two buyers, on two server processes, stating the same maximum at once:
+/// every round the price rises to that maximum, and the leader is the one whose maximum
+/// came first in the item's own order (its bid lock's, or its row lock's,
+/// serialisation), whichever server received it first.
+async fn equal_maxima_race(strategy: BidStrategy) {
     let (one, two) = two_apps(move |s| s.bid_strategy = strategy).await;
     let id = item(&one, |_| {}).await;
     let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
@@ -145,44 +144,64 @@ async fn equal_bids_race(strategy: BidStrategy) {
         format!("{}/auctions/{id}/bids", one.address),
         format!("{}/auctions/{id}/bids", two.address),
     );
-    for round in 0..20 {
+    for round in 0..20_i64 {
         let amount = format!("{}.00", 10 + round);
         let form = [("amount", amount.as_str())];
         let (ra, rb) = tokio::join!(a.post(&url_one, &form), b.post(&url_two, &form));
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
-        let accepted: Vec<&Reply> = [&ra, &rb]
+        let accepted = [&ra, &rb]
             .into_iter()
             .filter(|r| r.status == StatusCode::SEE_OTHER)
-            .collect();
-        assert_eq!(
-            accepted.len(),
-            1,
+            .count();
+        // Round 0: the second must beat the first's price by an increment. Later: if the
+        // leader's raise comes first, both are accepted (the leader keeps the tie); if
+        // the other's comes first, it leads at the new maximum and the raise, now from
+        // a bidder who does not lead, may fall short of price plus increment.
+        let expected = if round == 0 { 1..=1 } else { 1..=2 };
+        assert!(
+            expected.contains(&accepted),
             "round {round}: {} / {}",
             ra.status,
             rb.status
         );
-        let loser = if ra.status == StatusCode::SEE_OTHER {
-            &rb
-        } else {
-            &ra
-        };
-        assert_eq!(loser.status, StatusCode::CONFLICT, "round {round}");
-        assert!(
-            matches!(loser.refusal.as_deref(), Some("too_low" | "outbid")),
-            "round {round}: {loser:?}"
-        );
+        for refused in [&ra, &rb]
+            .into_iter()
+            .filter(|r| r.status != StatusCode::SEE_OTHER)
+        {
+            assert_eq!(
+                refused.refusal.as_deref(),
+                Some("too_low"),
+                "round {round}: {refused:?}"
+            );
+        }
+        let maximum = 1_000 + 100 * round;
+        // The leader: the bidder of the earlier accepted row at this maximum.
+        let first: String = sqlx::query_scalar(
+            "SELECT bidder_id FROM bids WHERE item_id = $1 AND max_cents = $2
+              ORDER BY id LIMIT 1",
+        )
+        .bind(id)
+        .bind(maximum)
+        .fetch_one(one.db())
+        .await
+        .unwrap();
         let item = fetch(&one, id).await;
-        assert_eq!(item.high_bid_cents, Some((1_000 + 100 * round) as i64));
-        assert_eq!(bid_count(&one, id).await, round as i64 + 1);
+        let price = if round == 0 { 1_000 } else { maximum };
+        assert_eq!(
+            (item.high_bid_cents, item.high_bidder_id.as_deref()),
+            (Some(price), Some(first.as_str())),
+            "round {round}"
+        );
     }
-    // Every accepted bid carries a strictly larger fencing token than the one below it
+    // The bidders' own rows carry strictly increasing fencing tokens in the item's order
     // (lease), or none at all (conditional).
-    let tokens: Vec<Option<i64>> =
-        sqlx::query_scalar("SELECT fence_token FROM bids WHERE item_id = $1 ORDER BY amount_cents")
-            .bind(id)
-            .fetch_all(one.db())
-            .await
-            .unwrap();
+    let tokens: Vec<Option<i64>> = sqlx::query_scalar(
+        "SELECT fence_token FROM bids WHERE item_id = $1 AND NOT automatic ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(one.db())
+    .await
+    .unwrap();
     match strategy {
         BidStrategy::Lease => {
             let tokens: Vec<i64> = tokens.into_iter().map(Option::unwrap).collect();
@@ -193,22 +212,30 @@ async fn equal_bids_race(strategy: BidStrategy) {
 }
 
 #[tokio::test]
-async fn equal_bids_at_the_same_instant_one_wins_each_of_twenty_rounds_under_the_bid_lock() {
-    equal_bids_race(BidStrategy::Lease).await;
+async fn equal_maxima_at_the_same_instant_the_earlier_leads_each_of_twenty_rounds_under_the_bid_lock()
+ {
+    equal_maxima_race(BidStrategy::Lease).await;
 }
 
 #[tokio::test]
-async fn equal_bids_at_the_same_instant_one_wins_each_of_twenty_rounds_with_the_conditional_update()
-{
-    equal_bids_race(BidStrategy::Conditional).await;
+async fn equal_maxima_at_the_same_instant_the_earlier_leads_each_of_twenty_rounds_with_the_conditional_update()
+ {
+    equal_maxima_race(BidStrategy::Conditional).await;
 }
 
+/// Proxy bidding through the pages: A's maximum of $10.00 opens at the starting price; B
+/// must beat the price by its band's increment ($0.50 from $5.00); B's $20.00 leads at
+/// A's maximum plus the increment, $10.50, and B's page shows B's maximum and "You are
+/// leading", A's says outbid. A's equal $20.00 is accepted and loses to B's earlier
+/// one: the price becomes $20.00 by an automatic bid for B. B raising the maximum moves
+/// nothing (no self-outbid); B lowering it below the price is refused.
 #[tokio::test]
-async fn an_equal_bid_loses_and_the_high_bid_plus_the_increment_wins() {
+async fn proxy_bidding_bids_for_the_leader_up_to_the_hidden_maximum() {
     let app = app(|_| {}).await;
     let id = item(&app, |_| {}).await;
     let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
     let base = &app.address;
+    let url = format!("{base}/auctions/{id}");
 
     let low = bid_on(&mut a, base, id, "9.99").await;
     assert_refused(
@@ -217,7 +244,6 @@ async fn an_equal_bid_loses_and_the_high_bid_plus_the_increment_wins() {
         "9.99",
         "below the starting price",
     );
-
     assert_eq!(
         bid_on(&mut a, base, id, "10").await.status,
         StatusCode::SEE_OTHER
@@ -229,39 +255,98 @@ async fn an_equal_bid_loses_and_the_high_bid_plus_the_increment_wins() {
         "10.00",
         "no longer high enough",
     );
-    assert!(equal.body.contains("at least $11.00"), "{}", equal.body);
-    let short = bid_on(&mut b, base, id, "10.99").await;
-    assert_refused(&short, StatusCode::CONFLICT, "10.99", "at least $11.00");
-    let enough = bid_on(&mut b, base, id, "11.00").await;
-    assert_eq!(enough.status, StatusCode::SEE_OTHER);
+    assert!(equal.body.contains("at least $10.50"), "{}", equal.body);
+    let enough = bid_on(&mut b, base, id, "20.00").await;
+    assert_eq!(enough.status, StatusCode::SEE_OTHER, "{}", enough.body);
+    let item = fetch(&app, id).await;
     assert_eq!(
-        enough.location.as_deref(),
-        Some(format!("/auctions/{id}").as_str())
+        (item.high_bid_cents, item.leader_max_cents),
+        (Some(1_050), Some(2_000))
     );
 
+    let theirs = b.get(&url).await.unwrap().body;
+    assert!(theirs.contains("Price: $10.50 by Guest"), "{theirs}");
+    assert!(
+        theirs.contains("Your maximum: <strong id=\"your-max\">$20.00</strong>"),
+        "{theirs}"
+    );
+    assert!(theirs.contains("You are leading."), "{theirs}");
+    let mine = a.get(&url).await.unwrap().body;
+    assert!(mine.contains("Outbid"), "{mine}");
+    assert!(
+        !mine.contains("$20.00"),
+        "B's maximum is hidden from A: {mine}"
+    );
+
+    // A's equal maximum: accepted, and the earlier one (B's) leads at it.
+    assert_eq!(
+        bid_on(&mut a, base, id, "20").await.status,
+        StatusCode::SEE_OTHER
+    );
     let item = fetch(&app, id).await;
-    assert_eq!((item.high_bid_cents, item.bid_count), (Some(1_100), 2));
-    let page = b.get(&format!("{base}/auctions/{id}")).await.unwrap();
-    assert!(page.body.contains("$11.00 by Guest"), "{}", page.body);
-    assert!(page.body.contains("(you)"), "B leads");
-    assert!(page.body.contains("at least $12.00"));
+    let first_at_20: String = sqlx::query_scalar(
+        "SELECT bidder_id FROM bids WHERE item_id = $1 AND max_cents = 2000 ORDER BY id LIMIT 1",
+    )
+    .bind(id)
+    .fetch_one(app.db())
+    .await
+    .unwrap();
+    assert_eq!(
+        (item.high_bid_cents, item.high_bidder_id),
+        (Some(2_000), Some(first_at_20))
+    );
+    let history = a.get(&url).await.unwrap().body;
+    assert!(
+        history.contains("<em class=\"auto-bid\">automatic</em>"),
+        "{history}"
+    );
+
+    // B raises: the price stays (nobody outbids themself); lowering below it is refused.
+    assert_eq!(
+        bid_on(&mut b, base, id, "50").await.status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(fetch(&app, id).await.high_bid_cents, Some(2_000));
+    let lowered = bid_on(&mut b, base, id, "19.99").await;
+    assert_refused(
+        &lowered,
+        StatusCode::CONFLICT,
+        "19.99",
+        "cannot be lowered below the price",
+    );
+    assert_eq!(lowered.refusal.as_deref(), Some("below_price"));
+    assert_eq!(bid_count(&app, id).await, 4);
 }
 
-/// The most the site takes is $1,000,000.00. Near it, the maximum itself is a valid next
-/// bid (high bid + increment would pass it); at it, the item is at its limit: the bid form
-/// is withdrawn, the page says why, and a bid is refused as `at_limit`. Before, the page
-/// asked for at least $1,000,001.00, which the amount parser refuses: no bid could ever
-/// be placed and no message said why.
+/// The reserve rule: a lone bidder whose maximum meets the reserve stands at the reserve,
+/// not the starting price, so that the item sells; below it, the starting price.
+#[tokio::test]
+async fn a_maximum_that_meets_the_reserve_raises_the_price_to_it() {
+    let app = app(|_| {}).await;
+    let id = item(&app, |i| i.terms.reserve_price_cents = 3_000).await;
+    place(&app, "a", id, 2_999).await.unwrap();
+    assert_eq!(fetch(&app, id).await.high_bid_cents, Some(1_000));
+    // A raises past the reserve: the price goes to the reserve, and no further.
+    let raised = place(&app, "a", id, 5_000).await.unwrap();
+    assert_eq!((raised.price_cents, raised.leading), (3_000, true));
+    // B beats the reserve price but not A's maximum: A leads at B's plus the increment.
+    let beaten = place(&app, "b", id, 4_000).await.unwrap();
+    assert_eq!((beaten.price_cents, beaten.leading), (4_100, false));
+}
+
+/// The most the site takes is $1,000,000.00. Two maxima at it put the price at it (the
+/// earlier leads); the item is then at its limit: the bid form is withdrawn, the page
+/// says why, and a bid is refused as `at_limit`.
 #[tokio::test]
 async fn at_the_maximum_amount_the_item_says_it_is_at_its_limit() {
     let app = app(|_| {}).await;
     let id = item(&app, |_| {}).await;
     let (mut a, mut b) = (HttpBuyer::new(), HttpBuyer::new());
     let base = &app.address;
-    let near = bid_on(&mut a, base, id, "999999.50").await;
+    let near = bid_on(&mut a, base, id, "1000000").await;
     assert_eq!(near.status, StatusCode::SEE_OTHER, "{}", near.body);
     let page = b.get(&format!("{base}/auctions/{id}")).await.unwrap();
-    assert!(page.body.contains("at least $1000000.00"), "{}", page.body);
+    assert!(page.body.contains("at least $10.50"), "{}", page.body);
     let top = bid_on(&mut b, base, id, "1000000").await;
     assert_eq!(top.status, StatusCode::SEE_OTHER, "{}", top.body);
 
@@ -312,7 +397,8 @@ async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
     let late_bid = Bid {
         bidder: &a,
         item_id: id,
-        amount_cents: 2_000,
+        max_cents: 2_000,
+        arrived_at: Utc::now(),
     };
     let late = bid::bid_under_lease(&app.state, &lease_a, &late_bid).await;
     match late {
@@ -320,7 +406,11 @@ async fn a_bid_lock_lapsing_mid_bid_is_fenced_off_and_the_newer_bid_stands() {
         other => panic!("expected a stale-token refusal, got {other:?}"),
     }
     let item = fetch(&app, id).await;
-    assert_eq!(item.high_bid_cents, Some(1_200), "B's bid stands");
+    assert_eq!(
+        (item.high_bid_cents, item.leader_max_cents),
+        (Some(1_000), Some(1_200)),
+        "B's bid stands"
+    );
     assert!(item.fence_token > lease_a.fencing_token().0 as i64);
     assert_eq!(bid_count(&app, id).await, 1);
     assert!(
@@ -435,16 +525,23 @@ async fn a_closer_paused_past_its_lease_cannot_write() {
     // The fence alone: an open, ended item whose row accepted token 42 refuses 41.
     let other = item_ended_with_token(&app, 42).await;
     assert_eq!(
-        queries::close_item(app.db(), other, 41).await.unwrap(),
+        queries::close_item(app.db(), other, 41, grace(&app))
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
-        queries::close_item(app.db(), other, 42)
+        queries::close_item(app.db(), other, 42, grace(&app))
             .await
             .unwrap()
             .as_deref(),
         Some("no_bids")
     );
+}
+
+/// The app's arrival grace ([`bid::arrival_grace`]).
+fn grace(app: &TestApp) -> Duration {
+    bid::arrival_grace(&app.state.settings)
 }
 
 async fn item_ended_with_token(app: &TestApp, token: i64) -> i64 {
@@ -485,7 +582,11 @@ async fn the_background_closer_shows_the_winner_or_reserve_not_met() {
         .await
         .unwrap();
     assert!(page.body.contains("Sold to Guest"), "{}", page.body);
-    assert!(page.body.contains("for $20.00"));
+    assert!(
+        page.body.contains("for $15.00"),
+        "the reserve: {}",
+        page.body
+    );
     assert!(page.body.contains("You won."));
     assert!(
         !page.body.contains("name=\"amount\""),
@@ -528,30 +629,96 @@ async fn bids_after_the_end_are_refused_before_and_after_the_close() {
     assert_eq!(fetch(&app, id).await.result.as_deref(), Some("no_bids"));
 }
 
+/// When bid `bid_id` arrived, by the receiving server's clock.
+async fn arrived_at(app: &TestApp, bid_id: i64) -> chrono::DateTime<Utc> {
+    sqlx::query_scalar("SELECT arrived_at FROM bids WHERE id = $1")
+        .bind(bid_id)
+        .fetch_one(app.db())
+        .await
+        .unwrap()
+}
+
+/// Soft close that ends: a bid arriving in the window sets the end to its arrival plus
+/// the window (not the end plus a full window per bid, as before), never past the hard
+/// stop; a bid outside the window moves nothing.
 #[tokio::test]
-async fn a_bid_in_the_soft_close_window_moves_the_end_later() {
+async fn a_bid_in_the_soft_close_window_moves_the_end_to_its_arrival_plus_the_window_up_to_the_hard_stop()
+ {
     let app = app(|_| {}).await;
-    let closing = item(&app, |i| {
+    let closing = |i: &mut NewItem| {
         i.terms.soft_close_secs = 300;
         i.ends_at = Utc::now() + TimeDelta::seconds(120);
+    };
+    let soft = item(&app, closing).await;
+    let stopped = item(&app, |i| {
+        closing(i);
+        i.hard_stop_at = i.ends_at + TimeDelta::seconds(60);
     })
     .await;
     let far = item(&app, |i| i.terms.soft_close_secs = 300).await;
-    let (closing_end, far_end) = (
-        fetch(&app, closing).await.ends_at,
-        fetch(&app, far).await.ends_at,
-    );
-    for (id, who) in [(closing, "a"), (far, "b")] {
-        place(&app, who, id, 1_000).await.unwrap();
-    }
+    let far_end = fetch(&app, far).await.ends_at;
+
+    let placed = place(&app, "a", soft, 1_000).await.unwrap();
+    let arrival = arrived_at(&app, placed.bid_id).await;
     assert_eq!(
-        fetch(&app, closing).await.ends_at - closing_end,
-        TimeDelta::seconds(300)
+        fetch(&app, soft).await.ends_at,
+        arrival + TimeDelta::seconds(300)
     );
+    // A second bid moves it to ITS arrival plus the window: not a window more each time.
+    let again = place(&app, "b", soft, 2_000).await.unwrap();
+    let second = arrived_at(&app, again.bid_id).await;
+    assert_eq!(
+        fetch(&app, soft).await.ends_at,
+        second + TimeDelta::seconds(300)
+    );
+
+    place(&app, "a", stopped, 1_000).await.unwrap();
+    let row = fetch(&app, stopped).await;
+    assert_eq!(row.ends_at, row.hard_stop_at, "never past the hard stop");
+
+    place(&app, "b", far, 1_000).await.unwrap();
     assert_eq!(
         fetch(&app, far).await.ends_at,
         far_end,
         "outside the window: unchanged"
+    );
+}
+
+/// Judged at arrival: a bid the server received before the end is on time though its
+/// write comes after the end (here it stalls 3 s under its bid lock, as a bid queued
+/// behind others would wait for its turn), within the arrival grace; before, the write
+/// was judged by the clock at the write and refused "ended".
+#[tokio::test]
+async fn a_bid_received_before_the_end_is_on_time_though_its_turn_comes_after() {
+    let app = race_lab_app(|s| s.bid_lock_ttl_ms = 10_000).await;
+    let mut a = stalling_bidder(3_000);
+    a.get(&format!("{}/", app.address)).await.unwrap(); // the CSRF token
+    let id = item(&app, |i| i.ends_at = Utc::now() + TimeDelta::seconds(2)).await;
+    let end = fetch(&app, id).await.ends_at;
+    let url = format!("{}/auctions/{id}/bids", app.address);
+    let reply = a.post(&url, &[("amount", "20.00")]).await.unwrap();
+    assert_eq!(
+        reply.status,
+        StatusCode::SEE_OTHER,
+        "{:?} {:?}",
+        reply.refusal,
+        reply.body
+    );
+    let row = fetch(&app, id).await;
+    assert!(row.now > end, "the reply came after the end");
+    assert_eq!(
+        (row.high_bid_cents, row.leader_max_cents),
+        (Some(1_000), Some(2_000))
+    );
+    let arrival: chrono::DateTime<Utc> =
+        sqlx::query_scalar("SELECT arrived_at FROM bids WHERE item_id = $1")
+            .bind(id)
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert!(
+        arrival < end,
+        "it arrived before the end: {arrival} vs {end}"
     );
 }
 
@@ -650,7 +817,7 @@ async fn the_list_shows_open_items_and_seeding_is_idempotent() {
             item.terms.title
         );
         assert!(
-            item.terms.min_increment_cents <= 1_000,
+            item.hard_stop_at - item.ends_at >= TimeDelta::hours(1),
             "{}",
             item.terms.title
         );
@@ -699,8 +866,9 @@ async fn the_item_stream_pushes_bids_and_the_close_made_through_another_server()
     assert_eq!(placed.status, StatusCode::SEE_OTHER, "{}", placed.body);
     let (name, html) = stream.next().await;
     assert_eq!(name, "bid");
-    assert!(html.contains("High bid: $11.00 by Guest"), "{html}");
-    assert!(html.contains("Next bid: at least $12.00"), "{html}");
+    assert!(html.contains("Price: $10.00 by Guest"), "{html}");
+    assert!(html.contains("at least $10.50"), "{html}");
+    assert!(!html.contains("$11.00"), "the maximum is hidden: {html}");
     assert!(html.contains("Bids (1)"), "{html}");
     assert!(
         !html.contains("(you)"),
@@ -851,15 +1019,9 @@ async fn a_bid_stalled_past_the_end_is_refused_and_extends_nothing() {
 }
 /// The value of the Prometheus sample `name` on this process's `GET /metrics`, 0 if absent.
 async fn metric(app: &TestApp, name: &str) -> f64 {
-    let page = reqwest::get(&app.metrics_url)
+    seatlock_harness::http::metric(&app.metrics_url, name)
         .await
         .unwrap()
-        .text()
-        .await
-        .unwrap();
-    page.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-        .map_or(0.0, |value| value.trim().parse().expect("a number"))
 }
 
 /// How many statements starting with `prefix` run in this test's database, and how many
@@ -996,5 +1158,9 @@ async fn a_bidder_who_hangs_up_mid_bid_leaves_the_bid_and_no_bid_lock() {
         app.state.leases.remaining(&key).await.unwrap().is_none()
     })
     .await;
-    assert_eq!(fetch(&app, id).await.high_bid_cents, Some(2_000));
+    let item = fetch(&app, id).await;
+    assert_eq!(
+        (item.high_bid_cents, item.leader_max_cents),
+        (Some(1_000), Some(2_000))
+    );
 }

@@ -201,9 +201,14 @@ async fn an_auction_takes_a_bid_and_closes_with_its_bid_lock_and_closing_lease_i
         "{outcomes:?}"
     );
     let item = queries::item(app.db(), id).await.unwrap().unwrap();
+    // A lone maximum of $12.00 stands at the starting price.
     assert_eq!(
-        (item.status.as_str(), item.high_bid_cents),
-        ("closed", Some(1_200))
+        (
+            item.status.as_str(),
+            item.high_bid_cents,
+            item.leader_max_cents
+        ),
+        ("closed", Some(1_000), Some(1_200))
     );
 }
 

@@ -74,6 +74,7 @@ async fn a_fresh_servers_first_scrape_has_every_counter_at_zero_with_its_help() 
         "seatlock_confirms_total{outcome=\"rejected_expired\"}",
         "seatlock_confirms_total{outcome=\"rejected_sold\"}",
         "seatlock_double_sales_detected_total",
+        "seatlock_auction_page_reads_total",
         "lease_watchdog_losses_total",
     ] {
         assert!(

@@ -330,10 +330,45 @@
     if (amount) amount.placeholder = state.dataset.minimumTyped;
   }
 
+  // The time left, counted down between updates from the server's clock at the render
+  // (data-now) to the end (data-ends); an update that moves the end later (a soft-close
+  // extension) says so next to it until the next update.
+  function timeLeftText(ms) {
+    const s = Math.floor(ms / 1000);
+    if (s <= 0) return "ended";
+    const two = function (n) { return (n < 10 ? "0" : "") + n; };
+    if (s >= 86400) return Math.floor(s / 86400) + " d " + two(Math.floor(s % 86400 / 3600)) + " h";
+    if (s >= 3600) return Math.floor(s / 3600) + " h " + two(Math.floor(s % 3600 / 60)) + " min";
+    if (s >= 60) return Math.floor(s / 60) + " min " + two(s % 60) + " s";
+    return s + " s";
+  }
+
+  function countDown(live, previousEnd) {
+    const state = live.querySelector("[data-ends]");
+    if (!state) return null;
+    const end = Date.parse(state.dataset.ends);
+    const offset = Date.parse(state.dataset.now) - Date.now(); // server minus browser
+    const left = document.getElementById("time-left");
+    const extended = document.getElementById("extended");
+    if (extended && previousEnd !== null && end > previousEnd) {
+      extended.hidden = false;
+      extended.textContent = " · extended by a late bid";
+    }
+    const tick = function () {
+      if (left) left.textContent = timeLeftText(end - (Date.now() + offset));
+    };
+    tick();
+    clearInterval(live.countdown);
+    live.countdown = setInterval(tick, 1000);
+    return end;
+  }
+
   function liveAuction() {
     const live = document.getElementById("auction-live");
-    if (!live || !window.EventSource) return;
-    const apply = function (html) { applyItem(live, html); };
+    if (!live) return;
+    let end = countDown(live, null);
+    if (!window.EventSource) return;
+    const apply = function (html) { applyItem(live, html); end = countDown(live, end); };
     subscribe(live, live.dataset.stream, { snapshot: apply, bid: apply, closed: apply },
       function () { return { name: "snapshot", data: live.innerHTML }; });
   }

@@ -342,7 +342,8 @@ async fn a_double_clicked_buy_button_makes_exactly_one_order() {
     .await;
 }
 
-/// An open auction item (an hour to go, $10.00 start, $1.00 increment); its page path.
+/// An open auction item (an hour to go, $10.00 start, the published increments); its
+/// page path.
 async fn auction_item(world: &World) -> anyhow::Result<(i64, String)> {
     let item = seatlock_harness::auction_item("Signed tour poster");
     let id = queries::insert_item(&world.db, &item)
@@ -373,13 +374,13 @@ async fn a_bid_shows_on_the_other_buyers_open_item_page_and_so_does_the_close() 
         let high = a.page.locator("#high-bid");
         expect(high.clone())
             .with_timeout(LIVE_TIMEOUT)
-            .to_contain_text(&format!("High bid: $10.00 by {b_name}"))
+            .to_contain_text(&format!("Price: $10.00 by {b_name}"))
             .await?;
         expect(a.page.locator("#bid-count"))
             .to_have_text("Bids (1)")
             .await?;
         expect(a.page.locator("#next-bid"))
-            .to_contain_text("at least $11.00")
+            .to_contain_text("at least $10.50")
             .await?;
         expect(a.page.locator("table.bids tbody tr"))
             .to_have_count(1)
@@ -387,15 +388,13 @@ async fn a_bid_shows_on_the_other_buyers_open_item_page_and_so_does_the_close() 
         not_reloaded(&a).await?;
         expect(amount.clone()).to_have_value("12.50").await?;
         expect(amount.clone())
-            .to_have_attribute("placeholder", "11.00")
+            .to_have_attribute("placeholder", "10.50")
             .await?;
         w.screenshot(&a, "auction").await?;
 
-        // The end passes; a server's closer writes the result, and both pages show it.
-        sqlx::query("UPDATE auction_items SET ends_at = now() - interval '1 second' WHERE id = $1")
-            .bind(item)
-            .execute(&w.db)
-            .await?;
+        // The end (and the arrival grace) passes; a server's closer writes the result, and
+        // both pages show it.
+        seatlock_harness::end_auction_now(&w.db, item).await;
         let closing = w.settings.close_interval().unwrap_or_default() + LIVE_TIMEOUT;
         expect(a.page.locator("#result"))
             .with_timeout(closing)
@@ -407,6 +406,97 @@ async fn a_bid_shows_on_the_other_buyers_open_item_page_and_so_does_the_close() 
             .with_timeout(LIVE_TIMEOUT)
             .to_contain_text("You won.")
             .await?;
+        Ok(())
+    })
+    .await;
+}
+
+/// Scenario 6b: proxy bidding in two browsers on two servers. A's maximum leads at the
+/// starting price; B's lower maximum is outbid at once by an automatic bid for A (B's
+/// page says outbid, A's shows the new price live and still "You are leading"); B's
+/// higher maximum takes the lead at A's maximum plus the increment, and A's open page
+/// turns to "Outbid" live. Neither page ever shows the other's leading maximum. The item
+/// closes in two minutes with a five-minute soft close: B's bid extends the end, and A's
+/// open page says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_browsers_bid_by_maxima_and_both_pages_show_the_leader_and_price_live() {
+    support::run("proxy_bids_live", async |w| {
+        let (id, path) = auction_item(w).await?;
+        sqlx::query(
+            "UPDATE auction_items SET soft_close_secs = 300,
+                    ends_at = now() + interval '2 minutes' WHERE id = $1",
+        )
+        .bind(id)
+        .execute(&w.db)
+        .await?;
+        let (a, b) = (w.buyer("A", 0).await?, w.buyer("B", 1).await?);
+        a.open_live(&path).await?;
+        let a_name = a.page.locator("#bid .muted strong").inner_text().await?;
+        place_bid(&a, "20").await?;
+        expect(a.page.locator("#standing"))
+            .to_contain_text("Your maximum: $20.00")
+            .await?;
+        expect(a.page.locator("#standing"))
+            .to_contain_text("You are leading.")
+            .await?;
+        a.open_live(&path).await?;
+        mark_page(&a).await?;
+
+        b.open(&path).await?;
+        let b_name = b.page.locator("#bid .muted strong").inner_text().await?;
+        expect(b.page.locator("#high-bid"))
+            .to_contain_text(&format!("Price: $10.00 by {a_name}"))
+            .await?;
+        place_bid(&b, "15").await?;
+        // B is outbid at once: A's automatic bid at B's maximum plus $0.50.
+        expect(b.page.locator("#high-bid"))
+            .to_contain_text(&format!("Price: $15.50 by {a_name}"))
+            .await?;
+        expect(b.page.locator("#standing"))
+            .to_contain_text("Outbid")
+            .await?;
+        expect(b.page.locator("#standing"))
+            .to_contain_text("Your maximum: $15.00")
+            .await?;
+        expect(b.page.locator("em.auto-bid"))
+            .to_have_count(1)
+            .await?;
+        let a_high = a.page.locator("#high-bid");
+        expect(a_high.clone())
+            .with_timeout(LIVE_TIMEOUT)
+            .to_contain_text(&format!("Price: $15.50 by {a_name} (you)"))
+            .await?;
+        expect(a.page.locator("#standing"))
+            .to_contain_text("You are leading.")
+            .await?;
+        expect(a.page.locator("em.auto-bid"))
+            .to_have_count(1)
+            .await?;
+        expect(a.page.locator("#extended"))
+            .to_contain_text("extended by a late bid")
+            .await?;
+
+        // B's higher maximum leads at A's $20.00 plus $0.50; A's open page turns.
+        place_bid(&b, "40").await?;
+        expect(b.page.locator("#high-bid"))
+            .to_contain_text(&format!("Price: $20.50 by {b_name} (you)"))
+            .await?;
+        expect(b.page.locator("#standing"))
+            .to_contain_text("Your maximum: $40.00")
+            .await?;
+        expect(a_high)
+            .with_timeout(LIVE_TIMEOUT)
+            .to_contain_text(&format!("Price: $20.50 by {b_name}"))
+            .await?;
+        expect(a.page.locator("#standing"))
+            .to_contain_text("Outbid")
+            .await?;
+        expect(a.page.locator("#auction-live"))
+            .not()
+            .to_contain_text("$40.00")
+            .await?;
+        not_reloaded(&a).await?;
+        w.screenshot(&a, "auction_proxy").await?;
         Ok(())
     })
     .await;

@@ -127,8 +127,8 @@ impl TestAppBuilder {
 }
 
 /// A plain auction item for tests, `title`, with a fresh slug: open from an hour ago for
-/// another hour, starting price $10.00, minimum increment $1.00, no reserve, no soft
-/// close. Change what a test needs, then insert it with
+/// another hour (hard stop an hour after that), starting price $10.00, no reserve, no
+/// soft close. Change what a test needs, then insert it with
 /// [`seatlock::auction::queries::insert_item`].
 pub fn auction_item(title: &str) -> seatlock::auction::queries::NewItem {
     let now = chrono::Utc::now();
@@ -138,21 +138,23 @@ pub fn auction_item(title: &str) -> seatlock::auction::queries::NewItem {
             title: title.into(),
             description: format!("{title}, for a test."),
             starting_price_cents: 1_000,
-            min_increment_cents: 100,
             reserve_price_cents: 0,
             soft_close_secs: 0,
         },
         starts_at: now - chrono::TimeDelta::hours(1),
         ends_at: now + chrono::TimeDelta::hours(1),
+        hard_stop_at: now + chrono::TimeDelta::hours(2),
     }
 }
 
-/// Moves auction item `item`'s end into the past (tests do not wait for auctions to
-/// end), and its start too if needed.
+/// Moves auction item `item`'s end a minute into the past, past the arrival grace in
+/// which bids that arrived before the end may still be written
+/// ([`seatlock::auction::bid::arrival_grace`]), so that the closer may close it at once
+/// (tests do not wait for auctions to end); its start too if needed.
 pub async fn end_auction_now(db: &PgPool, item: i64) {
     sqlx::query(
-        "UPDATE auction_items SET ends_at = now() - interval '1 second',
-                starts_at = least(starts_at, now() - interval '2 seconds') WHERE id = $1",
+        "UPDATE auction_items SET ends_at = now() - interval '1 minute',
+                starts_at = least(starts_at, now() - interval '2 minutes') WHERE id = $1",
     )
     .bind(item)
     .execute(db)

@@ -348,6 +348,16 @@ pub fn between(text: &str, start: &str, end: &str) -> Option<String> {
     Some(text[from..from + to].to_owned())
 }
 
+/// The value of the Prometheus sample `series` (its name, with its labels if any) on
+/// the `/metrics` page at `metrics_url`; 0 if the page has no such sample.
+pub async fn metric(metrics_url: &str, series: &str) -> anyhow::Result<f64> {
+    let page = reqwest::get(metrics_url).await?.text().await?;
+    Ok(page
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(Ok(0.0), |value| value.trim().parse())?)
+}
+
 /// A server-sent event stream read with a plain HTTP client (tests of live pages).
 pub struct EventStream {
     response: reqwest::Response,

@@ -24,11 +24,15 @@
 //! (`load-test race --strategy groups`). Race-lab sales go to `race_lab_sales`. It has
 //! no unique constraint, so a double sale is visible rather than prevented.
 //!
+//! [`proxy`] is the auction's row: proxy bidding resolved against a read and written
+//! without the fence, where two concurrent maxima are both told they lead.
+//!
 //! The lab plugs into the product through one hook, [`Application::build_with`]: see
 //! [`build`].
 
 mod group;
 pub mod lab;
+pub mod proxy;
 mod queries;
 mod server;
 mod settings;

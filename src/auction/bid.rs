@@ -27,7 +27,7 @@ use std::time::Duration;
 use lease::{Backoff, Lease, LeaseError};
 
 use super::{Bid, queries, rules};
-use crate::config::BidStrategy;
+use crate::config::{BidStrategy, Settings};
 use crate::failpoint::{self, PausePoint};
 use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
@@ -49,13 +49,27 @@ pub fn lock_backoff(ttl: Duration) -> Backoff {
     }
 }
 
+/// How long after an item's end a bid that ARRIVED before it may still take its turn at
+/// the item's lock and write: the longest a bid that is not stalled waits for the lock
+/// ([`lock_backoff`]'s budget) plus the lease it then writes under (`--bid-lock-ttl-ms`).
+/// The closer waits as long past the end before it closes ([`super::close`]); a bid whose
+/// turn comes later still is refused "ended" (docs/auction.md, "Judged at arrival").
+pub fn arrival_grace(settings: &Settings) -> Duration {
+    let ttl = settings.bid_lock_ttl();
+    lock_backoff(ttl).budget + ttl
+}
+
 /// A bid that was written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AcceptedBid {
-    /// `bids.id`.
+    /// `bids.id` of the bidder's own history row.
     pub bid_id: i64,
-    /// The amount, in cents.
-    pub amount_cents: i64,
+    /// The maximum stated, in cents.
+    pub max_cents: i64,
+    /// The price after the bid, in cents.
+    pub price_cents: i64,
+    /// Whether the bidder leads after it.
+    pub leading: bool,
     /// The bid lock's fencing token; `None` under the conditional strategy.
     pub fencing_token: Option<u64>,
 }
@@ -78,7 +92,7 @@ pub struct AcceptedBid {
 ///
 /// Traced as span `bid` with the item, bidder and amount.
 /// Under the lease strategy, the span also has the bid lock's fencing token.
-#[tracing::instrument(name = "bid", skip_all, fields(item = bid.item_id, bidder = %bid.bidder.id, amount_cents = bid.amount_cents, fencing_token = tracing::field::Empty))]
+#[tracing::instrument(name = "bid", skip_all, fields(item = bid.item_id, bidder = %bid.bidder.id, max_cents = bid.max_cents, fencing_token = tracing::field::Empty))]
 pub async fn place_bid(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
     match state.settings.bid_strategy {
         BidStrategy::Lease => {
@@ -161,13 +175,15 @@ pub async fn bid_under_lease(
     let item = queries::item(&mut *tx, bid.item_id)
         .await?
         .ok_or_else(Error::no_such_auction)?;
-    rules::check_bid(&item, bid.amount_cents).map_err(Refusal::from)?;
+    check(state, &item, bid)?;
     failpoint::point(PausePoint::BeforeWrite).await;
-    // The fenced write. The statement itself checks the token, the high bid and the end
-    // again. So a bidder that stalled since its read cannot win on stale facts.
+    // The fenced write. The statement itself checks the token, the price and the end
+    // again, and resolves the maxima on the row as it then is. So a bidder that stalled
+    // since its read cannot win on stale facts.
     let token = Some(lease.fencing_token().as_i64());
     tracing::Span::current().record("fencing_token", lease.fencing_token().as_i64());
-    let Some(placed) = queries::place_bid(&mut *tx, bid, token).await? else {
+    let grace = arrival_grace(&state.settings);
+    let Some(placed) = queries::place_bid(&mut *tx, bid, token, grace).await? else {
         tx.rollback().await?;
         return Err(bid_refused(state, bid, token).await);
     };
@@ -180,24 +196,40 @@ pub async fn bid_under_lease(
 pub async fn bid_conditionally(state: &AppState, bid: &Bid<'_>) -> Result<AcceptedBid> {
     failpoint::point(PausePoint::BeforeWrite).await;
     // No lock and no token. The one statement's conditions are the whole guard.
-    match queries::place_bid(&state.db, bid, None).await? {
+    match queries::place_bid(&state.db, bid, None, arrival_grace(&state.settings)).await? {
         Some(placed) => Ok(accepted(bid, placed, None)),
         None => Err(bid_refused(state, bid, None).await),
     }
+}
+
+/// [`rules::check_bid`] for `bid` on `item`, with this server's arrival grace.
+fn check(state: &AppState, item: &queries::Item, bid: &Bid<'_>) -> Result<()> {
+    let offer = rules::Offer {
+        bidder_id: &bid.bidder.id,
+        max_cents: bid.max_cents,
+        arrived_at: bid.arrived_at,
+    };
+    let grace = chrono::TimeDelta::from_std(arrival_grace(&state.settings))
+        .unwrap_or(chrono::TimeDelta::MAX);
+    rules::check_bid(item, &offer, grace).map_err(|refusal| Refusal::from(refusal).into())
 }
 
 fn accepted(bid: &Bid<'_>, placed: queries::PlacedBid, fencing_token: Option<i64>) -> AcceptedBid {
     tracing::info!(
         item = bid.item_id,
         bidder = bid.bidder.id,
-        amount_cents = bid.amount_cents,
+        max_cents = bid.max_cents,
+        price_cents = placed.price_cents,
+        leader = placed.leader_id,
         fencing_token,
         ends_at = %placed.ends_at,
         "bid accepted"
     );
     AcceptedBid {
         bid_id: placed.bid_id,
-        amount_cents: bid.amount_cents,
+        max_cents: bid.max_cents,
+        price_cents: placed.price_cents,
+        leading: placed.leader_id == bid.bidder.id,
         fencing_token: fencing_token.map(|t| t as u64),
     }
 }
@@ -212,8 +244,8 @@ async fn bid_refused(state: &AppState, bid: &Bid<'_>, token: Option<i64>) -> Err
         Err(err) => return err.into(),
     };
     // The rules first. A bid that lost to another one, or to the clock, says so.
-    if let Err(refusal) = rules::check_bid(&item, bid.amount_cents) {
-        return Refusal::from(refusal).into();
+    if let Err(refusal) = check(state, &item, bid) {
+        return refusal;
     }
     // The rules pass now. So the write was refused by its fence, or by a change since.
     match token {

@@ -2,7 +2,9 @@
 //! has passed, each exactly once however many processes run it.
 //!
 //! Every `--close-interval-ms` (default 1 s; 0 = this process never closes) it lists the
-//! open items past their end ([`queries::due_items`]) and for each one:
+//! open items past their end by the arrival grace ([`super::bid::arrival_grace`]: a bid
+//! that arrived before the end may still take its turn until then;
+//! [`queries::due_items`]) and for each one:
 //!
 //! 1. claims the closing job: a lease on `<namespace>:auction:<id>` / `close`
 //!    (`--close-lease-ttl-ms`, default 6 s) from the `lease` crate. Another process that
@@ -96,7 +98,7 @@ pub fn spawn(state: AppState) -> Option<Closer> {
 /// other; returns each item's outcome. `label` names this closer in the lease's holder
 /// entry. Errors: 503 when Postgres or Redis is unavailable (the pass stops there).
 pub async fn close_due(state: &AppState, label: &str) -> Result<Vec<(i64, CloseOutcome)>> {
-    let due = queries::due_items(&state.db, BATCH).await?;
+    let due = queries::due_items(&state.db, BATCH, grace(state)).await?;
     let mut outcomes = Vec::with_capacity(due.len());
     for item_id in due {
         outcomes.push((item_id, close_item(state, item_id, label).await?));
@@ -146,7 +148,7 @@ pub async fn close_item(state: &AppState, item_id: i64, label: &str) -> Result<C
         // future were dropped, so its answer is awaited, lease lost or not. The fence
         // makes a late write safe.
         Ok(written(
-            queries::close_item(&mut *conn, item_id, token.0 as i64).await?,
+            queries::close_item(&mut *conn, item_id, token.0 as i64, grace(state)).await?,
         ))
     }
     .await;
@@ -180,8 +182,14 @@ pub async fn close_item(state: &AppState, item_id: i64, label: &str) -> Result<C
 /// [`CloseOutcome::Refused`]. Errors: 503 Postgres unavailable or too slow.
 pub async fn write_result(state: &AppState, item_id: i64, token: u64) -> Result<CloseOutcome> {
     Ok(written(
-        queries::close_item(&state.db, item_id, token as i64).await?,
+        queries::close_item(&state.db, item_id, token as i64, grace(state)).await?,
     ))
+}
+
+/// How long past its end an item stays open for bids that arrived before the end
+/// ([`super::bid::arrival_grace`]).
+fn grace(state: &AppState) -> std::time::Duration {
+    super::bid::arrival_grace(&state.settings)
 }
 
 /// The outcome of a closing statement that returned `result` (`None`: it wrote nothing).

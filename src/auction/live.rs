@@ -9,10 +9,17 @@
 //! a gap (a lost Postgres connection, a page too slow to keep up) it sends a fresh
 //! `snapshot`; a browser that reconnects gets one too.
 //!
-//! Known limit: the notification only says that the item changed, so every open stream
-//! re-reads the item and its bids once per change (two queries per page per bid).
+//! One read per bid per server: the notification only says that the item changed, so
+//! the item and its history must be read again; every stream of the item in this process
+//! gets the same message from the hub ([`crate::live::LiveHub`]), and the first to ask
+//! reads for all of them ([`SharedReads`]); each stream then renders that read for its
+//! own viewer (their maximum, leading or outbid). A thousand watchers cost two queries
+//! per bid, not two thousand, and the bid that holds the item's lock does not wait
+//! behind them for the pool.
 
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::response::sse::{Event, Sse};
@@ -24,33 +31,39 @@ use super::queries::{self, BidRow, Item};
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Result};
 use crate::http::ids::ItemId;
-use crate::live::{Update, page_stream};
+use crate::live::{LiveMessage, Update, page_stream};
+use crate::money::format_cents;
 use crate::state::AppState;
 
 /// How many bids the item page lists (the highest ones).
 const BID_HISTORY: i64 = 50;
-/// The changing part of an item's page, as one viewer sees it: terms, high bid or
-/// result, bid history. Rendered inside [`ItemPage`], and alone for each live update
-/// (`GET /auctions/{id}/stream`), so both say the same thing in the same words.
+/// The changing part of an item's page, as one viewer sees it: terms, price and leader
+/// or result, the viewer's maximum, bid history. Rendered inside [`ItemPage`], and alone
+/// for each live update (`GET /auctions/{id}/stream`), so both say the same thing in the
+/// same words.
 #[derive(Template)]
 #[template(path = "auction_live.html")]
 pub(super) struct LiveItem {
     /// The item, read at the Postgres clock.
     pub item: Item,
-    /// The highest bids, highest first.
+    /// The latest rows of the bid history, latest first.
     pub bids: Vec<BidRow>,
     /// The viewer's public id: marks "(you)", "You won." and the viewer's bids.
     pub buyer_id: String,
 }
 
-impl LiveItem {
-    /// Reads item `item_id` and its highest bids for viewer `buyer_id` (two queries, in
-    /// parallel); `None` if there is no such item.
-    pub(super) async fn load(
-        state: &AppState,
-        item_id: i64,
-        buyer_id: &str,
-    ) -> Result<Option<Self>> {
+/// One read of an item's page data, before it is rendered for a viewer.
+#[derive(Clone)]
+struct ItemRead {
+    item: Item,
+    bids: Vec<BidRow>,
+}
+
+impl ItemRead {
+    /// Reads item `item_id` and its latest history rows (two queries, in parallel); `None`
+    /// if there is no such item.
+    async fn load(state: &AppState, item_id: i64) -> Result<Option<Self>> {
+        metrics::counter!(crate::telemetry::AUCTION_PAGE_READS_TOTAL).increment(1);
         let (item, bids) = tokio::join!(
             queries::item(&state.db, item_id),
             queries::bids(&state.db, item_id, BID_HISTORY)
@@ -58,40 +71,158 @@ impl LiveItem {
         let Some(item) = item? else {
             return Ok(None);
         };
-        Ok(Some(LiveItem {
-            item,
-            bids: bids?,
-            buyer_id: buyer_id.to_owned(),
-        }))
+        Ok(Some(ItemRead { item, bids: bids? }))
     }
 
-    /// Whether the viewer holds the high bid.
+    fn for_viewer(self, buyer_id: &str) -> LiveItem {
+        LiveItem {
+            item: self.item,
+            bids: self.bids,
+            buyer_id: buyer_id.to_owned(),
+        }
+    }
+
+    /// Whether the page differs for `buyer_id` from a stranger's: they lead, won, or
+    /// have a row in the history shown.
+    fn concerns(&self, buyer_id: &str) -> bool {
+        self.item.leads(buyer_id)
+            || self.item.winner_id.as_deref() == Some(buyer_id)
+            || self.bids.iter().any(|row| row.bidder_id == buyer_id)
+    }
+}
+
+/// One message's read, and the page rendered once for every watcher it does not concern
+/// (most of a thousand watchers have not bid): rendering a thousand pages per bid would
+/// cost the server more than the read it saves.
+struct SharedPage {
+    read: ItemRead,
+    /// `None` if it could not be rendered (logged by [`render`]).
+    stranger: std::sync::OnceLock<Option<String>>,
+}
+
+impl SharedPage {
+    /// The page's changing part as `buyer_id` sees it, as HTML.
+    fn html_for(&self, buyer_id: &str) -> Result<String> {
+        if self.read.concerns(buyer_id) {
+            return render(&self.read.clone().for_viewer(buyer_id));
+        }
+        self.stranger
+            .get_or_init(|| render(&self.read.clone().for_viewer("")).ok())
+            .clone()
+            .ok_or(Error::Unavailable("the page renderer"))
+    }
+}
+
+/// A read shared by the streams that got one message.
+type SharedRead = Arc<tokio::sync::OnceCell<Option<Arc<SharedPage>>>>;
+
+/// The reads of this process's item streams: for each item, the last `RECENT` (16) hub
+/// messages its streams were sent and the one read made for each. Every stream of an
+/// item receives the same `Arc` of a message, so the first stream to handle it starts the
+/// read and the others await that read. Several messages are kept because a thousand
+/// streams do not all handle one message before the next arrives: with one entry, the
+/// stragglers on the older message and the first on the newer one would evict each
+/// other's reads and read again and again (measured: 846 reads for 34 bids with 1,000
+/// watchers). One entry per item ever watched here (items are few and never deleted); a
+/// failed read is not kept, so the next stream to ask reads again.
+#[derive(Default)]
+pub struct SharedReads(Mutex<HashMap<i64, Recent>>);
+
+/// An item's latest messages, oldest first, each with its shared read.
+type Recent = VecDeque<(Arc<LiveMessage>, SharedRead)>;
+
+/// How many of an item's latest messages keep their shared read.
+const RECENT: usize = 16;
+
+impl SharedReads {
+    /// The read of item `item_id` for `message`, made once however many streams ask.
+    async fn read(
+        &self,
+        state: &AppState,
+        item_id: i64,
+        message: &Arc<LiveMessage>,
+    ) -> Result<Option<Arc<SharedPage>>> {
+        let cell = {
+            let mut reads = self.0.lock().expect("not poisoned");
+            let recent = reads.entry(item_id).or_default();
+            match recent.iter().find(|(seen, _)| Arc::ptr_eq(seen, message)) {
+                Some((_, cell)) => cell.clone(),
+                None => {
+                    let cell = SharedRead::default();
+                    if recent.len() == RECENT {
+                        recent.pop_front();
+                    }
+                    recent.push_back((message.clone(), cell.clone()));
+                    cell
+                }
+            }
+        };
+        let load = async {
+            let read = ItemRead::load(state, item_id).await?;
+            Ok::<_, Error>(read.map(|read| {
+                Arc::new(SharedPage {
+                    read,
+                    stranger: std::sync::OnceLock::new(),
+                })
+            }))
+        };
+        cell.get_or_try_init(|| load).await.cloned()
+    }
+}
+
+impl LiveItem {
+    /// Reads item `item_id` and its latest history rows for viewer `buyer_id` (two
+    /// queries, in parallel); `None` if there is no such item.
+    pub(super) async fn load(
+        state: &AppState,
+        item_id: i64,
+        buyer_id: &str,
+    ) -> Result<Option<Self>> {
+        Ok(ItemRead::load(state, item_id)
+            .await?
+            .map(|read| read.for_viewer(buyer_id)))
+    }
+
+    /// Whether the viewer leads.
     fn leading(&self) -> bool {
-        self.item.high_bidder_id.as_deref() == Some(self.buyer_id.as_str())
+        self.item.leads(&self.buyer_id)
     }
 
     /// Whether the viewer won the (closed) auction.
     fn won(&self) -> bool {
         self.item.winner_id.as_deref() == Some(self.buyer_id.as_str())
     }
+
+    /// The viewer's maximum, in cents: the leader's from the item, anyone else's from
+    /// their latest own row in the history shown (beaten: at most the price); `None` if
+    /// the viewer has not bid (or not lately).
+    fn your_max_cents(&self) -> Option<i64> {
+        if self.leading() {
+            return self.item.leader_max_cents;
+        }
+        self.bids
+            .iter()
+            .find(|row| row.bidder_id == self.buyer_id && !row.automatic)
+            .and_then(|row| row.max_cents)
+    }
+
+    /// "$45.00", the viewer's maximum for the page, or empty.
+    fn your_max(&self) -> String {
+        self.your_max_cents().map(format_cents).unwrap_or_default()
+    }
 }
 
-/// The item as `buyer_id` sees it, as an SSE event named `name` whose data is the HTML
-/// of [`LiveItem`]; `None` if there is no such item.
-async fn render(
-    state: &AppState,
-    item_id: i64,
-    buyer_id: &str,
-    name: &str,
-) -> Result<Option<Event>> {
-    let Some(live) = LiveItem::load(state, item_id, buyer_id).await? else {
-        return Ok(None);
-    };
-    let html = askama::Template::render(&live).map_err(|err| {
-        tracing::error!(item = item_id, error = %err, "rendering a live auction update");
+/// Renders `live`, the changing part of its page, as HTML.
+fn render(live: &LiveItem) -> Result<String> {
+    askama::Template::render(live).map_err(|err| {
+        tracing::error!(item = live.item.id, error = %err, "rendering a live auction update");
         Error::Unavailable("the page renderer")
-    })?;
-    Ok(Some(Event::default().event(name).data(html)))
+    })
+}
+
+/// Renders `live` as an SSE event named `name`.
+fn event(live: &LiveItem, name: &str) -> Result<Event> {
+    Ok(Event::default().event(name).data(render(live)?))
 }
 
 /// `GET /auctions/{id}/stream`. 404 for an unknown item, 400 for a malformed id.
@@ -106,9 +237,10 @@ pub(super) async fn stream(
         .live
         .subscribe(&format!("auction:{item_id}"))
         .ok_or(Error::StreamsFull)?;
-    let first = render(&state, item_id, &buyer_id, "snapshot")
+    let first = LiveItem::load(&state, item_id, &buyer_id)
         .await?
         .ok_or_else(Error::no_such_auction)?;
+    let first = event(&first, "snapshot")?;
     Ok(page_stream(subscription, first, move |message| {
         let (state, buyer_id) = (state.clone(), buyer_id.clone());
         async move {
@@ -117,7 +249,11 @@ pub(super) async fn stream(
                 "resync" => "snapshot",
                 other => other,
             };
-            Update::from_snapshot(render(&state, item_id, &buyer_id, name).await)
+            let page = state.auction_reads.read(&state, item_id, &message).await;
+            let html = page.and_then(|page| page.map(|page| page.html_for(&buyer_id)).transpose());
+            Update::from_snapshot(
+                html.map(|html| html.map(|html| Event::default().event(name).data(html))),
+            )
         }
     }))
 }

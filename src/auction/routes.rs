@@ -70,8 +70,13 @@ impl Item {
         format_cents(self.terms.starting_price_cents)
     }
 
-    pub(super) fn min_increment(&self) -> String {
-        format_cents(self.terms.min_increment_cents)
+    /// The increment at the current price (or the starting price), from the published
+    /// table.
+    pub(super) fn increment(&self) -> String {
+        let price = self
+            .high_bid_cents
+            .unwrap_or(self.terms.starting_price_cents);
+        format_cents(super::increments::increment_cents(price))
     }
 
     pub(super) fn minimum_bid(&self) -> String {
@@ -83,7 +88,8 @@ impl Item {
         self.minimum_bid().trim_start_matches('$').to_owned()
     }
 
-    /// "$125.00 by Guest 1A2B" or "no bids yet (opens at $25.00)".
+    /// "$125.00 by Guest 1A2B" (the price and the leader) or "no bids yet (opens at
+    /// $25.00)".
     pub(super) fn high_bid_text(&self) -> String {
         match (self.high_bid_cents, &self.high_bidder_name) {
             (Some(high), Some(name)) => format!("{} by {name}", format_cents(high)),
@@ -103,7 +109,10 @@ impl Item {
     pub(super) fn soft_close_text(&self) -> String {
         match self.terms.soft_close_secs {
             0 => "off: the auction ends at its end time".into(),
-            n => format!("a bid in the last {n} s moves the end {n} s later"),
+            n => format!(
+                "a bid in the last {n} s moves the end to {n} s after it arrived, never past the hard stop ({})",
+                self.hard_stop_at.format("%H:%M:%S UTC")
+            ),
         }
     }
 
@@ -133,6 +142,14 @@ impl Item {
             None => "Not closed yet.".into(),
         }
     }
+}
+
+/// The published increment table as the page lists it: ("from $25.00", "$1.00").
+pub(super) fn increment_bands() -> Vec<(String, String)> {
+    super::increments::INCREMENT_TABLE
+        .iter()
+        .map(|&(from, step)| (format!("from {}", format_cents(from)), format_cents(step)))
+        .collect()
 }
 
 impl BidRow {
@@ -214,13 +231,32 @@ async fn show(
     Ok((csrf, page))
 }
 
-/// The bid form: `amount`, a decimal number of dollars such as `125.50`.
+/// When the request arrived, by this server's clock: taken by the first extractor of the
+/// bid route, before the session, the CSRF check and the body, so that nothing the
+/// server does (nor the item's lock) counts against the bidder.
+pub(super) struct Arrival(DateTime<Utc>);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Arrival {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        _: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> std::result::Result<Self, Self::Rejection> {
+        Ok(Arrival(Utc::now()))
+    }
+}
+
+/// The bid form: `amount`, the bidder's maximum, a decimal number of dollars such as
+/// `125.50`.
 #[derive(Deserialize)]
 pub(super) struct BidForm {
     amount: String,
 }
 
+/// `POST /auctions/{id}/bids`: `amount` is the bidder's maximum.
 async fn place_bid(
+    arrived: Arrival,
     State(state): State<AppState>,
     buyer: Buyer,
     csrf: FormToken,
@@ -229,14 +265,15 @@ async fn place_bid(
     let placed = match parse_amount(&form.amount) {
         // Once the bid lock may be taken, a bidder who hangs up cancels nothing: the bid
         // is written or refused, and the lock released at once.
-        Ok(amount_cents) => {
+        Ok(max_cents) => {
             let (state, bidder) = (state.clone(), buyer.profile().await?);
             let deadline = state.settings.request_deadline();
             let work = async move {
                 let new_bid = Bid {
                     bidder: &bidder,
                     item_id,
-                    amount_cents,
+                    max_cents,
+                    arrived_at: arrived.0,
                 };
                 bid::place_bid(&state, &new_bid).await
             };

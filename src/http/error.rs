@@ -143,10 +143,6 @@ pub enum Refusal {
     /// The item changed between the write and the read explaining it: `auction_changed`.
     #[error("The auction changed while your bid was placed. Please try again.")]
     AuctionChanged,
-    /// Another bid of the same amount was accepted first (`bids_one_per_amount`):
-    /// `outbid`.
-    #[error("Another bid of this amount was accepted first, so your bid is no longer high enough.")]
-    Outbid,
     /// The bid lock's fencing token was already used for a bid
     /// (`bids_one_per_fencing_token`): `bid_lock_used`.
     #[error("This bid lock was already used for a bid. Please try again.")]
@@ -165,8 +161,8 @@ impl Refusal {
 
     /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`,
     /// `seat_limit`, `no_block`, `strands_seat`, `blocks_taken`, `holds_lapsed`, `payment_voided`,
-    /// `price_changed`, `not_admitted`, `busy`,
-    /// `stale_bid_lock`, `auction_changed`, `outbid`, `bid_lock_used`, or a bid rule's
+    /// `price_changed`, `not_on_sale`, `not_admitted`, `busy`,
+    /// `stale_bid_lock`, `auction_changed`, `bid_lock_used`, or a bid rule's
     /// ([`BidRefusal::code`]).
     pub fn code(&self) -> &'static str {
         match self {
@@ -188,7 +184,6 @@ impl Refusal {
             Refusal::StaleBidLock => "stale_bid_lock",
             Refusal::Bid(rule) => rule.code(),
             Refusal::AuctionChanged => "auction_changed",
-            Refusal::Outbid => "outbid",
             Refusal::BidLockUsed => "bid_lock_used",
         }
     }
@@ -336,7 +331,6 @@ impl From<LeaseError> for Error {
 fn constraint_error(constraint: &str) -> Option<Error> {
     Some(match constraint {
         "orders_one_per_seat" => Refusal::AlreadySold.into(),
-        "bids_one_per_amount" => Refusal::Outbid.into(),
         "bids_one_per_fencing_token" => Refusal::BidLockUsed.into(),
         "bids_amount_in_range" => {
             Error::BadRequest("A bid must be between $0.01 and $1000000.00.".into())
@@ -467,23 +461,31 @@ pub enum BidRefusal {
         format_cents(MAX_AMOUNT_CENTS)
     )]
     AtLimit,
-    /// Below the high bid plus the minimum increment (an equal bid included).
-    #[error("Your bid of {} is no longer high enough: the high bid is {}, so a bid must be at least {} (the high bid plus the minimum increment of {}).", format_cents(*.amount_cents), format_cents(*.high_bid_cents), format_cents(*.minimum_cents), format_cents(*.increment_cents))]
+    /// A bidder who does not lead stated a maximum below the price plus the increment.
+    #[error("Your maximum of {} is no longer high enough: the price is {}, so a maximum must be at least {} (the price plus the increment of {} for its band).", format_cents(*.amount_cents), format_cents(*.high_bid_cents), format_cents(*.minimum_cents), format_cents(*.increment_cents))]
     TooLow {
-        /// The bid, in cents.
+        /// The maximum, in cents.
         amount_cents: i64,
-        /// The current high bid, in cents.
+        /// The current price, in cents.
         high_bid_cents: i64,
-        /// The minimum increment, in cents.
+        /// The increment of the price's band, in cents.
         increment_cents: i64,
-        /// High bid + increment, in cents.
+        /// Price + increment, in cents.
         minimum_cents: i64,
+    },
+    /// The leader lowered their maximum below the price.
+    #[error("You lead at {}: your maximum cannot be lowered below the price (you asked for {}).", format_cents(*.price_cents), format_cents(*.amount_cents))]
+    BelowPrice {
+        /// The maximum asked for, in cents.
+        amount_cents: i64,
+        /// The current price, in cents.
+        price_cents: i64,
     },
 }
 
 impl BidRefusal {
     /// The stable code pages carry ([`Refusal::code`]): `not_open_yet`,
-    /// `ended`, `below_starting_price`, `at_limit`, `too_low`.
+    /// `ended`, `below_starting_price`, `at_limit`, `too_low`, `below_price`.
     pub fn code(&self) -> &'static str {
         match self {
             BidRefusal::NotOpenYet { .. } => "not_open_yet",
@@ -491,6 +493,7 @@ impl BidRefusal {
             BidRefusal::BelowStartingPrice { .. } => "below_starting_price",
             BidRefusal::AtLimit => "at_limit",
             BidRefusal::TooLow { .. } => "too_low",
+            BidRefusal::BelowPrice { .. } => "below_price",
         }
     }
 }

@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use seatlock_harness::history::History;
+use seatlock_harness::load::bids as bids_run;
 use seatlock_harness::load::failover as failover_lab;
 use seatlock_harness::load::groups::{self as lab_groups, GroupConfig, GroupStrategy};
 use seatlock_harness::load::nemesis as nemesis_run;
@@ -22,7 +23,9 @@ use seatlock_harness::load::queue::{self as queue_lab, QueueConfig};
 use seatlock_harness::load::race::{self as lab, RaceConfig};
 use seatlock_harness::load::report::{self, Report, StrategyRow};
 use seatlock_harness::load::throughput;
-use seatlock_harness::{DEMO_VENUES, ServerProcess, check, fresh_database, seed, test_settings};
+use seatlock_harness::{
+    DEMO_VENUES, ServerProcess, auction_item, check, fresh_database, seed, test_settings,
+};
 use seatlock_lab::{LabSettings, PurchaseStrategy};
 use sqlx::postgres::PgPoolOptions;
 
@@ -48,6 +51,9 @@ enum Command {
     Race(RaceArgs),
     /// Hold throughput: concurrent buyers hold and release seats of the arena.
     Holds(HoldsArgs),
+    /// Bid rate of one auction item with many pages watching it live (docs/auction.md,
+    /// "Watchers").
+    Bids(BidsArgs),
     /// A Redis failover that loses grants, guard off and on (`make failover`).
     Failover(FailoverArgs),
     /// A crowd through an on-sale's waiting room across several servers: never more
@@ -238,6 +244,13 @@ struct HoldsArgs {
     /// Concurrent buyers, each on its own seat.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1000))]
     buyers: u64,
+    #[command(flatten)]
+    run: Timed,
+}
+
+/// How long a throughput run lasts, where its result goes, and its stores.
+#[derive(clap::Args)]
+struct Timed {
     /// How long to run, in seconds.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     duration_s: u64,
@@ -247,6 +260,18 @@ struct HoldsArgs {
     /// The stores and the server binary, as for `race` (a fresh database is created).
     #[command(flatten)]
     stores: Stores,
+}
+
+#[derive(clap::Args)]
+struct BidsArgs {
+    /// Pages watching the item, each with its event stream open.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(0..=9_000))]
+    watchers: u64,
+    /// Bidders sending maxima at once.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    bidders: u64,
+    #[command(flatten)]
+    run: Timed,
 }
 
 /// Where the stores and the server binary are.
@@ -378,6 +403,7 @@ async fn main() -> anyhow::Result<()> {
         match Cli::parse().command {
             Command::Race(args) => race(args).await,
             Command::Holds(args) => holds(args).await,
+            Command::Bids(args) => bids(args).await,
             Command::Failover(args) => failover(args).await,
             Command::Queue(args) => queue(args).await,
             Command::Nemesis(args) => nemesis(args).await,
@@ -545,8 +571,50 @@ async fn nemesis(args: NemesisArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn bids(args: BidsArgs) -> anyhow::Result<()> {
+    let url = fresh_database(&args.run.stores.database_url).await?;
+    let db = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&url)
+        .await?;
+    let item = seatlock::auction::queries::insert_item(&db, &auction_item("Watched poster"))
+        .await?
+        .context("a fresh slug")?;
+    // A connection per watcher here and in the server (which inherits the limit).
+    onsale_run::raise_fd_limit(args.watchers * 2 + 1_024);
+    let settings = test_settings(&url, &args.run.stores.redis_url);
+    let server = ServerProcess::start(&args.run.stores.server_bin()?, &settings).await?;
+    let report = bids_run::run(
+        &server.address,
+        &server.metrics_url,
+        item,
+        args.watchers as usize,
+        args.bidders as usize,
+        Duration::from_secs(args.run.duration_s),
+    )
+    .await?;
+    println!(
+        "{} watchers, {} bidders, {:.1} s: {} bids accepted, {:.1} bids/s, latency p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms, {} refused; {} updates pushed, {} page reads",
+        report.watchers,
+        report.bidders,
+        report.seconds,
+        report.accepted,
+        report.per_s,
+        report.latency_ms.p50,
+        report.latency_ms.p95,
+        report.latency_ms.p99,
+        report.refused,
+        report.updates_pushed,
+        report.page_reads
+    );
+    if let Some(path) = &args.run.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
+
 async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
-    let url = fresh_database(&args.stores.database_url).await?;
+    let url = fresh_database(&args.run.stores.database_url).await?;
     seed(&url, DEMO_VENUES).await?;
     let db = PgPoolOptions::new()
         .max_connections(1)
@@ -566,9 +634,9 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
         .await?;
         (event, seats)
     };
-    let settings = test_settings(&url, &args.stores.redis_url);
-    let server = ServerProcess::start(&args.stores.server_bin()?, &settings).await?;
-    let duration = Duration::from_secs(args.duration_s);
+    let settings = test_settings(&url, &args.run.stores.redis_url);
+    let server = ServerProcess::start(&args.run.stores.server_bin()?, &settings).await?;
+    let duration = Duration::from_secs(args.run.duration_s);
     let result = throughput::run(
         &server.address,
         "/",
@@ -589,7 +657,7 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
         result.latency_ms.p99,
         result.failures
     );
-    if let Some(path) = &args.json {
+    if let Some(path) = &args.run.json {
         std::fs::write(path, serde_json::to_string_pretty(&result)?)?;
     }
     Ok(())

@@ -39,13 +39,17 @@ pub struct Model {
     /// Whether the resource takes one write only (a seat is sold once; an auction item
     /// takes many bids).
     pub exclusive: bool,
+    /// Proxy bidding (an auction item with no reserve): the published increment at a
+    /// price ([`seatlock::auction::increments::increment_cents`]), to judge `price_too_high`
+    /// on the accepted writes' maxima (their `value`) and prices.
+    pub proxy_increment: Option<fn(i64) -> i64>,
 }
 
 /// One broken promise, with the operations around it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Anomaly {
-    /// `double_sale`, `token_order`, `lost_write`, `phantom_write` (the resource's), or
-    /// `double_grant`, `repeated_token`, `token_went_back` (the lock's).
+    /// `double_sale`, `token_order`, `lost_write`, `phantom_write`, `price_too_high` (the
+    /// resource's), or `double_grant`, `repeated_token`, `token_went_back` (the lock's).
     pub kind: &'static str,
     /// The resource it happened to: `seat 12`, `item 3`.
     pub resource: String,
@@ -84,9 +88,12 @@ pub struct Accepted {
     pub holder: String,
     /// The fencing token the write carried, if any.
     pub fencing_token: Option<i64>,
-    /// What was written, where a holder's writes must be told apart (a bid's cents);
-    /// `None` where one write per holder is all there is to know (a seat's sale).
+    /// What was written, where a holder's writes must be told apart (a bid's maximum, in
+    /// cents); `None` where one write per holder is all there is to know (a seat's sale).
     pub value: Option<String>,
+    /// The price the resource stood at right after this write (a proxy bid's), in cents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_cents: Option<i64>,
 }
 
 impl Accepted {
@@ -96,6 +103,7 @@ impl Accepted {
             holder: holder.into(),
             fencing_token,
             value: None,
+            price_cents: None,
         }
     }
 
@@ -118,6 +126,47 @@ pub fn accepted_value(writes: &[Accepted]) -> String {
 /// The inverse of [`accepted_value`]; a value that does not parse reads as nothing.
 pub fn parse_accepted(value: &str) -> Vec<Accepted> {
     serde_json::from_str(value).unwrap_or_default()
+}
+
+/// The proxy rule on the writes a resource accepted, in its order: after each, the price
+/// is never above the runner-up's maximum plus the increment at it (the second-highest
+/// of the holders' latest maxima, read from the writes' values), nor above the top
+/// maximum. Judged only where there is a runner-up and a recorded price (a lone bidder
+/// stands at the starting price, which the checker does not know). Each breach: a
+/// message and the holders involved.
+fn prices_too_high<'a>(
+    resource: &str,
+    accepted: &'a [Accepted],
+    increment: fn(i64) -> i64,
+) -> Vec<(String, Vec<&'a str>)> {
+    let mut maxima: BTreeMap<&'a str, i64> = BTreeMap::new();
+    let mut breaches = Vec::new();
+    for write in accepted {
+        let Some(max) = write.value.as_deref().and_then(|v| v.parse().ok()) else {
+            continue;
+        };
+        maxima.insert(&write.holder, max);
+        let mut ranked: Vec<(&str, i64)> = maxima.iter().map(|(h, m)| (*h, *m)).collect();
+        ranked.sort_by_key(|&(_, max)| std::cmp::Reverse(max));
+        let (Some(price), [(top, top_max), (second, second_max), ..]) =
+            (write.price_cents, ranked.as_slice())
+        else {
+            continue;
+        };
+        let bound = (*top_max).min(second_max + increment(*second_max));
+        if price > bound {
+            breaches.push((
+                format!(
+                    "{resource} stood at {price} cents after a write of {}: above the runner-up's \
+                     maximum {second_max} plus the increment {} (or the top maximum {top_max})",
+                    write.holder,
+                    increment(*second_max)
+                ),
+                vec![*top, *second],
+            ));
+        }
+    }
+    breaches
 }
 
 /// Checks `ops` (any order) under `model`.
@@ -246,6 +295,11 @@ fn check_resource(
                     vec![holder],
                 );
             }
+        }
+    }
+    if let Some(increment) = model.proxy_increment {
+        for (message, holders) in prices_too_high(resource, &accepted, increment) {
+            flag("price_too_high", message, holders);
         }
     }
     if model.exclusive && accepted.len() > 1 {
@@ -418,6 +472,7 @@ mod tests {
         ttl_ms: 1_000.0,
         fenced: true,
         exclusive: true,
+        proxy_increment: None,
     };
 
     fn op(holder: &str, kind: OpKind, token: Option<i64>, at: f64, outcome: Outcome) -> Op {
@@ -658,6 +713,63 @@ mod tests {
         exclusive: false,
         ..SEAT
     };
+
+    /// A final read of proxy bids: (holder, token, maximum, price after it).
+    fn proxy_read(at: f64, accepted: &[(&str, i64, i64, i64)]) -> Op {
+        let accepted: Vec<Accepted> = accepted
+            .iter()
+            .map(|&(h, t, max, price)| Accepted {
+                value: Some(max.to_string()),
+                price_cents: Some(price),
+                ..Accepted::of(h, Some(t))
+            })
+            .collect();
+        Op {
+            value: Some(accepted_value(&accepted)),
+            ..op("checker", Read, None, at, Ok)
+        }
+    }
+
+    const PROXY: Model = Model {
+        proxy_increment: Some(seatlock::auction::increments::increment_cents),
+        ..ITEM
+    };
+
+    #[test]
+    fn a_price_above_the_runner_ups_maximum_plus_the_increment_is_flagged() {
+        let writes = [
+            bid("a", "1000", 0.0, Ok),
+            bid("b", "3000", 100.0, Ok),
+            bid("a", "3000", 200.0, Ok),
+        ];
+        // The read: A's, then B's and A's equal maxima, with the price after each.
+        let read = |b_price| {
+            let accepted = [
+                ("a", 1, 1_000, 1_000),
+                ("b", 2, 3_000, b_price),
+                ("a", 3, 3_000, 3_000),
+            ];
+            let read = proxy_read(500.0, &accepted);
+            writes.iter().cloned().chain([read]).collect::<Vec<Op>>()
+        };
+        // $10.00, then B leads at A's $10.00 plus $0.50, then A's equal $30.00 loses to
+        // B's earlier one at $30.00: the proxy rule holds.
+        let history = read(1_050);
+        assert!(check(&history, PROXY).valid, "{:?}", check(&history, PROXY));
+        // Hand-written bad history: B's maximum was charged in full ($30.00) against a
+        // runner-up at $10.00, as when the resolution ran against a stale runner-up.
+        let history = read(3_000);
+        let verdict = check(&history, PROXY);
+        assert_eq!(kinds(&verdict.violations), ["price_too_high"]);
+        assert!(
+            verdict.violations[0]
+                .message
+                .contains("runner-up's maximum 1000"),
+            "{verdict:?}"
+        );
+        // The same history without the proxy rule is not judged on prices.
+        assert!(check(&history, ITEM).valid);
+    }
 
     #[test]
     fn one_bidders_writes_are_matched_one_by_one() {

@@ -162,6 +162,7 @@ impl Lab {
             ttl_ms: LAB_LEASE_TTL_MS as f64,
             fenced: true,
             exclusive,
+            proxy_increment: None,
         };
         check_history(&self.history.ops(), model)
     }
@@ -495,8 +496,10 @@ pub async fn auction_run(
     let a_at = lab.ms();
     let accepted: Vec<AcceptedBid> = sqlx::query_as(
         // In the order the item took them: `id` is drawn by the INSERT, under the
-        // item's row lock (`created_at` is the transaction's start).
-        "SELECT bidder_id, fence_token FROM bids WHERE item_id = $1 ORDER BY id",
+        // item's row lock (`created_at` is the transaction's start). The bidders' own
+        // rows: an automatic one (proxy bidding) shares its bid's token and is no write.
+        "SELECT bidder_id, fence_token FROM bids WHERE item_id = $1 AND NOT automatic
+          ORDER BY id",
     )
     .bind(item)
     .fetch_all(&lab.db)

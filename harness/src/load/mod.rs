@@ -20,6 +20,7 @@
 //!   plotted over time.
 //! * [`report`]: the JSON report, the Markdown table and the HTML page with its charts.
 
+pub mod bids;
 pub mod failover;
 pub mod groups;
 pub mod nemesis;

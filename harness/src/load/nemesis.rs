@@ -765,13 +765,17 @@ impl Drop for TempDir {
 /// The reason of a write whose client closed before the answer.
 pub const HUNG_UP: &str = "hung up";
 
-/// The auction workload: bidders raising one item's price on the fenced servers.
+/// The auction workload: bidders stating rising hidden maxima (proxy bidding) on one
+/// item, on the fenced servers.
 struct AuctionWorkload {
     slots: Vec<usize>,
     item: i64,
     history: History,
-    /// The next bid, in cents: every bidder bids above the last one sent.
+    /// The next maximum, in cents: a bidder states a maximum above the last one sent, or
+    /// now and then the last one itself (`last_cents`: equal maxima, the earlier leads).
     next_cents: AtomicU64,
+    /// The last maximum drawn from `next_cents`.
+    last_cents: AtomicU64,
     /// A page that names its buyer (the event page: the item page does not), for a
     /// bidder to open and to reload when its session is lost.
     page: String,
@@ -783,9 +787,16 @@ impl AuctionWorkload {
         while stage.clock.now_ms() < until_ms {
             tokio::time::sleep(Duration::from_millis(tab.rng.random_range(50..250))).await;
             let base = stage.address(self.slots[tab.rng.random_range(0..self.slots.len())]);
-            let cents = self
-                .next_cents
-                .fetch_add(tab.rng.random_range(100..300), Ordering::SeqCst);
+            let cents = if tab.rng.random_bool(0.2) {
+                // The last maximum sent (by another bidder, most likely): an equal one.
+                self.last_cents.load(Ordering::SeqCst)
+            } else {
+                let cents = self
+                    .next_cents
+                    .fetch_add(tab.rng.random_range(100..300), Ordering::SeqCst);
+                self.last_cents.store(cents, Ordering::SeqCst);
+                cents
+            };
             let amount = format!("{}.{:02}", cents / 100, cents % 100);
             let client = if tab.rng.random_bool(0.2) {
                 &tab.stalling
@@ -916,6 +927,7 @@ pub async fn run(
         item,
         history: clock.sharing_clock(),
         next_cents: AtomicU64::new(1_100),
+        last_cents: AtomicU64::new(1_100),
         page: format!(
             "{}/events/{}",
             slots[seat_workloads[1].slots[0]].process.address, seat_workloads[1].event
@@ -1019,6 +1031,7 @@ pub async fn run(
             ttl_ms,
             fenced: w.strategy == PurchaseStrategy::Fenced,
             exclusive: true,
+            proxy_increment: None,
         };
         let database = report
             .violations
@@ -1040,6 +1053,7 @@ pub async fn run(
         ttl_ms: config.hold_ttl_ms as f64,
         fenced: true,
         exclusive: false,
+        proxy_increment: Some(seatlock::auction::increments::increment_cents),
     };
     workloads.push(judge(
         "auction",
@@ -1116,17 +1130,23 @@ fn judge(
 async fn read_bids(db: &PgPool, auction: &AuctionWorkload) -> anyhow::Result<()> {
     // In the order the item took them: `id` is drawn by the INSERT, under the item's row
     // lock (`created_at` is the transaction's start, and a stalled bid starts early).
-    let bids: Vec<(String, Option<i64>, i64)> = sqlx::query_as(
-        "SELECT bidder_id, fence_token, amount_cents FROM bids WHERE item_id = $1 ORDER BY id",
+    // The bidders' own rows: the automatic ones the site placed for a leader are no
+    // client's write.
+    let bids: Vec<(String, Option<i64>, i64, i64)> = sqlx::query_as(
+        "SELECT bidder_id, fence_token, max_cents, price_cents FROM bids
+          WHERE item_id = $1 AND NOT automatic ORDER BY id",
     )
     .bind(auction.item)
     .fetch_all(db)
     .await?;
-    // Each bid's amount tells one bidder's bids apart (every bid sent is a new amount).
+    // Each bid's maximum tells one bidder's bids apart (a bidder sends each maximum once,
+    // but for an equal maximum sent as another bidder's last); the price after it is
+    // judged by the proxy rule.
     let accepted: Vec<Accepted> = bids
         .into_iter()
-        .map(|(holder, token, cents)| Accepted {
-            value: Some(cents.to_string()),
+        .map(|(holder, token, max_cents, price_cents)| Accepted {
+            value: Some(max_cents.to_string()),
+            price_cents: Some(price_cents),
             ..Accepted::of(&holder, token)
         })
         .collect();

@@ -131,6 +131,7 @@ impl RaceNumbers {
             ttl_ms: self.hold_ttl.as_secs_f64() * 1e3,
             fenced: strategy == PurchaseStrategy::Fenced,
             exclusive: true,
+            proxy_increment: None,
         };
         history::check::check(&self.history.ops(), model)
     }
