@@ -1023,6 +1023,18 @@ async fn a_buyer_cookie_is_renewed_while_used_and_refused_past_its_maximum_age()
     let again = buyer.get(&page).await.unwrap();
     assert_eq!(set_cookie_value(&again, BUYER_COOKIE), None);
 
+    // Issued in the future (a server's clock cannot be days ahead): refused, or a copy
+    // would outlive the maximum age by as much.
+    let ahead = now + 2 * BUYER_COOKIE_RENEW_AFTER.whole_seconds();
+    let mut copy = HttpBuyer::new();
+    copy.set_cookie(base, BUYER_COOKIE, &buyer_cookie_issued_at(&id, ahead))
+        .unwrap();
+    let seen = copy.get(&page).await.unwrap();
+    assert!(
+        !seen.body.contains("held for you"),
+        "issued ahead: a stranger"
+    );
+
     let expired = now - BUYER_COOKIE_MAX_AGE.whole_seconds() - 60;
     buyer
         .set_cookie(base, BUYER_COOKIE, &buyer_cookie_issued_at(&id, expired))

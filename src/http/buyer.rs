@@ -160,6 +160,11 @@ impl Identities {
             .verified(&jar, BUYER_COOKIE)
             .and_then(|(value, current)| {
                 let (id, issued_at) = buyer_value(&value)?;
+                // Issued later than a day from now: no server's clock is that far ahead,
+                // so it is a copy made to outlive the maximum age. Refused like one past it.
+                if issued_at.is_some_and(|at| at > now + seconds(BUYER_COOKIE_RENEW_AFTER)) {
+                    return None;
+                }
                 let age = issued_at.map(|at| now.saturating_sub(at));
                 if age.is_some_and(|age| age > seconds(BUYER_COOKIE_MAX_AGE)) {
                     return None;

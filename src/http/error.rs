@@ -120,7 +120,9 @@ pub enum Refusal {
     /// hold script on Redis's clock, the etcd txn; `docs/stores.md`) and by the sale's
     /// write on Postgres's clock. `opens` is the on-sale on the venue's wall clock
     /// ([`Refusal::not_on_sale`]).
-    #[error("This event is not on sale yet: its sale opens {opens}. Nothing was held or bought.")]
+    #[error(
+        "This event is not on sale yet: its sale opens {opens}. Nothing was bought and nothing new was held; seats you already hold stay yours until their countdown ends."
+    )]
     NotOnSale {
         /// "Sat 12 Dec 2026, 19:30:00 GMT".
         opens: String,
