@@ -14,7 +14,9 @@
 //!   buyer never held (403). It decides nothing else: Redis says who holds what.
 //! * **A look writes nothing lasting.** A first visit mints an id and sets the cookie
 //!   (kept by the browser, not by any store); a session exists only once the buyer names
-//!   themselves (`POST /me`, [`crate::profile::routes`]). Crawlers and cookie-dropping bots cost no store memory.
+//!   themselves (`POST /me`, [`crate::profile::routes`]). Crawlers and cookie-dropping bots
+//!   cost no store memory, except on an event with a waiting room, where each of their
+//!   visits is a new arrival that takes a place (docs/waiting-room.md says what it costs).
 //! * **A rename is one write.** The name goes into the session, whose id is rotated
 //!   (session fixation); the buyer's id does not change, so a request in flight across a
 //!   rename neither brings the old session back (it never writes the session) nor turns
