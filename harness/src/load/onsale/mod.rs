@@ -510,13 +510,23 @@ async fn judge(
     .bind(config.max_seats_per_buyer as i64)
     .fetch_one(db)
     .await?;
-    let held: std::collections::HashMap<&str, Instant> = stories
-        .iter()
-        .filter_map(|s| s.held.as_ref().map(|(id, at)| (id.as_str(), *at)))
-        .collect();
+    // A seat can be held more than once (a hung-up buyer's hold lapses, and a buyer who
+    // waited takes it), a hold TTL apart. An update on a stream belongs to the hold of
+    // its seat answered nearest to it: the fan-out takes milliseconds, not a TTL.
+    let mut held: std::collections::HashMap<&str, Vec<Instant>> = Default::default();
+    for (seat, at) in stories.iter().filter_map(|s| s.held.as_ref()) {
+        held.entry(seat.as_str()).or_default().push(*at);
+    }
     let mut fanout = super::throughput::histogram();
     for (seat, arrived) in stories.iter().flat_map(|s| &s.arrivals) {
-        if let Some(answered) = held.get(seat.as_str()) {
+        let nearest = held.get(seat.as_str()).and_then(|answers| {
+            answers.iter().min_by_key(|answered| {
+                arrived
+                    .saturating_duration_since(**answered)
+                    .max(answered.saturating_duration_since(*arrived))
+            })
+        });
+        if let Some(answered) = nearest {
             let us = arrived.saturating_duration_since(*answered).as_micros();
             let _ = fanout.record(us.clamp(1, 60_000_000) as u64);
         }
