@@ -3,7 +3,7 @@
 //!
 //! | operation | Redis (lock store) | Postgres |
 //! |---|---|---|
-//! | hold | 1 script (`EVALSHA`: the lease, refused if the seat is sold) | **none** (the seat and the event's start are read once per event and process, before the measured hold) |
+//! | hold | 1 script (`FCALL`: the lease, refused if the seat is sold) | **none** (the seat and the event's start are read once per event and process, before the measured hold) |
 //! | release | 1 script (the owner token found by the buyer's id inside it) | **none** |
 //! | renew | 1 script | none |
 //! | confirm | the buyer's live lease (1 script, found by the buyer's id) + the owner check (`GET`) + the release that retires the seat (1 script) | the payment's authorization + 1 transaction (BEGIN, the fenced write, COMMIT) |
@@ -26,7 +26,8 @@
 //!
 //! How it counts:
 //! * **Redis**: a private `redis-server` per test ([`RedisServer`]). `INFO commandstats`
-//!   deltas count the scripts (`evalsha` + `eval` calls). Redis also counts there every
+//!   deltas count the scripts (`evalsha` + `eval` + `fcall` calls: the grant is a function,
+//!   `lease/src/scripts/library.rs`). Redis also counts there every
 //!   command a script runs inside the server, so the *top-level* commands, the ones the
 //!   client sent, come from the slow log with a 0 µs threshold: each entry names the
 //!   client, and commands run by a script carry the Lua pseudo-client (address `?:0`).
@@ -59,7 +60,7 @@ struct RedisCost {
     session_loads: usize,
     /// Session writes (any other command on a session key).
     session_writes: usize,
-    /// `evalsha` + `eval` calls (INFO commandstats).
+    /// `evalsha` + `eval` + `fcall` calls (INFO commandstats).
     scripts: u64,
     /// Commands run inside scripts (INFO commandstats minus the top-level ones).
     inside_scripts: u64,
@@ -177,7 +178,7 @@ impl RedisCounter {
                 cost.commands.push(command);
             }
         }
-        cost.scripts = ["evalsha", "eval"]
+        cost.scripts = ["evalsha", "eval", "fcall"]
             .iter()
             .map(|c| calls.get(*c).copied().unwrap_or(0))
             .sum();
@@ -290,7 +291,7 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     let hold = buyer.seat_action(&base, event, seats[0], "hold");
     let (reply, redis, pg) = h.measure("hold", hold).await;
     assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
-    assert_eq!(redis.commands, ["evalsha"], "hold: one script");
+    assert_eq!(redis.commands, ["fcall"], "hold: one script");
     assert_eq!(redis.scripts, 1);
     assert_eq!(
         redis.session_loads + redis.session_writes,
@@ -345,7 +346,7 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
     let late = other.seat_action(&base, event, seats[0], "hold");
     let (reply, redis, pg) = h.measure("hold of a sold seat", late).await;
     assert!(reply.unwrap().is_refused(&Refusal::AlreadySold));
-    assert_eq!(redis.commands, ["evalsha"], "refused by the script");
+    assert_eq!(redis.commands, ["fcall"], "refused by the script");
     assert_eq!(redis.session_writes, 0, "nothing to remember");
     assert_eq!(pg, PgCost::default(), "hold of a sold seat: no Postgres");
 
@@ -361,7 +362,7 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
         .measure("lease acquire (library)", leases.acquire(&key, "b", ttl))
         .await;
     let mut lease = lease.unwrap();
-    assert_eq!(redis.commands, ["evalsha"]);
+    assert_eq!(redis.commands, ["fcall"]);
     assert_eq!(pg, PgCost::default(), "the fence block is reserved already");
     let (renewed, redis, _) = h.measure("renew", leases.renew(&mut lease)).await;
     assert!(renewed.unwrap());
@@ -449,7 +450,7 @@ async fn a_bid_is_a_lock_one_transaction_and_a_release() {
     let bid = bidder.post(&bids, &[("amount", "11.00")]);
     let (reply, redis, pg) = h.measure("bid", bid).await;
     assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
-    assert_eq!(redis.commands, ["evalsha", "evalsha"], "lock and release");
+    assert_eq!(redis.commands, ["fcall", "evalsha"], "lock and release");
     assert_eq!(pg.transactions, 1, "one transaction {pg:?}");
     assert_eq!(
         pg.in_transaction,
@@ -573,7 +574,7 @@ async fn a_queued_browser_costs_no_round_trip_and_a_join_one_script() {
     assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
     assert_eq!(
         redis.commands,
-        ["evalsha"],
+        ["fcall"],
         "the admission is checked inside the hold's script"
     );
     assert_eq!(redis.round_trips(), 1, "as without a room");
@@ -582,7 +583,7 @@ async fn a_queued_browser_costs_no_round_trip_and_a_join_one_script() {
     let refused = b.seat_action(&base, event, seats[2], "hold");
     let (reply, redis, _) = h.measure("hold refused: not admitted", refused).await;
     assert!(reply.unwrap().is_refused(&Refusal::NotAdmitted));
-    assert_eq!(redis.commands, ["evalsha"]);
+    assert_eq!(redis.commands, ["fcall"]);
     assert_eq!(redis.session_writes, 0, "nothing to remember");
 
     let leave = b.post(&leave_url, &[]);

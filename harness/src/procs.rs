@@ -141,7 +141,7 @@ impl RedisServer {
             child: None,
             extra: extra.iter().map(|a| a.to_string()).collect(),
         };
-        server.restart_empty().await?;
+        server.launch().await?;
         Ok(server)
     }
 
@@ -189,6 +189,25 @@ impl RedisServer {
 
     /// Kills the server if running and starts a new, empty one on the same port.
     pub async fn restart_empty(&mut self) -> anyhow::Result<()> {
+        // A snapshot a test took (`SAVE`) would be loaded: this restart loses everything.
+        let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
+        self.launch().await
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same port from the snapshot
+    /// its last `SAVE` wrote: what a crashed Redis restarted from its RDB file comes back
+    /// with, the writes after the snapshot lost. Errors: no `SAVE` was sent.
+    pub async fn restart_from_snapshot(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.dir.join("dump.rdb").is_file(),
+            "no snapshot to restart from: send SAVE first"
+        );
+        self.launch().await
+    }
+
+    /// Kills the server if running and starts one on the same port and folder, with
+    /// whatever snapshot the folder holds.
+    async fn launch(&mut self) -> anyhow::Result<()> {
         self.kill();
         let child = dies_with_parent(&mut std::process::Command::new("redis-server"))
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])

@@ -1,14 +1,16 @@
 //! The lease scripts: one Lua file each under `scripts/`, and a Rust wrapper each here.
 //!
 //! Each file's header names its KEYS, ARGV and reply. Redis runs each script atomically
-//! (`EVALSHA`, falling back to `EVAL` once per connection). So each operation is one
-//! round trip. Each script is safe to send twice: the store resends a request whose
+//! (`EVALSHA`, falling back to `SCRIPT LOAD` once per server). The two the failover
+//! guard runs in, `acquire.lua` and `raise_ceiling.lua`, are functions of one library
+//! instead (`FCALL`, [`library`] says why). So each operation is one round trip. Each script is safe to send twice: the store resends a request whose
 //! connection dropped (`redis/connection.rs`).
 //!
 //! What two scripts share is written once and joined here with `concat!`:
 //!
 //! * `now_ms.lua`: the Redis clock.
-//! * `server_identity.lua`: the server's identity, for the failover guard.
+//! * `server_identity.lua`: the server's identity, for the failover guard (the library's
+//!   prelude, with `now_ms.lua`).
 //! * `release.lua`: the compare-and-delete, which also ends `retire.lua`.
 //!
 //! The waiting room's scripts live in `room/`.
@@ -22,25 +24,30 @@ use crate::keys::{LeaseKey, admitted_key, held_by_key, holders_key};
 use crate::lease::{Grant, GroupSnapshot, Holding};
 use crate::redis::RedisStore;
 use crate::token::{FencingToken, OwnerToken};
+use library::Library;
 
-/// Grant, one resource or several of one group, all or none: refused if one is retired,
-/// held, or over the holder's limit, else `SET NX PX` each, then one fencing token for
-/// all and their holdings (see the file's header for KEYS, ARGV and the reply).
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/server_identity.lua"),
-        include_str!("scripts/now_ms.lua"),
-        include_str!("scripts/acquire.lua")
-    ))
-});
+pub(crate) mod library;
 
-/// Hands Redis a block of tokens reserved in the ledger, stamped with the server's
-/// identity.
-static RAISE_CEILING: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("scripts/server_identity.lua"),
-        include_str!("scripts/raise_ceiling.lua")
-    ))
+/// The scripts the failover guard runs in: one function library (`library.rs` says
+/// why), `server_identity.lua` and `now_ms.lua` before its functions.
+///
+/// * `acquire`: grant, one resource or several of one group, all or none: refused if one
+///   is retired, held, or over the holder's limit, else `SET NX PX` each, then one
+///   fencing token for all and their holdings (see the file's header for KEYS, ARGV and
+///   the reply).
+/// * `raise_ceiling`: hands Redis a block of tokens reserved in the ledger, stamped with
+///   the server's identity.
+static GUARDED: LazyLock<Library> = LazyLock::new(|| {
+    Library::new(
+        concat!(
+            include_str!("scripts/server_identity.lua"),
+            include_str!("scripts/now_ms.lua")
+        ),
+        &[
+            ("acquire", include_str!("scripts/acquire.lua")),
+            ("raise_ceiling", include_str!("scripts/raise_ceiling.lua")),
+        ],
+    )
 });
 
 /// Compare-and-delete.
@@ -106,7 +113,7 @@ pub(crate) async fn acquire(
     attempt: &Attempt<'_>,
 ) -> redis::RedisResult<AcquireReply> {
     let first = &grant.keys[0];
-    let mut invocation = ACQUIRE.prepare_invoke();
+    let mut invocation = GUARDED.call("acquire");
     invocation
         .key(first.fence_key())
         .key(first.holders_key())
@@ -130,7 +137,7 @@ pub(crate) async fn acquire(
         invocation.key(key.lease_key()).arg(key.name());
     }
     let (status, a, b, holder, _name): (String, u64, u64, String, String) =
-        redis.invoke("acquire", &invocation).await?;
+        redis.fcall("acquire", &GUARDED, &invocation).await?;
     Ok(match status.as_str() {
         "granted" => AcquireReply::Granted {
             fencing_token: a,
@@ -171,14 +178,14 @@ pub(crate) async fn raise_ceiling(
     block: u64,
     failover_guard: bool,
 ) -> redis::RedisResult<bool> {
-    let mut invocation = RAISE_CEILING.prepare_invoke();
+    let mut invocation = GUARDED.call("raise_ceiling");
     invocation
         .key(key.fence_key())
         .key(key.reservation_key(reservation))
         .arg(ceiling)
         .arg(block)
         .arg(u8::from(failover_guard));
-    let installed: i64 = redis.invoke("raise_ceiling", &invocation).await?;
+    let installed: i64 = redis.fcall("raise_ceiling", &GUARDED, &invocation).await?;
     Ok(installed == 1)
 }
 

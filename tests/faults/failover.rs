@@ -110,6 +110,64 @@ async fn without_the_guard_a_failover_repeats_the_lost_grants_token() {
     lose_a_grant(false).await.assert_repeated();
 }
 
+/// A Redis killed and restarted from its last snapshot (RDB) comes back with the fence
+/// hash, its block's stamp and the grant's function library as they were at the
+/// snapshot, without the grant made after it. The library remembers the server's
+/// `run_id` (lease/src/scripts/library.rs), but only in the Lua state of the process that
+/// loaded it: the restarted server reads its new one, the stamp is not its own, and the
+/// next grant takes a fresh block. Without the guard the snapshot's counter is used
+/// again, and the lost grant's token is given out twice. Returns the tokens before the
+/// crash (the last one lost) and the first one after it.
+async fn restart_from_snapshot(failover_guard: bool) -> (Vec<u64>, u64) {
+    use lease::LeaseStore;
+    let mut redis = seatlock_harness::RedisServer::start().await.unwrap();
+    let timeout = Duration::from_secs(2);
+    let leases = lease::LeaseClient::new(
+        lease::connect(&redis.url(), timeout).unwrap(),
+        lease::MemoryLedger::new(),
+    )
+    .with_failover_guard(failover_guard);
+    let key = |seat: &str| lease::LeaseKey::new("snapshot-event", seat).unwrap();
+    let ttl = Duration::from_secs(60);
+    let kept = leases.acquire(&key("1"), "a", ttl).await.unwrap();
+    let mut admin = leases.redis();
+    redis::cmd("SAVE")
+        .query_async::<()>(&mut admin)
+        .await
+        .unwrap();
+    let lost = leases.acquire(&key("2"), "a", ttl).await.unwrap();
+    redis.restart_from_snapshot().await.unwrap();
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        match leases.acquire(&key("3"), "b", ttl).await {
+            Ok(lease) => break lease,
+            // The connection the kill dropped, until the restarted server answers.
+            Err(err) => assert!(tokio::time::Instant::now() < deadline, "{err}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    (
+        vec![kept.fencing_token().0, lost.fencing_token().0],
+        after.fencing_token().0,
+    )
+}
+
+#[tokio::test]
+async fn with_the_guard_a_restart_from_a_snapshot_never_repeats_a_fencing_token() {
+    let (before, after) = restart_from_snapshot(true).await;
+    assert!(
+        before.iter().all(|&t| after > t),
+        "{after} after {before:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_the_guard_a_restart_from_a_snapshot_repeats_the_lost_grants_token() {
+    let (before, after) = restart_from_snapshot(false).await;
+    assert_eq!(after, before[1], "the snapshot's counter, used again");
+}
+
 /// A switchover (`SENTINEL FAILOVER`: the old primary stays up and becomes a replica, as
 /// a primary cut off by a partition does when it comes back). The live feed must not stay
 /// subscribed to the demoted server, which has no expiry notifications to send: Sentinel's

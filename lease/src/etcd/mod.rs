@@ -8,7 +8,7 @@
 //! | owner token | a random [`OwnerToken`] in the key's value; the etcd lease id is derived from it and the resource name (FNV-1a of both), so only the owner can name its lease |
 //! | fencing token | the key's create revision: global, durable, strictly increasing (etcd's own docs call the revision a fencing token); no ledger |
 //! | group hold | one etcd lease per resource, all keys created in one txn (one revision: one fencing token for all) |
-//! | release | owner-checked delete (txn: the key's lease is the owner's) plus revoke |
+//! | release | revoke of the owner's etcd lease, which deletes the key attached to it (the owner check: only the owner can name that lease) |
 //! | renew | keep-alive of the owner's lease, then an owner-checked rewrite of the recorded expiry |
 //! | retire | owner-checked delete plus a `~retired:<name>` key without lease, which every grant's txn requires absent |
 //! | not before (an on-sale) | the group's `~on-sale` key, which a grant's txn requires to hold that time; the first process whose own clock passed it writes it (`grant.rs`) |
@@ -24,7 +24,7 @@
 //! never end before it).
 //!
 //! Round trips: acquire 2 (the lease grants, sent concurrently, then the txn; 3 with a
-//! limit, which first counts the holder's keys), release 2 (txn, revoke), renew 3
+//! limit, which first counts the holder's keys), release 1 (revoke), renew 3
 //! (keep-alive, read, txn), retire 2, holders 1, owned_by 1, is_held 1, remaining 2.
 
 mod grant;
@@ -264,19 +264,20 @@ impl EtcdStore {
             .and_then(|kv| parse_hold(kv).map(|(owner, _, holding)| (owner, holding, kv.lease()))))
     }
 
-    /// Revokes the etcd lease `id` (deleting whatever is still attached to it); a lease
-    /// that is already gone is not an error.
-    async fn revoke(&self, id: i64) -> Result<(), LeaseError> {
+    /// Revokes the etcd lease `id`, deleting whatever is still attached to it, in one
+    /// raft entry. Returns whether it was there: a lease that is already gone (it
+    /// lapsed, or was revoked) is `false`, not an error.
+    async fn revoke(&self, id: i64) -> Result<bool, LeaseError> {
         let revoked = self
             .call(|mut client| async move { client.lease_revoke(id).await })
             .await;
         match revoked {
-            Ok(_) => Ok(()),
+            Ok(_) => Ok(true),
             // etcd's answer for a lease that no longer exists (gRPC NOT_FOUND).
             Err(etcd_client::Error::GRpcStatus(status))
                 if status.message().contains("lease not found") =>
             {
-                Ok(())
+                Ok(false)
             }
             Err(err) => Err(err.into()),
         }
@@ -336,7 +337,12 @@ impl LeaseStore for EtcdStore {
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, LeaseError> {
-        self.delete_owned(lease, Vec::new()).await
+        // The compare-and-delete is the revoke itself: the etcd lease's id is derived from
+        // the owner token, and revoking it deletes the keys attached to it (the hold, its
+        // holder-limit entry) and no others. One raft write, where a txn then a revoke
+        // were two.
+        self.revoke(lease_id(lease.owner(), lease.key().name()))
+            .await
     }
 
     async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError> {

@@ -40,6 +40,7 @@ pub use self::connection::Connection;
 use self::connection::{Current, lazy_connection, poll};
 pub use self::sentinel::SENTINEL_POLL;
 use self::sentinel::{Sentinels, after_failover, named_primary, sentinel_client, sentinels};
+use crate::scripts::library::{FunctionCall, Library};
 use crate::telemetry;
 
 /// The URL scheme that names Sentinels instead of a Redis server.
@@ -227,6 +228,31 @@ impl RedisStore {
     ) -> RedisResult<T> {
         self.round_trip(op, |mut conn| async move {
             script.invoke_async(&mut conn).await
+        })
+        .await
+    }
+
+    /// Runs `call`, a function of `library`, as one [`RedisStore::round_trip`]. A server
+    /// that has not loaded the library answers that the function is missing: the library
+    /// is loaded (on a cluster, on every master) and the function called again, in the
+    /// same round trip's time, as `EVALSHA` falls back to `SCRIPT LOAD`.
+    pub(crate) async fn fcall<T: FromRedisValue>(
+        &self,
+        op: &'static str,
+        library: &Library,
+        call: &FunctionCall,
+    ) -> RedisResult<T> {
+        self.round_trip(op, |mut conn| async move {
+            match call.command().query_async(&mut conn).await {
+                Err(err) if Library::is_missing(&err) => {
+                    library
+                        .load()
+                        .query_async::<redis::Value>(&mut conn)
+                        .await?;
+                    call.command().query_async(&mut conn).await
+                }
+                other => other,
+            }
         })
         .await
     }

@@ -150,10 +150,10 @@ end
 -- The counter may rise up to the ceiling, and not past it.
 -- With the guard on, the block must also be one this very server installed.
 -- Otherwise leave a marker naming this server, and ask the client for a block.
-local counter = tonumber(redis.call('HGET', fence_key, 'counter') or '0')
-local ceiling = tonumber(redis.call('HGET', fence_key, 'ceiling') or '0')
+local fence = redis.call('HMGET', fence_key, 'counter', 'ceiling', 'server')
+local counter, ceiling = tonumber(fence[1] or '0'), tonumber(fence[2] or '0')
 local identity = guard and server_identity() or ''
-local foreign = identity ~= '' and redis.call('HGET', fence_key, 'server') ~= identity
+local foreign = identity ~= '' and fence[3] ~= identity
 if counter >= ceiling or foreign then
   redis.call('SET', reservation_key, identity, 'PX', reservation_ttl_ms)
   return {'needs_block', 0, 0, '', ''}
