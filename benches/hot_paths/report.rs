@@ -23,6 +23,8 @@ pub(crate) struct Row {
 pub(crate) enum Target {
     /// `ratio` at least this.
     RatioAtLeast(f64),
+    /// `ratio` at most this (a cost compared with a baseline's).
+    RatioAtMost(f64),
     /// `ours` at most this.
     AtMost(f64),
 }
@@ -62,6 +64,7 @@ impl Row {
     pub(crate) fn met(&self) -> Option<bool> {
         Some(match self.target? {
             Target::RatioAtLeast(min) => self.ratio.is_some_and(|r| r >= min),
+            Target::RatioAtMost(max) => self.ratio.is_some_and(|r| r <= max),
             Target::AtMost(max) => self.ours <= max,
         })
     }
@@ -92,6 +95,7 @@ pub(crate) fn markdown(rows: &[Row]) -> String {
     for row in rows {
         let target = match row.target {
             Some(Target::RatioAtLeast(min)) => format!("ratio >= {min}"),
+            Some(Target::RatioAtMost(max)) => format!("ratio <= {max}"),
             Some(Target::AtMost(max)) => format!("<= {max}"),
             None => String::new(),
         };

@@ -98,14 +98,62 @@ pub(crate) async fn with_redis_cpu(
     Ok((rate, spent * 1e6 / rate.all.max(1) as f64))
 }
 
+/// Runs `measurement` and returns it with the mean µs Redis spent inside each call of
+/// each of `commands` during it (`INFO commandstats` deltas: `usec` / `calls`; a
+/// script's or a function's own inner commands included), e.g. `fcall` (a grant) and
+/// `evalsha` (a release).
+pub(crate) async fn with_command_us<T, const N: usize>(
+    redis_url: &str,
+    commands: [&str; N],
+    measurement: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<(T, [f64; N])> {
+    let mut before = [(0, 0); N];
+    for (i, command) in commands.iter().enumerate() {
+        before[i] = command_stats(redis_url, command).await?;
+    }
+    let measured = measurement.await?;
+    let mut us = [0.0; N];
+    for (i, command) in commands.iter().enumerate() {
+        let after = command_stats(redis_url, command).await?;
+        let calls = after.0.saturating_sub(before[i].0).max(1);
+        us[i] = after.1.saturating_sub(before[i].1) as f64 / calls as f64;
+    }
+    Ok((measured, us))
+}
+
+/// `(calls, usec)` of `command` in `INFO commandstats` (zeros before its first call).
+async fn command_stats(redis_url: &str, command: &str) -> anyhow::Result<(u64, u64)> {
+    let mut redis = lease::connect(redis_url, Duration::from_secs(2))?.connection();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut redis)
+        .await?;
+    let prefix = format!("cmdstat_{command}:");
+    let Some(line) = info.lines().find_map(|line| line.strip_prefix(&prefix)) else {
+        return Ok((0, 0));
+    };
+    let field = |name: &str| -> anyhow::Result<u64> {
+        let value = line
+            .split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .with_context(|| format!("no {name} in {line}"))?;
+        Ok(value.parse()?)
+    };
+    Ok((field("calls")?, field("usec")?))
+}
+
 /// The application's Redis lease store over `redis_url`: the [`lease::LeaseClient`] with
-/// the Postgres fence ledger of `db`.
-pub(crate) fn redis_leases(redis_url: &str, db: &PgPool) -> anyhow::Result<Arc<dyn LeaseStore>> {
+/// the Postgres fence ledger of `db`, its failover guard on or off.
+pub(crate) fn redis_leases(
+    redis_url: &str,
+    db: &PgPool,
+    failover_guard: bool,
+) -> anyhow::Result<Arc<dyn LeaseStore>> {
     let redis = lease::connect(redis_url, Duration::from_secs(2))?;
-    Ok(Arc::new(lease::LeaseClient::new(
-        redis,
-        PgFenceLedger(db.clone()),
-    )))
+    Ok(Arc::new(
+        lease::LeaseClient::new(redis, PgFenceLedger(db.clone()))
+            .with_failover_guard(failover_guard),
+    ))
 }
 
 /// Lease acquire + release pairs per second from `callers` tasks sharing one lease

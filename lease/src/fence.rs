@@ -44,8 +44,9 @@ use crate::{scripts, telemetry};
 /// when a replica is promoted. The reservation marker names the server it was written
 /// on. Acquire issues a token only from a block stamped by the server running it.
 /// Otherwise it asks for a fresh block, which the ledger puts above every token issued
-/// before. The guard costs two `INFO` calls inside the acquire script, and no extra
-/// round trip.
+/// before. The guard costs no extra round trip, and one `INFO replication` inside each
+/// grant: the `run_id` (`INFO server`, the costlier) is read once per Redis process, by
+/// the function library the grant runs in (`scripts/library.rs`).
 /// [`LeaseClient::with_failover_guard`](crate::LeaseClient::with_failover_guard) turns
 /// it off, for the failover lab only.
 ///

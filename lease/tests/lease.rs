@@ -689,3 +689,36 @@ async fn exists_on<L: FenceLedger>(client: &LeaseClient<L>, key: &LeaseKey) -> b
     let mut conn = client.redis().clone();
     conn.exists(key.lease_key()).await.unwrap()
 }
+
+/// The holder's set (`~held-by:<holder>`, which the limit counts and `held_by.lua` reads)
+/// lives as long as the holder's longest grant: a new set gets its first grant's TTL, a
+/// longer grant lengthens it, a shorter one never shortens it.
+#[tokio::test]
+async fn the_holders_set_lives_as_long_as_its_longest_grant() {
+    let client = client();
+    let first = key("1");
+    let second = LeaseKey::new(first.group(), "2").unwrap();
+    let third = LeaseKey::new(first.group(), "3").unwrap();
+    let set = first.held_by_key("buyer-a");
+    let pttl = || async {
+        let mut conn = client.redis().clone();
+        let ms: i64 = conn.pttl(&set).await.unwrap();
+        ms
+    };
+    client
+        .acquire(&first, "buyer-a", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let new_set = pttl().await;
+    assert!(new_set > 0 && new_set <= 10_000, "a new set: {new_set} ms");
+    client
+        .acquire(&second, "buyer-a", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(pttl().await > 10_000, "lengthened by the longer grant");
+    client
+        .acquire(&third, "buyer-a", Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(pttl().await > 10_000, "not shortened by the shorter grant");
+}

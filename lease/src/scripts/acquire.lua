@@ -179,10 +179,12 @@ end
 
 -- Record the grant in the holder's set. The limit counts it.
 -- held_by.lua reads it, to list one holder's leases without reading the whole group.
--- The set lives as long as its longest grant.
+-- The set lives as long as its longest grant. GT lengthens its TTL, never shortens it:
+-- one call while grants follow each other. It refuses a set with no TTL yet (a new one),
+-- which NX then gives this grant's.
 redis.call('SADD', held_by_key, unpack(names))
-if redis.call('PTTL', held_by_key) < ttl_ms then
-  redis.call('PEXPIRE', held_by_key, ttl_ms)
+if redis.call('PEXPIRE', held_by_key, ttl_ms, 'GT') == 0 then
+  redis.call('PEXPIRE', held_by_key, ttl_ms, 'NX')
 end
 
 -- Tell the group's watchers. changes.rs parses these messages.
