@@ -18,6 +18,15 @@ pub struct Wanted {
     pub accessible: bool,
     /// At least one seat of the block next to an aisle or at the end of its row.
     pub aisle: bool,
+    /// Only seats of this section (`sections.code`); `None`: any. The list way to choose
+    /// narrows to a section, then a row ([`super::list`]).
+    pub section: Option<String>,
+    /// Only seats of this row (its label), in any section `section` allows; `None`: any.
+    pub row: Option<String>,
+    /// Only the block that starts at this seat (`seats.id`): the block a buyer chose
+    /// from the list. It is held as any other best available block, with the same
+    /// refusals; `None`: any.
+    pub first_seat: Option<i64>,
 }
 
 impl Wanted {
@@ -32,7 +41,10 @@ impl Wanted {
                     .iter()
                     .any(|s| s.access.as_deref() == Some("wheelchair")));
         let aisle = !self.aisle || first.aisle_before || first.number == 1 || last.aisle_after;
-        priced && accessible && aisle
+        let placed = (self.section.as_ref()).is_none_or(|code| first.section_code == *code)
+            && (self.row.as_ref()).is_none_or(|row| first.row_label == *row)
+            && self.first_seat.is_none_or(|id| first.seat_id == id);
+        priced && accessible && aisle && placed
     }
 }
 
@@ -110,7 +122,7 @@ pub fn pick_one_of<'a>(
             .map(|before| (before, &run[before..before + quantity]))
             .filter(|(_, block)| wanted.fits(block))
             .find(|&(before, _)| {
-                let strands = before == 1 || room - before == 1;
+                let strands = strands_seat(before, room);
                 stranding |= strands;
                 !strands
             });
@@ -126,6 +138,30 @@ pub fn pick_one_of<'a>(
         0 => Pick::None,
         n => Pick::Block(fitting[rand::random_range(0..n)]),
     }
+}
+
+/// Every block [`pick_block`] could offer for `wanted`, best first: each fitting block of
+/// each run that strands no seat, several per run (the list shows them all, and a buyer
+/// picks one; [`super::list`]).
+pub fn blocks<'a>(
+    free: &'a [FreeSeat],
+    held: &HashSet<i64>,
+    wanted: &'a Wanted,
+) -> impl Iterator<Item = &'a [FreeSeat]> {
+    let quantity = wanted.quantity as usize;
+    runs(free, held).flat_map(move |run| {
+        let room = run.len().checked_sub(quantity).filter(|_| quantity > 0);
+        (room.into_iter())
+            .flat_map(|room| (0..=room).filter(move |&before| !strands_seat(before, room)))
+            .map(move |before| &run[before..before + quantity])
+            .filter(|block| wanted.fits(block))
+    })
+}
+
+/// The orphan rule: a block with `before` free seats before it, in a run with `room`
+/// seats more than the block, leaves exactly one seat alone before or after it.
+fn strands_seat(before: usize, room: usize) -> bool {
+    before == 1 || room - before == 1
 }
 
 /// The runs of `free`: each a longest stretch of seats next to each other (as
