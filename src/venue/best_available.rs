@@ -401,4 +401,56 @@ mod tests {
         );
         assert_eq!(ids(pick_block(&free, &none, &aisle)), Some(vec![1, 2]));
     }
+
+    #[test]
+    fn the_list_sees_every_block_that_strands_no_seat_and_names_one_to_hold() {
+        // Row A: 1-5 free; row B: 1-4 free, 5 held.
+        let mut free = row(
+            "A",
+            &(1..=5)
+                .map(|n| (n, n as i32, false, 50))
+                .collect::<Vec<_>>(),
+        );
+        free.extend(row(
+            "B",
+            &(11..=15)
+                .map(|id| (id, id as i32 - 10, false, 50))
+                .collect::<Vec<_>>(),
+        ));
+        let held = HashSet::from([15]);
+        let listed = |wanted: &Wanted| -> Vec<Vec<i64>> {
+            (blocks(&free, &held, wanted))
+                .map(|b| b.iter().map(|s| s.seat_id).collect())
+                .collect()
+        };
+        // A2-A3 and A3-A4 would strand A1 or A5; B2-B3 would strand B1 and B4 (B5 is held).
+        let all = [vec![1, 2], vec![4, 5], vec![11, 12], vec![13, 14]];
+        assert_eq!(listed(&seats(2)), all);
+        let row_b = Wanted {
+            section: Some("MAIN".into()),
+            row: Some("B".into()),
+            ..seats(2)
+        };
+        assert_eq!(listed(&row_b), [vec![11, 12], vec![13, 14]]);
+        let elsewhere = Wanted {
+            section: Some("UPPER".into()),
+            ..seats(2)
+        };
+        assert!(listed(&elsewhere).is_empty());
+        // The block chosen from the list is the one best available holds, ...
+        let chosen = Wanted {
+            first_seat: Some(4),
+            ..seats(2)
+        };
+        assert_eq!(ids(pick_block(&free, &held, &chosen)), Some(vec![4, 5]));
+        // ... and once one of its seats is held, none is held in its place.
+        let taken = HashSet::from([5, 15]);
+        assert_eq!(pick_block(&free, &taken, &chosen), Pick::None);
+        // A block that would strand a seat is refused as on the map, never moved.
+        let stranding = Wanted {
+            first_seat: Some(2),
+            ..seats(2)
+        };
+        assert_eq!(pick_block(&free, &held, &stranding), Pick::OnlyStranding);
+    }
 }

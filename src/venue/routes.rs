@@ -239,16 +239,17 @@ impl ListPage {
         sections.iter().find(|s| s.code == code).map(|s| &*s.name)
     }
 
-    /// Whether the form's selects show `section`, `row`, `band` (cents) and `quantity` as
-    /// chosen.
+    /// Whether section `code` is the one chosen (selected in the form).
     fn section_is(&self, code: &str) -> bool {
         self.choice.section.as_deref() == Some(code)
     }
 
+    /// Whether `row` is the one chosen.
     fn row_is(&self, row: &str) -> bool {
         self.choice.row.as_deref() == Some(row)
     }
 
+    /// Whether the price band of `cents` is the one chosen.
     fn band_is(&self, cents: &i64) -> bool {
         self.choice.band.trim() == cents.to_string()
     }
