@@ -847,3 +847,63 @@ async fn best_available_words_its_orphan_rule_as_it_is() {
     );
     assert!(!rule.contains("never leaves"), "{rule}");
 }
+
+/// The list way to choose (`GET /events/{id}/list`): a block it lists is held through
+/// best available's own route with the block named (`first`), all or none with one
+/// token, and the buyer is sent back to the list's cart; the same block asked for again
+/// is refused as best available refuses (409 `no_block`); bad input is a 400, and a
+/// section the venue does not have lists nothing.
+#[tokio::test]
+async fn a_block_chosen_from_the_list_is_held_by_best_available_with_its_refusals() {
+    let app = tiny().await;
+    let (event, _) = app.first_event_seats().await.unwrap();
+    let mut a = buyer(&app, event).await;
+    let list = format!("{}/events/{event}/list", app.address);
+    let page = a.get(&format!("{list}?quantity=2")).await.unwrap();
+    assert_eq!(page.status, StatusCode::OK);
+    let first = seatlock_harness::http::between(&page.body, "name=\"first\" value=\"", "\"")
+        .expect("the list offers a block");
+    let url = format!("{}/events/{event}/best-available", app.address);
+    let form = [
+        ("quantity", "2"),
+        ("first", first.as_str()),
+        ("back", "list"),
+    ];
+    let reply = a.post(&url, &form).await.unwrap();
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    assert_eq!(
+        reply.location.unwrap(),
+        format!("/events/{event}/list?quantity=2#cart")
+    );
+    let holds = holds(&app, event).await;
+    let (seats, tokens) = holds.values().next().unwrap();
+    assert_eq!(
+        (holds.len(), seats.len(), tokens.len()),
+        (1, 2, 1),
+        "{holds:?}"
+    );
+    assert_eq!(seats.first().map(i64::to_string), Some(first.clone()));
+    assert!(adjacent_in_one_row(&places(&app, event, seats).await));
+
+    let mut b = buyer(&app, event).await;
+    let again = b.post(&url, &form).await.unwrap();
+    assert!(
+        again.is_refused(&Refusal::NoBlock { quantity: 2 }),
+        "{}",
+        again.body
+    );
+    let bad = b
+        .post(&url, &[("quantity", "2"), ("first", "x")])
+        .await
+        .unwrap();
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let bad = b.get(&format!("{list}?band=cheap")).await.unwrap();
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    let nowhere = b.get(&format!("{list}?section=NOPE")).await.unwrap();
+    assert_eq!(nowhere.status, StatusCode::OK);
+    assert!(
+        nowhere.body.contains("id=\"no-blocks\""),
+        "{}",
+        nowhere.body
+    );
+}

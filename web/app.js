@@ -238,9 +238,12 @@
       const path = sec.querySelector("path");
       if (!path) { sec.textContent = label; return; }
       path.setAttribute("fill-opacity", (0.08 + 0.92 * left / Math.max(total, 1)).toFixed(3));
-      sec.setAttribute("aria-label", label);
+      // The name starts with the words written on the section (its code, what is left),
+      // as SectionSummary::name_on_map writes it (WCAG 2.5.3, label in name).
+      const written = left ? left + " left" : "sold out";
+      sec.setAttribute("aria-label", sec.querySelector("text").textContent + ", " + written + ": " + label);
       sec.querySelector("title").textContent = label;
-      sec.querySelector(".left").textContent = left ? left + " left" : "sold out";
+      sec.querySelector(".left").textContent = written;
       if (info && info.dataset.section === sec.id) info.textContent = label;
     }
     // Marks seat `id` taken ("held", "sold") or free (null); returns its section if its
@@ -260,7 +263,8 @@
       const sec = e.target.closest && e.target.closest(".sec");
       if (!sec || !info) return;
       info.dataset.section = sec.id;
-      info.textContent = sec.getAttribute("aria-label") || sec.textContent;
+      const title = sec.querySelector("title");
+      info.textContent = title ? title.textContent : sec.textContent;
     };
     overview.addEventListener("mouseover", point);
     overview.addEventListener("focusin", point);

@@ -21,7 +21,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 use playwright_rs::expect;
-use seatlock::auction::queries;
 use support::{Buyer, LIVE_TIMEOUT, World, unix_ms};
 
 /// Seconds left in a countdown's `.left` text, "(mm:ss left)".
@@ -342,22 +341,12 @@ async fn a_double_clicked_buy_button_makes_exactly_one_order() {
     .await;
 }
 
-/// An open auction item (an hour to go, $10.00 start, the published increments); its
-/// page path.
-async fn auction_item(world: &World) -> anyhow::Result<(i64, String)> {
-    let item = seatlock_harness::auction_item("Signed tour poster");
-    let id = queries::insert_item(&world.db, &item)
-        .await?
-        .context("a fresh slug")?;
-    Ok((id, format!("/auctions/{id}")))
-}
-
 /// Scenario 6: B's bid (other server) shows on A's open item page without reload, and
 /// A's half-typed bid stays; when the auction closes, the form goes and the result shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bid_shows_on_the_other_buyers_open_item_page_and_so_does_the_close() {
     support::run("bid_shows_live", async |w| {
-        let (item, path) = auction_item(w).await?;
+        let (item, path) = w.auction_item().await?;
         let (a, b) = (w.buyer("A", 0).await?, w.buyer("B", 1).await?);
         a.open_live(&path).await?;
         let amount = a.page.locator("#amount");
@@ -421,7 +410,7 @@ async fn a_bid_shows_on_the_other_buyers_open_item_page_and_so_does_the_close() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_browsers_bid_by_maxima_and_both_pages_show_the_leader_and_price_live() {
     support::run("proxy_bids_live", async |w| {
-        let (id, path) = auction_item(w).await?;
+        let (id, path) = w.auction_item().await?;
         sqlx::query(
             "UPDATE auction_items SET soft_close_secs = 300,
                     ends_at = now() + interval '2 minutes' WHERE id = $1",
@@ -506,7 +495,7 @@ async fn two_browsers_bid_by_maxima_and_both_pages_show_the_leader_and_price_liv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bid_below_the_minimum_is_refused_in_the_form_with_the_amount_kept() {
     support::run("bid_too_low", async |w| {
-        let (_, path) = auction_item(w).await?;
+        let (_, path) = w.auction_item().await?;
         let a = w.buyer("A", 0).await?;
         a.open(&path).await?;
         place_bid(&a, "9.99").await?;
@@ -915,17 +904,6 @@ async fn the_accessible_filter_finds_the_wheelchair_places() {
     .await;
 }
 
-/// Whether `buyer`'s page scrolls sideways (its document wider than the window).
-async fn scrolls_sideways(buyer: &Buyer) -> anyhow::Result<bool> {
-    Ok(buyer
-        .page
-        .evaluate(
-            "() => document.documentElement.scrollWidth > document.documentElement.clientWidth",
-            None::<&()>,
-        )
-        .await?)
-}
-
 /// Scenario: on a 390x844 phone the arena's overview, a section with a hold
 /// (its cart and countdown) and the hall's page with every seat do not scroll sideways
 /// (the seat grid may pan inside its box).
@@ -943,7 +921,7 @@ async fn a_390_by_844_phone_has_no_horizontal_page_scroll() {
             .await?;
         a.open_live(&format!("/events/{event}")).await?;
         ensure!(
-            !scrolls_sideways(&a).await?,
+            !a.scrolls_sideways().await?,
             "the overview scrolls sideways"
         );
         w.screenshot(&a, "overview").await?;
@@ -954,10 +932,10 @@ async fn a_390_by_844_phone_has_no_horizontal_page_scroll() {
         expect(a.page.locator("#cart-countdown"))
             .to_be_visible()
             .await?;
-        ensure!(!scrolls_sideways(&a).await?, "the section scrolls sideways");
+        ensure!(!a.scrolls_sideways().await?, "the section scrolls sideways");
         w.screenshot(&a, "section").await?;
         a.open_live(&hall).await?;
-        ensure!(!scrolls_sideways(&a).await?, "the hall scrolls sideways");
+        ensure!(!a.scrolls_sideways().await?, "the hall scrolls sideways");
         Ok(())
     })
     .await;
@@ -1390,17 +1368,6 @@ async fn the_per_buyer_limit_refuses_seat_9_with_a_clear_message() {
     .await;
 }
 
-/// The demo's waiting-room event ("Chamber Night", one shopper at a time), put on sale
-/// now (its seeded on-sale is minutes away) before any server has read it.
-async fn on_sale_room(world: &World) -> anyhow::Result<String> {
-    let event = world.event_id("Chamber Night").await?;
-    sqlx::query("UPDATE events SET on_sale_at = now() - interval '1 minute' WHERE id = $1")
-        .bind(event)
-        .execute(&world.db)
-        .await?;
-    Ok(format!("/events/{event}"))
-}
-
 /// The `data-position` of `buyer`'s queue page, once it equals `position`.
 async fn queued_at(buyer: &Buyer, position: u64) -> anyhow::Result<()> {
     expect(buyer.page.locator("#queue"))
@@ -1422,7 +1389,7 @@ async fn on_the_map(buyer: &Buyer) -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_queued_browser_watches_its_place_fall_and_lands_on_the_map() {
     support::run("waiting_room", async |w| {
-        let room = on_sale_room(w).await?;
+        let room = w.on_sale_room().await?;
         let (a, b, c) = (
             w.buyer("A", 0).await?,
             w.buyer("B", 1).await?,

@@ -56,10 +56,10 @@ pub enum Refusal {
         /// The per-buyer limit.
         limit: u64,
     },
-    /// Best available found no `quantity` adjacent unsold, unheld seats in one row:
-    /// `no_block`.
+    /// Best available found no `quantity` adjacent unsold, unheld seats in one row that
+    /// fit the choice (its filters, or the block chosen from the list): `no_block`.
     #[error(
-        "There are no {quantity} seats together in one row right now. Try fewer seats, or pick seats on the map."
+        "There are no {quantity} seats together in one row that fit your choice right now: someone may have just taken them. Try fewer seats, another row, or the seat map."
     )]
     NoBlock {
         /// The number of seats asked for.

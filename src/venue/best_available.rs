@@ -18,6 +18,15 @@ pub struct Wanted {
     pub accessible: bool,
     /// At least one seat of the block next to an aisle or at the end of its row.
     pub aisle: bool,
+    /// Only seats of this section (`sections.code`); `None`: any. The list way to choose
+    /// narrows to a section, then a row ([`super::list`]).
+    pub section: Option<String>,
+    /// Only seats of this row (its label), in any section `section` allows; `None`: any.
+    pub row: Option<String>,
+    /// Only the block that starts at this seat (`seats.id`): the block a buyer chose
+    /// from the list. It is held as any other best available block, with the same
+    /// refusals; `None`: any.
+    pub first_seat: Option<i64>,
 }
 
 impl Wanted {
@@ -32,7 +41,10 @@ impl Wanted {
                     .iter()
                     .any(|s| s.access.as_deref() == Some("wheelchair")));
         let aisle = !self.aisle || first.aisle_before || first.number == 1 || last.aisle_after;
-        priced && accessible && aisle
+        let placed = (self.section.as_ref()).is_none_or(|code| first.section_code == *code)
+            && (self.row.as_ref()).is_none_or(|row| first.row_label == *row)
+            && self.first_seat.is_none_or(|id| first.seat_id == id);
+        priced && accessible && aisle && placed
     }
 }
 
@@ -110,7 +122,7 @@ pub fn pick_one_of<'a>(
             .map(|before| (before, &run[before..before + quantity]))
             .filter(|(_, block)| wanted.fits(block))
             .find(|&(before, _)| {
-                let strands = before == 1 || room - before == 1;
+                let strands = strands_seat(before, room);
                 stranding |= strands;
                 !strands
             });
@@ -126,6 +138,30 @@ pub fn pick_one_of<'a>(
         0 => Pick::None,
         n => Pick::Block(fitting[rand::random_range(0..n)]),
     }
+}
+
+/// Every block [`pick_block`] could offer for `wanted`, best first: each fitting block of
+/// each run that strands no seat, several per run (the list shows them all, and a buyer
+/// picks one; [`super::list`]).
+pub fn blocks<'a>(
+    free: &'a [FreeSeat],
+    held: &HashSet<i64>,
+    wanted: &'a Wanted,
+) -> impl Iterator<Item = &'a [FreeSeat]> {
+    let quantity = wanted.quantity as usize;
+    runs(free, held).flat_map(move |run| {
+        let room = run.len().checked_sub(quantity).filter(|_| quantity > 0);
+        (room.into_iter())
+            .flat_map(|room| (0..=room).filter(move |&before| !strands_seat(before, room)))
+            .map(move |before| &run[before..before + quantity])
+            .filter(|block| wanted.fits(block))
+    })
+}
+
+/// The orphan rule: a block with `before` free seats before it, in a run with `room`
+/// seats more than the block, leaves exactly one seat alone before or after it.
+fn strands_seat(before: usize, room: usize) -> bool {
+    before == 1 || room - before == 1
 }
 
 /// The runs of `free`: each a longest stretch of seats next to each other (as
@@ -364,5 +400,57 @@ mod tests {
             Some(vec![5, 6])
         );
         assert_eq!(ids(pick_block(&free, &none, &aisle)), Some(vec![1, 2]));
+    }
+
+    #[test]
+    fn the_list_sees_every_block_that_strands_no_seat_and_names_one_to_hold() {
+        // Row A: 1-5 free; row B: 1-4 free, 5 held.
+        let mut free = row(
+            "A",
+            &(1..=5)
+                .map(|n| (n, n as i32, false, 50))
+                .collect::<Vec<_>>(),
+        );
+        free.extend(row(
+            "B",
+            &(11..=15)
+                .map(|id| (id, id as i32 - 10, false, 50))
+                .collect::<Vec<_>>(),
+        ));
+        let held = HashSet::from([15]);
+        let listed = |wanted: &Wanted| -> Vec<Vec<i64>> {
+            (blocks(&free, &held, wanted))
+                .map(|b| b.iter().map(|s| s.seat_id).collect())
+                .collect()
+        };
+        // A2-A3 and A3-A4 would strand A1 or A5; B2-B3 would strand B1 and B4 (B5 is held).
+        let all = [vec![1, 2], vec![4, 5], vec![11, 12], vec![13, 14]];
+        assert_eq!(listed(&seats(2)), all);
+        let row_b = Wanted {
+            section: Some("MAIN".into()),
+            row: Some("B".into()),
+            ..seats(2)
+        };
+        assert_eq!(listed(&row_b), [vec![11, 12], vec![13, 14]]);
+        let elsewhere = Wanted {
+            section: Some("UPPER".into()),
+            ..seats(2)
+        };
+        assert!(listed(&elsewhere).is_empty());
+        // The block chosen from the list is the one best available holds, ...
+        let chosen = Wanted {
+            first_seat: Some(4),
+            ..seats(2)
+        };
+        assert_eq!(ids(pick_block(&free, &held, &chosen)), Some(vec![4, 5]));
+        // ... and once one of its seats is held, none is held in its place.
+        let taken = HashSet::from([5, 15]);
+        assert_eq!(pick_block(&free, &taken, &chosen), Pick::None);
+        // A block that would strand a seat is refused as on the map, never moved.
+        let stranding = Wanted {
+            first_seat: Some(2),
+            ..seats(2)
+        };
+        assert_eq!(pick_block(&free, &held, &stranding), Pick::OnlyStranding);
     }
 }

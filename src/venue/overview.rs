@@ -157,6 +157,15 @@ impl SectionSummary {
         )
     }
 
+    /// The section's accessible name on the drawing: what is written on it first, its
+    /// code and what is left, then [`Self::summary`]: "101, 280 left: Section 101: 280 of
+    /// 320 seats available, $90.00". A name that starts with the visible words is WCAG
+    /// 2.5.3's "label in name" (a voice user says what they see; axe-core checks it);
+    /// `web/app.js` writes the same when the counts change live.
+    pub fn name_on_map(&self) -> String {
+        format!("{}, {}: {}", self.code, self.left(), self.summary())
+    }
+
     /// The shade: the share of seats available, as the fill's opacity (0.08 when none is
     /// left, so a sold-out section still shows; 1 when all are).
     pub fn opacity(&self) -> String {

@@ -1,34 +1,37 @@
-//! The event's pages: the venue drawn, one section's seats, the checkout page, the
-//! zones' colours, the seat map's stream and best available. Each parses, reads, and
+//! The event's pages: the venue drawn, one section's seats, the list way to choose, the
+//! checkout page, the zones' colours, the seat map's stream and best available. Each parses, reads, and
 //! renders or redirects. The holds themselves are the core's ([`crate::seats`]).
 
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::best_available::Wanted;
+use super::list::{self, ListedRow};
 use super::map::{self, SeatMap, SectionView};
 use super::overview::{self, SectionSummary};
 use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfPost, FormToken};
 use crate::http::error::{Error, Result};
-use crate::http::ids::EventId;
+use crate::http::ids::{EventId, PathId, SeatId};
 use crate::money::format_cents;
 use crate::seats::{MapPage, cart, in_words};
 use crate::state::AppState;
 use crate::waiting_room;
 
 /// `GET /events/{id}` (the overview), `GET /events/{id}/sections/{code}` (one section's
-/// seats), the zones' stylesheet, the stream, the checkout page and best available.
+/// seats), `GET /events/{id}/list` (the list way to choose), the zones' stylesheet, the
+/// stream, the checkout page and best available.
 /// The checkout's POST is the core's ([`crate::seats::router`]).
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/events/{event}", get(show))
         .route("/events/{event}/sections/{code}", get(show_section))
+        .route("/events/{event}/list", get(show_list))
         .route("/events/{event}/zones.css", get(zones_css))
         .route("/events/{event}/stream", get(super::live::stream))
         .route("/events/{event}/best-available", post(best_available))
@@ -201,6 +204,96 @@ async fn show_section(
     Ok((csrf, page).into_response())
 }
 
+/// `GET /events/{id}/list`: the list way to choose ([`super::list`]): the form of the
+/// party's size, section, row and filters, then the blocks that fit, each with a button
+/// posting best available with the block named, and the buyer's cart.
+#[derive(Template, WebTemplate)]
+#[template(path = "list.html")]
+pub(super) struct ListPage {
+    pub map: SeatMap,
+    /// The choice as asked (the form's values, kept on the page and in the redirect).
+    pub choice: QuantityForm,
+    /// How many seats together (the choice's, 2 when it names none).
+    pub quantity: u64,
+    /// The chosen section's rows (empty: no section chosen).
+    pub rows: Vec<String>,
+    /// The blocks that fit, by row.
+    pub listed: Vec<ListedRow>,
+    /// Some blocks were left out (no section chosen: [`list::ANY_SECTION_BLOCKS`]).
+    pub more: bool,
+    pub authenticity_token: String,
+    /// The choices of the party's size: 1 to `--max-seats-per-buyer`.
+    pub quantities: Vec<u64>,
+    pub hold_for: String,
+}
+
+impl ListPage {
+    fn price(&self, cents: &i64) -> String {
+        format_cents(*cents)
+    }
+
+    /// The chosen section's name, if one is chosen.
+    fn section_name(&self) -> Option<&str> {
+        let sections = &self.map.board.overview.sections;
+        let code = self.choice.section.as_deref()?;
+        sections.iter().find(|s| s.code == code).map(|s| &*s.name)
+    }
+
+    /// Whether section `code` is the one chosen (selected in the form).
+    fn section_is(&self, code: &str) -> bool {
+        self.choice.section.as_deref() == Some(code)
+    }
+
+    /// Whether `row` is the one chosen.
+    fn row_is(&self, row: &str) -> bool {
+        self.choice.row.as_deref() == Some(row)
+    }
+
+    /// Whether the price band of `cents` is the one chosen.
+    fn band_is(&self, cents: &i64) -> bool {
+        self.choice.band.trim() == cents.to_string()
+    }
+}
+
+/// The party's size a list page shows when the address names none: two, the most
+/// common party, so the first blocks listed need no choice at all.
+const LIST_PARTY: u64 = 2;
+
+/// `GET /events/{id}/list?quantity=&section=&row=&band=&accessible=&aisle=`; behind a
+/// waiting room, only for an admitted buyer, as the map. A section the venue does not
+/// have lists nothing; a quantity out of range lists for two.
+async fn show_list(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    csrf: FormToken,
+    EventId(event_id): EventId,
+    Query(choice): Query<QuantityForm>,
+) -> Result<Response> {
+    if let Err(queue) = admission(&state, &buyer, &csrf, event_id).await? {
+        return Ok(queue);
+    }
+    let map = event_map(&state, &buyer, event_id).await?;
+    let max_seats = state.settings.max_seats_per_buyer;
+    let mut wanted = choice.wanted()?;
+    if !(1..=max_seats).contains(&wanted.quantity) {
+        wanted.quantity = LIST_PARTY.min(max_seats);
+    }
+    let rows = (wanted.section.as_deref()).map_or_else(Vec::new, |code| list::rows_of(&map, code));
+    let (listed, more) = list::listed(&map, &wanted);
+    let page = ListPage {
+        map,
+        choice,
+        quantity: wanted.quantity,
+        rows,
+        listed,
+        more,
+        authenticity_token: csrf.authenticity.clone(),
+        quantities: (1..=max_seats).collect(),
+        hold_for: in_words(state.settings.hold_ttl()),
+    };
+    Ok((csrf, page).into_response())
+}
+
 /// The event's price-zone colours as a stylesheet.
 #[derive(Template)]
 #[template(path = "zones.css", escape = "none")]
@@ -245,22 +338,35 @@ async fn show_checkout(
     Ok((csrf, page))
 }
 
-/// The best-available form: how many seats, as typed (parsed by the handler, so a bad
-/// value gets the same 400 page as one out of range), and its filters: `band` a price
-/// in cents (empty: any), `accessible` and `aisle` checkboxes (present: on).
-#[derive(Deserialize)]
-struct QuantityForm {
+/// The best-available form and the list's choice (its query): how many seats, as typed
+/// (parsed by the handler, so a bad value gets the same 400 page as one out of range),
+/// and its filters: `band` a price in cents (empty: any), `accessible` and `aisle`
+/// checkboxes (present: on), `section` and `row` (empty: any), `first` the first seat of
+/// the block chosen from the list; `back` is `list` when the form was the list's, which
+/// the buyer is sent back to.
+#[derive(Deserialize, Serialize, Default)]
+pub(super) struct QuantityForm {
+    #[serde(default)]
     quantity: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     band: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     accessible: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     aisle: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    section: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    row: Option<String>,
+    #[serde(default, skip_serializing)]
+    first: Option<String>,
+    #[serde(default, skip_serializing)]
+    back: Option<String>,
 }
 
 impl QuantityForm {
-    /// What the buyer asked for; 400 for a price band that is not a number of cents.
+    /// What the buyer asked for; 400 for a price band that is not a number of cents, or
+    /// a first seat that is not a seat id.
     fn wanted(&self) -> Result<Wanted> {
         let band = self.band.trim();
         let price_cents = match band {
@@ -271,12 +377,26 @@ impl QuantityForm {
                     .map_err(|_| Error::BadRequest(format!("{cents:?} is not a price band.")))?,
             ),
         };
+        let chosen = |field: &Option<String>| field.clone().filter(|v| !v.trim().is_empty());
+        let first_seat = match chosen(&self.first) {
+            Some(id) => Some(SeatId::parse(&id)?.0),
+            None => None,
+        };
         Ok(Wanted {
             quantity: self.quantity.trim().parse().unwrap_or(0),
             price_cents,
             accessible: self.accessible.is_some(),
             aisle: self.aisle.is_some(),
+            section: chosen(&self.section),
+            row: chosen(&self.section).and(chosen(&self.row)),
+            first_seat,
         })
+    }
+
+    /// The list page of this choice: `/events/{id}/list?…` with its fields.
+    fn list_path(&self, event_id: i64) -> String {
+        let query = serde_urlencoded::to_string(self).unwrap_or_default();
+        format!("/events/{event_id}/list?{query}")
     }
 }
 
@@ -288,6 +408,9 @@ async fn best_available(
     CsrfPost(EventId(event_id), form): CsrfPost<EventId, QuantityForm>,
 ) -> Result<Redirect> {
     let held = cart::best_available(&state, &buyer, event_id, &form.wanted()?).await?;
+    if form.back.as_deref() == Some("list") {
+        return Ok(Redirect::to(&format!("{}#cart", form.list_path(event_id))));
+    }
     let seats = state.catalog.event(&state.db, event_id).await?;
     if seats.is_some_and(|e| e.seat_count() > overview::ALL_SEATS_UP_TO) {
         let page = MapPage {

@@ -122,6 +122,17 @@ impl Buyer {
             .await?)
     }
 
+    /// Whether the page scrolls sideways (its document wider than the window).
+    pub(crate) async fn scrolls_sideways(&self) -> anyhow::Result<bool> {
+        Ok(self
+            .page
+            .evaluate(
+                "() => document.documentElement.scrollWidth > document.documentElement.clientWidth",
+                None::<&()>,
+            )
+            .await?)
+    }
+
     /// Another tab of this buyer's browser (same context: same cookies, same connection
     /// pool), on the same server.
     pub(crate) async fn tab(&self) -> anyhow::Result<Buyer> {
@@ -300,6 +311,27 @@ impl World {
             .fetch_one(&self.db)
             .await
             .with_context(|| format!("no event named like {name:?}"))
+    }
+
+    /// The demo's waiting-room event ("Chamber Night", one shopper at a time), put on sale
+    /// now (its seeded on-sale is minutes away) before any server has read it; its path.
+    pub(crate) async fn on_sale_room(&self) -> anyhow::Result<String> {
+        let event = self.event_id("Chamber Night").await?;
+        sqlx::query("UPDATE events SET on_sale_at = now() - interval '1 minute' WHERE id = $1")
+            .bind(event)
+            .execute(&self.db)
+            .await?;
+        Ok(format!("/events/{event}"))
+    }
+
+    /// An open auction item (an hour to go, $10.00 start, the published increments); its
+    /// id and page path.
+    pub(crate) async fn auction_item(&self) -> anyhow::Result<(i64, String)> {
+        let item = seatlock_harness::auction_item("Signed tour poster");
+        let id = seatlock::auction::queries::insert_item(&self.db, &item)
+            .await?
+            .context("a fresh slug")?;
+        Ok((id, format!("/auctions/{id}")))
     }
 
     /// Orders for one seat of one event, as written in the database.
