@@ -9,6 +9,10 @@
 //! never assumes either way, it asks the resource (a final `read`).
 
 pub mod check;
+pub mod linearizability;
+pub mod models;
+pub mod partitions;
+pub mod porcupine;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
