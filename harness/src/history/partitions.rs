@@ -6,9 +6,12 @@
 //!
 //! * every write acknowledged (`ok`) or not answered (`unknown`: it returns at the end of
 //!   the history, so it may land any time after its call, or never);
-//! * the final `read`, what Postgres holds at the end: it settles each unknown write
-//!   (taken iff the read shows it), and it gives each bid its fencing token (a bidder
-//!   learns it only from the row: a read entry is told apart by its maximum);
+//! * the final `read`, what Postgres holds at the end (the harness reads it once every
+//!   server's deadline has passed). It settles the unknown writes it decides: one that no
+//!   entry of the read can be was never taken, and is left out; one that is the only write
+//!   an entry can be was taken before the read, and goes in as acknowledged then. The
+//!   others stay unknown. It also gives each bid its fencing token (a bidder learns it
+//!   only from the row: a read entry is told apart by its maximum);
 //! * not the refused writes (`fail`: nothing changed), nor the lock's own operations
 //!   (acquire, renew, release): under a failover a lease is not a mutex, and what is
 //!   judged here is the resource.
@@ -45,8 +48,10 @@ pub struct RowsVerdict {
     pub steps: u64,
     /// Writes with no answer.
     pub unknown_writes: usize,
-    /// Of those, the ones the final reads show taken (in a linearizable resource).
+    /// Of those, the ones the final reads show taken.
     pub unknown_writes_taken: usize,
+    /// Of those, the ones the final reads show never taken.
+    pub unknown_writes_not_taken: usize,
     /// The first failing (else undecided) resource's longest partial linearization.
     pub longest: Option<PartialLinearization>,
 }
@@ -93,8 +98,10 @@ pub fn check_rows(
         by_resource.entry(&op.resource).or_default().push(i);
     }
     let mut problems = Vec::new();
+    let mut settled = Settled::default();
     for (resource, members) in &by_resource {
-        problems.push((*resource, partition(ops, members, &processes, &mut holders)));
+        let operations = partition(ops, members, &processes, &mut holders, &mut settled);
+        problems.push((*resource, operations));
     }
     let mut names = vec![String::new(); holders.len()];
     for (name, id) in holders {
@@ -111,8 +118,9 @@ pub fn check_rows(
         failing: 0,
         undecided: 0,
         steps: 0,
-        unknown_writes: 0,
-        unknown_writes_taken: 0,
+        unknown_writes: settled.unknown,
+        unknown_writes_taken: settled.taken,
+        unknown_writes_not_taken: settled.not_taken,
         longest: None,
     };
     let mut verdicts = Vec::new();
@@ -121,20 +129,16 @@ pub fn check_rows(
         let search = check_operations(&model, operations, budget);
         verdict.steps += search.steps;
         verdicts.push(search.verdict);
-        let unknown = operations.iter().filter(|o| o.output == RowOutput::Unknown);
-        verdict.unknown_writes += unknown.count();
         let partial = || PartialLinearization {
             resource: resource.to_string(),
-            ordered: replay(&model, operations, &search.linearization).1,
+            ordered: replay(&model, operations, &search.linearization),
             left: (0..operations.len())
                 .filter(|i| !search.linearization.contains(i))
                 .map(|i| linearized(&model, &operations[i], None))
                 .collect(),
         };
         match search.verdict {
-            Linearizable::True => {
-                verdict.unknown_writes_taken += replay(&model, operations, &search.linearization).0
-            }
+            Linearizable::True => {}
             Linearizable::False => {
                 verdict.failing += 1;
                 if verdict.longest.is_none() {
@@ -154,13 +158,22 @@ pub fn check_rows(
     verdict
 }
 
+/// Unknown writes, counted, and those the final reads settled.
+#[derive(Default)]
+struct Settled {
+    unknown: usize,
+    taken: usize,
+    not_taken: usize,
+}
+
 /// One resource's operations for the search: the writes answered `ok` or not at all,
-/// and the final read, with bids' tokens settled from it.
+/// and the final read, with the unknown writes and the bids' tokens it decides settled.
 fn partition(
     ops: &[Op],
     members: &[usize],
     processes: &[String],
     holders: &mut HashMap<String, u32>,
+    settled: &mut Settled,
 ) -> Vec<Operation<RowInput, RowOutput>> {
     let mut id = |name: &str| {
         let next = holders.len() as u32;
@@ -202,18 +215,35 @@ fn partition(
             ret,
         });
     }
-    // A bid's token, from the read entry its maximum names, where just one write can be
-    // that entry.
-    for entry in found.iter().filter(|e| e.value.is_some()) {
-        let mut candidates = operations.iter_mut().filter_map(|o| match &mut o.input {
-            RowInput::Write(w) if w.holder == entry.holder && w.value == entry.value => Some(w),
-            _ => None,
-        });
-        if let (Some(w), None) = (candidates.next(), candidates.next()) {
-            w.token = entry.token;
-        }
-    }
+    settled.unknown += operations
+        .iter()
+        .filter(|o| o.output == RowOutput::Unknown)
+        .count();
     if let Some(i) = final_read {
+        let read_ms = ops[i].invoke_ms;
+        let can_be = |o: &Operation<RowInput, RowOutput>, entry: &Write| match &o.input {
+            RowInput::Write(w) => w.holder == entry.holder && w.value == entry.value,
+            RowInput::Read => false,
+        };
+        // An entry only one write can be: that write was taken before the read (its
+        // token, a bid's, is the entry's).
+        for entry in &found {
+            let mut candidates = operations.iter_mut().filter(|o| can_be(o, entry));
+            if let (Some(o), None) = (candidates.next(), candidates.next()) {
+                if o.output == RowOutput::Unknown {
+                    settled.taken += 1;
+                    o.output = RowOutput::Ok;
+                    o.ret = read_ms.max(o.call);
+                }
+                if let RowInput::Write(w) = &mut o.input {
+                    w.token = w.token.or(entry.token);
+                }
+            }
+        }
+        // An unknown write no entry can be was never taken: it changed nothing.
+        let before = operations.len();
+        operations.retain(|o| o.output != RowOutput::Unknown || found.iter().any(|e| can_be(o, e)));
+        settled.not_taken += before - operations.len();
         operations.push(Operation {
             process: processes[i].clone(),
             input: RowInput::Read,
@@ -247,30 +277,23 @@ fn processes(ops: &[Op]) -> Vec<String> {
     names
 }
 
-/// Runs `order` through `model`: how many unknown writes were taken before the read, and
-/// each operation with the state after it.
+/// Runs `order` through `model`: each operation with the row after it.
 fn replay(
     model: &FencedRow,
     operations: &[Operation<RowInput, RowOutput>],
     order: &[usize],
-) -> (usize, Vec<Linearized>) {
+) -> Vec<Linearized> {
     let mut state = model.init();
-    let mut taken_unknown = 0;
-    let mut read = false;
     let mut steps = Vec::new();
     for &i in order {
         let op = &operations[i];
         let Some(next) = model.step(&state, &op.input, &op.output) else {
             break;
         };
-        read |= op.input == RowInput::Read;
-        if op.output == RowOutput::Unknown && !read && next.taken.len() > state.taken.len() {
-            taken_unknown += 1;
-        }
         state = next;
         steps.push(linearized(model, op, Some(model.describe_state(&state))));
     }
-    (taken_unknown, steps)
+    steps
 }
 
 fn linearized(
@@ -341,8 +364,17 @@ mod tests {
         let verdict = seat(&history);
         assert_eq!(verdict.linearizable, Linearizable::True);
         assert_eq!((verdict.unknown_writes, verdict.partitions), (2, 1));
-        // a's first write or its second bought it; c's never took.
-        assert!(verdict.unknown_writes_taken <= 1);
+        // a's first write or its second bought it: undecided; c's never took.
+        assert_eq!(
+            (
+                verdict.unknown_writes_taken,
+                verdict.unknown_writes_not_taken
+            ),
+            (0, 1)
+        );
+        // Alone, a's unknown write is the only one the read can be: taken.
+        let alone = [history[1].clone(), history[5].clone()];
+        assert_eq!(seat(&alone).unknown_writes_taken, 1);
         assert!(verdict.longest.is_none());
     }
 
@@ -455,14 +487,17 @@ mod tests {
 
     #[test]
     fn a_search_over_budget_is_undecided_not_passed() {
-        let mut history: Vec<Op> = (0..14)
-            .map(|i| op(&format!("b{i}/tab0"), Write, 0.0, Unknown))
+        // Twelve unanswered bids of one maximum the read cannot tell apart, and a read
+        // no order explains: every subset of them is tried.
+        let mut history: Vec<Op> = (0..12)
+            .map(|i| bid(&format!("a/tab{i}"), "100", 0.0, Unknown))
             .collect();
-        history.push(op("a/tab0", Write, 0.0, Ok));
-        history.push(read(500.0, &[("zz", None, None)]));
-        let verdict = check_rows(&history, true, true, Budget { max_steps: 100 });
+        history.push(item_read(500.0, &[("a", 1, "100"), ("zz", 2, "100")]));
+        let verdict = check_rows(&history, false, false, Budget { max_steps: 100 });
         assert_eq!(verdict.linearizable, Linearizable::Unknown);
         assert_eq!(verdict.undecided, 1);
         assert!(verdict.longest.is_some());
+        let decided = check_rows(&history, false, false, Budget::DEFAULT);
+        assert_eq!(decided.linearizable, Linearizable::False);
     }
 }
