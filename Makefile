@@ -118,7 +118,7 @@ nemesis: services
 # The linearizability checker (docs/nemesis.md#the-linearizability-search) on every one of
 # Porcupine's test histories (harness/tests/data/porcupine): the same verdict as
 # Porcupine's tests, each history's steps and time in a release build. `make test` checks a
-# subset (harness/tests/porcupine.rs).
+# subset (harness/tests/linearizability.rs).
 linearizability:
 	$(CARGO) build --release -p seatlock-harness --bin load-test
 	$(RELEASE)/load-test porcupine

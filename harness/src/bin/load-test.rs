@@ -764,6 +764,8 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         .await?;
         let checked = check::check(&db, event_id).await?;
         let verdict = numbers.judge_history(strategy, &checked);
+        let fenced = strategy == PurchaseStrategy::Fenced;
+        let (rows, check_ms) = report::linearizability(&numbers.history.ops(), true, fenced);
         write_history(&history_dir, strategy.short_name(), &numbers.history)?;
         // Two checkers of one race: Postgres's rows and the history. Where they disagree
         // on whether a seat was sold twice, one of them is broken.
@@ -784,6 +786,7 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
             &numbers,
             checked,
             &verdict,
+            (rows.linearizable, check_ms),
         ));
     }
     progress.finish_and_clear();

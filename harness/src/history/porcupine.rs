@@ -2,7 +2,7 @@
 //! (`porcupine_test.go`, github.com/anishathalye/porcupine, MIT): the Jepsen etcd logs
 //! (a compare-and-set register) and the key-value logs (get, put, append on string keys,
 //! partitioned by key). The checker is judged against Porcupine's verdicts on them:
-//! `harness/tests/data/porcupine/expected.txt`, `tests/porcupine.rs` and
+//! `harness/tests/data/porcupine/expected.txt`, `tests/linearizability.rs` and
 //! `load-test porcupine`.
 //!
 //! Text in, events out: no files are opened here.

@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use rand::rngs::StdRng;
@@ -47,10 +47,10 @@ use seatlock::failpoint::PAUSE_HEADER;
 use seatlock::http::error::Refusal;
 use seatlock_lab::{LabSettings, PurchaseStrategy};
 
-use super::report::{escape, html_table, markdown_table};
+use super::report::{escape, html_table, linearizability, markdown_table};
 use super::timeline::{self, Lane, Moment};
 use crate::history::check::{self as checker, Accepted, Model, Verdict};
-use crate::history::linearizability::{Budget, Linearizable};
+use crate::history::linearizability::Linearizable;
 use crate::history::partitions::{self, RowsVerdict};
 use crate::history::{History, Op, OpKind, Outcome, outcome_of, seat_resource};
 use crate::http::page_buyer_id;
@@ -1122,9 +1122,7 @@ fn judge(
     // The product's confirm answers a buyer's second submit with its order; the race
     // lab's writes do not.
     let answers_own_sale = strategy == PurchaseStrategy::Fenced;
-    let started = Instant::now();
-    let rows = partitions::check_rows(&ops, model.exclusive, answers_own_sale, Budget::DEFAULT);
-    let check_ms = started.elapsed().as_secs_f64() * 1e3;
+    let (rows, check_ms) = linearizability(&ops, model.exclusive, answers_own_sale);
     let accepted_writes = ops
         .iter()
         .filter(|o| o.op == OpKind::Read)
