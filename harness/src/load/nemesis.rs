@@ -1638,7 +1638,7 @@ fn partial_html(workload: &str, partial: &partitions::PartialLinearization) -> S
         .map(|(i, o)| row(o, (i + 1).to_string()));
     let left = partial.left.iter().map(|o| row(o, "left".into()));
     format!(
-        "<h3>{workload}: {}</h3><p>{} operations ordered; none of the {} left can come next.</p>{}",
+        "<h3>{workload}: {}</h3><p>Ordered: {}. Left over, none of which can come next: {}.</p>{}",
         escape(&partial.resource),
         partial.ordered.len(),
         partial.left.len(),
