@@ -12,6 +12,7 @@
 #   make race      load-test race: which purchase strategies sell a seat twice, then groups: seat by seat vs one group hold
 #   make failover  load-test failover: a Redis failover under Sentinel, guard off and on
 #   make nemesis   load-test nemesis: faults from a seed, every operation checked (SEED=, NEMESIS_SECONDS=, STORE=)
+#   make linearizability  the history checker on all of Porcupine's test histories (verdicts, times)
 #   make onsale    load-test onsale: a crowd of 20,000 at the on-sale against N=1 server(s) behind HAProxy
 #                  (N=3, WAITING_ROOM=on, BUYERS=); writes target/onsale/report.json and report.html
 #   make bench     the hot paths side by side with redis-benchmark, rslock, raw SET NX, pgbench
@@ -32,7 +33,7 @@ STORE ?= redis
 # pause seam) or seatlock-lab (the product with the race lab, lab/). Each is its own package.
 SERVER ?= seatlock
 
-.PHONY: demo lab scale test race failover nemesis onsale bench bids services stop e2e-driver lint
+.PHONY: demo lab scale test race failover nemesis linearizability onsale bench bids services stop e2e-driver lint
 
 services:
 	scripts/services.sh up >/dev/null
@@ -113,6 +114,14 @@ nemesis: services
 	source .run/env
 	$(CARGO) build --release -p seatlock-lab -p seatlock-harness --bin seatlock-lab --bin load-test
 	$(RELEASE)/load-test nemesis --store $(STORE) --json target/nemesis/report.json --html target/nemesis/report.html
+
+# The linearizability checker (docs/nemesis.md#the-linearizability-search) on every one of
+# Porcupine's test histories (harness/tests/data/porcupine): the same verdict as
+# Porcupine's tests, each history's steps and time in a release build. `make test` checks a
+# subset (harness/tests/linearizability.rs).
+linearizability:
+	$(CARGO) build --release -p seatlock-harness --bin load-test
+	$(RELEASE)/load-test porcupine
 
 # The opening minute of an on-sale (docs/performance.md#make-onsale): BUYERS people
 # (default 20,000; most look, a share buys with best available, some hang up, some

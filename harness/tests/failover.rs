@@ -36,6 +36,9 @@ async fn a_failover_runs_history_is_valid_unless_the_fence_repeated_a_token() {
             "{run}: {stdout}"
         );
         assert_eq!(n(run, "double_sales"), 0, "{run}: {stdout}");
+        // What the rows took has a linearization in every run: the fence (or `NOT sold`)
+        // refused the late writes, guard or no guard.
+        assert_eq!(runs[run]["linearizable"], "true", "{run}: {stdout}");
         let history = std::fs::read_to_string(dir.join(format!("history-{slug}.jsonl"))).unwrap();
         assert!(history.lines().count() > 3, "{run}: {history}");
     }

@@ -1,7 +1,8 @@
 //! `load-test nemesis` with a fixed seed, 40 s: every fault kind comes up (seed 21's
 //! schedule has all seven), the histories are written and parse, the unfenced workload
-//! is flagged invalid and the product's workloads pass in the same run (the command
-//! exits non-zero otherwise), and the report has the fields `make nemesis` promises.
+//! is flagged invalid and not linearizable and the product's workloads pass and are
+//! linearizable in the same run (the command exits non-zero otherwise), and the report has
+//! the fields `make nemesis` promises.
 
 mod common;
 
@@ -50,6 +51,12 @@ async fn a_fixed_seed_flags_the_unfenced_workload_and_passes_the_products() {
     for w in &workloads {
         let valid = w["valid"].as_bool().unwrap();
         assert_eq!(valid, w["name"] != "unfenced-lease", "{w}");
+        // The full verdict: the search found a linearization of each product workload,
+        // and proved there is none of the unfenced one.
+        let linearizable = if valid { "true" } else { "false" };
+        assert_eq!(w["linearizable"], linearizable, "{w}");
+        assert!(w["check_ms"].as_f64().unwrap() >= 0.0);
+        assert!(w["linearizability"]["partitions"].as_u64().unwrap() > 0);
         assert!(w["operations"].as_u64().unwrap() > 0);
         // The history on disk is the one judged, one operation per line.
         let history = std::fs::read_to_string(w["history"].as_str().unwrap()).unwrap();
@@ -78,5 +85,12 @@ async fn a_fixed_seed_flags_the_unfenced_workload_and_passes_the_products() {
     assert!(count("redis_restarted_empty") > 0, "{stdout}");
     let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(page.contains("<svg") && page.contains("unfenced-lease"));
+    // The unfenced workload's failing seat, as far as the search could order it.
+    let longest = &workloads[0]["linearizability"]["longest"];
+    assert!(
+        !longest["ordered"].as_array().unwrap().is_empty(),
+        "{longest}"
+    );
+    assert!(page.contains("Longest partial linearizations"));
     std::fs::remove_dir_all(dir).unwrap();
 }

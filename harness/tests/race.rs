@@ -65,6 +65,9 @@ async fn only_fenced_and_conditional_never_sell_a_seat_twice() {
             Some(valid),
             "{strategy}: {stdout}"
         );
+        // The full verdict agrees: a seat sold twice has no linearization.
+        let linearizable = if valid { "true" } else { "false" };
+        assert_eq!(rows[strategy]["linearizable"], linearizable, "{strategy}");
         // At least a hold and a confirm per attempt that bought, and a read per seat.
         assert!(n(strategy, "history_operations") > n(strategy, "attempts"));
         let history = dir.join(format!("history-{strategy}.jsonl"));

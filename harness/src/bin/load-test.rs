@@ -64,10 +64,21 @@ enum Command {
     /// product workload is invalid, the unfenced one valid, a workload ran nothing, a
     /// fault could not be injected, or nothing interesting happened.
     Nemesis(NemesisArgs),
+    /// The linearizability checker on Porcupine's test histories (`make linearizability`):
+    /// each history's verdict, steps and time; exits non-zero if a verdict differs from
+    /// Porcupine's.
+    Porcupine(PorcupineArgs),
     /// The opening minute of an on-sale (`make onsale`): a crowd of lookers and buyers
     /// in a burst against N servers behind HAProxy; exits non-zero if a seat was sold
     /// twice or a buyer bought over the limit.
     Onsale(OnsaleArgs),
+}
+
+#[derive(clap::Args)]
+struct PorcupineArgs {
+    /// The folder of Porcupine's histories, with `expected.txt` (their verdicts).
+    #[arg(long, default_value = "harness/tests/data/porcupine")]
+    data: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -408,6 +419,7 @@ async fn main() -> anyhow::Result<()> {
             Command::Queue(args) => queue(args).await,
             Command::Nemesis(args) => nemesis(args).await,
             Command::Onsale(args) => onsale(args).await,
+            Command::Porcupine(args) => porcupine(&args),
         }
     };
     // Ctrl-C ends the run through its destructors, which stop every server, Redis,
@@ -752,6 +764,8 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         .await?;
         let checked = check::check(&db, event_id).await?;
         let verdict = numbers.judge_history(strategy, &checked);
+        let fenced = strategy == PurchaseStrategy::Fenced;
+        let (rows, check_ms) = report::linearizability(&numbers.history.ops(), true, fenced);
         write_history(&history_dir, strategy.short_name(), &numbers.history)?;
         // Two checkers of one race: Postgres's rows and the history. Where they disagree
         // on whether a seat was sold twice, one of them is broken.
@@ -772,6 +786,7 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
             &numbers,
             checked,
             &verdict,
+            (rows.linearizable, check_ms),
         ));
     }
     progress.finish_and_clear();
@@ -860,6 +875,38 @@ async fn check_targets(targets: &[String], strategy: PurchaseStrategy) -> anyhow
                 strategy.flag_value()
             );
         }
+    }
+    Ok(())
+}
+
+/// `load-test porcupine`: every history of `expected.txt`, checked and timed.
+fn porcupine(args: &PorcupineArgs) -> anyhow::Result<()> {
+    use seatlock_harness::history::linearizability::Budget;
+    use seatlock_harness::history::porcupine::{check_log, expected};
+    let list = std::fs::read_to_string(args.data.join("expected.txt"))
+        .with_context(|| format!("reading {}", args.data.join("expected.txt").display()))?;
+    let (mut differ, mut slowest) = (Vec::new(), (0.0, String::new()));
+    println!("| history | Porcupine | here | steps | ms |\n|---|---|---|---:|---:|");
+    for (name, linearizable) in expected(&list).map_err(anyhow::Error::msg)? {
+        let log = std::fs::read_to_string(args.data.join(&name))?;
+        let started = std::time::Instant::now();
+        let (verdict, steps) =
+            check_log(&name, &log, Budget::DEFAULT).map_err(anyhow::Error::msg)?;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        println!(
+            "| {name} | {linearizable} | {} | {steps} | {ms:.1} |",
+            verdict.name()
+        );
+        if verdict.name() != linearizable.to_string() {
+            differ.push(name.clone());
+        }
+        if ms > slowest.0 {
+            slowest = (ms, name);
+        }
+    }
+    println!("slowest: {} in {:.1} ms", slowest.1, slowest.0);
+    if !differ.is_empty() {
+        bail!("verdicts differ from Porcupine's: {}", differ.join(", "));
     }
     Ok(())
 }

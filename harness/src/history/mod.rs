@@ -1,7 +1,10 @@
 //! Histories, as Jepsen records them: one line per client operation (who, what, on which
 //! resource, with which fencing token, when it was invoked and when it completed on one
 //! monotonic clock, and how it ended), written by the race lab, the failover lab and the
-//! nemesis run ([`crate::load::nemesis`]), then judged by [`check`].
+//! nemesis run ([`crate::load::nemesis`]), then judged by [`check`] (necessary conditions,
+//! pair by pair) and by a search for a linearization ([`linearizability`], against the
+//! [`models`], one resource at a time: [`partitions`]; cross-checked against Porcupine on
+//! its own test histories: [`porcupine`]).
 //!
 //! The outcome is what the client *knows*: `ok` (the server said yes), `fail` (the
 //! server said no, with a reason), `unknown` (no answer came back: a timeout, a closed
@@ -9,6 +12,10 @@
 //! never assumes either way, it asks the resource (a final `read`).
 
 pub mod check;
+pub mod linearizability;
+pub mod models;
+pub mod partitions;
+pub mod porcupine;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

@@ -37,8 +37,10 @@ use seatlock::failpoint::PAUSE_HEADER;
 use seatlock::http::error::Refusal;
 use seatlock_lab::LabSettings;
 
+use super::report::linearizability;
 use super::timeline::{self, Lane, Moment};
 use crate::history::check::{Accepted, Model, Verdict, check as check_history};
+use crate::history::linearizability::Linearizable;
 use crate::history::{Answered, History, OpKind, seat_resource};
 use crate::http::page_buyer_id;
 use crate::procs::ServerProcess;
@@ -84,6 +86,11 @@ pub struct FailoverRun {
     /// valid: what the resource accepted is one holder at a time, in token order, no write
     /// lost or phantom.
     pub history_valid: bool,
+    /// Whether the history is linearizable against the fenced row, resource by resource
+    /// ([`crate::history::partitions`]): `true`, `false` or `unknown`.
+    pub linearizable: Linearizable,
+    /// How long that search took, ms.
+    pub check_ms: f64,
     /// Double grants in the history where the resource accepted the writes of at most one
     /// of the two holders (the fence, or `NOT sold`, caught it). Seats only: the auction's
     /// history has no `acquire` (the bid lock is taken inside the bid).
@@ -157,14 +164,17 @@ impl Lab {
 
     /// Judges the run's history (its final reads recorded) under the lab's lease, fenced;
     /// `exclusive` for a seat, not for an auction item.
-    fn judge(&self, exclusive: bool) -> Verdict {
+    fn judge(&self, exclusive: bool) -> (Verdict, (Linearizable, f64)) {
         let model = Model {
             ttl_ms: LAB_LEASE_TTL_MS as f64,
             fenced: true,
             exclusive,
             proxy_increment: None,
         };
-        check_history(&self.history.ops(), model)
+        let ops = self.history.ops();
+        // The product's confirm answers a second submit with its order; a bid does not.
+        let (rows, check_ms) = linearizability(&ops, exclusive, exclusive);
+        (check_history(&ops, model), (rows.linearizable, check_ms))
     }
 
     fn address(&self, server: usize) -> &str {
@@ -401,7 +411,7 @@ pub async fn seats_run(
         .collect();
     let checked = check::check(&lab.db, event).await?;
     history.read_seats(&checked, contended);
-    let verdict = lab.judge(true);
+    let (verdict, (linearizable, check_ms)) = lab.judge(true);
     Ok(FailoverRun {
         name: format!("seats, guard {}", if guard { "on" } else { "off" }),
         guard,
@@ -413,6 +423,8 @@ pub async fn seats_run(
         invariant_violations: checked.violations.len(),
         failover_ms,
         history_valid: verdict.valid,
+        linearizable,
+        check_ms,
         double_grants_caught: verdict.double_grants_caught,
         history,
         lanes,
@@ -530,7 +542,7 @@ pub async fn auction_run(
         .map(|bid| Accepted::of(&bid.bidder_id, bid.fence_token))
         .collect();
     history.read_accepted(&resource, &accepted_writes);
-    let verdict = lab.judge(false);
+    let (verdict, (linearizable, check_ms)) = lab.judge(false);
     let lanes = vec![
         Lane {
             resource: resource.clone(),
@@ -558,6 +570,8 @@ pub async fn auction_run(
         invariant_violations: bid_violations(&accepted),
         failover_ms,
         history_valid: verdict.valid,
+        linearizable,
+        check_ms,
         double_grants_caught: verdict.double_grants_caught,
         history,
         lanes,
@@ -582,7 +596,7 @@ pub async fn run(server_bin: &std::path::Path, admin_url: &str) -> anyhow::Resul
     Ok(report)
 }
 
-const HEADER: [&str; 10] = [
+const HEADER: [&str; 11] = [
     "run",
     "double grants",
     "duplicate tokens",
@@ -593,9 +607,10 @@ const HEADER: [&str; 10] = [
     "failover ms",
     "history valid",
     "double grants caught",
+    "linearizable",
 ];
 
-fn cells(run: &FailoverRun) -> [String; 10] {
+fn cells(run: &FailoverRun) -> [String; 11] {
     [
         run.name.clone(),
         run.double_grants.to_string(),
@@ -607,6 +622,7 @@ fn cells(run: &FailoverRun) -> [String; 10] {
         run.failover_ms.to_string(),
         run.history_valid.to_string(),
         run.double_grants_caught.to_string(),
+        run.linearizable.name().into(),
     ]
 }
 

@@ -18,9 +18,14 @@
 //! Postgres connection frozen (half-open). The same seed gives the same schedule
 //! ([`schedule`]); what the processes do under it is up to them.
 //!
-//! A run fails when a product workload's history is invalid, when the unfenced one is
-//! *valid* (a checker that never flags the broken workload is broken itself), or when
-//! none of the interesting things ([`Sometimes`]) happened.
+//! Each history is also searched for a linearization, resource by resource, against the
+//! fenced row ([`crate::history::partitions`]): a full verdict, `true`, `false` or
+//! `unknown` (the search's budget ran out).
+//!
+//! A run fails when a product workload's history is invalid or not found linearizable,
+//! when the unfenced one is *valid* or not found non-linearizable (a checker that never
+//! flags the broken workload is broken itself), or when none of the interesting things
+//! ([`Sometimes`]) happened.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -42,9 +47,11 @@ use seatlock::failpoint::PAUSE_HEADER;
 use seatlock::http::error::Refusal;
 use seatlock_lab::{LabSettings, PurchaseStrategy};
 
-use super::report::{escape, html_table, markdown_table};
+use super::report::{escape, html_table, linearizability, markdown_table};
 use super::timeline::{self, Lane, Moment};
 use crate::history::check::{self as checker, Accepted, Model, Verdict};
+use crate::history::linearizability::Linearizable;
+use crate::history::partitions::{self, RowsVerdict};
 use crate::history::{History, Op, OpKind, Outcome, outcome_of, seat_resource};
 use crate::http::page_buyer_id;
 use crate::procs::{ServerProcess, libfaketime};
@@ -301,6 +308,14 @@ pub struct WorkloadReport {
     pub violations: Vec<checker::Anomaly>,
     /// Violations found by the database check (money, a double sale), as `kind seat N`.
     pub database_violations: Vec<String>,
+    /// Whether the history is linearizable against the fenced row: `true`, `false`, or
+    /// `unknown` (a resource's search ran out of budget).
+    pub linearizable: Linearizable,
+    /// The linearizability search's details: resources, failing ones, steps, unknown
+    /// writes settled, the longest partial linearization of a failing resource.
+    pub linearizability: RowsVerdict,
+    /// How long the linearizability search took, ms.
+    pub check_ms: f64,
     /// The history, one operation per line.
     pub history: String,
 }
@@ -1104,6 +1119,10 @@ fn judge(
     let file = out.join(format!("history-{name}.jsonl"));
     history.write_jsonl(&file)?;
     let verdict: Verdict = checker::check(&ops, model);
+    // The product's confirm answers a buyer's second submit with its order; the race
+    // lab's writes do not.
+    let answers_own_sale = strategy == PurchaseStrategy::Fenced;
+    let (rows, check_ms) = linearizability(&ops, model.exclusive, answers_own_sale);
     let accepted_writes = ops
         .iter()
         .filter(|o| o.op == OpKind::Read)
@@ -1122,6 +1141,9 @@ fn judge(
         first_lock_anomalies: verdict.lock_anomalies.iter().take(3).cloned().collect(),
         violations: verdict.violations.into_iter().take(3).collect(),
         database_violations,
+        linearizable: rows.linearizable,
+        linearizability: rows,
+        check_ms,
         history: file.display().to_string(),
     })
 }
@@ -1276,6 +1298,19 @@ fn failures(
                 w.name
             )),
             _ => {}
+        }
+        let expected = if w.must_be_valid {
+            Linearizable::True
+        } else {
+            Linearizable::False
+        };
+        if w.linearizable != expected {
+            failures.push(format!(
+                "workload {} is linearizable: {}, expected {}",
+                w.name,
+                w.linearizable.name(),
+                expected.name()
+            ));
         }
         if w.operations == 0 {
             failures.push(format!("workload {} ran no operation", w.name));
@@ -1444,7 +1479,7 @@ fn window(ops: &[Op], report: &WorkloadReport, faults: &[Fault], ttl_ms: f64) ->
     }
 }
 
-const HEADER: [&str; 8] = [
+const HEADER: [&str; 10] = [
     "workload",
     "strategy",
     "operations",
@@ -1452,10 +1487,12 @@ const HEADER: [&str; 8] = [
     "double grants",
     "caught",
     "valid",
+    "linearizable",
+    "check ms",
     "expected",
 ];
 
-fn cells(w: &WorkloadReport) -> [String; 8] {
+fn cells(w: &WorkloadReport) -> [String; 10] {
     [
         w.name.into(),
         w.strategy.clone(),
@@ -1464,6 +1501,8 @@ fn cells(w: &WorkloadReport) -> [String; 8] {
         w.double_grants.to_string(),
         w.double_grants_caught.to_string(),
         w.valid.to_string(),
+        w.linearizable.name().into(),
+        format!("{:.1}", w.check_ms),
         if w.must_be_valid { "valid" } else { "invalid" }.into(),
     ]
 }
@@ -1531,6 +1570,12 @@ pub fn html(report: &NemesisReport) -> Result<String, String> {
             ));
         }
     }
+    let linearizations: String = report
+        .workloads
+        .iter()
+        .filter_map(|w| Some((w.name, w.linearizability.longest.as_ref()?)))
+        .map(|(name, partial)| partial_html(name, partial))
+        .collect();
     let mut timelines = String::new();
     for w in &report.timeline {
         let title = format!(
@@ -1563,12 +1608,52 @@ pub fn html(report: &NemesisReport) -> Result<String, String> {
          <h1>Nemesis, seed {seed}, on {store}: {verdict}</h1>{why}\
          {table}<h2>Sometimes</h2>{sometimes}<h2>Faults</h2>{faults}\
          <h2>First violations and lock anomalies</h2>{violations}\
+         <h2>Longest partial linearizations</h2>{linearizations}\
          <h2>Timelines</h2>{legend}<p>On <code>conditional</code> and <code>auction</code> \
          nothing is held: their lanes are writes only (\"token ?\").</p>{timelines}</body></html>",
         seed = report.seed,
         store = report.store.name(),
         legend = timeline::LEGEND_HTML
     ))
+}
+
+/// How far the linearizability search got in a failing (or undecided) resource: the
+/// operations it could order, each with the row after it, then those it could not.
+fn partial_html(workload: &str, partial: &partitions::PartialLinearization) -> String {
+    let row = |o: &partitions::Linearized, n: String| {
+        [
+            n,
+            o.process.clone(),
+            o.op.clone(),
+            format!("{:.0}", o.invoke_ms),
+            o.complete_ms
+                .map_or("unknown".into(), |ms| format!("{ms:.0}")),
+            o.state.clone().unwrap_or_default(),
+        ]
+    };
+    let ordered = partial
+        .ordered
+        .iter()
+        .enumerate()
+        .map(|(i, o)| row(o, (i + 1).to_string()));
+    let left = partial.left.iter().map(|o| row(o, "left".into()));
+    format!(
+        "<h3>{workload}: {}</h3><p>Ordered: {}. Left over, none of which can come next: {}.</p>{}",
+        escape(&partial.resource),
+        partial.ordered.len(),
+        partial.left.len(),
+        html_table(
+            &[
+                "#",
+                "process",
+                "operation",
+                "called ms",
+                "answered ms",
+                "the row after it"
+            ],
+            ordered.chain(left)
+        )
+    )
 }
 
 #[cfg(test)]

@@ -6,7 +6,10 @@ use serde::Serialize;
 
 use super::race::{Outcome, RaceNumbers};
 use crate::check::{CheckReport, Violation};
+use crate::history::Op;
 use crate::history::check::Verdict;
+use crate::history::linearizability::{Budget, Linearizable};
+use crate::history::partitions::{RowsVerdict, check_rows};
 
 /// Latency percentiles of a purchase attempt (hold + confirm), in milliseconds.
 #[derive(Debug, Clone, Serialize)]
@@ -46,6 +49,11 @@ pub struct StrategyRow {
     /// Holds granted while another buyer's lease on the seat may still have run (the
     /// lock-free strategies grant every hold: they have no lease).
     pub double_grants: usize,
+    /// Whether the history is linearizable against the fenced row, seat by seat
+    /// ([`crate::history::partitions`]): `true`, `false` or `unknown`.
+    pub linearizable: Linearizable,
+    /// How long that search took, ms.
+    pub check_ms: f64,
     /// Percentile curve for the chart: (percentile, ms). Not in the JSON.
     #[serde(skip)]
     pub curve: Vec<(f64, f64)>,
@@ -78,6 +86,7 @@ impl StrategyRow {
         numbers: &RaceNumbers,
         check: CheckReport,
         history: &Verdict,
+        linearizable: (Linearizable, f64),
     ) -> Self {
         let h = &numbers.latency_us;
         let ms = |q: f64| {
@@ -107,6 +116,8 @@ impl StrategyRow {
             history_valid: history.valid,
             history_operations: history.operations,
             double_grants: history.double_grants,
+            linearizable: linearizable.0,
+            check_ms: linearizable.1,
             curve,
             lanes: super::timeline::race_lanes(
                 &numbers.log,
@@ -123,7 +134,7 @@ impl StrategyRow {
     }
 }
 
-const HEADER: [&str; 12] = [
+const HEADER: [&str; 13] = [
     "strategy",
     "attempts",
     "confirmed",
@@ -136,9 +147,10 @@ const HEADER: [&str; 12] = [
     "history valid",
     "history ops",
     "double grants",
+    "linearizable",
 ];
 
-fn cells(row: &StrategyRow) -> [String; 12] {
+fn cells(row: &StrategyRow) -> [String; 13] {
     [
         row.strategy.clone(),
         row.attempts.to_string(),
@@ -152,7 +164,17 @@ fn cells(row: &StrategyRow) -> [String; 12] {
         row.history_valid.to_string(),
         row.history_operations.to_string(),
         row.double_grants.to_string(),
+        row.linearizable.name().into(),
     ]
+}
+
+/// The linearizability search on a lab's history, resource by resource against the
+/// fenced row ([`check_rows`]: `exclusive` for seats, `answers_own_sale` for the product's
+/// confirm), and how long it took, ms.
+pub fn linearizability(ops: &[Op], exclusive: bool, answers_own_sale: bool) -> (RowsVerdict, f64) {
+    let started = std::time::Instant::now();
+    let verdict = check_rows(ops, exclusive, answers_own_sale, Budget::DEFAULT);
+    (verdict, started.elapsed().as_secs_f64() * 1e3)
 }
 
 /// The table as Markdown (readable in a terminal, pasteable into the README).
