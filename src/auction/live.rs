@@ -17,9 +17,8 @@
 //! per bid, not two thousand, and the bid that holds the item's lock does not wait
 //! behind them for the pool.
 
-use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::response::sse::{Event, Sse};
@@ -31,9 +30,10 @@ use super::queries::{self, BidRow, Item};
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Result};
 use crate::http::ids::ItemId;
-use crate::live::{LiveMessage, Update, page_stream};
+use crate::live::{Update, page_stream};
 use crate::money::format_cents;
 use crate::state::AppState;
+use crate::venue::per_event::PerEvent;
 
 /// How many bids the item page lists (the highest ones).
 const BID_HISTORY: i64 = 50;
@@ -91,7 +91,7 @@ impl ItemRead {
     }
 }
 
-/// One message's read, and the page rendered once for every watcher it does not concern
+/// One read of an item, and the page rendered once for every watcher it does not concern
 /// (most of a thousand watchers have not bid): rendering a thousand pages per bid would
 /// cost the server more than the read it saves.
 struct SharedPage {
@@ -113,61 +113,47 @@ impl SharedPage {
     }
 }
 
-/// A read shared by the streams that got one message.
-type SharedRead = Arc<tokio::sync::OnceCell<Option<Arc<SharedPage>>>>;
-
-/// The reads of this process's item streams: for each item, the last `RECENT` (16) hub
-/// messages its streams were sent and the one read made for each. Every stream of an
-/// item receives the same `Arc` of a message, so the first stream to handle it starts the
-/// read and the others await that read. Several messages are kept because a thousand
-/// streams do not all handle one message before the next arrives: with one entry, the
-/// stragglers on the older message and the first on the newer one would evict each
-/// other's reads and read again and again (measured: 846 reads for 34 bids with 1,000
-/// watchers). One entry per item ever watched here (items are few and never deleted); a
-/// failed read is not kept, so the next stream to ask reads again.
+/// The reads of this process's item streams, one per item: the last read made, kept
+/// with the generation of the item's hub topic it was made at (the generation moves on
+/// with every message sent on the topic, [`crate::live::LiveHub::generation`]). The first stream to
+/// handle a message reads, holding the item's slot; the others wait for it and share
+/// it while the generation stays the same. A straggler still on an older message gets
+/// the newest read, which is only more current. The seat map shares its snapshot the
+/// same way ([`crate::venue::snapshots`]). A failed read is not kept.
 #[derive(Default)]
-pub struct SharedReads(Mutex<HashMap<i64, Recent>>);
-
-/// An item's latest messages, oldest first, each with its shared read.
-type Recent = VecDeque<(Arc<LiveMessage>, SharedRead)>;
-
-/// How many of an item's latest messages keep their shared read.
-const RECENT: usize = 16;
+pub struct SharedReads(PerEvent<(u64, Arc<SharedPage>)>);
 
 impl SharedReads {
-    /// The read of item `item_id` for `message`, made once however many streams ask.
-    async fn read(
-        &self,
-        state: &AppState,
-        item_id: i64,
-        message: &Arc<LiveMessage>,
-    ) -> Result<Option<Arc<SharedPage>>> {
-        let cell = {
-            let mut reads = self.0.lock().expect("not poisoned");
-            let recent = reads.entry(item_id).or_default();
-            match recent.iter().find(|(seen, _)| Arc::ptr_eq(seen, message)) {
-                Some((_, cell)) => cell.clone(),
-                None => {
-                    let cell = SharedRead::default();
-                    if recent.len() == RECENT {
-                        recent.pop_front();
-                    }
-                    recent.push_back((message.clone(), cell.clone()));
-                    cell
-                }
-            }
+    /// The read of item `item_id` current at its topic's generation, made once however
+    /// many streams ask; `None` if there is no such item.
+    async fn read(&self, state: &AppState, item_id: i64) -> Result<Option<Arc<SharedPage>>> {
+        let slot = self.0.slot(item_id);
+        let mut cached = slot.lock().await;
+        let generation = state.live.generation(&item_topic(item_id));
+        if let (Some(now), Some((at, page))) = (generation, &*cached)
+            && *at == now
+        {
+            return Ok(Some(page.clone()));
+        }
+        // Read at `generation`: a message sent during the read moves the generation on,
+        // so the next stream reads again rather than share a read that missed it.
+        let Some(read) = ItemRead::load(state, item_id).await? else {
+            *cached = None;
+            return Ok(None);
         };
-        let load = async {
-            let read = ItemRead::load(state, item_id).await?;
-            Ok::<_, Error>(read.map(|read| {
-                Arc::new(SharedPage {
-                    read,
-                    stranger: std::sync::OnceLock::new(),
-                })
-            }))
-        };
-        cell.get_or_try_init(|| load).await.cloned()
+        let page = Arc::new(SharedPage {
+            read,
+            stranger: std::sync::OnceLock::new(),
+        });
+        *cached = generation.map(|at| (at, page.clone()));
+        Ok(Some(page))
     }
+}
+
+/// The hub topic of item `item_id`'s live pages, `auction:<id>`: the topic the
+/// statements that change the item notify ([`super::queries`]).
+fn item_topic(item_id: i64) -> String {
+    format!("auction:{item_id}")
 }
 
 impl LiveItem {
@@ -235,7 +221,7 @@ pub(super) async fn stream(
     // Subscribe first, then read the snapshot: no change can fall between the two.
     let subscription = state
         .live
-        .subscribe(&format!("auction:{item_id}"))
+        .subscribe(&item_topic(item_id))
         .ok_or(Error::StreamsFull)?;
     let first = LiveItem::load(&state, item_id, &buyer_id)
         .await?
@@ -249,7 +235,7 @@ pub(super) async fn stream(
                 "resync" => "snapshot",
                 other => other,
             };
-            let page = state.auction_reads.read(&state, item_id, &message).await;
+            let page = state.auction_reads.read(&state, item_id).await;
             let html = page.and_then(|page| page.map(|page| page.html_for(&buyer_id)).transpose());
             Update::from_snapshot(
                 html.map(|html| html.map(|html| Event::default().event(name).data(html))),

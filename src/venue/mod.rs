@@ -21,7 +21,7 @@ pub mod list;
 pub mod live;
 pub mod map;
 pub mod overview;
-mod per_event;
+pub(crate) mod per_event;
 pub mod queries;
 mod routes;
 pub mod snapshots;

@@ -1,6 +1,7 @@
-//! One value per event, each behind its own async lock: the shared reads of the seat maps
-//! ([`super::board::Boards`]) and of their streams' snapshots
-//! ([`super::snapshots::Snapshots`]). Holding an event's lock while reading the stores makes
+//! One value per event (or auction item), each behind its own async lock: the shared
+//! reads of the seat maps ([`super::board::Boards`]), of their streams' snapshots
+//! ([`super::snapshots::Snapshots`]) and of the auction's item pages
+//! ([`crate::auction::SharedReads`]). Holding an event's lock while reading the stores makes
 //! the read single-flight: of a crowd arriving at once, one caller reads and the others
 //! wait for it and share what it read; other events are not held up.
 
