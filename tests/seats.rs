@@ -1147,3 +1147,82 @@ async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
         );
     }
 }
+
+/// An extended hold outlives its TTL, and so does the authorization of its purchase. The
+/// sweep waits for the longest a hold may last (ten TTLs, every extension) plus the
+/// request deadline, so it leaves that authorization open, and the sale captures it.
+/// With the old threshold (one TTL plus the deadline) the sweep voided it here.
+#[tokio::test]
+async fn an_extended_holds_authorization_is_not_swept_and_its_sale_captures_it() {
+    let app = TestApp::builder()
+        .with(|s| {
+            s.hold_ttl_ms = 1_000;
+            s.store_timeout_ms = 250;
+        })
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let seat = SeatRef {
+        event_id: event,
+        seat_id: seats[5],
+    };
+    let base = format!("{}/events/{event}", app.address);
+    let mut a = HttpBuyer::new();
+    a.get(&base).await.unwrap();
+    let hold = a
+        .post(&format!("{base}/seats/{}/hold", seat.seat_id), &[])
+        .await
+        .unwrap();
+    assert_eq!(hold.status, StatusCode::SEE_OTHER);
+    let holding = app
+        .state
+        .leases
+        .holders(&app.event_group(event))
+        .await
+        .unwrap()
+        .holdings
+        .remove(0);
+    // The purchase's authorization, under the hold's payment key (event:seat:token).
+    let payment = format!("{event}:{}:{}", seat.seat_id, holding.fencing_token.0);
+    queries::authorize_payment(app.db(), seat, &payment, &holding.holder)
+        .await
+        .unwrap();
+    // The buyer keeps asking for more time until the authorization is older than one TTL
+    // plus the request deadline.
+    let settings = &app.state.settings;
+    let one_ttl = settings.hold_ttl() + settings.request_deadline();
+    let older_than_one_ttl = || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT authorized_at < now() - make_interval(secs => $2)
+               FROM payments WHERE idempotency_key = $1",
+        )
+        .bind(&payment)
+        .bind(one_ttl.as_secs_f64())
+        .fetch_one(app.db())
+        .await
+        .unwrap()
+    };
+    while !older_than_one_ttl().await {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let more = a.post(&format!("{base}/extend"), &[]).await.unwrap();
+        assert_eq!(more.status, StatusCode::SEE_OTHER, "{}", more.body);
+    }
+    let stale_after = seatlock::seats::payments::stale_after(settings);
+    let swept = queries::void_stale_authorizations(app.db(), stale_after)
+        .await
+        .unwrap();
+    assert_eq!(swept, 0, "the live hold's authorization is not swept");
+    let bought = a
+        .post(&format!("{base}/seats/{}/confirm", seat.seat_id), &[])
+        .await
+        .unwrap();
+    assert_eq!(bought.status, StatusCode::SEE_OTHER, "{}", bought.body);
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM payments WHERE idempotency_key = $1")
+            .bind(&payment)
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert_eq!(status, "captured");
+}

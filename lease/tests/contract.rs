@@ -484,8 +484,13 @@ async fn an_extension_keeps_the_lease_and_its_token_and_the_eleventh_is_refused(
         assert_eq!(holding.expires_at_ms(), last[0].expires_at_ms());
         assert_eq!(holding.fencing_token(), leases[0].fencing_token());
         // Another label cannot extend alice's leases, even with her owner tokens.
-        let mallory = store.extend_all(&last, &Extension::new("mallory", TTL)).await;
-        assert!(matches!(mallory, Err(LeaseError::Expired { .. })), "{mallory:?}");
+        let mallory = store
+            .extend_all(&last, &Extension::new("mallory", TTL))
+            .await;
+        assert!(
+            matches!(mallory, Err(LeaseError::Expired { .. })),
+            "{mallory:?}"
+        );
     })
     .await;
 }
@@ -502,7 +507,10 @@ async fn an_extension_past_the_life_from_the_grant_is_refused() {
             ..Extension::new("alice", TTL)
         };
         let refused = store.extend_all(std::slice::from_ref(&lease), &more).await;
-        assert!(matches!(refused, Err(LeaseError::LifeLimit { .. })), "{refused:?}");
+        assert!(
+            matches!(refused, Err(LeaseError::LifeLimit { .. })),
+            "{refused:?}"
+        );
         let holding = store.owned_by(&seat, "alice").await.unwrap().unwrap();
         assert_eq!(holding.expires_at_ms(), lease.expires_at_ms());
     })

@@ -268,10 +268,19 @@ async fn the_holders_set_lives_as_long_as_its_extended_leases() {
     let set_ttl: i64 = conn.pttl(keys[0].held_by_key("alice")).await.unwrap();
     let lease_ttl: i64 = conn.pttl(keys[0].lease_key()).await.unwrap();
     let record_ttl: i64 = conn.pttl(keys[0].extension_key()).await.unwrap();
-    assert!(lease_ttl > 400, "extended past the grant's TTL: {lease_ttl} ms");
+    assert!(
+        lease_ttl > 400,
+        "extended past the grant's TTL: {lease_ttl} ms"
+    );
     assert!(set_ttl >= lease_ttl, "{set_ttl} ms < {lease_ttl} ms");
-    assert!(record_ttl <= lease_ttl + 1, "the record lapses with the lease");
-    assert_eq!(extended.leases[0].fencing_token(), leases[0].fencing_token());
+    assert!(
+        record_ttl <= lease_ttl + 1,
+        "the record lapses with the lease"
+    );
+    assert_eq!(
+        extended.leases[0].fencing_token(),
+        leases[0].fencing_token()
+    );
     let listed = client.held_by(keys[0].group(), "alice").await.unwrap();
     assert_eq!(listed.holdings.len(), 1);
 }

@@ -83,7 +83,11 @@ pub(super) async fn extend_all(
             when.extend(plan.compares.iter().cloned());
             then.extend(plan.puts.iter().cloned());
         }
-        if !store.txn(Txn::new().when(when).and_then(then)).await?.succeeded() {
+        if !store
+            .txn(Txn::new().when(when).and_then(then))
+            .await?
+            .succeeded()
+        {
             // A hold changed since the read: read again. The next read finds a lapse.
             if attempt < ATTEMPTS {
                 continue;
@@ -173,7 +177,11 @@ fn plan(
                 value,
                 Some(PutOptions::new().with_ignore_lease()),
             ),
-            TxnOp::put(record_key, record_value, Some(PutOptions::new().with_lease(id))),
+            TxnOp::put(
+                record_key,
+                record_value,
+                Some(PutOptions::new().with_lease(id)),
+            ),
         ],
     })
 }
@@ -209,7 +217,10 @@ mod tests {
 
     #[test]
     fn records_parse_back() {
-        assert_eq!(parse_record("41 1700000000000 3"), Some((41, 1_700_000_000_000, 3)));
+        assert_eq!(
+            parse_record("41 1700000000000 3"),
+            Some((41, 1_700_000_000_000, 3))
+        );
         assert_eq!(parse_record("41 x 3"), None);
     }
 }
