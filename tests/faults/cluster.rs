@@ -396,7 +396,10 @@ async fn on_a_cluster_and_under_sentinel_an_extension_keeps_the_token_and_never_
             .unwrap();
         let store = LeaseClient::new(redis, MemoryLedger::new());
         let group = format!("extend:{}", rand::random::<u32>());
-        let seats = [LeaseKey::new(&group, "1").unwrap(), LeaseKey::new(&group, "2").unwrap()];
+        let seats = [
+            LeaseKey::new(&group, "1").unwrap(),
+            LeaseKey::new(&group, "2").unwrap(),
+        ];
         let ttl = Duration::from_millis(500);
         let leases = store
             .acquire_all(&lease::Grant::new(&seats, "alice", ttl))
@@ -407,7 +410,10 @@ async fn on_a_cluster_and_under_sentinel_an_extension_keeps_the_token_and_never_
         for _ in 0..10 {
             last = store.extend_all(&last, &more).await.unwrap().leases;
         }
-        assert!(last.iter().all(|l| l.fencing_token() == leases[0].fencing_token()));
+        assert!(
+            last.iter()
+                .all(|l| l.fencing_token() == leases[0].fencing_token())
+        );
         let refused = store.extend_all(&last, &more).await;
         assert!(
             matches!(refused, Err(LeaseError::ExtensionLimit { limit: 10, .. })),
@@ -421,7 +427,10 @@ async fn on_a_cluster_and_under_sentinel_an_extension_keeps_the_token_and_never_
         })
         .await;
         let refused = store.extend_all(&[short], &more).await;
-        assert!(matches!(refused, Err(LeaseError::Expired { .. })), "{url}: {refused:?}");
+        assert!(
+            matches!(refused, Err(LeaseError::Expired { .. })),
+            "{url}: {refused:?}"
+        );
         assert_eq!(store.remaining(&lapsing).await.unwrap(), None, "{url}");
     }
 }
