@@ -752,13 +752,14 @@ async fn seat_maps_are_sent_compressed_and_event_streams_are_not() {
 }
 
 /// An authorization left open (its server killed mid-purchase, or its statement arriving
-/// after the purchase gave up) is voided once it is older than the hold TTL plus the
-/// request deadline: nobody can capture it any more. Fresh ones and captured ones stay.
+/// after the purchase gave up) is voided once it is older than the longest hold (ten hold
+/// TTLs, every extension) plus the request deadline: nobody can capture it any more.
+/// Fresh ones and captured ones stay.
 #[tokio::test]
 async fn authorizations_left_open_past_the_hold_and_the_deadline_are_voided() {
     let app = tiny().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
-    for (key, seat, age_s) in [("old", seats[0], 3_600), ("fresh", seats[1], 0)] {
+    for (key, seat, age_s) in [("old", seats[0], 4 * 3_600), ("fresh", seats[1], 0)] {
         sqlx::query(
             "INSERT INTO payments (idempotency_key, event_id, seat_id, buyer_id, amount_cents,
                                    authorized_at)
@@ -773,7 +774,7 @@ async fn authorizations_left_open_past_the_hold_and_the_deadline_are_voided() {
         .unwrap();
     }
     let older_than = seatlock::seats::payments::stale_after(&app.state.settings);
-    assert!(older_than < Duration::from_secs(3_600), "the premise");
+    assert!(older_than < Duration::from_secs(4 * 3_600), "the premise");
     let voided = queries::void_stale_authorizations(app.db(), older_than)
         .await
         .unwrap();
