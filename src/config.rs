@@ -282,6 +282,12 @@ impl Settings {
         Duration::from_millis(self.hold_ttl_ms)
     }
 
+    /// The longest a hold may last from its grant, with every extension a buyer may ask
+    /// for ("Need more time?", [`lease::MAX_EXTENSIONS`]): ten hold TTLs.
+    pub fn max_hold_life(&self) -> Duration {
+        self.hold_ttl() * lease::MAX_EXTENSIONS
+    }
+
     /// The admission TTL of a waiting room as a `Duration`.
     pub fn admission_ttl(&self) -> Duration {
         Duration::from_millis(self.admission_ttl_ms)

@@ -907,3 +907,104 @@ async fn a_block_chosen_from_the_list_is_held_by_best_available_with_its_refusal
         nowhere.body
     );
 }
+
+/// The live holds of `buyer`'s id in the event: seat id -> (fencing token, expiry ms).
+async fn holds_of(app: &TestApp, event: i64, holder: &str) -> BTreeMap<i64, (u64, u64)> {
+    let snapshot = app
+        .state
+        .leases
+        .held_by(&app.event_group(event), holder)
+        .await
+        .unwrap();
+    snapshot
+        .holdings
+        .into_iter()
+        .map(|h| {
+            (
+                h.name.parse().unwrap(),
+                (h.fencing_token.0, h.expires_at_ms),
+            )
+        })
+        .collect()
+}
+
+/// "Need more time?" extends every hold of the buyer's at once: the same seats, the same
+/// fencing tokens, later expiries. The button is on the page but hidden while more than a
+/// minute is left. The eleventh press is refused with `extension_limit`, and changes
+/// nothing.
+#[tokio::test]
+async fn need_more_time_extends_every_hold_with_its_token_and_the_eleventh_is_refused() {
+    let (app, event, mut a) = holding_four().await;
+    let page = a
+        .get(&format!("{}/events/{event}", app.address))
+        .await
+        .unwrap();
+    assert!(
+        page.body.contains(&format!(
+            "id=\"extend\" action=\"/events/{event}/extend\" hidden"
+        )),
+        "hidden with ten minutes left: {}",
+        page.body
+    );
+    let holder = holds(&app, event).await.into_keys().next().unwrap();
+    let granted = holds_of(&app, event, &holder).await;
+    assert_eq!(granted.len(), 4);
+    let mut last = granted.clone();
+    for _ in 0..10 {
+        let reply = post(&app, &a, event, "extend").await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        let now = holds_of(&app, event, &holder).await;
+        assert_eq!(
+            now.keys().collect::<Vec<_>>(),
+            last.keys().collect::<Vec<_>>()
+        );
+        for (seat, (token, expires)) in &now {
+            assert_eq!(*token, granted[seat].0, "the same lease, the same token");
+            assert!(*expires >= last[seat].1);
+        }
+        last = now;
+    }
+    let reply = post(&app, &a, event, "extend").await;
+    assert!(
+        reply.is_refused(&Refusal::ExtensionLimit { limit: 10 }),
+        "{reply:?}"
+    );
+    assert_eq!(holds_of(&app, event, &holder).await, last);
+}
+
+/// A buyer whose holds all lapsed is told `expired`, and nothing is recreated; a buyer who
+/// never held a seat of the event is told it is not their hold (403).
+#[tokio::test]
+async fn need_more_time_after_a_lapse_is_expired_and_recreates_nothing() {
+    let app = TestApp::builder()
+        .with(|s| s.hold_ttl_ms = 300)
+        .spawn()
+        .await
+        .expect("test app");
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let a = buyer(&app, event).await;
+    let hold = format!("{}/events/{event}/seats/{}/hold", app.address, seats[0]);
+    assert_eq!(
+        a.post(&hold, &[]).await.unwrap().status,
+        StatusCode::SEE_OTHER
+    );
+    let key = seatlock::seats::lease_key(
+        &app.state.settings.lease_namespace,
+        seatlock::seats::SeatRef {
+            event_id: event,
+            seat_id: seats[0],
+        },
+    );
+    seatlock_harness::eventually(
+        std::time::Duration::from_secs(5),
+        "the hold lapses",
+        || async { app.state.leases.remaining(&key).await.unwrap().is_none() },
+    )
+    .await;
+    let reply = post(&app, &a, event, "extend").await;
+    assert!(reply.is_refused(&Refusal::HoldExpired), "{reply:?}");
+    assert_eq!(app.state.leases.remaining(&key).await.unwrap(), None);
+    let stranger = buyer(&app, event).await;
+    let reply = post(&app, &stranger, event, "extend").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{reply:?}");
+}

@@ -752,13 +752,14 @@ async fn seat_maps_are_sent_compressed_and_event_streams_are_not() {
 }
 
 /// An authorization left open (its server killed mid-purchase, or its statement arriving
-/// after the purchase gave up) is voided once it is older than the hold TTL plus the
-/// request deadline: nobody can capture it any more. Fresh ones and captured ones stay.
+/// after the purchase gave up) is voided once it is older than the longest hold (ten hold
+/// TTLs, every extension) plus the request deadline: nobody can capture it any more.
+/// Fresh ones and captured ones stay.
 #[tokio::test]
 async fn authorizations_left_open_past_the_hold_and_the_deadline_are_voided() {
     let app = tiny().await;
     let (event, seats) = app.first_event_seats().await.unwrap();
-    for (key, seat, age_s) in [("old", seats[0], 3_600), ("fresh", seats[1], 0)] {
+    for (key, seat, age_s) in [("old", seats[0], 4 * 3_600), ("fresh", seats[1], 0)] {
         sqlx::query(
             "INSERT INTO payments (idempotency_key, event_id, seat_id, buyer_id, amount_cents,
                                    authorized_at)
@@ -773,7 +774,7 @@ async fn authorizations_left_open_past_the_hold_and_the_deadline_are_voided() {
         .unwrap();
     }
     let older_than = seatlock::seats::payments::stale_after(&app.state.settings);
-    assert!(older_than < Duration::from_secs(3_600), "the premise");
+    assert!(older_than < Duration::from_secs(4 * 3_600), "the premise");
     let voided = queries::void_stale_authorizations(app.db(), older_than)
         .await
         .unwrap();
@@ -1146,4 +1147,83 @@ async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
             "a stranger sees {secret:?}"
         );
     }
+}
+
+/// An extended hold outlives its TTL, and so does the authorization of its purchase. The
+/// sweep waits for the longest a hold may last (ten TTLs, every extension) plus the
+/// request deadline, so it leaves that authorization open, and the sale captures it.
+/// With the old threshold (one TTL plus the deadline) the sweep voided it here.
+#[tokio::test]
+async fn an_extended_holds_authorization_is_not_swept_and_its_sale_captures_it() {
+    let app = TestApp::builder()
+        .with(|s| {
+            s.hold_ttl_ms = 1_000;
+            s.store_timeout_ms = 250;
+        })
+        .spawn()
+        .await
+        .unwrap();
+    let (event, seats) = app.first_event_seats().await.unwrap();
+    let seat = SeatRef {
+        event_id: event,
+        seat_id: seats[5],
+    };
+    let base = format!("{}/events/{event}", app.address);
+    let mut a = HttpBuyer::new();
+    a.get(&base).await.unwrap();
+    let hold = a
+        .post(&format!("{base}/seats/{}/hold", seat.seat_id), &[])
+        .await
+        .unwrap();
+    assert_eq!(hold.status, StatusCode::SEE_OTHER);
+    let holding = app
+        .state
+        .leases
+        .holders(&app.event_group(event))
+        .await
+        .unwrap()
+        .holdings
+        .remove(0);
+    // The purchase's authorization, under the hold's payment key (event:seat:token).
+    let payment = format!("{event}:{}:{}", seat.seat_id, holding.fencing_token.0);
+    queries::authorize_payment(app.db(), seat, &payment, &holding.holder)
+        .await
+        .unwrap();
+    // The buyer keeps asking for more time until the authorization is older than one TTL
+    // plus the request deadline.
+    let settings = &app.state.settings;
+    let one_ttl = settings.hold_ttl() + settings.request_deadline();
+    let older_than_one_ttl = || async {
+        sqlx::query_scalar::<_, bool>(
+            "SELECT authorized_at < now() - make_interval(secs => $2)
+               FROM payments WHERE idempotency_key = $1",
+        )
+        .bind(&payment)
+        .bind(one_ttl.as_secs_f64())
+        .fetch_one(app.db())
+        .await
+        .unwrap()
+    };
+    while !older_than_one_ttl().await {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let more = a.post(&format!("{base}/extend"), &[]).await.unwrap();
+        assert_eq!(more.status, StatusCode::SEE_OTHER, "{}", more.body);
+    }
+    let stale_after = seatlock::seats::payments::stale_after(settings);
+    let swept = queries::void_stale_authorizations(app.db(), stale_after)
+        .await
+        .unwrap();
+    assert_eq!(swept, 0, "the live hold's authorization is not swept");
+    let bought = a
+        .post(&format!("{base}/seats/{}/confirm", seat.seat_id), &[])
+        .await
+        .unwrap();
+    assert_eq!(bought.status, StatusCode::SEE_OTHER, "{}", bought.body);
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM payments WHERE idempotency_key = $1")
+            .bind(&payment)
+            .fetch_one(app.db())
+            .await
+            .unwrap();
+    assert_eq!(status, "captured");
 }

@@ -26,6 +26,38 @@
     });
   }
 
+  // The cart's countdown in words, for a screen reader: its polite live region speaks at a
+  // few moments only (5 minutes, 1 minute, 20 seconds left), never every second. From a
+  // minute before the hold lapses the "Need more time?" button shows (templates/cart.html).
+  const MOMENTS = [
+    { ms: 20000, say: "Your hold ends in 20 seconds. Need more time? Press the button to keep your seats longer." },
+    { ms: 60000, say: "Your hold ends in less than a minute. Need more time? Press the button to keep your seats longer." },
+    { ms: 300000, say: "Your seats are held for 5 more minutes." }
+  ];
+  const LAPSED = { say: "Your hold has expired." };
+  let spoken;
+
+  // The moment the countdown has reached, or null before the first.
+  function momentOf(left) {
+    if (left <= 0) return LAPSED;
+    return MOMENTS.find(function (m) { return left <= m.ms; }) || null;
+  }
+
+  function holdAnnouncements() {
+    const countdown = document.getElementById("cart-countdown");
+    const region = document.getElementById("hold-warning");
+    const extend = document.getElementById("extend");
+    if (!countdown || !region || !extend) return;
+    const left = Number(countdown.dataset.remainingMs) - (performance.now() - started);
+    const moment = momentOf(left);
+    extend.hidden = left <= 0 || left > 60000;
+    // The moment the page opened in is what the server rendered: nothing to announce.
+    if (spoken === undefined) { spoken = moment; return; }
+    if (moment === spoken) return;
+    spoken = moment;
+    region.textContent = moment ? moment.say : "";
+  }
+
   function localTimes() {
     document.querySelectorAll(".countdown[data-remaining-ms] time").forEach(function (el) {
       const until = new Date(Date.now() + Number(el.parentElement.dataset.remainingMs));
@@ -452,7 +484,8 @@
     liveQueue();
     localTimes();
     tick();
-    setInterval(tick, 250);
+    holdAnnouncements();
+    setInterval(function () { tick(); holdAnnouncements(); }, 250);
     // A double click on a button submits once: a second submit within RESUBMIT_AFTER_MS
     // of the first is dropped. The guard lapses by itself, so a page whose navigation
     // never finished (Stop pressed, a connection that died) takes clicks again, and a

@@ -259,6 +259,115 @@ async fn a_lapsed_hold_turns_the_seat_available_on_both_maps() {
     .await;
 }
 
+/// Focuses `button` on `buyer`'s page and presses Enter, as a keyboard user does, then
+/// waits until the page its form was sent to has replaced this one.
+async fn press_for_a_new_page(
+    buyer: &Buyer,
+    button: &playwright_rs::protocol::Locator,
+) -> anyhow::Result<()> {
+    mark_page(buyer).await?;
+    button.focus().await?;
+    button.press("Enter", None).await?;
+    let started = Instant::now();
+    loop {
+        // While the page is replaced, a script may find no page to run in: ask again.
+        let same = buyer
+            .page
+            .evaluate::<(), bool>("() => window.e2eSamePage === true", None)
+            .await;
+        if matches!(same, Ok(false)) {
+            return Ok(());
+        }
+        ensure!(started.elapsed() < LIVE_TIMEOUT, "no new page after Enter");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Scenario 3b: "Need more time?" With 25-second holds the cart warns at once, in a polite
+/// live region, and shows the button. The region speaks again at 20 seconds left, not
+/// every second. The button, pressed from the keyboard, moves the countdown back up with
+/// the same fencing token. Ten presses are taken, and the eleventh is refused in words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn need_more_time_warns_extends_by_keyboard_and_refuses_the_eleventh() {
+    support::run_with(
+        "need_more_time",
+        |s| s.hold_ttl_ms = 25_000,
+        async |w| {
+            let (_, hall) = hall(w).await?;
+            let a = w.buyer("A", 0).await?;
+            a.open(&hall).await?;
+            let seat = available_seat(&a, 0).await?;
+            hold(&a, seat).await?;
+            let page = &a.page;
+            let token = page
+                .locator(format!("#hold-{seat} .muted"))
+                .inner_text()
+                .await?;
+
+            // The warning, in a polite live region, and the button beside it.
+            let warning = page.locator("#hold-warning");
+            expect(warning.clone())
+                .to_have_attribute("aria-live", "polite")
+                .await?;
+            expect(warning.clone())
+                .to_contain_text("less than a minute")
+                .await?;
+            let button = page.locator("#need-more-time");
+            expect(button.clone()).to_be_visible().await?;
+
+            // At 20 seconds left the region speaks once more.
+            let left = page.locator("#cart-countdown .left");
+            expect(warning.clone())
+                .to_contain_text("20 seconds")
+                .await
+                .context("the region speaks at 20 seconds left")?;
+            let before = seconds_left(&left.inner_text().await?)?;
+            ensure!(before <= 20, "the region spoke at {before} s left");
+            w.screenshot(&a, "need-more-time").await?;
+
+            // From the keyboard: focus the button, press Enter. The countdown moves up.
+            for n in 1..=10 {
+                press_for_a_new_page(&a, &button)
+                    .await
+                    .with_context(|| format!("extension {n}"))?;
+                expect(button.clone()).to_be_visible().await?;
+                ensure!(
+                    page.url().ends_with("#cart"),
+                    "extension {n} landed on {}",
+                    page.url()
+                );
+                let mine = page.locator(format!("#hold-{seat} .muted"));
+                ensure!(
+                    mine.inner_text().await? == token,
+                    "extension {n} changed the hold's fencing token"
+                );
+            }
+            expect(left.clone())
+                .to_contain_text_regex(r"^\(\d\d:\d\d left\)$")
+                .await?;
+            let after = seconds_left(&left.inner_text().await?)?;
+            ensure!(
+                after > before,
+                "the countdown stayed at {after} s after extending from {before} s"
+            );
+
+            // The eleventh is refused, in words, and the hold stands.
+            press_for_a_new_page(&a, &button).await?;
+            let refusal = page.locator("[data-refusal=extension_limit]");
+            expect(refusal.clone())
+                .to_contain_text("the most a hold allows")
+                .await
+                .context("the eleventh extension is refused")?;
+            a.open(&hall).await?;
+            expect(page.locator(format!("#hold-{seat}")))
+                .to_be_visible()
+                .await?;
+            Ok(())
+        },
+    )
+    .await;
+}
+
 /// Scenario 4: A buys; the seat shows sold on both maps and A's order is listed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_purchase_shows_sold_on_both_maps_and_lists_the_order() {

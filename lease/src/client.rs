@@ -12,7 +12,7 @@ use crate::changes;
 use crate::error::LeaseError;
 use crate::fence::{Fence, FenceLedger};
 use crate::keys::LeaseKey;
-use crate::lease::{Grant, GroupSnapshot, Lease, TtlLimits};
+use crate::lease::{Extended, Extension, Grant, GroupSnapshot, Lease, TtlLimits, extended};
 use crate::redis::{Connection, RedisStore};
 use crate::scripts::{self, AcquireReply};
 use crate::store::{LeaseChanges, LeaseStore, check_one_group};
@@ -223,6 +223,24 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
             // Not ours any more. Leave the lease as it was: the caller must stop writing.
             None => Ok(false),
         }
+    }
+
+    /// One script, `scripts/extend.lua`, whatever the number of leases. It checks every
+    /// lease's owner token and budget, then extends them all, their holdings, their
+    /// extension records and the holder's set. On Sentinel and Cluster it is the same
+    /// script: every key is in the group's slot.
+    async fn extend_all(
+        &self,
+        leases: &[Lease],
+        extension: &Extension,
+    ) -> Result<Extended, LeaseError> {
+        let keys: Vec<LeaseKey> = leases.iter().map(|l| l.key.clone()).collect();
+        check_one_group(&keys)?;
+        let (expiries, extensions) = scripts::extend(&self.redis, leases, extension).await?;
+        Ok(Extended {
+            leases: extended(leases, extension, &expiries),
+            extensions,
+        })
     }
 
     /// Retires the resource and releases `lease`, in one script: `scripts/retire.lua`.

@@ -104,6 +104,34 @@ pub enum LeaseError {
         /// The most the store takes.
         limit: usize,
     },
+    /// An extension ([`LeaseStore::extend_all`](crate::LeaseStore::extend_all)) found
+    /// the lease on `name` lapsed, released, or another owner's. Nothing was extended,
+    /// and no key was recreated.
+    #[error("the lease on {name} has expired: nothing was extended")]
+    Expired {
+        /// The resource whose lease is gone.
+        name: String,
+    },
+    /// An extension found the lease on `name` already extended `limit` times
+    /// ([`Extension::max_extensions`](crate::Extension::max_extensions)). Nothing was
+    /// extended.
+    #[error("the lease on {name} was extended {limit} times, the most allowed")]
+    ExtensionLimit {
+        /// The resource whose extensions are used up.
+        name: String,
+        /// The most extensions of one lease.
+        limit: u32,
+    },
+    /// An extension found the lease on `name` already lasting to its grant plus
+    /// `max_life` ([`Extension::max_life`](crate::Extension::max_life)). Nothing was
+    /// extended.
+    #[error("the lease on {name} already lasts {max_life:?} from its grant, the longest allowed")]
+    LifeLimit {
+        /// The resource whose life is used up.
+        name: String,
+        /// The longest a lease may last from its grant.
+        max_life: Duration,
+    },
     /// The store cannot express `ttl` ([`LeaseStore::ttl_limits`](crate::LeaseStore::ttl_limits); etcd: whole seconds,
     /// at least 2 s). Nothing was sent.
     #[error(

@@ -83,6 +83,13 @@ impl LeaseKey {
         held_by_key(&self.group, holder)
     }
 
+    /// `lease:{group}:~extended:<name>`: the lease's extension record, `"<fencing token>
+    /// <granted_at_ms> <extensions>"`, which lapses with the lease
+    /// ([`LeaseStore::extend_all`](crate::LeaseStore::extend_all)).
+    pub fn extension_key(&self) -> String {
+        format!("lease:{{{}}}:~extended:{}", self.group, self.name)
+    }
+
     /// `lease:{group}:~reserving:<nonce>`: the marker of one block reservation in
     /// flight (see `scripts/raise_ceiling.lua`).
     pub(crate) fn reservation_key(&self, nonce: &str) -> String {

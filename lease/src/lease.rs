@@ -225,3 +225,93 @@ pub struct GroupSnapshot {
     /// Every lease whose expiry is after `now_ms`, in no particular order.
     pub holdings: Vec<Holding>,
 }
+
+/// The most extensions of one lease by default ([`Extension::new`]): a person asks for
+/// more time at most this many times.
+pub const MAX_EXTENSIONS: u32 = 10;
+
+/// A request to extend a holder's leases: "Need more time?"
+/// ([`LeaseStore::extend_all`](crate::LeaseStore::extend_all)).
+///
+/// A lease nobody renews can still be given more time, when a person asks for it. Each
+/// extension sets the lease's expiry to `ttl` from now. It is bounded twice: at most
+/// `max_extensions` times per lease, and never later than `max_life` after its grant.
+/// So a lease that a person keeps extending still ends. WCAG 2.2 success criterion 2.2.1
+/// (Timing Adjustable) asks for the warning and the extension; seats.io caps a hold at
+/// two hours.
+///
+/// ```
+/// # use std::time::Duration;
+/// # use lease::Extension;
+/// let more = Extension::new("alice", Duration::from_secs(600));
+/// assert_eq!(more.max_extensions, 10);
+/// assert_eq!(more.max_life, Duration::from_secs(6000));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extension {
+    /// The holder label every lease must be recorded under.
+    pub holder: String,
+    /// Each extension sets the expiry to this from now: the grant's TTL.
+    pub ttl: Duration,
+    /// The most extensions of one lease ([`LeaseError::ExtensionLimit`]).
+    ///
+    /// [`LeaseError::ExtensionLimit`]: crate::LeaseError::ExtensionLimit
+    pub max_extensions: u32,
+    /// The longest a lease may last from its grant. An extension ends no later
+    /// ([`LeaseError::LifeLimit`] once nothing is left to add).
+    ///
+    /// [`LeaseError::LifeLimit`]: crate::LeaseError::LifeLimit
+    pub max_life: Duration,
+    /// The holder's admission to the group's waiting room: the extension is refused
+    /// ([`LeaseError::NotAdmitted`]) once it has ended. `None`: no waiting room.
+    ///
+    /// [`LeaseError::NotAdmitted`]: crate::LeaseError::NotAdmitted
+    pub admission: Option<OwnerToken>,
+}
+
+impl Extension {
+    /// Extensions of `holder`'s leases by `ttl`: at most [`MAX_EXTENSIONS`] per lease,
+    /// and at most `MAX_EXTENSIONS × ttl` from the grant. No admission.
+    pub fn new(holder: impl Into<String>, ttl: Duration) -> Extension {
+        Extension {
+            holder: holder.into(),
+            ttl,
+            max_extensions: MAX_EXTENSIONS,
+            max_life: ttl * MAX_EXTENSIONS,
+            admission: None,
+        }
+    }
+
+    /// The same request, refused unless `admission` is live in the group's waiting room.
+    pub fn admission(mut self, admission: OwnerToken) -> Extension {
+        self.admission = Some(admission);
+        self
+    }
+}
+
+/// What an extension did ([`LeaseStore::extend_all`](crate::LeaseStore::extend_all)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extended {
+    /// The leases, in the order given, with their new expiries. Owner and fencing tokens
+    /// are unchanged: they are the same leases.
+    pub leases: Vec<Lease>,
+    /// The most extensions any of them has had, this one included. So
+    /// `max_extensions - extensions` more are left to all of them.
+    pub extensions: u32,
+}
+
+/// `leases` with the expiries an extension gave them (Unix ms, in the same order), and
+/// `extension.ttl` as their TTL. Their `sent_at` is dropped: an expiry capped by
+/// [`Extension::max_life`] may come sooner than a TTL from the request.
+pub(crate) fn extended(leases: &[Lease], extension: &Extension, expiries: &[u64]) -> Vec<Lease> {
+    leases
+        .iter()
+        .zip(expiries)
+        .map(|(lease, &expires_at_ms)| Lease {
+            ttl: extension.ttl,
+            expires_at_ms,
+            sent_at: None,
+            ..lease.clone()
+        })
+        .collect()
+}

@@ -124,6 +124,7 @@
 //! | [`acquire_all`](LeaseStore::acquire_all) | one try at a [`Grant`]: several resources of one group, all or none, one fencing token; optionally under a per-holder limit ([`LeaseError::OverLimit`]) or behind a waiting room's admission ([`LeaseError::NotAdmitted`]) | one script |
 //! | [`acquire_with_backoff`](LeaseStore::acquire_with_backoff) | retries a busy lease with jittered exponential [`Backoff`], bounded in attempts and time | one script per attempt |
 //! | [`renew`](LeaseStore::renew) | compare-and-pexpire: extends the lease by its TTL | one script |
+//! | [`extend_all`](LeaseStore::extend_all) | "Need more time?": an [`Extension`] of one holder's leases, all or none, owner-checked, same fencing token, a lapsed lease never recreated ([`LeaseError::Expired`]); at most 10 times ([`LeaseError::ExtensionLimit`]) and 10 × TTL from the grant ([`LeaseError::LifeLimit`]) | one script (`extend.lua`) |
 //! | [`watch`](LeaseClient::watch) | starts a [`Watchdog`]: renews every TTL/3, reports [`WatchdogEvent::Lost`] | one script per renewal |
 //! | [`release`](LeaseStore::release) | compare-and-delete | one script |
 //! | [`retire`](LeaseStore::retire) | retires the resource for good (no acquire grants it again: [`LeaseError::Retired`]) and releases the caller's lease on it (compare-and-delete) | one script |
@@ -146,7 +147,8 @@
 //! | `lease:{group}:~reserving:<nonce>` | string, PX 30 s | a block reservation's marker: the server it was asked on ([`FenceLedger`]) |
 //! | `lease:{group}:~holders` | hash | `<name>` → `"<fencing token> <expires_at_ms> <holder label>"` |
 //! | `lease:{group}:~retired` | set | names retired for good ([`LeaseStore::retire`]); no TTL |
-//! | `lease:{group}:~held-by:<holder>` | set, PX the longest grant in it | names granted to `holder` ([`LeaseStore::acquire_all`] counts them under a limit, [`LeaseStore::held_by`] reads them); a member counts while the holders hash gives it to `holder`, unexpired |
+//! | `lease:{group}:~extended:<name>` | string, PX the lease's | the lease's extension record: `"<fencing token> <granted_at_ms> <extensions>"` ([`LeaseStore::extend_all`]) |
+//! | `lease:{group}:~held-by:<holder>` | set, PX the longest lease in it | names granted to `holder` ([`LeaseStore::acquire_all`] counts them under a limit, [`LeaseStore::held_by`] reads them); a member counts while the holders hash gives it to `holder`, unexpired |
 //!
 //! Grants and releases are announced on the pub/sub channel `lease:{group}:~events` by the
 //! scripts that make them; see [`changes`] for watching a group. A waiting room keeps a
@@ -207,7 +209,9 @@ pub use crate::client::{LeaseClient, connect, connect_async};
 pub use crate::error::LeaseError;
 pub use crate::fence::{DEFAULT_BLOCK_SIZE, FenceLedger};
 pub use crate::keys::{InvalidKey, LeaseKey};
-pub use crate::lease::{Grant, GroupSnapshot, Holding, Lease, TtlLimits};
+pub use crate::lease::{
+    Extended, Extension, Grant, GroupSnapshot, Holding, Lease, MAX_EXTENSIONS, TtlLimits,
+};
 pub use crate::memory::MemoryLedger;
 pub use crate::redis::RedisStore;
 pub use crate::room::{Arrival, Joined, Place, RoomTerms, RoomView, Tick};

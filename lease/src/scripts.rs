@@ -21,7 +21,7 @@ use redis::{ErrorKind, RedisError, Script};
 
 use crate::error::LeaseError;
 use crate::keys::{LeaseKey, admitted_key, held_by_key, holders_key};
-use crate::lease::{Grant, GroupSnapshot, Holding};
+use crate::lease::{Extension, Grant, GroupSnapshot, Holding, Lease};
 use crate::redis::RedisStore;
 use crate::token::{FencingToken, OwnerToken};
 use library::Library;
@@ -67,6 +67,15 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/now_ms.lua"),
         include_str!("scripts/renew.lua")
+    ))
+});
+
+/// Extends one holder's leases, all or none, within their budget (see the file's header
+/// for KEYS, ARGV and the reply).
+static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/now_ms.lua"),
+        include_str!("scripts/extend.lua")
     ))
 });
 
@@ -264,6 +273,55 @@ pub(crate) async fn renew(
     Ok((expires_at_ms > 0).then_some(expires_at_ms as u64))
 }
 
+/// `extend.lua`'s answer: the new expiries (Unix ms, Redis clock) in the order of the
+/// leases, and the most extensions any has had; or why nothing was extended.
+pub(crate) async fn extend(
+    redis: &RedisStore,
+    leases: &[Lease],
+    extension: &Extension,
+) -> Result<(Vec<u64>, u32), LeaseError> {
+    let group = leases[0].key.group();
+    let mut invocation = EXTEND.prepare_invoke();
+    invocation
+        .key(holders_key(group))
+        .key(held_by_key(group, &extension.holder))
+        .key(admitted_key(group))
+        .arg((extension.ttl.as_millis() as u64).max(1))
+        .arg(extension.max_extensions)
+        .arg(extension.max_life.as_millis() as u64)
+        .arg(&extension.holder)
+        // "": no waiting room.
+        .arg(extension.admission.as_ref().map_or("", OwnerToken::as_str));
+    for lease in leases {
+        invocation
+            .key(lease.key.lease_key())
+            .key(lease.key.extension_key())
+            .arg(lease.key.name())
+            .arg(lease.owner.as_str());
+    }
+    let (status, a, name, expiries): (String, u64, String, Vec<u64>) =
+        redis.invoke("extend", &invocation).await?;
+    match status.as_str() {
+        "extended" => Ok((expiries, a as u32)),
+        "expired" => Err(LeaseError::Expired { name }),
+        "extension_limit" => Err(LeaseError::ExtensionLimit {
+            name,
+            limit: a as u32,
+        }),
+        "life_limit" => Err(LeaseError::LifeLimit {
+            name,
+            max_life: std::time::Duration::from_millis(a),
+        }),
+        "not_admitted" => Err(LeaseError::NotAdmitted),
+        _ => Err(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "extend.lua: unknown status",
+            status,
+        ))
+        .into()),
+    }
+}
+
 /// Owner token and holding read together, with the Redis time.
 static CURRENT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -367,6 +425,7 @@ mod tests {
             ("release.lua", include_str!("scripts/release.lua")),
             ("retire.lua", include_str!("scripts/retire.lua")),
             ("renew.lua", include_str!("scripts/renew.lua")),
+            ("extend.lua", include_str!("scripts/extend.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
             ("held_by.lua", include_str!("scripts/held_by.lua")),
             ("now_ms.lua", include_str!("scripts/now_ms.lua")),

@@ -35,7 +35,7 @@ use crate::backoff::{self, Backoff};
 use crate::changes::LeaseChange;
 use crate::error::LeaseError;
 use crate::keys::LeaseKey;
-use crate::lease::{Grant, GroupSnapshot, Lease, TtlLimits};
+use crate::lease::{Extended, Extension, Grant, GroupSnapshot, Lease, TtlLimits};
 
 /// A stream of lease changes ([`LeaseStore::changes`]). Each item is one grant, release or
 /// lapse. The stream ends (`None`) when the store's connection is lost. Changes made
@@ -157,6 +157,26 @@ pub trait LeaseStore: Send + Sync {
     /// Extends `lease` by its TTL from now, if the caller still owns it, and updates its
     /// expiry: `true`. `false` if it is gone: nothing is touched or recreated.
     async fn renew(&self, lease: &mut Lease) -> Result<bool, LeaseError>;
+
+    /// Extends `leases`, all held by `extension.holder` in one group, all or none: each
+    /// to `extension.ttl` from now ("Need more time?", [`Extension`]).
+    ///
+    /// It is a renew a person asks for, owner-checked by each lease's owner token. The
+    /// leases stay the same leases: the same owner and fencing tokens. A lease that lapsed
+    /// is never recreated. The per-holder count a grant's limit uses lives as long as the
+    /// longest of them. Each lease is extended at most `extension.max_extensions` times,
+    /// and never past its grant plus `extension.max_life`.
+    ///
+    /// Errors, each leaving every lease as it was: [`LeaseError::Expired`] (a lease
+    /// lapsed, was released, or passed to another owner), [`LeaseError::ExtensionLimit`],
+    /// [`LeaseError::LifeLimit`], [`LeaseError::NotAdmitted`] (the admission named has
+    /// ended), [`LeaseError::NotOneGroup`], and [`LeaseError::AdmissionUnchecked`] from a
+    /// store that cannot check an admission.
+    async fn extend_all(
+        &self,
+        leases: &[Lease],
+        extension: &Extension,
+    ) -> Result<Extended, LeaseError>;
 
     /// Retires `lease`'s resource for good: later grants fail with
     /// [`LeaseError::Retired`]. Also releases `lease` if the caller still owns it. Returns

@@ -11,8 +11,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use lease::changes::LeaseChange;
 use lease::{
-    Grant, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, OwnerToken, Watchdog,
-    WatchdogEvent,
+    Extension, Grant, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger, OwnerToken,
+    Watchdog, WatchdogEvent,
 };
 use rand::Rng;
 
@@ -449,6 +449,97 @@ async fn nothing_is_granted_before_its_time_and_then_it_is() {
         let leases = store.acquire_all(&open).await.unwrap();
         assert!(store.is_held(&leases[0]).await.unwrap());
         assert_eq!(store.holders(&group).await.unwrap().holdings.len(), 1);
+    })
+    .await;
+}
+
+/// "Need more time?": an extension is a renew of the same lease, owner-checked. The owner
+/// and fencing tokens stay, the expiry moves, and after ten extensions the eleventh is
+/// refused, leaving the lease as it was.
+#[tokio::test]
+async fn an_extension_keeps_the_lease_and_its_token_and_the_eleventh_is_refused() {
+    on_both(|store, group| async move {
+        let seats = [key(&group, "1"), key(&group, "2")];
+        let grant = Grant::new(&seats, "alice", TTL);
+        let leases = store.acquire_all(&grant).await.unwrap();
+        let more = Extension::new("alice", TTL);
+        let mut last = leases.clone();
+        for n in 1..=10 {
+            let extended = store.extend_all(&last, &more).await.unwrap();
+            assert_eq!(extended.extensions, n);
+            for (before, after) in last.iter().zip(&extended.leases) {
+                assert_eq!(after.owner(), before.owner());
+                assert_eq!(after.fencing_token(), leases[0].fencing_token());
+                assert!(after.expires_at_ms() >= before.expires_at_ms());
+                assert!(store.is_held(after).await.unwrap());
+            }
+            last = extended.leases;
+        }
+        let refused = store.extend_all(&last, &more).await;
+        assert!(
+            matches!(&refused, Err(LeaseError::ExtensionLimit { limit: 10, .. })),
+            "{refused:?}"
+        );
+        let holding = store.owned_by(&seats[0], "alice").await.unwrap().unwrap();
+        assert_eq!(holding.expires_at_ms(), last[0].expires_at_ms());
+        assert_eq!(holding.fencing_token(), leases[0].fencing_token());
+        // Another label cannot extend alice's leases, even with her owner tokens.
+        let mallory = store
+            .extend_all(&last, &Extension::new("mallory", TTL))
+            .await;
+        assert!(
+            matches!(mallory, Err(LeaseError::Expired { .. })),
+            "{mallory:?}"
+        );
+    })
+    .await;
+}
+
+/// An extension never outlasts the lease's budget from its grant: with a life of one TTL,
+/// nothing is left to add, and nothing is extended.
+#[tokio::test]
+async fn an_extension_past_the_life_from_the_grant_is_refused() {
+    on_both(|store, group| async move {
+        let seat = key(&group, "1");
+        let lease = store.acquire(&seat, "alice", TTL).await.unwrap();
+        let more = Extension {
+            max_life: TTL,
+            ..Extension::new("alice", TTL)
+        };
+        let refused = store.extend_all(std::slice::from_ref(&lease), &more).await;
+        assert!(
+            matches!(refused, Err(LeaseError::LifeLimit { .. })),
+            "{refused:?}"
+        );
+        let holding = store.owned_by(&seat, "alice").await.unwrap().unwrap();
+        assert_eq!(holding.expires_at_ms(), lease.expires_at_ms());
+    })
+    .await;
+}
+
+/// A lapsed lease stays lapsed: its extension answers `Expired`, the key stays absent,
+/// and the holder's other lease in the same request is not extended (all or none).
+#[tokio::test]
+async fn an_extension_after_a_lapse_answers_expired_and_leaves_the_key_absent() {
+    on_both(|store, group| async move {
+        let (lapsing, kept) = (key(&group, "1"), key(&group, "2"));
+        let lapses = store.acquire(&lapsing, "alice", TTL).await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while store.remaining(&lapsing).await.unwrap().is_some() {
+            assert!(tokio::time::Instant::now() < deadline, "the lease lapses");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let stays = store.acquire(&kept, "alice", TTL).await.unwrap();
+        let more = Extension::new("alice", TTL);
+        let refused = store.extend_all(&[stays.clone(), lapses], &more).await;
+        assert!(
+            matches!(&refused, Err(LeaseError::Expired { name }) if name == "1"),
+            "{refused:?}"
+        );
+        assert_eq!(store.remaining(&lapsing).await.unwrap(), None);
+        assert!(store.owned_by(&lapsing, "alice").await.unwrap().is_none());
+        let held = store.owned_by(&kept, "alice").await.unwrap().unwrap();
+        assert_eq!(held.expires_at_ms(), stays.expires_at_ms());
     })
     .await;
 }

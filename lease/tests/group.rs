@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease::{
-    FencingToken, Grant, Lease, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger,
+    Extension, FencingToken, Grant, Lease, LeaseClient, LeaseError, LeaseKey, LeaseStore,
+    MemoryLedger,
 };
 use rand::Rng;
 use redis::AsyncCommands;
@@ -248,4 +249,38 @@ async fn a_group_of_several_groups_or_a_name_twice_is_refused_before_redis() {
         );
     }
     assert!(!exists(&client, &a[0]).await);
+}
+
+/// The holder's set, which a limited grant counts and `held_by` lists, follows an
+/// extension: it lives as long as the longest extended lease, not the grant's TTL. Before
+/// the fix it expired at the grant's TTL, and an extended hold fell out of the buyer's
+/// cart and out of their limit while still held.
+#[tokio::test]
+async fn the_holders_set_lives_as_long_as_its_extended_leases() {
+    let client = client(100);
+    let keys = keys(&[1]);
+    let ttl = Duration::from_millis(400);
+    let grant = Grant::new(&keys, "alice", ttl).limit(4);
+    let leases = client.acquire_all(&grant).await.unwrap();
+    let more = Extension::new("alice", Duration::from_secs(30));
+    let extended = client.extend_all(&leases, &more).await.unwrap();
+    let mut conn = client.redis();
+    let set_ttl: i64 = conn.pttl(keys[0].held_by_key("alice")).await.unwrap();
+    let lease_ttl: i64 = conn.pttl(keys[0].lease_key()).await.unwrap();
+    let record_ttl: i64 = conn.pttl(keys[0].extension_key()).await.unwrap();
+    assert!(
+        lease_ttl > 400,
+        "extended past the grant's TTL: {lease_ttl} ms"
+    );
+    assert!(set_ttl >= lease_ttl, "{set_ttl} ms < {lease_ttl} ms");
+    assert!(
+        record_ttl <= lease_ttl + 1,
+        "the record lapses with the lease"
+    );
+    assert_eq!(
+        extended.leases[0].fencing_token(),
+        leases[0].fencing_token()
+    );
+    let listed = client.held_by(keys[0].group(), "alice").await.unwrap();
+    assert_eq!(listed.holdings.len(), 1);
 }

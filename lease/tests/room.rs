@@ -11,8 +11,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
 use lease::{
-    Arrival, FencingToken, Grant, LeaseClient, LeaseError, LeaseKey, LeaseStore, MemoryLedger,
-    OwnerToken, Place, RoomTerms, RoomView, Tick,
+    Arrival, Extension, FencingToken, Grant, LeaseClient, LeaseError, LeaseKey, LeaseStore,
+    MemoryLedger, OwnerToken, Place, RoomTerms, RoomView, Tick,
 };
 use rand::Rng;
 
@@ -270,7 +270,7 @@ async fn a_ticket_kept_from_a_place_left_admits_nobody_and_a_leave_without_a_tic
 }
 
 #[tokio::test]
-async fn a_hold_needs_a_live_admission_checked_in_its_own_script() {
+async fn a_hold_and_its_extension_need_a_live_admission_checked_in_their_own_scripts() {
     let (client, group) = (client(), group());
     let terms = RoomTerms {
         admission_ttl: Duration::from_millis(1_000),
@@ -301,7 +301,10 @@ async fn a_hold_needs_a_live_admission_checked_in_its_own_script() {
         .acquire_all(&Grant::new(&[seat(1)], &h[0].label, ttl).admission(h[0].member.clone()))
         .await
         .unwrap();
-    // The admission lapses: no more seats, but the hold keeps its own TTL.
+    // While admitted, the holder may ask for more time.
+    let more = Extension::new(&h[0].label, ttl).admission(h[0].member.clone());
+    let held = client.extend_all(&held, &more).await.unwrap().leases;
+    // The admission lapses: no more seats, and no more time, but the hold keeps its own TTL.
     tokio::time::sleep(Duration::from_millis(1_200)).await;
     let refused = client
         .acquire_all(&Grant::new(&[seat(2)], &h[0].label, ttl).admission(h[0].member.clone()))
@@ -310,6 +313,17 @@ async fn a_hold_needs_a_live_admission_checked_in_its_own_script() {
         matches!(refused, Err(LeaseError::NotAdmitted)),
         "{refused:?}"
     );
+    let refused = client.extend_all(&held, &more).await;
+    assert!(
+        matches!(refused, Err(LeaseError::NotAdmitted)),
+        "{refused:?}"
+    );
+    let kept = client
+        .owned_by(&seat(1), &h[0].label)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.expires_at_ms(), held[0].expires_at_ms());
     assert!(client.is_held(&held[0]).await.unwrap());
 }
 

@@ -529,6 +529,14 @@ impl Buyer {
         OwnerToken::from_string(hex::encode(digest))
     }
 
+    /// Whether the browser remembers holding any seat of `event_id` ([`Buyer::had_hold`]).
+    pub fn had_hold_in(&self, event_id: i64) -> bool {
+        self.identified
+            .held
+            .iter()
+            .any(|&(event, _)| event == event_id)
+    }
+
     /// Whether the browser remembers holding `seat_id` of `event_id` (a had-hold cookie of
     /// this buyer's, set by [`Buyer::remember_hold`] and not yet forgotten or expired).
     pub fn had_hold(&self, event_id: i64, seat_id: i64) -> bool {

@@ -31,6 +31,24 @@ pub enum Refusal {
     /// The buyer's own hold has lapsed (or was lost with Redis): `expired`.
     #[error("Your hold on this seat has expired. Pick the seat again if it is still available.")]
     HoldExpired,
+    /// The buyer asked for more time `limit` times on a hold, the most a hold allows
+    /// ([`lease::MAX_EXTENSIONS`]): `extension_limit`. Nothing was extended.
+    #[error(
+        "You have asked for more time {limit} times, the most a hold allows, so nothing was extended. Your seats stay yours until the countdown ends: buy them now."
+    )]
+    ExtensionLimit {
+        /// The most extensions of one hold.
+        limit: u32,
+    },
+    /// A hold already lasts as long as a hold may from its grant, ten hold TTLs
+    /// (`Settings::max_hold_life`): `hold_life_limit`. Nothing was extended.
+    #[error(
+        "Your seats have been held for as long as a hold may last from when you picked them, so nothing was extended. They stay yours until the countdown ends: buy them now."
+    )]
+    HoldLifeLimit {
+        /// The longest a hold may last from its grant, in seconds.
+        max_life_secs: u64,
+    },
     /// The seat is sold: `sold`.
     #[error("This seat has already been sold.")]
     AlreadySold,
@@ -95,8 +113,9 @@ pub enum Refusal {
     },
     /// The sale's capture found the hold's payment voided, so the sale was rolled back:
     /// nothing bought, nothing charged, the hold kept: `payment_voided`. Only an
-    /// authorization nobody joined for longer than the hold TTL plus the request deadline
-    /// is voided under a live attempt (migration 0009).
+    /// authorization nobody joined for longer than the longest hold (ten hold TTLs, with
+    /// every extension) plus the request deadline is voided under a live attempt
+    /// (migration 0009).
     #[error(
         "Your payment authorization was voided before the sale, so nothing was bought and nothing was charged. Your hold stands: confirm again to authorize the payment anew."
     )]
@@ -161,7 +180,7 @@ impl Refusal {
         }
     }
 
-    /// The stable code: `held`, `expired`, `sold`, `event_started`, `stale`,
+    /// The stable code: `held`, `expired`, `extension_limit`, `hold_life_limit`, `sold`, `event_started`, `stale`,
     /// `seat_limit`, `no_block`, `strands_seat`, `blocks_taken`, `holds_lapsed`, `payment_voided`,
     /// `price_changed`, `not_on_sale`, `not_admitted`, `busy`,
     /// `stale_bid_lock`, `auction_changed`, `bid_lock_used`, or a bid rule's
@@ -170,6 +189,8 @@ impl Refusal {
         match self {
             Refusal::SomeoneIsBuying => "held",
             Refusal::HoldExpired => "expired",
+            Refusal::ExtensionLimit { .. } => "extension_limit",
+            Refusal::HoldLifeLimit { .. } => "hold_life_limit",
             Refusal::AlreadySold => "sold",
             Refusal::EventStarted => "event_started",
             Refusal::StaleToken => "stale",
@@ -287,6 +308,13 @@ impl From<LeaseError> for Error {
             LeaseError::Retired => Refusal::AlreadySold.into(),
             LeaseError::OverLimit { held, limit } => Refusal::SeatLimit { held, limit }.into(),
             LeaseError::NotAdmitted => Refusal::NotAdmitted.into(),
+            // An extension ("Need more time?") found a hold gone, or its budget spent.
+            LeaseError::Expired { .. } => Refusal::HoldExpired.into(),
+            LeaseError::ExtensionLimit { limit, .. } => Refusal::ExtensionLimit { limit }.into(),
+            LeaseError::LifeLimit { max_life, .. } => Refusal::HoldLifeLimit {
+                max_life_secs: max_life.as_secs(),
+            }
+            .into(),
             // Without the venue at hand (a hold names it: `seats::purchase::hold_refused`).
             LeaseError::NotYet { not_before_ms } => {
                 Refusal::not_on_sale(not_before_ms, "UTC").into()

@@ -346,7 +346,7 @@ async fn lapsed_since_shown(
 /// They are the seats Redis records under the buyer's id ([`held_seats`]).
 /// Each comes with its lease ([`purchase::held_lease`]).
 /// A hold that lapsed in between is left out.
-async fn held_leases(
+pub(super) async fn held_leases(
     state: &AppState,
     buyer: &Buyer,
     event_id: i64,

@@ -5,11 +5,13 @@
 //! * [`purchase`]: the rules of one seat: hold, release, confirm.
 //! * [`cart`]: several seats at once: the group hold, best available's retries, the
 //!   checkout in one fenced transaction, release all.
+//! * [`extend`]: "Need more time?", every hold of the buyer's extended at once.
 //! * [`queries`]: the SQL; [`queries::sell`] is the fenced write.
 //! * [`catalog`]: each event's seats and start, read once per process. A hold asks no
 //!   Postgres.
 //! * [`payments`]: the sweep that voids payments nobody finished.
-//! * `routes`: thin HTTP handlers for hold, release, confirm, checkout and release all.
+//! * `routes`: thin HTTP handlers for hold, release, confirm, checkout, release all and
+//!   extend.
 //! * This file: the lease key of a seat, and the seats a buyer holds.
 //!
 //! What the buyer sees lives in [`crate::venue`]: the drawing, the map and its stream,
@@ -17,6 +19,7 @@
 
 pub mod cart;
 pub mod catalog;
+pub mod extend;
 pub mod payments;
 pub mod purchase;
 pub mod queries;

@@ -19,9 +19,11 @@ use super::queries;
 /// How often open authorizations are swept.
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
-/// How long an authorization may stay open: the hold TTL plus the request deadline.
+/// How long an authorization may stay open: the longest a hold may last, with every
+/// extension ([`Settings::max_hold_life`]), plus the request deadline. A hold's TTL alone
+/// is not enough: an extended hold outlives it, and its purchase may still capture.
 pub fn stale_after(settings: &Settings) -> Duration {
-    settings.hold_ttl() + settings.request_deadline()
+    settings.max_hold_life() + settings.request_deadline()
 }
 
 /// Sweeps every [`SWEEP_INTERVAL`], forever (a failed sweep is logged; the next runs on

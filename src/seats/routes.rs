@@ -7,7 +7,7 @@ use axum::response::Redirect;
 use axum::routing::post;
 use serde::Deserialize;
 
-use super::{SeatRef, cart, purchase};
+use super::{SeatRef, cart, extend, purchase};
 use crate::http::buyer::Buyer;
 use crate::http::csrf::{CsrfForm, CsrfPost, Empty};
 use crate::http::error::{Error, Result};
@@ -15,13 +15,14 @@ use crate::http::ids::{EventId, PathId, SeatId};
 use crate::state::AppState;
 use crate::waiting_room;
 
-/// Release, the cart's checkout and release all. The pages around them are the
+/// Release, the cart's checkout, release all and extend ("Need more time?"). The pages around them are the
 /// venue's ([`crate::venue::router`]).
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/events/{event}/seats/{seat}/release", post(release))
         .route("/events/{event}/checkout", post(checkout))
         .route("/events/{event}/release-all", post(release_all))
+        .route("/events/{event}/extend", post(extend_holds))
 }
 
 /// The product's hold and confirm (lease + fenced purchase).
@@ -78,6 +79,16 @@ async fn release_all(
     CsrfPost(EventId(event_id), Empty {}): CsrfPost<EventId, Empty>,
 ) -> Result<Redirect> {
     cart::release_all(&state, &buyer, event_id).await?;
+    Ok(Redirect::to(&format!("/events/{event_id}#cart")))
+}
+
+/// "Need more time?": every hold of the buyer's in the event, extended at once.
+async fn extend_holds(
+    State(state): State<AppState>,
+    buyer: Buyer,
+    CsrfPost(EventId(event_id), Empty {}): CsrfPost<EventId, Empty>,
+) -> Result<Redirect> {
+    extend::extend(&state, &buyer, event_id).await?;
     Ok(Redirect::to(&format!("/events/{event_id}#cart")))
 }
 

@@ -380,3 +380,57 @@ async fn on_a_cluster_and_under_sentinel_nothing_is_held_before_the_on_sale() {
             .await;
     }
 }
+
+/// "Need more time?" on a Redis Cluster and under Sentinel: the same `extend.lua`, one
+/// slot per event. Each store keeps the fencing token, refuses the eleventh extension,
+/// and answers `expired` for a hold that lapsed, leaving its key absent.
+#[tokio::test]
+async fn on_a_cluster_and_under_sentinel_an_extension_keeps_the_token_and_never_revives_a_lapse() {
+    let cluster = ClusterTopology::start().await.unwrap();
+    let sentinel = seatlock_harness::sentinel::SentinelTopology::start()
+        .await
+        .unwrap();
+    for url in [cluster.url(), sentinel.url()] {
+        let redis = lease::connect_async(&url, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let store = LeaseClient::new(redis, MemoryLedger::new());
+        let group = format!("extend:{}", rand::random::<u32>());
+        let seats = [
+            LeaseKey::new(&group, "1").unwrap(),
+            LeaseKey::new(&group, "2").unwrap(),
+        ];
+        let ttl = Duration::from_millis(500);
+        let leases = store
+            .acquire_all(&lease::Grant::new(&seats, "alice", ttl))
+            .await
+            .unwrap();
+        let more = lease::Extension::new("alice", Duration::from_secs(30));
+        let mut last = leases.clone();
+        for _ in 0..10 {
+            last = store.extend_all(&last, &more).await.unwrap().leases;
+        }
+        assert!(
+            last.iter()
+                .all(|l| l.fencing_token() == leases[0].fencing_token())
+        );
+        let refused = store.extend_all(&last, &more).await;
+        assert!(
+            matches!(refused, Err(LeaseError::ExtensionLimit { limit: 10, .. })),
+            "{url}: {refused:?}"
+        );
+        // A hold that lapses stays lapsed.
+        let lapsing = LeaseKey::new(&group, "3").unwrap();
+        let short = store.acquire(&lapsing, "alice", ttl).await.unwrap();
+        eventually(Duration::from_secs(5), "the hold lapses", || async {
+            store.remaining(&lapsing).await.unwrap().is_none()
+        })
+        .await;
+        let refused = store.extend_all(&[short], &more).await;
+        assert!(
+            matches!(refused, Err(LeaseError::Expired { .. })),
+            "{url}: {refused:?}"
+        );
+        assert_eq!(store.remaining(&lapsing).await.unwrap(), None, "{url}");
+    }
+}

@@ -533,7 +533,7 @@ async fn a_stale_tab_confirming_after_a_release_and_rehold_voids_its_authorizati
 /// is lost (a half-open connection: the flow froze after the statement arrived). The
 /// purchase waits for it until the request deadline, answers 503 and is dropped without
 /// leaving (it cannot know whether it joined): the payment stays `authorized`. The sweep
-/// voids it (here with a window of zero; hold TTL + request deadline in production), and
+/// voids it (here with a window of zero; ten hold TTLs + request deadline in production), and
 /// the buyer's retry through another server authorizes again and pays once.
 ///
 /// Interleaving: the test holds the payment row's lock (a voided earlier attempt's row,
@@ -738,8 +738,8 @@ async fn a_checkout_whose_second_authorization_fails_leaves_only_what_it_joined(
 }
 
 /// The sweep keeps the count (not reachable with the shipped settings, where every
-/// attempt ends within the request deadline after it joins and the sweep waits hold TTL +
-/// deadline; a server configured with a shorter window than the others, or a statement
+/// attempt ends within the request deadline after it joins and the sweep waits ten hold
+/// TTLs + deadline; a server configured with a shorter window than the others, or a statement
 /// delayed past it, would reach it). An attempt counted before the sweep that leaves after
 /// a live attempt joined again takes only its own place: the live attempt's sale captures.
 /// When the sweep reset the count to 0, the stale leave voided the live attempt's

@@ -220,7 +220,7 @@ fn opening_key(group: &str) -> String {
 }
 
 /// The key-value the txn's `or_else` read number `i` found, if any.
-fn found(reads: &[TxnOpResponse], i: usize) -> Option<etcd_client::KeyValue> {
+pub(super) fn found(reads: &[TxnOpResponse], i: usize) -> Option<etcd_client::KeyValue> {
     match reads.get(i) {
         Some(TxnOpResponse::Get(get)) => get.kvs().first().cloned(),
         _ => None,

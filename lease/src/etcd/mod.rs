@@ -10,6 +10,7 @@
 //! | group hold | one etcd lease per resource, all keys created in one txn (one revision: one fencing token for all) |
 //! | release | revoke of the owner's etcd lease, which deletes the key attached to it (the owner check: only the owner can name that lease) |
 //! | renew | keep-alive of the owner's lease, then an owner-checked rewrite of the recorded expiry |
+//! | extend ("Need more time?") | one read, one txn comparing each hold's etcd lease and revision and its extension record, then a keep-alive of each (`extend.rs`) |
 //! | retire | owner-checked delete plus a `~retired:<name>` key without lease, which every grant's txn requires absent |
 //! | not before (an on-sale) | the group's `~on-sale` key, which a grant's txn requires to hold that time; the first process whose own clock passed it writes it (`grant.rs`) |
 //! | changes | a watch on the groups' key prefix; a lapse is a delete by etcd |
@@ -25,8 +26,10 @@
 //!
 //! Round trips: acquire 2 (the lease grants, sent concurrently, then the txn; 3 with a
 //! limit, which first counts the holder's keys), release 1 (revoke), renew 3
-//! (keep-alive, read, txn), retire 2, holders 1, owned_by 1, is_held 1, remaining 2.
+//! (keep-alive, read, txn), retire 2, holders 1, owned_by 1, is_held 1, remaining 2,
+//! extend_all 2 plus one keep-alive per hold.
 
+mod extend;
 mod grant;
 mod watch;
 
@@ -40,7 +43,7 @@ use etcd_client::{
 
 use crate::error::LeaseError;
 use crate::keys::LeaseKey;
-use crate::lease::{Grant, GroupSnapshot, Holding, Lease, TtlLimits};
+use crate::lease::{Extended, Extension, Grant, GroupSnapshot, Holding, Lease, TtlLimits};
 use crate::store::{LeaseChanges, LeaseStore};
 use crate::token::{FencingToken, OwnerToken};
 
@@ -382,6 +385,14 @@ impl LeaseStore for EtcdStore {
         let result = if renewed { "renewed" } else { "not_owner" };
         metrics::counter!(crate::telemetry::RENEWALS_TOTAL, "result" => result).increment(1);
         Ok(renewed)
+    }
+
+    async fn extend_all(
+        &self,
+        leases: &[Lease],
+        extension: &Extension,
+    ) -> Result<Extended, LeaseError> {
+        extend::extend_all(self, leases, extension).await
     }
 
     async fn retire(&self, lease: &Lease) -> Result<bool, LeaseError> {
