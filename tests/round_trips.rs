@@ -28,7 +28,7 @@
 //! How it counts:
 //! * **Redis**: a private `redis-server` per test ([`RedisServer`]). `INFO commandstats`
 //!   deltas count the scripts (`evalsha` + `eval` + `fcall` calls: the grant is a function,
-//!   `lease/src/scripts/library.rs`). Redis also counts there every
+//!   `lease/src/redis/library.rs`). Redis also counts there every
 //!   command a script runs inside the server, so the *top-level* commands, the ones the
 //!   client sent, come from the slow log with a 0 µs threshold: each entry names the
 //!   client, and commands run by a script carry the Lua pseudo-client (address `?:0`).

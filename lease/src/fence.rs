@@ -46,7 +46,7 @@ use crate::{scripts, telemetry};
 /// Otherwise it asks for a fresh block, which the ledger puts above every token issued
 /// before. The guard costs no extra round trip, and one `INFO replication` inside each
 /// grant: the `run_id` (`INFO server`, the costlier) is read once per Redis process, by
-/// the function library the grant runs in (`scripts/library.rs`).
+/// the function library the grant runs in (`redis/library.rs`).
 /// [`LeaseClient::with_failover_guard`](crate::LeaseClient::with_failover_guard) turns
 /// it off, for the failover lab only.
 ///

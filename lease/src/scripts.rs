@@ -3,7 +3,7 @@
 //! Each file's header names its KEYS, ARGV and reply. Redis runs each script atomically
 //! (`EVALSHA`, falling back to `SCRIPT LOAD` once per server). The two the failover
 //! guard runs in, `acquire.lua` and `raise_ceiling.lua`, are functions of one library
-//! instead (`FCALL`, [`library`] says why). So each operation is one round trip. Each script is safe to send twice: the store resends a request whose
+//! instead (`FCALL`, [`crate::redis::library`] says why). So each operation is one round trip. Each script is safe to send twice: the store resends a request whose
 //! connection dropped (`redis/connection.rs`).
 //!
 //! What two scripts share is written once and joined here with `concat!`:
@@ -23,12 +23,10 @@ use crate::error::LeaseError;
 use crate::keys::{LeaseKey, admitted_key, held_by_key, holders_key};
 use crate::lease::{Extension, Grant, GroupSnapshot, Holding, Lease};
 use crate::redis::RedisStore;
+use crate::redis::library::Library;
 use crate::token::{FencingToken, OwnerToken};
-use library::Library;
 
-pub(crate) mod library;
-
-/// The scripts the failover guard runs in: one function library (`library.rs` says
+/// The scripts the failover guard runs in: one function library (`redis/library.rs` says
 /// why), `server_identity.lua` and `now_ms.lua` before its functions.
 ///
 /// * `acquire`: grant, one resource or several of one group, all or none: refused if one

@@ -113,7 +113,7 @@ async fn without_the_guard_a_failover_repeats_the_lost_grants_token() {
 /// A Redis killed and restarted from its last snapshot (RDB) comes back with the fence
 /// hash, its block's stamp and the grant's function library as they were at the
 /// snapshot, without the grant made after it. The library remembers the server's
-/// `run_id` (lease/src/scripts/library.rs), but only in the Lua state of the process that
+/// `run_id` (lease/src/redis/library.rs), but only in the Lua state of the process that
 /// loaded it: the restarted server reads its new one, the stamp is not its own, and the
 /// next grant takes a fresh block. Without the guard the snapshot's counter is used
 /// again, and the lost grant's token is given out twice. Returns the tokens before the

@@ -25,6 +25,7 @@
 
 mod cluster;
 mod connection;
+pub(crate) mod library;
 mod sentinel;
 
 use std::future::Future;
@@ -38,9 +39,9 @@ use redis::{Client, Cmd, FromRedisValue, RedisResult, ScriptInvocation};
 
 pub use self::connection::Connection;
 use self::connection::{Current, lazy_connection, poll};
+use self::library::{FunctionCall, Library};
 pub use self::sentinel::SENTINEL_POLL;
 use self::sentinel::{Sentinels, after_failover, named_primary, sentinel_client, sentinels};
-use crate::scripts::library::{FunctionCall, Library};
 use crate::telemetry;
 
 /// The URL scheme that names Sentinels instead of a Redis server.

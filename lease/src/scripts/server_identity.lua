@@ -1,4 +1,4 @@
--- server_identity.lua: the prelude of the guarded function library (scripts/library.rs),
+-- server_identity.lua: the prelude of the guarded function library (redis/library.rs),
 -- which holds acquire.lua and raise_ceiling.lua; defines server_identity(), the identity
 -- of the Redis server running the call, "<run_id>:<master_replid>": what the failover
 -- guard stamps a block with (explained once, on FenceLedger in lease/src/fence.rs).

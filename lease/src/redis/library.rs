@@ -103,7 +103,7 @@ impl FunctionCall {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::redis::library::Library;
 
     #[test]
     fn names_carry_the_hash_of_the_code() {
