@@ -28,6 +28,13 @@ pub enum LeaseError {
     /// once the replicas, or the Sentinels' new primary, are back (redis/redis#1083).
     #[error("Redis refused the write: too few replicas in sync (min-replicas-to-write): {0}")]
     TooFewReplicas(#[source] redis::RedisError),
+    /// Redis answered, and refused the request or answered what this crate cannot read:
+    /// `NOPERM` (the account's ACL forbids a command the store sends, such as `FCALL` or
+    /// `FUNCTION LOAD`), or a reply of the wrong shape (another program registered a
+    /// function under this crate's name). A setting to fix, not an outage to wait out.
+    /// Nothing was written by this crate's scripts.
+    #[error("Redis refused the request (its ACL, or a function of another program): {0}")]
+    RedisRefused(#[source] redis::RedisError),
     /// The durable fence ledger could not reserve a block of tokens. Carries the
     /// ledger's own error ([`FenceLedger::Error`](crate::FenceLedger::Error)) as the source.
     #[error("fence ledger unavailable: {0}")]
@@ -150,11 +157,18 @@ pub enum LeaseError {
 }
 
 impl From<redis::RedisError> for LeaseError {
-    /// [`LeaseError::TooFewReplicas`] for a `NOREPLICAS` refusal, else
+    /// [`LeaseError::TooFewReplicas`] for a `NOREPLICAS` refusal,
+    /// [`LeaseError::RedisRefused`] for `NOPERM` or a reply this crate cannot read, else
     /// [`LeaseError::Unavailable`].
     fn from(err: redis::RedisError) -> Self {
+        let unreadable = matches!(
+            err.kind(),
+            redis::ErrorKind::UnexpectedReturnType | redis::ErrorKind::Parse
+        );
         if err.code() == Some("NOREPLICAS") {
             LeaseError::TooFewReplicas(err)
+        } else if err.code() == Some("NOPERM") || unreadable {
+            LeaseError::RedisRefused(err)
         } else {
             LeaseError::Unavailable(err)
         }

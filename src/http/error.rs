@@ -328,6 +328,13 @@ impl From<LeaseError> for Error {
                 Error::BadRequest("Those seats cannot be held together.".into())
             }
             LeaseError::Unavailable(_) => Error::Unavailable("Redis"),
+            // Redis answered, and refused: its account may not run the lease functions
+            // (ACL), or another program took their names. A setting for the operator,
+            // named in the log at error level, not an outage that passes.
+            LeaseError::RedisRefused(_) => {
+                tracing::error!(error = %err, "Redis refused a lease request");
+                Error::Unavailable("The lock service")
+            }
             LeaseError::TooFewReplicas(_) => Error::Unavailable(TOO_FEW_REPLICAS),
             LeaseError::Etcd(_) => Error::Unavailable("etcd"),
             // etcd answered, and refused: a request it finds invalid is this server's

@@ -253,3 +253,82 @@ impl MapStream {
         }
     }
 }
+
+/// Another application's rules on a shared Redis that leave the grant no way to run: an
+/// account whose ACL forbids `FUNCTION` and `FCALL` (the grant is a Redis function,
+/// `lease/src/redis/library.rs`), and a library of another program registering a
+/// function under the grant's name. Either is a setting to fix, named as a refusal
+/// ([`lease::LeaseError::RedisRefused`], logged at error level by the server), never
+/// taken for Redis being down.
+#[tokio::test]
+async fn a_redis_that_refuses_the_lease_functions_is_named_a_refusal_not_an_outage() {
+    let redis = RedisServer::start().await.unwrap();
+    let mut admin = lease::connect(&redis.url(), Duration::from_secs(2))
+        .unwrap()
+        .connection();
+    let () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "limited",
+                "on",
+                ">pw",
+                "~*",
+                "&*",
+                "+@all",
+                "-function",
+                "-fcall",
+            ][..],
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let limited_url = format!("redis://limited:pw@127.0.0.1:{}/", redis.port);
+    let leases = |url: &str| {
+        lease::LeaseClient::new(
+            lease::connect(url, Duration::from_secs(2)).unwrap(),
+            lease::MemoryLedger::new(),
+        )
+    };
+    let key = |name: &str| lease::LeaseKey::new("shared-event", name).unwrap();
+    let ttl = Duration::from_secs(60);
+    let refused = leases(&limited_url).acquire(&key("1"), "a", ttl).await;
+    assert!(
+        matches!(refused, Err(lease::LeaseError::RedisRefused(_))),
+        "{refused:?}"
+    );
+
+    // Our library loaded and called; then another program's library takes the names of
+    // its functions while ours is flushed away.
+    let ours = leases(&redis.url());
+    ours.acquire(&key("2"), "a", ttl).await.unwrap();
+    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let names = format!("{libraries:?}");
+    let acquire = names
+        .split('"')
+        .find(|name| name.starts_with("seatlock_acquire_"))
+        .expect("the grant's function is listed")
+        .to_owned();
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let impostor = format!(
+        "#!lua name=otherapp\nredis.register_function('{acquire}', function() return 'hello' end)"
+    );
+    let _: String = redis::cmd("FUNCTION")
+        .arg(&["LOAD", impostor.as_str()][..])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let refused = ours.acquire(&key("3"), "a", ttl).await;
+    assert!(
+        matches!(refused, Err(lease::LeaseError::RedisRefused(_))),
+        "{refused:?}"
+    );
+}
