@@ -82,7 +82,7 @@ fn a_budget_overrun_is_unknown_never_a_pass() {
         .map(|i| op(0.0, 100.0, In::Write(i), Out::Done))
         .chain([op(200.0, 201.0, In::Read, Out::Read(Some(99)))])
         .collect();
-    let tight = check_operations(&CasRegister, &ops, Budget { max_steps: 50 });
+    let tight = check_operations(&CasRegister, &ops, Budget::steps(50));
     assert_eq!(tight.verdict, Linearizable::Unknown);
     assert_eq!(tight.steps, 50);
     assert_eq!(verdict(&ops), Linearizable::False);
@@ -215,4 +215,86 @@ fn porcupines_verdicts_on_a_subset_of_its_histories() {
         assert_eq!(verdict, want, "{name}");
     }
     println!("{} histories", cases.len());
+}
+
+#[test]
+fn a_history_with_times_it_cannot_read_is_unknown_never_a_pass() {
+    // A write at a time that is not a number would sort after everything and let the
+    // stale read pass; a return before its call is no history at all.
+    let not_a_number = [
+        op(0.0, 1.0, In::Write(1), Out::Done),
+        op(f64::NAN, f64::NAN, In::Write(2), Out::Done),
+        op(5.0, 6.0, In::Read, Out::Read(Some(1))),
+    ];
+    assert_eq!(verdict(&not_a_number), Linearizable::Unknown);
+    let backwards = [op(5.0, 1.0, In::Write(1), Out::Done)];
+    assert_eq!(verdict(&backwards), Linearizable::Unknown);
+}
+
+#[test]
+fn a_memo_past_its_bytes_is_unknown() {
+    // Many concurrent writes and a read no order explains: the memo grows with every
+    // subset of writes tried. A small memo ends the search as `unknown`.
+    let mut ops: Vec<Op> = (0..40)
+        .map(|v| op(0.0, 1.0, In::Write(v), Out::Done))
+        .collect();
+    ops.push(op(2.0, 3.0, In::Read, Out::Read(Some(-1))));
+    let small = Budget {
+        max_memo_bytes: 64 << 10,
+        ..Budget::DEFAULT
+    };
+    let search = check_operations(&CasRegister, &ops, small);
+    assert_eq!(search.verdict, Linearizable::Unknown);
+    assert!(search.steps < Budget::DEFAULT.max_steps, "{}", search.steps);
+}
+
+/// Bids on one item whose final read shows a lower token taken after a higher one: the
+/// fence takes tokens in order, so no order explains it, also when the late bid was sent
+/// twice (its first answer lost) and the search cannot tell which send's token it was.
+#[test]
+fn a_lower_token_taken_after_a_higher_one_is_not_linearizable_even_when_resent() {
+    use seatlock_harness::history::check::{Accepted, accepted_value};
+    use seatlock_harness::history::partitions::check_rows;
+    use seatlock_harness::history::{Op as HistoryOp, OpKind, Outcome};
+
+    let bid = |process: &str, cents: &str, at: f64, outcome: Outcome| HistoryOp {
+        process: process.into(),
+        holder: process.split('/').next().unwrap().into(),
+        op: OpKind::Write,
+        resource: "item 1".into(),
+        fencing_token: None,
+        value: Some(cents.into()),
+        invoke_ms: at,
+        complete_ms: at + 10.0,
+        outcome,
+        reason: None,
+    };
+    let taken: Vec<Accepted> = [("b", 2, "1200"), ("a", 1, "1000"), ("a", 3, "1500")]
+        .into_iter()
+        .map(|(holder, token, value)| Accepted {
+            value: Some(value.into()),
+            ..Accepted::of(holder, Some(token))
+        })
+        .collect();
+    let read = HistoryOp {
+        process: "checker".into(),
+        holder: "checker".into(),
+        op: OpKind::Read,
+        resource: "item 1".into(),
+        fencing_token: None,
+        value: Some(accepted_value(&taken)),
+        invoke_ms: 500.0,
+        complete_ms: 510.0,
+        outcome: Outcome::Ok,
+        reason: None,
+    };
+    let resent = vec![
+        bid("a/tab0", "1000", 0.0, Outcome::Unknown),
+        bid("a/tab1", "1000", 1.0, Outcome::Ok),
+        bid("b/tab0", "1200", 5.0, Outcome::Ok),
+        bid("a/tab0", "1500", 100.0, Outcome::Ok),
+        read,
+    ];
+    let verdict = check_rows(&resent, false, false, Budget::DEFAULT).linearizable;
+    assert_eq!(verdict, Linearizable::False);
 }

@@ -52,6 +52,12 @@ pub trait Model {
 
     /// A state in words, for a report.
     fn describe_state(&self, state: &Self::State) -> String;
+
+    /// The bytes a state holds on the heap, beyond its own size: what the memo's copy of
+    /// it costs ([`Budget::max_memo_bytes`]). 0 for a state with nothing on the heap.
+    fn state_heap_bytes(&self, _state: &Self::State) -> usize {
+        0
+    }
 }
 
 /// One operation with its call and return times (any unit, one clock); an unknown
@@ -97,14 +103,26 @@ pub enum Event<I, O> {
 pub struct Budget {
     /// The most steps (a call tried, or a choice undone) one partition's search may take.
     pub max_steps: u64,
+    /// The most bytes one partition's memo may hold (its linearized sets and states): a
+    /// history of many concurrent writes can fill memory long before its steps run out.
+    pub max_memo_bytes: usize,
 }
 
 impl Budget {
     /// Two million steps: a 180 s nemesis seat or item takes a few thousand; a Jepsen
-    /// etcd log of Porcupine's at most a few hundred thousand.
+    /// etcd log of Porcupine's at most a few hundred thousand. 256 MiB of memo.
     pub const DEFAULT: Budget = Budget {
         max_steps: 2_000_000,
+        max_memo_bytes: 256 << 20,
     };
+
+    /// [`Budget::DEFAULT`] with at most `max_steps` steps.
+    pub fn steps(max_steps: u64) -> Budget {
+        Budget {
+            max_steps,
+            ..Budget::DEFAULT
+        }
+    }
 }
 
 /// The verdict on a history: `true`, `false`, or `unknown` when the budget ran out.
@@ -154,12 +172,24 @@ pub struct Search {
     pub linearization: Vec<usize>,
 }
 
-/// Checks `operations` against `model` within `budget`.
+/// Checks `operations` against `model` within `budget`. A history with a time that is
+/// not a number, or an operation that returns before its call, cannot be judged: it is
+/// [`Linearizable::Unknown`], never a pass.
 pub fn check_operations<M: Model>(
     model: &M,
     operations: &[Operation<M::Input, M::Output>],
     budget: Budget,
 ) -> Search {
+    if operations
+        .iter()
+        .any(|op| op.call.is_nan() || op.ret.is_nan() || op.ret < op.call)
+    {
+        return Search {
+            verdict: Linearizable::Unknown,
+            steps: 0,
+            linearization: Vec::new(),
+        };
+    }
     // Calls and returns by time; at a tie the call first, so operations that touch are
     // taken as concurrent (the lenient reading, Porcupine's).
     let mut events: Vec<(f64, bool, usize)> = Vec::with_capacity(operations.len() * 2);
@@ -262,6 +292,8 @@ impl Bits {
 struct Memo<S> {
     hasher: RandomState,
     seen: HashMap<u64, Vec<(Bits, S)>>,
+    /// What the pairs take, about: their sizes and their heap.
+    bytes: usize,
 }
 
 impl<S> Default for Memo<S> {
@@ -269,18 +301,20 @@ impl<S> Default for Memo<S> {
         Memo {
             hasher: RandomState::new(),
             seen: HashMap::new(),
+            bytes: 0,
         }
     }
 }
 
 impl<S: Clone + Eq + Hash> Memo<S> {
-    /// Records the pair; false if it was there already.
-    fn insert(&mut self, linearized: &Bits, state: &S) -> bool {
+    /// Records the pair (its state's heap `heap_bytes`); false if it was there already.
+    fn insert(&mut self, linearized: &Bits, state: &S, heap_bytes: usize) -> bool {
         let key = self.hasher.hash_one((linearized, state));
         let bucket = self.seen.entry(key).or_default();
         if bucket.iter().any(|(l, s)| l == linearized && s == state) {
             return false;
         }
+        self.bytes += std::mem::size_of::<(Bits, S)>() + linearized.0.len() * 8 + heap_bytes;
         bucket.push((linearized.clone(), state.clone()));
         true
     }
@@ -336,7 +370,7 @@ where
     let mut at = nodes[0].next;
     while nodes[0].next != NONE {
         steps += 1;
-        if steps > budget.max_steps {
+        if steps > budget.max_steps || memo.bytes > budget.max_memo_bytes {
             return Search {
                 verdict: Linearizable::Unknown,
                 steps: steps - 1,
@@ -351,7 +385,7 @@ where
                 .step(&state, input(node.op), output(node.op))
                 .and_then(|next| {
                     linearized.set(node.op);
-                    if memo.insert(&linearized, &next) {
+                    if memo.insert(&linearized, &next, model.state_heap_bytes(&next)) {
                         Some(next)
                     } else {
                         linearized.clear(node.op);

@@ -195,8 +195,19 @@ impl Model for FencedRow {
             (RowInput::Read, RowOutput::Read(found)) => {
                 let same = found.len() == row.taken.len()
                     && row.taken.iter().zip(found).all(|(a, b)| a.is(b));
-                same.then(|| row.clone())
+                // The fence takes tokens in order: a read whose known tokens go down
+                // shows a write taken past it, whatever the search guessed for a write
+                // whose token it could not tell (a resent bid).
+                let mut tokens = found.iter().filter_map(|w| w.token);
+                let in_order = tokens.next().is_none_or(|first| {
+                    tokens
+                        .try_fold(first, |last, t| (t >= last).then_some(t))
+                        .is_some()
+                });
+                (same && in_order).then(|| row.clone())
             }
+            // A read that got no answer tells nothing.
+            (RowInput::Read, RowOutput::Unknown) => Some(row.clone()),
             (RowInput::Write(w), RowOutput::Ok | RowOutput::Unknown) => {
                 let fenced_in = w.token.is_none_or(|t| t >= row.fence);
                 let open = !self.exclusive || row.taken.is_empty();
@@ -237,6 +248,10 @@ impl Model for FencedRow {
             ),
             (RowInput::Read, _) => "read() -> ?".into(),
         }
+    }
+
+    fn state_heap_bytes(&self, row: &Row) -> usize {
+        row.taken.capacity() * std::mem::size_of::<Write>()
     }
 
     fn describe_state(&self, row: &Row) -> String {

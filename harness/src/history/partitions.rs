@@ -493,7 +493,7 @@ mod tests {
             .map(|i| bid(&format!("a/tab{i}"), "100", 0.0, Unknown))
             .collect();
         history.push(item_read(500.0, &[("a", 1, "100"), ("zz", 2, "100")]));
-        let verdict = check_rows(&history, false, false, Budget { max_steps: 100 });
+        let verdict = check_rows(&history, false, false, Budget::steps(100));
         assert_eq!(verdict.linearizable, Linearizable::Unknown);
         assert_eq!(verdict.undecided, 1);
         assert!(verdict.longest.is_some());

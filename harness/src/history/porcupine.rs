@@ -213,6 +213,7 @@ pub fn check_log(name: &str, log: &str, budget: Budget) -> Result<(Linearizable,
     let mut open: Vec<&Vec<Event<KvInput, String>>> = partitions.values().collect();
     let mut round = Budget {
         max_steps: 10_000.min(budget.max_steps),
+        ..budget
     };
     let mut steps = 0;
     loop {
