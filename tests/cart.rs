@@ -899,6 +899,19 @@ async fn a_block_chosen_from_the_list_is_held_by_best_available_with_its_refusal
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     let bad = b.get(&format!("{list}?band=cheap")).await.unwrap();
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    // A key given twice: the app's page in words, not a framework's plain text.
+    let twice = b
+        .get(&format!("{list}?quantity=2&quantity=3"))
+        .await
+        .unwrap();
+    assert_eq!(twice.status, StatusCode::BAD_REQUEST);
+    assert!(
+        twice
+            .body
+            .contains("The choice in the address is not valid: duplicate field"),
+        "{}",
+        twice.body
+    );
     let nowhere = b.get(&format!("{list}?section=NOPE")).await.unwrap();
     assert_eq!(nowhere.status, StatusCode::OK);
     assert!(

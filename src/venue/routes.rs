@@ -5,6 +5,7 @@
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -267,8 +268,15 @@ async fn show_list(
     buyer: Buyer,
     csrf: FormToken,
     EventId(event_id): EventId,
-    Query(choice): Query<QuantityForm>,
+    choice: std::result::Result<Query<QuantityForm>, QueryRejection>,
 ) -> Result<Response> {
+    // The app's page, not axum's plain text, for an address it cannot read (a key given
+    // twice, a word where a number goes).
+    let Query(choice) = choice.map_err(|rejection| {
+        let text = rejection.body_text();
+        let reason = text.trim_start_matches("Failed to deserialize query string: ");
+        Error::BadRequest(format!("The choice in the address is not valid: {reason}."))
+    })?;
     if let Err(queue) = admission(&state, &buyer, &csrf, event_id).await? {
         return Ok(queue);
     }
