@@ -502,5 +502,14 @@
     window.addEventListener("pageshow", function (e) {
       if (e.persisted) forms.forEach(function (form) { delete form.dataset.submittedAt; });
     });
+    // "Go back" on an error page: history.back() from a click handler, since the pages'
+    // Content-Security-Policy refuses a javascript: link. Without script it stays hidden.
+    document.querySelectorAll(".back[hidden]").forEach(function (back) {
+      back.hidden = false;
+      back.querySelector("a").addEventListener("click", function (e) {
+        e.preventDefault();
+        history.back();
+      });
+    });
   });
 })();

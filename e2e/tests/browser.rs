@@ -184,6 +184,11 @@ async fn the_holders_countdown_is_visible_and_decreasing() {
         expect(available.clone())
             .to_have_text(&(before - 1).to_string())
             .await?;
+        // "Need more time?" waits for the hold's last minute (docs/time-to-pay.md).
+        expect(page.locator("#need-more-time"))
+            .to_be_hidden()
+            .await
+            .context("Need more time? shown with minutes left")?;
 
         // The countdown shows the time left, no more than the hold lasts.
         let left = countdown.locator(".left");
