@@ -3,7 +3,8 @@
 //! Each file's header names its KEYS, ARGV and reply. Redis runs each script atomically
 //! (`EVALSHA`, falling back to `SCRIPT LOAD` once per server). The two the failover
 //! guard runs in, `acquire.lua` and `raise_ceiling.lua`, are functions of one library
-//! instead (`FCALL`, [`crate::redis::library`] says why). So each operation is one round trip. Each script is safe to send twice: the store resends a request whose
+//! instead (`FCALL`, [`crate::redis::library`] says why). So each operation is one
+//! round trip. Each script is safe to send twice: the store resends a request whose
 //! connection dropped (`redis/connection.rs`).
 //!
 //! What two scripts share is written once and joined here with `concat!`:

@@ -115,9 +115,9 @@ impl SharedPage {
 
 /// The reads of this process's item streams, one per item: the last read made, kept
 /// with the generation of the item's hub topic it was made at (the generation moves on
-/// with every message sent on the topic, [`crate::live::LiveHub::generation`]). The first stream to
-/// handle a message reads, holding the item's slot; the others wait for it and share
-/// it while the generation stays the same. A straggler still on an older message gets
+/// with every message sent on the topic, [`crate::live::LiveHub::generation`]). The
+/// first stream to handle a message reads, holding the item's slot; the others wait for
+/// it and share it while the generation stays the same. A straggler still on an older message gets
 /// the newest read, which is only more current. The seat map shares its snapshot the
 /// same way ([`crate::venue::snapshots`]). A failed read is not kept.
 #[derive(Default)]

@@ -29,18 +29,25 @@ pub struct Wanted {
     pub first_seat: Option<i64>,
 }
 
+/// Whether `block` (adjacent seats of one row) has a seat next to an aisle or at the
+/// end of its row: what `aisle` asks for, and what the list marks.
+pub fn at_aisle(block: &[FreeSeat]) -> bool {
+    let (first, last) = (&block[0], &block[block.len() - 1]);
+    first.aisle_before || first.number == 1 || last.aisle_after
+}
+
 impl Wanted {
     /// Whether `block` (adjacent seats of one row, one price) is what the buyer asked
     /// for, leaving the orphan rule aside.
     fn fits(&self, block: &[FreeSeat]) -> bool {
-        let (first, last) = (&block[0], &block[block.len() - 1]);
+        let first = &block[0];
         let priced = self.price_cents.is_none_or(|p| first.price_cents == p);
         let accessible = !self.accessible
             || (block.iter().all(|s| s.access.is_some())
                 && block
                     .iter()
                     .any(|s| s.access.as_deref() == Some("wheelchair")));
-        let aisle = !self.aisle || first.aisle_before || first.number == 1 || last.aisle_after;
+        let aisle = !self.aisle || at_aisle(block);
         let placed = (self.section.as_ref()).is_none_or(|code| first.section_code == *code)
             && (self.row.as_ref()).is_none_or(|row| first.row_label == *row)
             && self.first_seat.is_none_or(|id| first.seat_id == id);

@@ -91,7 +91,7 @@ impl ListedBlock {
             price_cents: first.price_cents,
             wheelchair: count("wheelchair"),
             companion: count("companion"),
-            aisle: first.aisle_before || first.number == 1 || last.aisle_after,
+            aisle: best_available::at_aisle(block),
         }
     }
 }

@@ -91,8 +91,9 @@ for i, p in ipairs(plans) do
 end
 
 -- The holder's set must outlive its longest lease: held_by.lua lists the holds from it,
--- and acquire.lua counts the holder's limit with it.
-if redis.call('PTTL', held_by_key) < longest then
-  redis.call('PEXPIRE', held_by_key, longest)
+-- and acquire.lua counts the holder's limit with it. Lengthened, never shortened, as
+-- acquire.lua does it.
+if redis.call('PEXPIRE', held_by_key, longest, 'GT') == 0 then
+  redis.call('PEXPIRE', held_by_key, longest, 'NX')
 end
 return {'extended', most, '', expiries}
