@@ -850,9 +850,10 @@ async fn best_available_words_its_orphan_rule_as_it_is() {
 
 /// The list way to choose (`GET /events/{id}/list`): a block it lists is held through
 /// best available's own route with the block named (`first`), all or none with one
-/// token, and the buyer is sent back to the list's cart; the same block asked for again
-/// is refused as best available refuses (409 `no_block`); bad input is a 400, and a
-/// section the venue does not have lists nothing.
+/// token, and the buyer is sent back to the list's cart; the same block sent again by
+/// its holder (a double click) is answered as the first send was, with nothing more
+/// held, and asked for by another buyer is refused as best available refuses (409
+/// `no_block`); bad input is a 400, and a section the venue does not have lists nothing.
 #[tokio::test]
 async fn a_block_chosen_from_the_list_is_held_by_best_available_with_its_refusals() {
     let app = tiny().await;
@@ -884,6 +885,13 @@ async fn a_block_chosen_from_the_list_is_held_by_best_available_with_its_refusal
     );
     assert_eq!(seats.first().map(i64::to_string), Some(first.clone()));
     assert!(adjacent_in_one_row(&places(&app, event, seats).await));
+    let resent = a.post(&url, &form).await.unwrap();
+    assert_eq!(resent.status, StatusCode::SEE_OTHER, "{}", resent.body);
+    assert_eq!(
+        resent.location.as_deref(),
+        Some(format!("/events/{event}/list?quantity=2#cart").as_str())
+    );
+    assert_eq!(self::holds(&app, event).await, holds, "a resend held more");
 
     let mut b = buyer(&app, event).await;
     let again = b.post(&url, &form).await.unwrap();

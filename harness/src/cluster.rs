@@ -221,14 +221,27 @@ impl ClusterTopology {
 
     /// `CLUSTER FAILOVER FORCE` on the replica of `master`: the replica takes over at
     /// once, without the master's agreement (as an operator does when the master is
-    /// unreachable); the old master becomes its replica. Returns the promoted port.
-    /// Errors: the replica refused, or no promotion within [`PROMOTION_WAIT`].
+    /// unreachable); the old master becomes its replica. Returns the promoted port once
+    /// the old master has itself stepped down: until its gossip tells it of the new
+    /// epoch it still takes writes, which its resync from the new master then drops
+    /// (Redis Cluster's asynchronous replication: a hold granted there in that window
+    /// is lost, as after any failover). Errors: the replica refused, or no promotion
+    /// or step-down within [`PROMOTION_WAIT`].
     pub async fn force_failover(&self, master: u16) -> anyhow::Result<u16> {
         let replica = self.replica_of(master).await?;
         let started = Instant::now();
         let () = query(replica, redis::cmd("CLUSTER").arg("FAILOVER").arg("FORCE")).await?;
         self.wait_for_master(replica, started).await?;
-        Ok(replica)
+        while started.elapsed() < PROMOTION_WAIT {
+            let role: redis::Value = query(master, &redis::cmd("ROLE")).await?;
+            if matches!(&role, redis::Value::Array(parts)
+                if matches!(parts.first(), Some(redis::Value::BulkString(r)) if r == b"slave"))
+            {
+                return Ok(replica);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        bail!("the master on {master} did not step down within {PROMOTION_WAIT:?}")
     }
 
     /// Moves `slot` to the master on `to`, keys and all, while clients keep using it:

@@ -27,7 +27,7 @@ use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
 use crate::telemetry;
-use crate::venue::best_available::{Pick, Wanted, pick_one_of};
+use crate::venue::best_available::{self, FreeSeat, Pick, Wanted, pick_one_of};
 use crate::waiting_room;
 
 /// How many picks [`best_available`] makes.
@@ -46,10 +46,20 @@ const SPREAD: usize = 16;
 /// The seats best available held, and the code of their section.
 /// Their leases share one owner token and one fencing token.
 pub struct HeldBlock {
-    /// The leases, in seat order.
-    pub leases: Vec<Lease>,
+    /// The seats (`seats.id`), in seat order.
+    pub seat_ids: Vec<i64>,
     /// `sections.code` of the block.
     pub section_code: String,
+}
+
+impl HeldBlock {
+    /// The block of `seats` (adjacent, one row: one section).
+    fn of(seats: &[FreeSeat]) -> HeldBlock {
+        HeldBlock {
+            seat_ids: seats.iter().map(|s| s.seat_id).collect(),
+            section_code: seats[0].section_code.clone(),
+        }
+    }
 }
 
 /// Holds `wanted.quantity` adjacent seats of `event_id` for `buyer` in one step.
@@ -106,10 +116,15 @@ pub async fn best_available(
         state.leases.held_by(&group, buyer.id())
     );
     let board = board?.ok_or_else(Error::no_such_event)?;
-    let mine = mine?
-        .holdings
-        .into_iter()
-        .filter_map(|h| super::seat_of(&h));
+    let mine: HashSet<i64> = (mine?.holdings.iter()).filter_map(super::seat_of).collect();
+    // A block chosen from the list and sent twice (a double click, or a retry after a
+    // lost answer) is this buyer's already: answered as the first send was, as a single
+    // seat's resend is (`HoldOutcome::AlreadyYours`), not refused as taken.
+    if let Some(block) = best_available::named_block(&board.free, wanted)
+        && block.iter().all(|seat| mine.contains(&seat.seat_id))
+    {
+        return Ok(HeldBlock::of(block));
+    }
     let mut taken: HashSet<i64> = board.held_seats().chain(mine).collect();
     // The seats of blocks refused as sold since the board was read.
     // One seat of each is sold, and the holds do not show it.
@@ -123,13 +138,7 @@ pub async fn best_available(
         };
         let seats: Vec<i64> = block.iter().map(|s| s.seat_id).collect();
         match hold_group(state, buyer, event_id, &seats).await? {
-            Ok(leases) => {
-                let section_code = block[0].section_code.clone();
-                return Ok(HeldBlock {
-                    leases,
-                    section_code,
-                });
-            }
+            Ok(_) => return Ok(HeldBlock::of(block)),
             // Someone held or bought part of the block since the board was read.
             // A crowd asking in the same second picked from the same board.
             // So read the holds again, in a read that starts after the refusal.

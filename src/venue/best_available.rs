@@ -108,6 +108,18 @@ pub fn pick_block<'a>(free: &'a [FreeSeat], held: &HashSet<i64>, wanted: &Wanted
     pick_one_of(free, held, wanted, 1)
 }
 
+/// The block `wanted` names (`wanted.first_seat` and the `wanted.quantity` adjacent seats
+/// from it), holds aside: the block a buyer chose from the list, as it stands among the
+/// unsold seats. `None`: no first seat named, or no such block of unsold seats.
+pub fn named_block<'a>(free: &'a [FreeSeat], wanted: &Wanted) -> Option<&'a [FreeSeat]> {
+    let first = wanted.first_seat?;
+    let quantity = wanted.quantity as usize;
+    runs(free, &HashSet::new()).find_map(|run| {
+        let at = run.iter().position(|seat| seat.seat_id == first)?;
+        run.get(at..at + quantity)
+    })
+}
+
 /// [`pick_block`]'s block, or one drawn at random among the best blocks of the first
 /// `spread` runs that have one (`spread` 1: the best). One block per run: two blocks of
 /// one run, each stranding no seat alone, could strand one together once two buyers
@@ -453,6 +465,14 @@ mod tests {
         // ... and once one of its seats is held, none is held in its place.
         let taken = HashSet::from([5, 15]);
         assert_eq!(pick_block(&free, &taken, &chosen), Pick::None);
+        // Holds aside, it is still the block its holder named (a resend is theirs).
+        let named = named_block(&free, &chosen).map(|b| b.iter().map(|s| s.seat_id).collect());
+        assert_eq!(named, Some(vec![4, 5]));
+        let past_the_row = Wanted {
+            first_seat: Some(5),
+            ..seats(2)
+        };
+        assert_eq!(named_block(&free, &past_the_row), None);
         // A block that would strand a seat is refused as on the map, never moved.
         let stranding = Wanted {
             first_seat: Some(2),

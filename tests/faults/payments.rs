@@ -551,14 +551,17 @@ async fn an_authorization_whose_answer_is_lost_is_voided_by_the_sweep_and_the_re
         .database_url
         .replacen(&upstream, &proxy.address.to_string(), 1);
     // The product's server: without the lab, the request deadline has no pause margin.
+    // Its lock wait (three quarters of the store timeout) must outlast the test's steps
+    // from the authorize's wait to the lock's commit on a busy machine: else the
+    // authorize gives up on the lock, nothing is left to the sweep, and the test fails.
     let server = d
         .product_server(|s| {
             s.database_url = proxied;
-            s.store_timeout_ms = 1_000;
-            s.hold_ttl_ms = 15_000;
+            s.store_timeout_ms = 4_000;
+            s.hold_ttl_ms = 60_000;
         })
         .await;
-    let other = d.server(|s| s.hold_ttl_ms = 15_000).await;
+    let other = d.server(|s| s.hold_ttl_ms = 60_000).await;
     let seat = d.seats[0];
     let (buyer, id, token) = holder(&d, &server.address, seat).await;
     let key = format!("{}:{seat}:{token}", d.event);
