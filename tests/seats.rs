@@ -1156,9 +1156,11 @@ async fn the_map_and_its_stream_name_no_holder_to_a_stranger() {
 #[tokio::test]
 async fn an_extended_holds_authorization_is_not_swept_and_its_sale_captures_it() {
     let app = TestApp::builder()
+        // Short enough for a test, long enough for a busy machine: a page that timed out
+        // would leave the buyer without a form token (a 403 on the hold).
         .with(|s| {
-            s.hold_ttl_ms = 1_000;
-            s.store_timeout_ms = 250;
+            s.hold_ttl_ms = 2_000;
+            s.store_timeout_ms = 500;
         })
         .spawn()
         .await
@@ -1170,12 +1172,12 @@ async fn an_extended_holds_authorization_is_not_swept_and_its_sale_captures_it()
     };
     let base = format!("{}/events/{event}", app.address);
     let mut a = HttpBuyer::new();
-    a.get(&base).await.unwrap();
+    assert_eq!(a.get(&base).await.unwrap().status, StatusCode::OK);
     let hold = a
         .post(&format!("{base}/seats/{}/hold", seat.seat_id), &[])
         .await
         .unwrap();
-    assert_eq!(hold.status, StatusCode::SEE_OTHER);
+    assert_eq!(hold.status, StatusCode::SEE_OTHER, "{}", hold.body);
     let holding = app
         .state
         .leases
@@ -1205,7 +1207,7 @@ async fn an_extended_holds_authorization_is_not_swept_and_its_sale_captures_it()
         .unwrap()
     };
     while !older_than_one_ttl().await {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
         let more = a.post(&format!("{base}/extend"), &[]).await.unwrap();
         assert_eq!(more.status, StatusCode::SEE_OTHER, "{}", more.body);
     }

@@ -127,26 +127,16 @@ impl SharedReads {
     /// The read of item `item_id` current at its topic's generation, made once however
     /// many streams ask; `None` if there is no such item.
     async fn read(&self, state: &AppState, item_id: i64) -> Result<Option<Arc<SharedPage>>> {
-        let slot = self.0.slot(item_id);
-        let mut cached = slot.lock().await;
         let generation = state.live.generation(&item_topic(item_id));
-        if let (Some(now), Some((at, page))) = (generation, &*cached)
-            && *at == now
-        {
-            return Ok(Some(page.clone()));
-        }
-        // Read at `generation`: a message sent during the read moves the generation on,
-        // so the next stream reads again rather than share a read that missed it.
-        let Some(read) = ItemRead::load(state, item_id).await? else {
-            *cached = None;
-            return Ok(None);
+        let page = async {
+            Ok(ItemRead::load(state, item_id).await?.map(|read| {
+                Arc::new(SharedPage {
+                    read,
+                    stranger: std::sync::OnceLock::new(),
+                })
+            }))
         };
-        let page = Arc::new(SharedPage {
-            read,
-            stranger: std::sync::OnceLock::new(),
-        });
-        *cached = generation.map(|at| (at, page.clone()));
-        Ok(Some(page))
+        self.0.read_at(item_id, generation, page).await
     }
 }
 

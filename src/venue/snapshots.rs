@@ -167,26 +167,17 @@ impl Snapshots {
         event_id: i64,
         read: impl Future<Output = Result<Option<serde_json::Value>>>,
     ) -> Result<Option<Arc<PageSnapshot>>> {
-        let slot = self.events.slot(event_id);
-        let mut cached = slot.lock().await;
-        let Some(generation) = live.generation(&event_topic(event_id)) else {
-            return Ok(read.await?.map(|data| Arc::new(PageSnapshot::new(&data))));
+        let generation = live.generation(&event_topic(event_id));
+        let page = async {
+            let Some(data) = read.await? else {
+                return Ok(None);
+            };
+            if let Some(generation) = generation {
+                self.start_showing(live, event_id, generation, &data);
+            }
+            Ok(Some(Arc::new(PageSnapshot::new(&data))))
         };
-        if let Some((at, data)) = &*cached
-            && *at == generation
-        {
-            return Ok(Some(data.clone()));
-        }
-        // Read at `generation`: a message sent during the read moves the generation on,
-        // so the next caller reads again rather than share a view that missed it.
-        let Some(data) = read.await? else {
-            *cached = None;
-            return Ok(None);
-        };
-        self.start_showing(live, event_id, generation, &data);
-        let page = Arc::new(PageSnapshot::new(&data));
-        *cached = Some((generation, page.clone()));
-        Ok(Some(page))
+        self.events.read_at(event_id, generation, page).await
     }
 
     /// One convergence step for the event's maps. Returns whether it sent a snapshot.
