@@ -892,6 +892,27 @@ async fn a_block_chosen_from_the_list_is_held_by_best_available_with_its_refusal
         Some(format!("/events/{event}/list?quantity=2#cart").as_str())
     );
     assert_eq!(self::holds(&app, event).await, holds, "a resend held more");
+    // The list's cart stays on the list (its forms' `back`), and `back` never leads
+    // off this event's pages.
+    let cart = page_form_field(&a.get(&format!("{list}?quantity=2")).await.unwrap().body);
+    let here = format!("/events/{event}/list?quantity=2");
+    assert_eq!(cart.as_deref(), Some(here.as_str()));
+    for (back, to) in [
+        (here.as_str(), here.as_str()),
+        ("https://elsewhere.example/", &*format!("/events/{event}")),
+        ("//elsewhere.example/", &*format!("/events/{event}")),
+        (&*format!("/events/{event}0"), &*format!("/events/{event}")),
+    ] {
+        let reply = a
+            .post(
+                &format!("{}/events/{event}/extend", app.address),
+                &[("back", back)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        assert_eq!(reply.location, Some(format!("{to}#cart")), "back={back}");
+    }
 
     let mut b = buyer(&app, event).await;
     let again = b.post(&url, &form).await.unwrap();
@@ -1028,4 +1049,14 @@ async fn need_more_time_after_a_lapse_is_expired_and_recreates_nothing() {
     let stranger = buyer(&app, event).await;
     let reply = post(&app, &stranger, event, "extend").await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN, "{reply:?}");
+}
+
+/// The `back` field of the page's cart forms (templates/cart.html), HTML-unescaped.
+fn page_form_field(page: &str) -> Option<String> {
+    let (_, cart) = page.split_once("id=\"cart\"")?;
+    seatlock_harness::http::between(cart, "name=\"back\" value=\"", "\"").map(|back| {
+        back.replace("&amp;", "&")
+            .replace("&#x3f;", "?")
+            .replace("&#x3d;", "=")
+    })
 }

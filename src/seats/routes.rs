@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::{SeatRef, cart, extend, purchase};
 use crate::http::buyer::Buyer;
-use crate::http::csrf::{CsrfForm, CsrfPost, Empty};
+use crate::http::csrf::{CsrfForm, CsrfPost};
 use crate::http::error::{Error, Result};
 use crate::http::ids::{EventId, PathId, SeatId};
 use crate::state::AppState;
@@ -76,20 +76,48 @@ async fn checkout(
 async fn release_all(
     State(state): State<AppState>,
     buyer: Buyer,
-    CsrfPost(EventId(event_id), Empty {}): CsrfPost<EventId, Empty>,
+    CsrfPost(EventId(event_id), form): CsrfPost<EventId, CartForm>,
 ) -> Result<Redirect> {
     cart::release_all(&state, &buyer, event_id).await?;
-    Ok(Redirect::to(&format!("/events/{event_id}#cart")))
+    Ok(form.back_to_cart(event_id))
 }
 
 /// "Need more time?": every hold of the buyer's in the event, extended at once.
 async fn extend_holds(
     State(state): State<AppState>,
     buyer: Buyer,
-    CsrfPost(EventId(event_id), Empty {}): CsrfPost<EventId, Empty>,
+    CsrfPost(EventId(event_id), form): CsrfPost<EventId, CartForm>,
 ) -> Result<Redirect> {
     extend::extend(&state, &buyer, event_id).await?;
-    Ok(Redirect::to(&format!("/events/{event_id}#cart")))
+    Ok(form.back_to_cart(event_id))
+}
+
+/// A cart form that stays on its page (Release all, Need more time?): the CSRF token
+/// and `back`, the path of the page it was sent from (templates/cart.html).
+#[derive(Deserialize)]
+struct CartForm {
+    back: Option<String>,
+}
+
+impl CartForm {
+    /// Back to the cart of the page the form was sent from: `back` when it is a path of
+    /// this event's pages (`/events/{id}`, then nothing, a `/…` or a `?…`: the map, a
+    /// section, the list of a choice, the checkout), else the event's page. Never
+    /// another site's address, nor another event's.
+    fn back_to_cart(&self, event_id: i64) -> Redirect {
+        let event = format!("/events/{event_id}");
+        let ours = |path: &&str| {
+            path.strip_prefix(&event).is_some_and(|rest| {
+                rest.is_empty()
+                    || rest.starts_with('?')
+                    || (rest.starts_with('/') && !rest.starts_with("//"))
+            }) && path
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'#' && b != b'\\')
+        };
+        let page = self.back.as_deref().filter(ours).unwrap_or(&event);
+        Redirect::to(&format!("{page}#cart"))
+    }
 }
 
 /// The seat named by a URL's `{event}` and `{seat}` segments; 400 if malformed.

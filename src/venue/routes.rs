@@ -80,6 +80,14 @@ impl EventPage {
         format_cents(*cents)
     }
 
+    /// This page's path: the event's, or its section's.
+    fn here(&self) -> String {
+        let page = MapPage {
+            section: self.section.as_ref().map(|s| s.code.clone()),
+        };
+        page.path(self.map.event.id)
+    }
+
     /// Seats available and in all, of the event (overview) or of the section (its page).
     fn counts(&self) -> (usize, usize) {
         match &self.section {
@@ -101,6 +109,11 @@ pub(super) struct CheckoutPage {
 impl CheckoutPage {
     fn price(&self, cents: &i64) -> String {
         format_cents(*cents)
+    }
+
+    /// This page's path.
+    fn here(&self) -> String {
+        format!("/events/{}/checkout", self.map.event.id)
     }
 }
 
@@ -231,6 +244,11 @@ pub(super) struct ListPage {
 impl ListPage {
     fn price(&self, cents: &i64) -> String {
         format_cents(*cents)
+    }
+
+    /// This page's path: the list of this choice.
+    fn here(&self) -> String {
+        self.choice.list_path(self.map.event.id)
     }
 
     /// The chosen section's name, if one is chosen.
