@@ -6,7 +6,7 @@
 //! | hold | 1 script (`FCALL`: the lease, refused if the seat is sold) | **none** (the seat and the event's start are read once per event and process, before the measured hold) |
 //! | release | 1 script (the owner token found by the buyer's id inside it) | **none** |
 //! | renew | 1 script | none |
-//! | "Need more time?" (extend every hold of the buyer's) | the event's holders (1 pipeline: `TIME` + `HGETALL`) + each hold's owner token (1 script per hold) + the extension (1 script, `extend.lua`) | **none** |
+//! | "Need more time?" (extend every hold of the buyer's) | the buyer's holds (1 script, `held_by.lua`) + each hold's owner token (1 script per hold) + the extension (1 script, `extend.lua`) | **none** |
 //! | confirm | the buyer's live lease (1 script, found by the buyer's id) + the owner check (`GET`) + the release that retires the seat (1 script) | the payment's authorization + 1 transaction (BEGIN, the fenced write, COMMIT) |
 //! | bid | lock (1 script) + release (1 script) | 1 transaction (BEGIN, read, fenced write, COMMIT); the first bid on an item in a process also reads that it exists |
 //! | waiting room: a new arrival's join | 1 script (`join.lua`) | **none** |
@@ -377,7 +377,7 @@ async fn seat_operations_stay_within_their_round_trip_budget() {
 }
 
 /// "Need more time?" is not on the hot path, and its cost is pinned all the same: the
-/// buyer's holds are read once, each hold's owner token found by the buyer's id, then
+/// buyer's holds are read once (their own set, not the event's every hold), each hold's owner token found by the buyer's id, then
 /// one script extends them all. No Postgres, no session.
 #[tokio::test]
 async fn need_more_time_costs_a_read_a_script_per_hold_and_one_extension() {
@@ -400,8 +400,8 @@ async fn need_more_time_costs_a_read_a_script_per_hold_and_one_extension() {
     assert_eq!(reply.unwrap().status, StatusCode::SEE_OTHER);
     assert_eq!(
         redis.commands,
-        ["time", "hgetall", "evalsha", "evalsha", "evalsha"],
-        "the holders (one pipeline), each hold's owner token, the extension"
+        ["evalsha", "evalsha", "evalsha", "evalsha"],
+        "the buyer's holds (held_by.lua), each hold's owner token, the extension"
     );
     assert_eq!(redis.session_loads + redis.session_writes, 0, "no session");
     assert_eq!(pg, PgCost::default(), "extend: no Postgres round trip");

@@ -21,7 +21,7 @@ use crate::waiting_room;
 /// Extends every hold `buyer` has in `event_id` to the hold TTL from now, all or none.
 /// Behind a waiting room, only while the buyer's admission is live.
 ///
-/// Round trips: Redis, one read of the event's holders, one script per hold for its
+/// Round trips: Redis, one read of the buyer's holds, one script per hold for its
 /// owner token ([`lease::LeaseStore::owned_by`]), then the extension's one script
 /// (`extend.lua`). Postgres: none, except the event's first read in this process.
 ///

@@ -64,7 +64,8 @@ pub fn seat_of(holding: &lease::Holding) -> Option<i64> {
 }
 
 /// The seats of `event_id` that `leases` records as held by `buyer`, in seat order.
-/// It takes one read of the event's holders ([`lease::LeaseStore::holders`]).
+/// It reads only the buyer's own leases ([`lease::LeaseStore::held_by`]: one script on
+/// Redis, whatever the number of holds in the event), not the event's every hold.
 /// 503 if Redis is unavailable.
 pub(crate) async fn held_seats(
     leases: &dyn LeaseStore,
@@ -73,13 +74,8 @@ pub(crate) async fn held_seats(
     event_id: i64,
 ) -> Result<Vec<i64>> {
     let group = event_group(namespace, event_id);
-    let live = leases.holders(&group).await?;
-    let mut seats: Vec<i64> = live
-        .holdings
-        .iter()
-        .filter(|h| h.holder == buyer.id())
-        .filter_map(seat_of)
-        .collect();
+    let live = leases.held_by(&group, buyer.id()).await?;
+    let mut seats: Vec<i64> = live.holdings.iter().filter_map(seat_of).collect();
     seats.sort_unstable();
     Ok(seats)
 }
