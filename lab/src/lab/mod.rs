@@ -30,12 +30,19 @@ mod queries;
 mod routes;
 mod run;
 mod simulated;
+mod step_routes;
+mod stepper;
 mod unsafe_ops;
 
 use std::fmt;
 use std::time::Duration;
 
-pub use routes::router;
+pub use stepper::STALLED_HOLDER;
+
+/// The lab's routes: the timed runs' and step mode's (merged by `crate::server::router`).
+pub fn router() -> axum::Router<seatlock::state::AppState> {
+    routes::router().merge(step_routes::routes())
+}
 
 /// The simulated servers of each side, by name (each its holder label).
 pub(crate) const SERVERS: [&str; 3] = ["A", "B", "C"];

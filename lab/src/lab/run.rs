@@ -105,13 +105,7 @@ async fn prepare(
 ) -> anyhow::Result<Prepared> {
     let protocol = Protocol::of(scenario.step, side);
     let key = lock_key(state, run_id, side);
-    let connect = || {
-        lease::connect(
-            state.settings.lease_store_url(),
-            state.settings.store_timeout(),
-        )
-    };
-    let redis = Arc::new(connect()?);
+    let redis = Arc::new(connect(state)?);
     // B and C start one and two staggers after A, each a little later as the seed draws.
     let mut rng = StdRng::seed_from_u64(scenario.seed);
     let mut servers = Vec::new();
@@ -121,17 +115,7 @@ async fn prepare(
         } else {
             rng.random_range(0..=JITTER_MS)
         };
-        let client: Arc<dyn LeaseStore> = if protocol.durable_tokens {
-            Arc::new(LeaseClient::new(
-                connect()?,
-                PgFenceLedger(state.db.clone()),
-            ))
-        } else {
-            Arc::new(
-                LeaseClient::new(connect()?, LedgerInRedis(redis.clone()))
-                    .with_failover_guard(false),
-            )
-        };
+        let client = lease_client(state, protocol, &redis)?;
         client.ping().await?;
         servers.push(Server {
             name,
@@ -193,8 +177,37 @@ impl Prepared {
     }
 }
 
+/// A connection of its own to the server's Redis (the lease store).
+pub(super) fn connect(state: &AppState) -> anyhow::Result<RedisStore> {
+    Ok(lease::connect(
+        state.settings.lease_store_url(),
+        state.settings.store_timeout(),
+    )?)
+}
+
+/// One server's lease client under `protocol`, on a connection of its own: tokens from
+/// the Postgres ledger with the failover guard (step 5 on), or from a ledger kept in the
+/// lab's Redis `redis`, guard off (step 5 off).
+pub(super) fn lease_client(
+    state: &AppState,
+    protocol: Protocol,
+    redis: &Arc<RedisStore>,
+) -> anyhow::Result<Arc<dyn LeaseStore>> {
+    Ok(if protocol.durable_tokens {
+        Arc::new(LeaseClient::new(
+            connect(state)?,
+            PgFenceLedger(state.db.clone()),
+        ))
+    } else {
+        Arc::new(
+            LeaseClient::new(connect(state)?, LedgerInRedis(redis.clone()))
+                .with_failover_guard(false),
+        )
+    })
+}
+
 /// The lock of run `run_id`'s `side`: 14C in the group `<namespace>:lab:<run>:<side>`.
-fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
+pub(super) fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
     let group = format!(
         "{}:{side}",
         state.settings.lease_namespace.group("lab", run_id)
@@ -207,10 +220,7 @@ fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
 /// run, and for a run found cut off (its server stopped mid-way). Idempotent.
 pub(super) async fn clean_up(state: &AppState, run_id: i64, side: Side) -> anyhow::Result<()> {
     let key = lock_key(state, run_id, side);
-    let redis = lease::connect(
-        state.settings.lease_store_url(),
-        state.settings.store_timeout(),
-    )?;
+    let redis = connect(state)?;
     unsafe_ops::delete_lock_keys(&redis, &key).await?;
     super::queries::forget_fence_ceiling(&state.db, key.group()).await?;
     Ok(())

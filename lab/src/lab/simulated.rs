@@ -20,13 +20,13 @@ use super::{Fault, GIVE_UP, LEASE_TTL, PAYMENT, RETRY, Side, Step, TICKET, queri
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Protocol {
     /// Take a lock at all (off only for [`Step::Conditional`]).
-    lock: bool,
+    pub lock: bool,
     /// Step 1: `SET … NX` (off: the key is overwritten).
-    nx: bool,
+    pub nx: bool,
     /// Step 2: `PX ttl` (off: the key is made to never expire).
-    px: bool,
+    pub px: bool,
     /// Step 3: compare-and-delete (off: a plain `DEL`).
-    owner_check: bool,
+    pub owner_check: bool,
     /// Step 4: the seat's row checks the token.
     fence: bool,
     /// Step 5: tokens from the Postgres ledger, failover guard on (off: a ledger in the
@@ -55,7 +55,7 @@ impl Protocol {
     }
 
     /// What the seat's row checks of this side's writes.
-    fn write_rule(&self) -> WriteRule {
+    pub(super) fn write_rule(&self) -> WriteRule {
         if self.conditional {
             WriteRule::IfUnsold
         } else if self.fence {
