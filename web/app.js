@@ -543,9 +543,32 @@
     });
   }
 
+  // A challenge's attempt (lab/templates/lab_attempt.html): while its runs go, the page
+  // is fetched again every second, its table put in place and its verdict said in the
+  // live region, until every run has finished.
+  function labAttempt() {
+    const attempt = document.getElementById("attempt");
+    if (!attempt || attempt.dataset.state !== "running" || !window.fetch) return;
+    const timer = setInterval(function () {
+      fetch(window.location.href, { credentials: "same-origin" })
+        .then(function (r) { return r.text(); })
+        .then(function (html) {
+          const next = new DOMParser().parseFromString(html, "text/html").getElementById("attempt");
+          if (!next) return;
+          attempt.querySelector("table").replaceWith(next.querySelector("table"));
+          document.getElementById("attempt-verdict").textContent =
+            next.querySelector("#attempt-verdict").textContent;
+          attempt.dataset.state = next.dataset.state;
+          if (next.dataset.state !== "running") clearInterval(timer);
+        })
+        .catch(function () {}); // the next tick tries again
+    }, 1000);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     labRun();
     labStep();
+    labAttempt();
     liveSeatMap();
     liveAuction();
     liveQueue();

@@ -123,6 +123,7 @@ async fn every_page_passes_axe_core_and_fits_a_phone_and_200_percent_zoom() {
                 format!("/events/{arena}/list?section=101"),
             ),
             ("the lab", "/lab".to_owned()),
+            ("the lab's challenges", "/lab/challenges".to_owned()),
             ("the auctions", "/auctions".to_owned()),
             ("an auction item", w.auction_item().await?.1),
         ] {

@@ -1,7 +1,7 @@
 //! The lab as an instrument the reader acts on (issue 48; docs/race-lab.md, "Step
 //! mode"), in Chromium against the lab's servers and their real Redis and Postgres: the
 //! keyboard alone walks A and B into the double sale with the fence off, sees the fence
-//! refuse it with every step on, and scrubs back along the timeline. Run as `browser.rs`
+//! refuse it with every step on, scrubs back along the timeline, and passes a challenge. Run as `browser.rs`
 //! is (`make test`, or its module docs).
 
 // Each test binary compiles the shared harness and uses a part of it.
@@ -50,8 +50,12 @@ async fn walk(reader: &Buyer, step: &str, events: &[(&str, &str)]) -> anyhow::Re
     Ok(())
 }
 
+/// How long a one-run challenge may take here (a run takes about 4 s).
+const CHALLENGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[tokio::test]
-async fn the_keyboard_steps_a_and_b_into_a_double_sale_the_fence_refuses_it_and_scrubs_back() {
+async fn the_keyboard_steps_a_and_b_into_a_double_sale_the_fence_refuses_it_scrubs_back_and_passes_a_challenge()
+ {
     support::run_lab(
         "lab_step",
         seatlock_lab::LabSettings::enabled(),
@@ -131,6 +135,23 @@ async fn the_keyboard_steps_a_and_b_into_a_double_sale_the_fence_refuses_it_and_
                 .to_contain_text("B takes the lock: token 2")
                 .await?;
             w.screenshot(&reader, "lab-step-scrubbed").await?;
+
+            // A challenge, by keyboard: A's pause inside its lease keeps the unfenced
+            // lease from selling twice; the verdict comes to the open page and its live
+            // region.
+            reader.open("/lab/challenges").await?;
+            let answer = reader.page.locator("#answer-slow-holder");
+            answer.fill("300", None).await?;
+            answer.press("Enter", None).await?;
+            expect(reader.page.locator("#attempt"))
+                .with_timeout(CHALLENGE_TIMEOUT)
+                .to_have_attribute("data-state", "done")
+                .await
+                .context("the challenge's attempt did not finish")?;
+            expect(reader.page.locator("#attempt-verdict"))
+                .to_contain_text("Pass: 1 of 1 runs passed: 14C sold 1 time(s); 0 violation(s)")
+                .await?;
+            w.screenshot(&reader, "lab-challenge").await?;
             Ok(())
         },
     )

@@ -25,6 +25,8 @@
 //! each step's default fault ([`Step::default_fault`]) where the article puts it, and the
 //! warm-up before the start line: docs/race-lab.md, "The lab in the browser".
 
+mod challenge;
+mod challenge_routes;
 mod check;
 mod queries;
 mod routes;
@@ -39,9 +41,11 @@ use std::time::Duration;
 
 pub use stepper::STALLED_HOLDER;
 
-/// The lab's routes: the timed runs' and step mode's (merged by `crate::server::router`).
+/// The lab's routes: the timed runs', step mode's and the challenges' (merged by `crate::server::router`).
 pub fn router() -> axum::Router<seatlock::state::AppState> {
-    routes::router().merge(step_routes::routes())
+    routes::router()
+        .merge(step_routes::routes())
+        .merge(challenge_routes::routes())
 }
 
 /// The simulated servers of each side, by name (each its holder label).

@@ -31,7 +31,7 @@ use seatlock::state::AppState;
 /// Runs going at once on this server, at most: each holds eight Redis connections (four
 /// a side) for a few seconds.
 const MAX_RUNS: usize = 4;
-static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
+pub(super) static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
 
 /// Run streams open at once on this server, at most: each asks Postgres once per
 /// [`STREAM_POLL`], and the runs' own rows must not queue behind them for one of the

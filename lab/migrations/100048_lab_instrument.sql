@@ -1,4 +1,4 @@
--- Step mode of the lab (issue 48, lab/src/lab/stepper.rs, `GET /lab/step`): the reader
+-- The lab as an instrument (issue 48). Step mode (lab/src/lab/stepper.rs, `GET /lab/step`): the reader
 -- is the scheduler. A step session is a lab run (`lab_runs`, fault 'stepped', finished
 -- at once: nothing runs in the background) with one side, one seat row (`lab_seats`) and
 -- its table (`lab_rows`), written one row per event the reader asks for. Numbered after
@@ -39,4 +39,22 @@ CREATE TABLE lab_step_states (
     lock_pttl_ms  bigint  NOT NULL,
     fence_counter bigint,
     PRIMARY KEY (run_id, seq)
+);
+
+-- The lab's challenges (lab/src/lab/challenge.rs, `GET /lab/challenges`): an attempt is
+-- a challenge, the reader's answer, and the timed runs the answer asked for (each a lab
+-- run with its own permalink), judged on one side of each by the lab's checker.
+CREATE TABLE lab_challenge_attempts (
+    id          bigserial   PRIMARY KEY,
+    challenge   text        NOT NULL,
+    answer      text        NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE lab_challenge_runs (
+    attempt_id  bigint  NOT NULL REFERENCES lab_challenge_attempts ON DELETE CASCADE,
+    run_id      bigint  NOT NULL REFERENCES lab_runs ON DELETE CASCADE,
+    -- The side the run is judged on: 'off' (the answer's step switched off) or 'on'.
+    side        text    NOT NULL CHECK (side IN ('off', 'on')),
+    PRIMARY KEY (attempt_id, run_id)
 );
