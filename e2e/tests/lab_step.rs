@@ -157,3 +157,64 @@ async fn the_keyboard_steps_a_and_b_into_a_double_sale_the_fence_refuses_it_scru
     )
     .await;
 }
+
+/// How long a timed lab run may take here (each takes about 6 s).
+const RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_write_delayed_in_the_network_sells_twice_unfenced_and_the_fence_refuses_it() {
+    support::run_lab(
+        "lab_delay",
+        seatlock_lab::LabSettings::enabled(),
+        async |w| {
+            let reader = w.buyer("A", 0).await?;
+            let projector = Viewport {
+                width: 1280,
+                height: 720,
+            };
+            reader.page.set_viewport_size(projector).await?;
+            // The fault chosen on the form by keyboard, step 4 switched off.
+            reader.open("/lab?step=fencing").await?;
+            reader
+                .page
+                .locator("#fault")
+                .select_option("write-delayed", None)
+                .await?;
+            reader.page.locator("#run").press("Enter", None).await?;
+            expect(reader.page.locator("#lab-run"))
+                .with_timeout(RUN_TIMEOUT)
+                .to_have_attribute("data-state", "done")
+                .await
+                .context("the run did not finish")?;
+            for side in ["off", "on"] {
+                expect(reader.page.locator(format!("#rows-{side}")))
+                    .to_contain_text(
+                        "sends its write, inside its lease; the network holds it 2.30 s",
+                    )
+                    .await
+                    .with_context(|| format!("{side}: A's write was not sent into the delay"))?;
+            }
+            expect(
+                reader
+                    .page
+                    .locator("#rows-off tr.violation[data-kind=stale-write-accepted]"),
+            )
+            .to_be_visible()
+            .await
+            .context("fence off: A's late write is not accepted")?;
+            expect(
+                reader
+                    .page
+                    .locator("#rows-on tr.saved[data-kind=stale-write-refused]"),
+            )
+            .to_be_visible()
+            .await
+            .context("fence on: A's late write is not refused")?;
+            let broken = reader.page.locator("#rows-on tr.violation").count().await?;
+            ensure!(broken == 0, "fence on: {broken} violations");
+            w.screenshot(&reader, "lab-write-delayed").await?;
+            Ok(())
+        },
+    )
+    .await;
+}

@@ -29,6 +29,8 @@ pub(super) enum Action {
     Read { sold_to: Option<String> },
     /// The server pauses for this long.
     Paused(Duration),
+    /// The server sends its write, and the network holds it this long (`net_delay.rs`).
+    Sent(Duration),
     /// Step mode (`stepper.rs`): the server charges the card.
     Paid,
     /// Step mode: the server stalls until the reader wakes it.
@@ -98,6 +100,10 @@ impl Action {
             Action::Read { sold_to: Some(who) } => format!("reads {SEAT}: sold to {who}; leaves"),
             Action::Read { sold_to: None } => format!("reads {SEAT}: free; pays"),
             Action::Paused(pause) => format!("pauses {}", in_secs(*pause)),
+            Action::Sent(delay) => format!(
+                "sends its write, inside its lease; the network holds it {}",
+                in_secs(*delay)
+            ),
             Action::Paid => "charges the card".into(),
             Action::Stalled => {
                 "pauses (a GC pause, a stalled VM): it still believes it holds the lock".into()

@@ -28,6 +28,7 @@
 mod challenge;
 mod challenge_routes;
 mod check;
+mod net_delay;
 mod queries;
 mod routes;
 mod run;
@@ -209,17 +210,21 @@ pub enum Fault {
     /// Redis loses every key of the lock (a restart without persistence) while A pauses
     /// before its write.
     RedisRestart,
+    /// A sends its write inside its lease, and the network holds it for the pause
+    /// (`net_delay.rs`: a proxy between A and Postgres).
+    WriteDelayed,
 }
 
 impl Fault {
     /// Every choice.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::None,
         Fault::PauseBeforeWrite,
         Fault::PauseBeforeRelease,
         Fault::CrashAfterGrant,
         Fault::CrashBeforeWrite,
         Fault::RedisRestart,
+        Fault::WriteDelayed,
     ];
 
     /// The value in URLs and forms.
@@ -231,6 +236,7 @@ impl Fault {
             Fault::CrashAfterGrant => "crash-after-grant",
             Fault::CrashBeforeWrite => "crash-before-write",
             Fault::RedisRestart => "redis-restart",
+            Fault::WriteDelayed => "write-delayed",
         }
     }
 
@@ -243,6 +249,7 @@ impl Fault {
             Fault::CrashAfterGrant => "A crashes holding the lock",
             Fault::CrashBeforeWrite => "A crashes before its write",
             Fault::RedisRestart => "Redis restarts empty while A pauses",
+            Fault::WriteDelayed => "A's write is delayed in the network",
         }
     }
 
@@ -250,7 +257,10 @@ impl Fault {
     fn pauses(self) -> bool {
         matches!(
             self,
-            Fault::PauseBeforeWrite | Fault::PauseBeforeRelease | Fault::RedisRestart
+            Fault::PauseBeforeWrite
+                | Fault::PauseBeforeRelease
+                | Fault::RedisRestart
+                | Fault::WriteDelayed
         )
     }
 

@@ -84,7 +84,7 @@ struct LabPage {
     seed: u32,
     seat: &'static str,
     steps: [Step; 6],
-    faults: [Fault; 6],
+    faults: [Fault; 7],
     recent: Vec<(Run, String)>,
     authenticity_token: String,
 }

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 use super::check::{Action, Checker, in_secs, why};
+use super::net_delay::DelayedLink;
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
 use super::unsafe_ops::{self, LedgerInRedis};
@@ -117,12 +118,19 @@ async fn prepare(
         };
         let client = lease_client(state, protocol, &redis)?;
         client.ping().await?;
+        // A's write delayed in the network: its own connection to Postgres, through a
+        // proxy, made now.
+        let link = match (i, scenario.fault) {
+            (0, Fault::WriteDelayed) => Some(DelayedLink::open(&state.db).await?),
+            _ => None,
+        };
         servers.push(Server {
             name,
             start: STAGGER * i as u32 + Duration::from_millis(jitter),
             client,
             fault: if i == 0 { scenario.fault } else { Fault::None },
             pause: scenario.fault_pause(),
+            link,
         });
     }
     let warm_up = servers[0].client.acquire(&key, "lab", LEASE_TTL).await?;

@@ -12,6 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use super::check::{Action, WriteRule, why};
+use super::net_delay::DelayedLink;
 use super::unsafe_ops::{self, Observed};
 use super::{Fault, GIVE_UP, LEASE_TTL, PAYMENT, RETRY, Side, Step, TICKET, queries};
 
@@ -154,6 +155,9 @@ pub(super) struct Server {
     pub client: Arc<dyn LeaseStore>,
     pub fault: Fault,
     pub pause: Duration,
+    /// With [`Fault::WriteDelayed`], the server's way to Postgres through a proxy that
+    /// holds its write; otherwise it uses the side's pool.
+    pub link: Option<DelayedLink>,
 }
 
 impl Server {
@@ -204,11 +208,18 @@ impl Server {
                     arena.report("lab", Action::StoreLost { keys }).await;
                     self.pause_here(arena).await;
                 }
+                Fault::WriteDelayed => {
+                    if let Some(link) = &self.link {
+                        link.arm(self.pause).await;
+                    }
+                    arena.report(self.name, Action::Sent(self.pause)).await;
+                }
                 _ => {}
             }
             let token = lease.as_ref().map(|l| l.fencing_token().as_i64());
+            let db = self.link.as_ref().map_or(&arena.db, |link| &link.db);
             let wrote = queries::write_seat(
-                &arena.db,
+                db,
                 arena.run_id,
                 arena.side,
                 self.name,
