@@ -14,6 +14,17 @@ use playwright_rs::protocol::Viewport;
 use seatlock_lab::lab::STALLED_HOLDER;
 use support::Buyer;
 
+/// The reader, on a projector's screen (1280x720), as the timed lab's test has it.
+async fn projector_reader(w: &support::World) -> anyhow::Result<Buyer> {
+    let reader = w.buyer("A", 0).await?;
+    let projector = Viewport {
+        width: 1280,
+        height: 720,
+    };
+    reader.page.set_viewport_size(projector).await?;
+    Ok(reader)
+}
+
 /// Starts a step session switching `step` off (`none`: every step on) from the form,
 /// and takes each of `events` with the keyboard alone: focus the server's button, press
 /// Enter, and wait until the row is on the page (sent without leaving it). After each,
@@ -60,12 +71,7 @@ async fn the_keyboard_steps_a_and_b_into_a_double_sale_the_fence_refuses_it_scru
         "lab_step",
         seatlock_lab::LabSettings::enabled(),
         async |w| {
-            let reader = w.buyer("A", 0).await?;
-            let projector = Viewport {
-                width: 1280,
-                height: 720,
-            };
-            reader.page.set_viewport_size(projector).await?;
+            let reader = projector_reader(w).await?;
             let url_before = reader.page.url();
 
             // The fence off: A's late write with token 1 is accepted after B's with 2.
@@ -167,12 +173,7 @@ async fn a_write_delayed_in_the_network_sells_twice_unfenced_and_the_fence_refus
         "lab_delay",
         seatlock_lab::LabSettings::enabled(),
         async |w| {
-            let reader = w.buyer("A", 0).await?;
-            let projector = Viewport {
-                width: 1280,
-                height: 720,
-            };
-            reader.page.set_viewport_size(projector).await?;
+            let reader = projector_reader(w).await?;
             // The fault chosen on the form by keyboard, step 4 switched off.
             reader.open("/lab?step=fencing").await?;
             reader

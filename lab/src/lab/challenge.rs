@@ -14,16 +14,6 @@ use seatlock::state::AppState;
 
 /// The seed of every challenge's runs (B's and C's start offsets).
 pub(super) const SEED: u64 = 21;
-/// The faults "every fault" means: the timed lab's six, named here so that a fault added
-/// later (one that every step on is not meant to survive) does not change the answer.
-const FAULTS: [Fault; 6] = [
-    Fault::None,
-    Fault::PauseBeforeWrite,
-    Fault::PauseBeforeRelease,
-    Fault::CrashAfterGrant,
-    Fault::CrashBeforeWrite,
-    Fault::RedisRestart,
-];
 /// How many of an attempt's runs go at once (each takes one of the server's run permits):
 /// two, so that an attempt's own runs slow each other little (the schedule keeps its
 /// events a quarter second apart, `SLACK`; a loaded machine can eat that).
@@ -63,7 +53,7 @@ pub(super) const CHALLENGES: [Challenge; 2] = [
         slug: "every-fault",
         task: "Sell 14C exactly once under every fault (seed 21): choose the one step you may switch off, or none.",
         answer: Answer::Step,
-        hint: "Each fault breaks some step: the answer is checked against all six.",
+        hint: "Each fault breaks some step: the answer is checked against every one.",
     },
 ];
 
@@ -112,7 +102,7 @@ impl Challenge {
                     pause: DEFAULT_PAUSE,
                     seed: SEED,
                 };
-                Ok(FAULTS.into_iter().map(|f| (run(f), side)).collect())
+                Ok(Fault::ALL.into_iter().map(|f| (run(f), side)).collect())
             }
         }
     }
@@ -274,7 +264,7 @@ mod tests {
         assert!(slow.runs("soon").is_err());
         let every = Challenge::find("every-fault").unwrap();
         let all_on = every.runs("none").unwrap();
-        assert_eq!(all_on.len(), FAULTS.len());
+        assert_eq!(all_on.len(), Fault::ALL.len());
         assert!(all_on.iter().all(|(_, side)| *side == Side::On));
         assert!(
             every
