@@ -383,7 +383,7 @@ pub(super) async fn start(state: &AppState, step: Option<Step>) -> anyhow::Resul
     Ok(run_id)
 }
 
-/// Session `run_id` as recorded, if it is one; with `lock`, its row locked until the
+/// Session `run_id` as recorded, if it is one (and its step one this build knows); with `lock`, its row locked until the
 /// transaction `db` is in ends.
 pub(super) async fn load(
     db: &mut sqlx::PgConnection,
@@ -402,7 +402,10 @@ pub(super) async fn load(
     let Some((step, side, ended)) = found else {
         return Ok(None);
     };
-    let step = Step::parse(&step).unwrap_or(Step::Fencing);
+    // A step this build no longer knows: no session it can replay.
+    let Some(step) = Step::parse(&step) else {
+        return Ok(None);
+    };
     let side = if side == "off" { Side::Off } else { Side::On };
     let states = sqlx::query_as(
         "SELECT seq, server, event, owner_token, fencing_token, seat_free, seat_sold_to,
