@@ -477,8 +477,98 @@
     }, function (state) { run.dataset.live = state; });
   }
 
+  // Step mode (lab/templates/lab_step.html): the range scrubs along the timeline (the
+  // table up to that event, the seat's row and lease key as they were then, said in the
+  // live region); a server's button is sent without leaving the page, the new page's
+  // body put in place, what happened said in the live region, and focus put back on that
+  // server's next button. Without script the forms post and the range's Show reloads.
+  function labStep() {
+    const page = document.getElementById("lab-step");
+    if (!page) return;
+    const status = document.getElementById("step-status");
+    function scrubTo(at) {
+      const body = document.getElementById("step-body");
+      body.querySelectorAll("tbody[data-seq]").forEach(function (rows) {
+        rows.hidden = Number(rows.dataset.seq) > at;
+      });
+      let shown = null;
+      body.querySelectorAll("dl.snapshot").forEach(function (snap) {
+        snap.hidden = Number(snap.dataset.seq) !== at;
+        if (!snap.hidden) shown = snap;
+      });
+      const range = document.getElementById("scrub");
+      const where = at + " of " + body.dataset.last;
+      range.value = String(at);
+      range.setAttribute("aria-valuetext", "event " + where);
+      document.getElementById("scrub-at").textContent = where;
+      if (shown) {
+        status.textContent = Array.from(shown.querySelectorAll("dd"), function (dd) {
+          return dd.previousElementSibling.textContent + ": " + dd.textContent;
+        }).join(". ");
+      }
+    }
+    page.addEventListener("input", function (e) {
+      if (e.target.id === "scrub") scrubTo(Number(e.target.value));
+    });
+    page.addEventListener("submit", function (e) {
+      const form = e.target;
+      if (e.defaultPrevented) return; // a double click: the form guard dropped it
+      if (form.classList.contains("step-scrub")) {
+        e.preventDefault();
+        scrubTo(Number(document.getElementById("scrub").value));
+        return;
+      }
+      if (!form.classList.contains("step-server") || !window.fetch) return;
+      e.preventDefault();
+      const server = form.elements.server.value;
+      const body = new URLSearchParams(new FormData(form, e.submitter));
+      fetch(form.action, { method: "POST", body: body, credentials: "same-origin" })
+        .then(function (r) {
+          return r.text().then(function (html) { return { ok: r.ok, html: html }; });
+        })
+        .then(function (reply) {
+          const doc = new DOMParser().parseFromString(reply.html, "text/html");
+          if (!reply.ok) {
+            status.textContent = (doc.querySelector("main") || doc.body).textContent.trim();
+            return;
+          }
+          document.getElementById("step-body").replaceWith(doc.getElementById("step-body"));
+          status.textContent = doc.getElementById("step-status").textContent;
+          const again = document.querySelector("#step-body form.step-server input[value='" + server + "']");
+          const next = (again && again.form.querySelector("button")) ||
+            document.querySelector("#step-body form.step-server button");
+          (next || status).focus();
+        })
+        .catch(function () { form.submit(); });
+    });
+  }
+
+  // A challenge's attempt (lab/templates/lab_attempt.html): while its runs go, the page
+  // is fetched again every second, its table put in place and its verdict said in the
+  // live region, until every run has finished.
+  function labAttempt() {
+    const attempt = document.getElementById("attempt");
+    if (!attempt || attempt.dataset.state !== "running" || !window.fetch) return;
+    const timer = setInterval(function () {
+      fetch(window.location.href, { credentials: "same-origin" })
+        .then(function (r) { return r.text(); })
+        .then(function (html) {
+          const next = new DOMParser().parseFromString(html, "text/html").getElementById("attempt");
+          if (!next) return;
+          attempt.querySelector("table").replaceWith(next.querySelector("table"));
+          document.getElementById("attempt-verdict").textContent =
+            next.querySelector("#attempt-verdict").textContent;
+          attempt.dataset.state = next.dataset.state;
+          if (next.dataset.state !== "running") clearInterval(timer);
+        })
+        .catch(function () {}); // the next tick tries again
+    }, 1000);
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     labRun();
+    labStep();
+    labAttempt();
     liveSeatMap();
     liveAuction();
     liveQueue();

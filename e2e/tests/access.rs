@@ -123,12 +123,24 @@ async fn every_page_passes_axe_core_and_fits_a_phone_and_200_percent_zoom() {
                 format!("/events/{arena}/list?section=101"),
             ),
             ("the lab", "/lab".to_owned()),
+            ("the lab's challenges", "/lab/challenges".to_owned()),
             ("the auctions", "/auctions".to_owned()),
             ("an auction item", w.auction_item().await?.1),
         ] {
             a.open(&path).await?;
             found.extend(check_page(&a, page).await?);
         }
+
+        // Step mode, a session with an event taken (lab/templates/lab_step.html).
+        a.open("/lab/step").await?;
+        found.extend(check_page(&a, "step mode's form").await?);
+        a.page.locator("#start").click(None).await?;
+        a.page.locator("#step-A-grant").click(None).await?;
+        expect(a.page.locator("#step-body"))
+            .to_have_attribute("data-last", "1")
+            .await
+            .context("step mode: A's grant was not taken")?;
+        found.extend(check_page(&a, "a step session").await?);
 
         // The cart (a section with a hold), the checkout, then the order.
         a.open(&format!("/events/{arena}/sections/101")).await?;

@@ -29,6 +29,16 @@ pub(super) enum Action {
     Read { sold_to: Option<String> },
     /// The server pauses for this long.
     Paused(Duration),
+    /// The server sends its write, and the network holds it this long (`net_delay.rs`).
+    Sent(Duration),
+    /// Step mode (`stepper.rs`): the server charges the card.
+    Paid,
+    /// Step mode: the server stalls until the reader wakes it.
+    Stalled,
+    /// Step mode: the server wakes from its stall.
+    Woke,
+    /// Step mode: the reader lets the server's lease run out (`lapse.lua`).
+    Lapsed(Lapse),
     /// The write of "14C sold", with the token it carried (none without a lock), as the
     /// seat's row judged it.
     Wrote {
@@ -49,6 +59,17 @@ pub(super) enum Action {
     StoreLost { keys: usize },
     /// A store failed; the server stops.
     Failed(String),
+}
+
+/// What became of a lease the reader let lapse in step mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Lapse {
+    /// Redis expired the key.
+    Expired,
+    /// The key was made without PX (step 2 off): it never expires.
+    NoExpiry,
+    /// The key was no longer the server's.
+    NotHeld,
 }
 
 /// What the seat's row checks of a write.
@@ -79,6 +100,24 @@ impl Action {
             Action::Read { sold_to: Some(who) } => format!("reads {SEAT}: sold to {who}; leaves"),
             Action::Read { sold_to: None } => format!("reads {SEAT}: free; pays"),
             Action::Paused(pause) => format!("pauses {}", in_secs(*pause)),
+            Action::Sent(delay) => format!(
+                "sends its write, inside its lease; the network holds it {}",
+                in_secs(*delay)
+            ),
+            Action::Paid => "charges the card".into(),
+            Action::Stalled => {
+                "pauses (a GC pause, a stalled VM): it still believes it holds the lock".into()
+            }
+            Action::Woke => {
+                "wakes, and goes on where it stopped without looking at its lease".into()
+            }
+            Action::Lapsed(Lapse::Expired) => "loses its lease: Redis expires the key".into(),
+            Action::Lapsed(Lapse::NoExpiry) => {
+                "keeps its key: made without PX, it never expires".into()
+            }
+            Action::Lapsed(Lapse::NotHeld) => {
+                "has no lease left to lose: the key is not its own".into()
+            }
             Action::Wrote { token: Some(t), .. } => {
                 format!("writes \"{SEAT} sold\" with token {t}")
             }

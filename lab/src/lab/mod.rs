@@ -25,17 +25,29 @@
 //! each step's default fault ([`Step::default_fault`]) where the article puts it, and the
 //! warm-up before the start line: docs/race-lab.md, "The lab in the browser".
 
+mod challenge;
+mod challenge_routes;
 mod check;
+mod net_delay;
 mod queries;
 mod routes;
 mod run;
 mod simulated;
+mod step_routes;
+mod stepper;
 mod unsafe_ops;
 
 use std::fmt;
 use std::time::Duration;
 
-pub use routes::router;
+pub use stepper::STALLED_HOLDER;
+
+/// The lab's routes: the timed runs', step mode's and the challenges' (merged by `crate::server::router`).
+pub fn router() -> axum::Router<seatlock::state::AppState> {
+    routes::router()
+        .merge(step_routes::routes())
+        .merge(challenge_routes::routes())
+}
 
 /// The simulated servers of each side, by name (each its holder label).
 pub(crate) const SERVERS: [&str; 3] = ["A", "B", "C"];
@@ -198,17 +210,21 @@ pub enum Fault {
     /// Redis loses every key of the lock (a restart without persistence) while A pauses
     /// before its write.
     RedisRestart,
+    /// A sends its write inside its lease, and the network holds it for the pause
+    /// (`net_delay.rs`: a proxy between A and Postgres).
+    WriteDelayed,
 }
 
 impl Fault {
     /// Every choice.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::None,
         Fault::PauseBeforeWrite,
         Fault::PauseBeforeRelease,
         Fault::CrashAfterGrant,
         Fault::CrashBeforeWrite,
         Fault::RedisRestart,
+        Fault::WriteDelayed,
     ];
 
     /// The value in URLs and forms.
@@ -220,6 +236,7 @@ impl Fault {
             Fault::CrashAfterGrant => "crash-after-grant",
             Fault::CrashBeforeWrite => "crash-before-write",
             Fault::RedisRestart => "redis-restart",
+            Fault::WriteDelayed => "write-delayed",
         }
     }
 
@@ -232,6 +249,7 @@ impl Fault {
             Fault::CrashAfterGrant => "A crashes holding the lock",
             Fault::CrashBeforeWrite => "A crashes before its write",
             Fault::RedisRestart => "Redis restarts empty while A pauses",
+            Fault::WriteDelayed => "A's write is delayed in the network",
         }
     }
 
@@ -239,7 +257,10 @@ impl Fault {
     fn pauses(self) -> bool {
         matches!(
             self,
-            Fault::PauseBeforeWrite | Fault::PauseBeforeRelease | Fault::RedisRestart
+            Fault::PauseBeforeWrite
+                | Fault::PauseBeforeRelease
+                | Fault::RedisRestart
+                | Fault::WriteDelayed
         )
     }
 

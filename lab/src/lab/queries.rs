@@ -138,10 +138,12 @@ pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
         .await
 }
 
-/// The latest `limit` runs, newest first.
+/// The latest `limit` timed runs (not step sessions, `stepper.rs`), newest first.
 pub(super) async fn recent_runs(db: &PgPool, limit: i64) -> sqlx::Result<Vec<Run>> {
     sqlx::query_as(&format!(
-        "SELECT {RUN_COLUMNS} FROM lab_runs ORDER BY id DESC LIMIT $2"
+        "SELECT {RUN_COLUMNS} FROM lab_runs
+          WHERE id NOT IN (SELECT run_id FROM lab_step_sessions)
+          ORDER BY id DESC LIMIT $2"
     ))
     .bind(CUT_OFF_AFTER.as_secs_f64())
     .bind(limit)
@@ -179,8 +181,12 @@ pub(super) struct NewRow<'a> {
     pub(super) mark: Option<&'a Mark>,
 }
 
-/// Records one row of run `id`.
-pub(super) async fn insert_row(db: &PgPool, id: i64, row: NewRow<'_>) -> sqlx::Result<()> {
+/// Records one row of run `id`, on `db` (the pool, or a step session's transaction).
+pub(super) async fn insert_row(
+    db: impl sqlx::PgExecutor<'_>,
+    id: i64,
+    row: NewRow<'_>,
+) -> sqlx::Result<()> {
     sqlx::query(
         "INSERT INTO lab_rows (run_id, side, seq, at_ms, server, did, lock_key, fence_counter,
                                seat, mark_kind, mark, sentence)

@@ -31,7 +31,7 @@ use seatlock::state::AppState;
 /// Runs going at once on this server, at most: each holds eight Redis connections (four
 /// a side) for a few seconds.
 const MAX_RUNS: usize = 4;
-static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
+pub(super) static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
 
 /// Run streams open at once on this server, at most: each asks Postgres once per
 /// [`STREAM_POLL`], and the runs' own rows must not queue behind them for one of the
@@ -43,8 +43,8 @@ static STREAMS: Semaphore = Semaphore::const_new(MAX_STREAMS);
 /// How often a run's stream looks for new rows.
 const STREAM_POLL: Duration = Duration::from_millis(250);
 
-/// The lab's routes (merged by `crate::server::router`).
-pub fn router() -> Router<AppState> {
+/// The timed lab's routes (merged with step mode's by [`super::router`]).
+pub(super) fn router() -> Router<AppState> {
     Router::new()
         .route("/lab", get(form))
         .route("/lab/runs", post(start))
@@ -56,7 +56,7 @@ pub fn router() -> Router<AppState> {
 /// 404 unless the leases are in Redis: the lab races Redis leases, and on etcd there is
 /// nothing to switch off. Without `--enable-race-lab` the route never gets here
 /// (`crate::server::router`).
-fn require_lab(state: &AppState) -> Result<()> {
+pub(super) fn require_lab(state: &AppState) -> Result<()> {
     if state.settings.leases_on_etcd() {
         return Err(Error::NotFound(
             "The lab races Redis leases, and this server keeps its leases in etcd.".into(),
@@ -84,7 +84,7 @@ struct LabPage {
     seed: u32,
     seat: &'static str,
     steps: [Step; 6],
-    faults: [Fault; 6],
+    faults: [Fault; 7],
     recent: Vec<(Run, String)>,
     authenticity_token: String,
 }
@@ -240,17 +240,17 @@ struct RowHtml<'a> {
 
 impl Row {
     /// Seconds from the start: "1.604 s".
-    fn t(&self) -> String {
+    pub(super) fn t(&self) -> String {
         format!("{:.3} s", self.at_ms as f64 / 1000.0)
     }
 
     /// The row's class: its mark's (`violation`, `saved`, `failed`), or ''.
-    fn class(&self) -> &str {
+    pub(super) fn class(&self) -> &str {
         self.mark.as_deref().unwrap_or("")
     }
 
     /// The fencing counter, or "—".
-    fn counter(&self) -> String {
+    pub(super) fn counter(&self) -> String {
         self.fence_counter.map_or("—".into(), |c| c.to_string())
     }
 }

@@ -13,6 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 use super::check::{Action, Checker, in_secs, why};
+use super::net_delay::DelayedLink;
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
 use super::unsafe_ops::{self, LedgerInRedis};
@@ -105,13 +106,7 @@ async fn prepare(
 ) -> anyhow::Result<Prepared> {
     let protocol = Protocol::of(scenario.step, side);
     let key = lock_key(state, run_id, side);
-    let connect = || {
-        lease::connect(
-            state.settings.lease_store_url(),
-            state.settings.store_timeout(),
-        )
-    };
-    let redis = Arc::new(connect()?);
+    let redis = Arc::new(connect(state)?);
     // B and C start one and two staggers after A, each a little later as the seed draws.
     let mut rng = StdRng::seed_from_u64(scenario.seed);
     let mut servers = Vec::new();
@@ -121,24 +116,21 @@ async fn prepare(
         } else {
             rng.random_range(0..=JITTER_MS)
         };
-        let client: Arc<dyn LeaseStore> = if protocol.durable_tokens {
-            Arc::new(LeaseClient::new(
-                connect()?,
-                PgFenceLedger(state.db.clone()),
-            ))
-        } else {
-            Arc::new(
-                LeaseClient::new(connect()?, LedgerInRedis(redis.clone()))
-                    .with_failover_guard(false),
-            )
-        };
+        let client = lease_client(state, protocol, &redis)?;
         client.ping().await?;
+        // A's write delayed in the network: its own connection to Postgres, through a
+        // proxy, made now.
+        let link = match (i, scenario.fault) {
+            (0, Fault::WriteDelayed) => Some(DelayedLink::open(&state.db).await?),
+            _ => None,
+        };
         servers.push(Server {
             name,
             start: STAGGER * i as u32 + Duration::from_millis(jitter),
             client,
             fault: if i == 0 { scenario.fault } else { Fault::None },
             pause: scenario.fault_pause(),
+            link,
         });
     }
     let warm_up = servers[0].client.acquire(&key, "lab", LEASE_TTL).await?;
@@ -193,8 +185,37 @@ impl Prepared {
     }
 }
 
+/// A connection of its own to the server's Redis (the lease store).
+pub(super) fn connect(state: &AppState) -> anyhow::Result<RedisStore> {
+    Ok(lease::connect(
+        state.settings.lease_store_url(),
+        state.settings.store_timeout(),
+    )?)
+}
+
+/// One server's lease client under `protocol`, on a connection of its own: tokens from
+/// the Postgres ledger with the failover guard (step 5 on), or from a ledger kept in the
+/// lab's Redis `redis`, guard off (step 5 off).
+pub(super) fn lease_client(
+    state: &AppState,
+    protocol: Protocol,
+    redis: &Arc<RedisStore>,
+) -> anyhow::Result<Arc<dyn LeaseStore>> {
+    Ok(if protocol.durable_tokens {
+        Arc::new(LeaseClient::new(
+            connect(state)?,
+            PgFenceLedger(state.db.clone()),
+        ))
+    } else {
+        Arc::new(
+            LeaseClient::new(connect(state)?, LedgerInRedis(redis.clone()))
+                .with_failover_guard(false),
+        )
+    })
+}
+
 /// The lock of run `run_id`'s `side`: 14C in the group `<namespace>:lab:<run>:<side>`.
-fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
+pub(super) fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
     let group = format!(
         "{}:{side}",
         state.settings.lease_namespace.group("lab", run_id)
@@ -207,10 +228,7 @@ fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
 /// run, and for a run found cut off (its server stopped mid-way). Idempotent.
 pub(super) async fn clean_up(state: &AppState, run_id: i64, side: Side) -> anyhow::Result<()> {
     let key = lock_key(state, run_id, side);
-    let redis = lease::connect(
-        state.settings.lease_store_url(),
-        state.settings.store_timeout(),
-    )?;
+    let redis = connect(state)?;
     unsafe_ops::delete_lock_keys(&redis, &key).await?;
     super::queries::forget_fence_ceiling(&state.db, key.group()).await?;
     Ok(())

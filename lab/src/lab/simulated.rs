@@ -12,6 +12,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use super::check::{Action, WriteRule, why};
+use super::net_delay::DelayedLink;
 use super::unsafe_ops::{self, Observed};
 use super::{Fault, GIVE_UP, LEASE_TTL, PAYMENT, RETRY, Side, Step, TICKET, queries};
 
@@ -20,13 +21,13 @@ use super::{Fault, GIVE_UP, LEASE_TTL, PAYMENT, RETRY, Side, Step, TICKET, queri
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Protocol {
     /// Take a lock at all (off only for [`Step::Conditional`]).
-    lock: bool,
+    pub lock: bool,
     /// Step 1: `SET … NX` (off: the key is overwritten).
-    nx: bool,
+    pub nx: bool,
     /// Step 2: `PX ttl` (off: the key is made to never expire).
-    px: bool,
+    pub px: bool,
     /// Step 3: compare-and-delete (off: a plain `DEL`).
-    owner_check: bool,
+    pub owner_check: bool,
     /// Step 4: the seat's row checks the token.
     fence: bool,
     /// Step 5: tokens from the Postgres ledger, failover guard on (off: a ledger in the
@@ -55,7 +56,7 @@ impl Protocol {
     }
 
     /// What the seat's row checks of this side's writes.
-    fn write_rule(&self) -> WriteRule {
+    pub(super) fn write_rule(&self) -> WriteRule {
         if self.conditional {
             WriteRule::IfUnsold
         } else if self.fence {
@@ -154,6 +155,9 @@ pub(super) struct Server {
     pub client: Arc<dyn LeaseStore>,
     pub fault: Fault,
     pub pause: Duration,
+    /// With [`Fault::WriteDelayed`], the server's way to Postgres through a proxy that
+    /// holds its write; otherwise it uses the side's pool.
+    pub link: Option<DelayedLink>,
 }
 
 impl Server {
@@ -204,11 +208,18 @@ impl Server {
                     arena.report("lab", Action::StoreLost { keys }).await;
                     self.pause_here(arena).await;
                 }
+                Fault::WriteDelayed => {
+                    if let Some(link) = &self.link {
+                        link.arm(self.pause).await;
+                    }
+                    arena.report(self.name, Action::Sent(self.pause)).await;
+                }
                 _ => {}
             }
             let token = lease.as_ref().map(|l| l.fencing_token().as_i64());
+            let db = self.link.as_ref().map_or(&arena.db, |link| &link.db);
             let wrote = queries::write_seat(
-                &arena.db,
+                db,
                 arena.run_id,
                 arena.side,
                 self.name,

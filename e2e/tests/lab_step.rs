@@ -1,0 +1,221 @@
+//! The lab as an instrument the reader acts on (issue 48; docs/race-lab.md, "Step
+//! mode"), in Chromium against the lab's servers and their real Redis and Postgres: the
+//! keyboard alone walks A and B into the double sale with the fence off, sees the fence
+//! refuse it with every step on, scrubs back along the timeline, and passes a challenge. Run as `browser.rs`
+//! is (`make test`, or its module docs).
+
+// Each test binary compiles the shared harness and uses a part of it.
+#[allow(dead_code)]
+mod support;
+
+use anyhow::{Context as _, ensure};
+use playwright_rs::expect;
+use playwright_rs::protocol::Viewport;
+use seatlock_lab::lab::STALLED_HOLDER;
+use support::Buyer;
+
+/// The reader, on a projector's screen (1280x720), as the timed lab's test has it.
+async fn projector_reader(w: &support::World) -> anyhow::Result<Buyer> {
+    let reader = w.buyer("A", 0).await?;
+    let projector = Viewport {
+        width: 1280,
+        height: 720,
+    };
+    reader.page.set_viewport_size(projector).await?;
+    Ok(reader)
+}
+
+/// Starts a step session switching `step` off (`none`: every step on) from the form,
+/// and takes each of `events` with the keyboard alone: focus the server's button, press
+/// Enter, and wait until the row is on the page (sent without leaving it). After each,
+/// focus must be back on a button and the live region must say what happened.
+async fn walk(reader: &Buyer, step: &str, events: &[(&str, &str)]) -> anyhow::Result<()> {
+    reader.open(&format!("/lab/step?step={step}")).await?;
+    reader.page.locator("#start").press("Enter", None).await?;
+    expect(reader.page.locator("#step-body"))
+        .to_have_attribute("data-last", "0")
+        .await
+        .with_context(|| format!("{step}: no step session"))?;
+    for (n, (server, event)) in events.iter().enumerate() {
+        let button = reader.page.locator(format!("#step-{server}-{event}"));
+        button.focus().await?;
+        button.press("Enter", None).await?;
+        let last = (n + 1).to_string();
+        expect(reader.page.locator("#step-body"))
+            .to_have_attribute("data-last", &last)
+            .await
+            .with_context(|| format!("{step}: {server} {event} was not taken"))?;
+        expect(reader.page.locator("#step-status"))
+            .to_contain_text(&format!("After event {last}: {server}"))
+            .await
+            .with_context(|| format!("{step}: the live region did not say {server} {event}"))?;
+        let focused: String = reader
+            .page
+            .evaluate("() => document.activeElement.id", None::<&()>)
+            .await?;
+        ensure!(
+            focused.starts_with("step-"),
+            "{step}: after {server} {event} focus is on {focused:?}"
+        );
+    }
+    Ok(())
+}
+
+/// How long a one-run challenge may take here (a run takes about 4 s).
+const CHALLENGE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[tokio::test]
+async fn the_keyboard_steps_a_and_b_into_a_double_sale_the_fence_refuses_it_scrubs_back_and_passes_a_challenge()
+ {
+    support::run_lab(
+        "lab_step",
+        seatlock_lab::LabSettings::enabled(),
+        async |w| {
+            let reader = projector_reader(w).await?;
+            let url_before = reader.page.url();
+
+            // The fence off: A's late write with token 1 is accepted after B's with 2.
+            walk(&reader, "fencing", &STALLED_HOLDER).await?;
+            expect(
+                reader
+                    .page
+                    .locator("#step-body tr.violation[data-kind=stale-write-accepted]"),
+            )
+            .to_be_visible()
+            .await
+            .context("fence off: A's stale write is not marked accepted")?;
+            expect(reader.page.locator("#snapshot-11 .snap-seat"))
+                .to_contain_text("sold to A; highest token accepted 2; sales 2")
+                .await
+                .context("fence off: the seat's row is not sold twice")?;
+            ensure!(reader.page.url() != url_before, "never left the form");
+
+            // Every step on: the same events, and the fence refuses A's write.
+            walk(&reader, "none", &STALLED_HOLDER).await?;
+            expect(
+                reader
+                    .page
+                    .locator("#step-body tr.saved[data-kind=stale-write-refused]"),
+            )
+            .to_be_visible()
+            .await
+            .context("fence on: A's stale write is not refused")?;
+            let broken = reader
+                .page
+                .locator("#step-body tr.violation")
+                .count()
+                .await?;
+            ensure!(broken == 0, "fence on: {broken} violations");
+            expect(reader.page.locator("#snapshot-11 .snap-seat"))
+                .to_contain_text("sold to B; highest token accepted 2; sales 1")
+                .await
+                .context("fence on: the seat's row is not B's alone")?;
+            w.screenshot(&reader, "lab-step").await?;
+
+            // Scrub back with the keyboard to event 6, B's grant: the lock was B's with
+            // token 2 and the seat still free; later rows are hidden; the live region says so.
+            let scrub = reader.page.locator("#scrub");
+            scrub.focus().await?;
+            for _ in 0..5 {
+                scrub.press("ArrowLeft", None).await?;
+            }
+            expect(scrub.clone()).to_have_value("6").await?;
+            expect(reader.page.locator("#snapshot-6"))
+                .to_be_visible()
+                .await
+                .context("scrubbed to 6: its state is not shown")?;
+            expect(reader.page.locator("#snapshot-6 .snap-lock"))
+                .to_contain_text("B (token 2)")
+                .await?;
+            expect(reader.page.locator("#snapshot-6 .snap-seat"))
+                .to_contain_text("free")
+                .await?;
+            expect(reader.page.locator("#snapshot-11"))
+                .to_be_hidden()
+                .await?;
+            expect(reader.page.locator("#step-body tbody[data-seq='7']"))
+                .to_be_hidden()
+                .await
+                .context("scrubbed to 6: event 7 is still shown")?;
+            expect(reader.page.locator("#step-status"))
+                .to_contain_text("B takes the lock: token 2")
+                .await?;
+            w.screenshot(&reader, "lab-step-scrubbed").await?;
+
+            // A challenge, by keyboard: A's pause inside its lease keeps the unfenced
+            // lease from selling twice; the verdict comes to the open page and its live
+            // region.
+            reader.open("/lab/challenges").await?;
+            let answer = reader.page.locator("#answer-slow-holder");
+            answer.fill("300", None).await?;
+            answer.press("Enter", None).await?;
+            expect(reader.page.locator("#attempt"))
+                .with_timeout(CHALLENGE_TIMEOUT)
+                .to_have_attribute("data-state", "done")
+                .await
+                .context("the challenge's attempt did not finish")?;
+            expect(reader.page.locator("#attempt-verdict"))
+                .to_contain_text("Pass: 1 of 1 runs passed: 14C sold 1 time(s); 0 violation(s)")
+                .await?;
+            w.screenshot(&reader, "lab-challenge").await?;
+            Ok(())
+        },
+    )
+    .await;
+}
+
+/// How long a timed lab run may take here (each takes about 6 s).
+const RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[tokio::test]
+async fn a_write_delayed_in_the_network_sells_twice_unfenced_and_the_fence_refuses_it() {
+    support::run_lab(
+        "lab_delay",
+        seatlock_lab::LabSettings::enabled(),
+        async |w| {
+            let reader = projector_reader(w).await?;
+            // The fault chosen on the form by keyboard, step 4 switched off.
+            reader.open("/lab?step=fencing").await?;
+            reader
+                .page
+                .locator("#fault")
+                .select_option("write-delayed", None)
+                .await?;
+            reader.page.locator("#run").press("Enter", None).await?;
+            expect(reader.page.locator("#lab-run"))
+                .with_timeout(RUN_TIMEOUT)
+                .to_have_attribute("data-state", "done")
+                .await
+                .context("the run did not finish")?;
+            for side in ["off", "on"] {
+                expect(reader.page.locator(format!("#rows-{side}")))
+                    .to_contain_text(
+                        "sends its write, inside its lease; the network holds it 2.30 s",
+                    )
+                    .await
+                    .with_context(|| format!("{side}: A's write was not sent into the delay"))?;
+            }
+            expect(
+                reader
+                    .page
+                    .locator("#rows-off tr.violation[data-kind=stale-write-accepted]"),
+            )
+            .to_be_visible()
+            .await
+            .context("fence off: A's late write is not accepted")?;
+            expect(
+                reader
+                    .page
+                    .locator("#rows-on tr.saved[data-kind=stale-write-refused]"),
+            )
+            .to_be_visible()
+            .await
+            .context("fence on: A's late write is not refused")?;
+            let broken = reader.page.locator("#rows-on tr.violation").count().await?;
+            ensure!(broken == 0, "fence on: {broken} violations");
+            w.screenshot(&reader, "lab-write-delayed").await?;
+            Ok(())
+        },
+    )
+    .await;
+}

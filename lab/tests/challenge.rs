@@ -1,0 +1,131 @@
+//! The lab's challenges (`GET /lab/challenges`, `lab/src/lab/challenge.rs`) over HTTP,
+//! on the real Redis and Postgres: each challenge's check fails on a wrong answer and
+//! passes on the right one, by the numbers the lab's checker and seat row give; a bad
+//! answer is refused with a message and starts nothing.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use seatlock_harness::{HttpBuyer, Reply, TestApp, eventually};
+
+/// How long an attempt's runs may take here (seven runs, two at a time, about 6 s each,
+/// on a machine other suites share).
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Opens the challenges on `app` (for a CSRF token) and answers `challenge` with `answer`.
+async fn send_answer(app: &TestApp, challenge: &str, answer: &str) -> Reply {
+    let mut reader = HttpBuyer::new();
+    let list = reader
+        .get(&format!("{}/lab/challenges", app.address))
+        .await
+        .unwrap();
+    assert_eq!(list.status, StatusCode::OK);
+    reader
+        .post(
+            &format!("{}/lab/challenges/{challenge}", app.address),
+            &[("answer", answer)],
+        )
+        .await
+        .unwrap()
+}
+
+/// Answers `challenge` with `answer` and returns the attempt's verdict line once every
+/// run has finished.
+async fn verdict(app: &TestApp, challenge: &str, answer: &str) -> String {
+    let reply = send_answer(app, challenge, answer).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let url = format!("{}{}", app.address, reply.location.unwrap());
+    let what = format!("the attempt at {challenge} with {answer} to finish");
+    eventually(ATTEMPT_TIMEOUT, &what, || {
+        let url = url.clone();
+        async move {
+            let page = reqwest::get(&url).await.unwrap().text().await.unwrap();
+            page.contains("data-state=\"done\"")
+        }
+    })
+    .await;
+    let page = reqwest::get(&url).await.unwrap().text().await.unwrap();
+    page.split("id=\"attempt-verdict\"")
+        .nth(1)
+        .and_then(|rest| rest.split_once('>'))
+        .and_then(|(_, rest)| rest.split_once("</p>"))
+        .map(|(line, _)| line.to_string())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_pause_inside_the_lease_keeps_the_unfenced_lease_from_selling_twice() {
+    let app = TestApp::builder().race_lab().spawn().await.unwrap();
+    // A pauses 2.3 s: it wakes after B bought, and its unfenced write sells 14C again.
+    let wrong = verdict(&app, "slow-holder", "2300").await;
+    assert!(
+        wrong.starts_with("Fail: 0 of 1 runs passed: 14C sold 2 time(s)"),
+        "{wrong}"
+    );
+    // A pauses 0.3 s: it writes inside its lease, and B finds the seat sold.
+    let right = verdict(&app, "slow-holder", "300").await;
+    assert!(
+        right.starts_with("Pass: 1 of 1 runs passed: 14C sold 1 time(s); 0 violation(s)"),
+        "{right}"
+    );
+}
+
+#[tokio::test]
+async fn only_every_step_on_sells_once_under_every_fault() {
+    let app = TestApp::builder().race_lab().spawn().await.unwrap();
+    // Fencing off: A's late write is accepted when it pauses before it.
+    let wrong = verdict(&app, "every-fault", "fencing").await;
+    assert!(wrong.starts_with("Fail: "), "{wrong}");
+    assert!(!wrong.starts_with("Fail: 7 of 7"), "{wrong}");
+    // Every step on. The schedule keeps A's default pause a quarter second from the
+    // next holder's write; a machine loaded enough to eat that lands A's write between
+    // B's grant and B's write, where every step on really does sell twice (lab.rs,
+    // `with_every_step_on_a_holder_waking_between_the_next_grant_and_its_write_sells_twice`).
+    // So a second attempt is allowed; two failing fails the test.
+    let expected =
+        "Pass: 7 of 7 runs passed: 14C sold 1, 1, 1, 1, 1, 1, 1 time(s); 0 violation(s).";
+    let first = verdict(&app, "every-fault", "none").await;
+    if first != expected {
+        let second = verdict(&app, "every-fault", "none").await;
+        assert_eq!(second, expected, "first attempt: {first}");
+    }
+}
+
+#[tokio::test]
+async fn a_bad_answer_is_refused_with_a_message_and_starts_nothing() {
+    let app = TestApp::builder().race_lab().spawn().await.unwrap();
+    for (challenge, answer, status, says) in [
+        (
+            "slow-holder",
+            "soon",
+            StatusCode::BAD_REQUEST,
+            "whole number",
+        ),
+        (
+            "slow-holder",
+            "10001",
+            StatusCode::BAD_REQUEST,
+            "at most 10000 ms",
+        ),
+        (
+            "every-fault",
+            "step-9",
+            StatusCode::BAD_REQUEST,
+            "no such step",
+        ),
+        ("no-such", "1", StatusCode::NOT_FOUND, "no such challenge"),
+    ] {
+        let reply = send_answer(&app, challenge, answer).await;
+        assert_eq!(reply.status, status, "{challenge} {answer}");
+        assert!(
+            reply.body.contains(says),
+            "{challenge} {answer}: {}",
+            reply.body
+        );
+    }
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM lab_challenge_attempts")
+        .fetch_one(app.db())
+        .await
+        .unwrap();
+    assert_eq!(attempts, 0);
+}
