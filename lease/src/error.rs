@@ -48,7 +48,9 @@ pub enum LeaseError {
     /// *cools*, and nobody is granted it for `remaining` more, or until that confirm ends
     /// ([`LeaseStore::end_paying`](crate::LeaseStore::end_paying)). Nothing was granted
     /// or written. Redis only (`docs/time-to-pay.md`).
-    #[error("{name} is cooling: a payment for its lapsed lease is in flight for another {remaining:?}")]
+    #[error(
+        "{name} is cooling: a payment for its lapsed lease is in flight for another {remaining:?}"
+    )]
     Cooling {
         /// The resource that cools.
         name: String,

@@ -775,7 +775,10 @@ async fn a_clean_lapse_cools_for_0_ms() {
             Err(other) => panic!("{end}: {other:?}"),
         }
     }
-    assert_eq!(cooling_refusals, 0, "no cooling without a confirm in flight");
+    assert_eq!(
+        cooling_refusals, 0,
+        "no cooling without a confirm in flight"
+    );
 }
 
 /// A lease that lapses while its confirm is paying cools: the next acquire is refused
@@ -805,14 +808,24 @@ async fn a_lease_that_lapses_while_paying_cools_until_its_confirm_ends() {
     match client.acquire(&key, "b", Duration::from_secs(10)).await {
         Err(LeaseError::Cooling { name, remaining }) => {
             assert_eq!(name, "14C");
-            assert!(remaining > Duration::ZERO && remaining <= cooling, "{remaining:?}");
+            assert!(
+                remaining > Duration::ZERO && remaining <= cooling,
+                "{remaining:?}"
+            );
         }
         other => panic!("expected Cooling, got {other:?}"),
     }
     let group = client.holders(key.group()).await.unwrap();
     let shown: Vec<_> = group.holdings.iter().map(|h| h.name.as_str()).collect();
-    assert_eq!(shown, ["14C"], "the cooling seat is listed, and no marker field");
-    assert_eq!(group.holdings[0].holder, "", "held by no label: the lease lapsed");
+    assert_eq!(
+        shown,
+        ["14C"],
+        "the cooling seat is listed, and no marker field"
+    );
+    assert_eq!(
+        group.holdings[0].holder, "",
+        "held by no label: the lease lapsed"
+    );
     assert_eq!(group.holdings[0].fencing_token, a.fencing_token());
     assert!(group.holdings[0].expires_at_ms > group.now_ms);
     // The confirm ends without a sale: the resource is free at once.
@@ -859,5 +872,9 @@ async fn cooling_ends_by_itself_at_its_time() {
         .await
         .unwrap();
     assert!(b.fencing_token() > a.fencing_token());
-    assert_eq!(paying_marker(&client, &key).await, None, "the grant dropped it");
+    assert_eq!(
+        paying_marker(&client, &key).await,
+        None,
+        "the grant dropped it"
+    );
 }
