@@ -44,6 +44,8 @@ const REDIS_TTL_LIMITS: TtlLimits = TtlLimits {
 pub struct LeaseClient<L> {
     redis: RedisStore,
     fence: Fence<L>,
+    /// Whether [`LeaseStore::owned_by_paying`] marks the lease (on by default).
+    cooling: bool,
 }
 
 impl<L: FenceLedger> LeaseClient<L> {
@@ -52,7 +54,19 @@ impl<L: FenceLedger> LeaseClient<L> {
         LeaseClient {
             redis,
             fence: Fence::new(ledger),
+            cooling: true,
         }
+    }
+
+    /// Turns cooling on or off. It is on by default.
+    ///
+    /// **Off is for the race lab only** (`seatlock-lab serve --lab-disable-cooling`):
+    /// [`LeaseStore::owned_by_paying`] is then [`LeaseStore::owned_by`], and a lease that
+    /// lapses while its holder writes is granted to the next caller at once, as on a
+    /// store without cooling; only the fence stands between the two writes.
+    pub fn with_cooling(mut self, enabled: bool) -> Self {
+        self.cooling = enabled;
+        self
     }
 
     /// Turns the failover guard on or off. It is on by default.
@@ -315,7 +329,8 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
         holder: &str,
         cooling: Duration,
     ) -> Result<Option<Lease>, LeaseError> {
-        self.current_of(key, holder, Some(cooling)).await
+        self.current_of(key, holder, self.cooling.then_some(cooling))
+            .await
     }
 
     /// One script, `scripts/end_paying.lua`: removes the marker if it carries `lease`'s

@@ -126,7 +126,11 @@ async fn a_rehold_while_the_sale_finishes_leaves_no_second_authorization_open() 
 #[tokio::test]
 async fn a_lapsed_hold_picked_again_after_its_own_sale_leaves_no_authorization_open() {
     let d = Deployment::tiny().await;
-    let server = d.server(|_| {}).await;
+    // Without cooling, which would refuse the re-hold until the first confirm ends: the
+    // case of a store without it (etcd) or a confirm slower than its cooling.
+    let server = d
+        .lab_server(|_| {}, |lab| lab.lab_disable_cooling = true)
+        .await;
     let base = &server.address;
     let seat = d.seats[1];
     let (buyer, id, first) =

@@ -83,7 +83,7 @@ struct LabPage {
     pause_ms: u64,
     seed: u32,
     seat: &'static str,
-    steps: [Step; 6],
+    steps: [Step; 7],
     faults: [Fault; 6],
     recent: Vec<(Run, String)>,
     authenticity_token: String,
