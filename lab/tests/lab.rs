@@ -283,17 +283,28 @@ fn late_holder_landed_in_the_window(on: &[serde_json::Value]) -> bool {
 }
 
 /// Starts a run of `step` switched off with A's `fault` and `pause_ms` (seed 7), as the
-/// form does; returns its id from the permalink it redirects to.
+/// form does; returns its id from the permalink it redirects to. The lab runs at most four
+/// at once in a process, and this suite's tests share one: a 503 (all four going) is
+/// asked again, as its page says, for up to a minute.
 async fn start_run(app: &TestApp, step: &str, fault: &str, pause_ms: &str) -> i64 {
     let mut reader = HttpBuyer::new();
     reader.get(&format!("{}/lab", app.address)).await.unwrap();
-    let reply = reader
-        .post(
-            &format!("{}/lab/runs", app.address),
-            &with_pause(step, fault, pause_ms),
-        )
-        .await
-        .unwrap();
+    let mut reply = None;
+    for _ in 0..120 {
+        let sent = reader
+            .post(
+                &format!("{}/lab/runs", app.address),
+                &with_pause(step, fault, pause_ms),
+            )
+            .await
+            .unwrap();
+        if sent.status != StatusCode::SERVICE_UNAVAILABLE {
+            reply = Some(sent);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let reply = reply.expect("a run started within a minute");
     assert_eq!(
         reply.status,
         StatusCode::SEE_OTHER,
