@@ -482,6 +482,7 @@ mod tests {
             ("extend.lua", include_str!("scripts/extend.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
             ("end_paying.lua", include_str!("scripts/end_paying.lua")),
+            ("cooling.lua", include_str!("scripts/cooling.lua")),
             ("held_by.lua", include_str!("scripts/held_by.lua")),
             ("now_ms.lua", include_str!("scripts/now_ms.lua")),
             (

@@ -45,6 +45,17 @@ async fn cooling_refusals(server: &ServerProcess) -> u64 {
         .unwrap()
 }
 
+/// The states an event stream's text gave `seat` in its `seat` messages, in order.
+fn seat_states(stream: &str, seat: i64) -> Vec<String> {
+    stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
+        .filter(|data| data["seat"] == seat)
+        .filter_map(|data| data["state"].as_str().map(str::to_owned))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_hold_that_lapses_mid_confirm_cools_until_the_confirm_ends_then_is_granted() {
     let d = Deployment::tiny().await;
@@ -54,7 +65,15 @@ async fn a_hold_that_lapses_mid_confirm_cools_until_the_confirm_ends_then_is_gra
     // The confirm joins its payment, then parks before its fenced write for 4 s: the
     // hold's 2 s lease lapses under it.
     let (_, _, late) = parked_confirm(&d, &server, seat, PausePoint::BeforeWrite, 4_000).await;
+    let (stream, reader) = follow(format!("{base}/events/{}/stream", d.event));
     lapsed(&d, seat).await;
+    // The live map hears the lapse, and shows the seat taken, not free.
+    eventually(
+        Duration::from_secs(5),
+        "the lapse on the live map",
+        || async { seat_states(&stream.lock().unwrap(), seat).contains(&"held".to_owned()) },
+    )
+    .await;
 
     let mut second = visitor(&d, base).await;
     let refused = act(&second, base, &d, seat, "hold").await;
@@ -78,8 +97,16 @@ async fn a_hold_that_lapses_mid_confirm_cools_until_the_confirm_ends_then_is_gra
     );
     assert_eq!(cooling_refusals(&server).await, 1);
 
-    // The confirm wakes, and is refused: its hold lapsed. The seat is free at once.
+    // The confirm wakes, and is refused: its hold lapsed. The seat is free at once, and
+    // the live map says so.
     assert_conflict(&late.await.unwrap(), Refusal::HoldExpired);
+    eventually(
+        Duration::from_secs(5),
+        "the end on the live map",
+        || async { seat_states(&stream.lock().unwrap(), seat) == ["held", "available"] },
+    )
+    .await;
+    reader.abort();
     let granted = act(&second, base, &d, seat, "hold").await;
     assert_eq!(granted.status, SEE_OTHER, "{}", granted.body);
     let bought = act(&second, base, &d, seat, "confirm").await;
