@@ -23,22 +23,7 @@ const PAUSE_MS: &str = "1500";
 
 #[tokio::test]
 async fn only_fenced_and_conditional_never_sell_a_seat_twice() {
-    let (dir, stdout, report) = run_race(
-        "race",
-        &[
-            "--strategy",
-            "all",
-            "--servers",
-            "2",
-            "--seats",
-            "4",
-            "--hold-ttl-ms",
-            HOLD_TTL_MS,
-            "--pause-ms",
-            PAUSE_MS,
-        ],
-    )
-    .await;
+    let (dir, stdout, report) = run_small_race("race", "all", &[]).await;
     let rows = rows_by_strategy(&report["strategies"]);
     let n = |strategy: &str, field: &str| rows[strategy][field].as_u64().unwrap();
     for strategy in ALL_ROWS {
@@ -118,22 +103,10 @@ const ALL_ROWS: [&str; 6] = [
 /// may be granted the seat, and no seat is sold twice (the next buyers find it sold).
 #[tokio::test]
 async fn a_lock_delay_longer_than_the_pause_outlasts_the_lease_sells_no_seat_twice() {
-    let (dir, stdout, report) = run_race(
+    let (dir, stdout, report) = run_small_race(
         "race-lock-delay",
-        &[
-            "--strategy",
-            "lock-delay",
-            "--servers",
-            "2",
-            "--seats",
-            "4",
-            "--hold-ttl-ms",
-            HOLD_TTL_MS,
-            "--pause-ms",
-            PAUSE_MS,
-            "--lock-delay-ms",
-            "4000",
-        ],
+        "lock-delay",
+        &["--lock-delay-ms", "4000"],
     )
     .await;
     let rows = rows_by_strategy(&report["strategies"]);
@@ -272,6 +245,29 @@ async fn run_race(name: &str, args: &[&str]) -> (std::path::PathBuf, String, ser
     let mut all = vec!["race", "--buyers", "3", "--rounds", "2"];
     all.extend_from_slice(args);
     common::run_load_test(name, &all).await
+}
+
+/// The strategies' race with small numbers: `strategy` on two servers each, four seats,
+/// [`HOLD_TTL_MS`] and [`PAUSE_MS`], then `extra` ([`run_race`]).
+async fn run_small_race(
+    name: &str,
+    strategy: &str,
+    extra: &[&str],
+) -> (std::path::PathBuf, String, serde_json::Value) {
+    let mut args = vec![
+        "--strategy",
+        strategy,
+        "--servers",
+        "2",
+        "--seats",
+        "4",
+        "--hold-ttl-ms",
+        HOLD_TTL_MS,
+        "--pause-ms",
+        PAUSE_MS,
+    ];
+    args.extend_from_slice(extra);
+    run_race(name, &args).await
 }
 
 /// The rows of a report array (`strategies` or `groups`) by their `strategy` field.
