@@ -126,8 +126,11 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
         .settings()
         .await
         .unwrap();
+    // Without cooling, so that the paused holders' late writes reach the fence (with it,
+    // nobody is granted the seat while they pause: `only_fenced_and_conditional_…`).
     let lab = LabSettings {
         purchase_strategy: PurchaseStrategy::Fenced,
+        lab_disable_cooling: true,
         ..LabSettings::enabled()
     };
     let binary = lab_binary().unwrap();
@@ -142,7 +145,7 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
     let hold_ttl_ms = settings.hold_ttl_ms.to_string();
     let args = [
         "--strategy",
-        "fenced",
+        "fenced-no-cooling",
         "--seats",
         "4",
         "--target",
@@ -157,9 +160,12 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
     let (dir, stdout, report) = run_race("race-proxy", &args).await;
     println!("{stdout}");
     let rows = rows_by_strategy(&report["strategies"]);
-    assert_sold_once_each(&rows, "fenced", &stdout);
+    assert_sold_once_each(&rows, "fenced-no-cooling", &stdout);
     assert!(
-        rows["fenced"]["stale_rejected"].as_u64().unwrap() > 0,
+        rows["fenced-no-cooling"]["stale_rejected"]
+            .as_u64()
+            .unwrap()
+            > 0,
         "the pause must really bite through the proxy: {stdout}"
     );
     let served = proxy.backends().await.unwrap();
