@@ -138,7 +138,7 @@ impl Step {
             Step::Fencing => "Step 4 off: no fencing token check",
             Step::Ledger => "Step 5 off: tokens kept only in Redis",
             Step::Conditional => "No lock: read, then write",
-            Step::LockDelay => "Lock-delay instead of step 4: no fence, 0.7 s after a lapse",
+            Step::LockDelay => "Step 4 swapped for a lock-delay",
         }
     }
 
