@@ -87,7 +87,7 @@ scale: services
 	$(release_server)
 	SEATLOCK_BIN="$${SEATLOCK_BIN:-$(RELEASE)/$(SERVER)}" scripts/scale.sh run $(N)
 
-# The double-purchase race, four strategies side by side, then the group race (see docs/race-lab.md).
+# The double-purchase race, six rows side by side (five strategies, the fenced one without and with cooling), then the group race (see docs/race-lab.md).
 # The servers are seatlock-lab's: the unsafe strategies exist only there.
 race: services
 	source .run/env

@@ -38,6 +38,10 @@ pub struct Extension {
     /// ([`lease::LeaseClient::with_failover_guard`]), so that a failover can repeat a
     /// fencing token. The product never does.
     pub no_failover_guard: bool,
+    /// Turns the lease store's cooling off ([`lease::LeaseClient::with_cooling`]), so that
+    /// a hold lapsing mid-confirm is granted again at once and only the fence stops the
+    /// late write. The product never does.
+    pub no_cooling: bool,
     /// Installs the pause seam's layer ([`crate::failpoint::layer`]) and lengthens the
     /// request deadline by the longest pause ([`crate::failpoint::MAX_PAUSE`]).
     #[cfg(feature = "failpoints")]
@@ -379,7 +383,8 @@ async fn stores(
             .context("opening the lease store URL (malformed, or no Sentinel answered)")?;
         let client = Arc::new(
             lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
-                .with_failover_guard(!extension.no_failover_guard),
+                .with_failover_guard(!extension.no_failover_guard)
+                .with_cooling(!extension.no_cooling),
         );
         let room = Some(client.clone());
         if url == settings.redis_url {

@@ -229,6 +229,7 @@ fn register_at_zero() {
     metrics::counter!(AUCTION_PAGE_READS_TOTAL).absolute(0);
     for reason in [
         Refusal::SomeoneIsBuying,
+        Refusal::Cooling { remaining_ms: 0 },
         Refusal::AlreadySold,
         Refusal::EventStarted,
     ] {

@@ -1,7 +1,9 @@
-//! `load-test race` with small numbers: the unsafe strategies sell seats twice, the
-//! fenced product path and the conditional UPDATE never do, and fencing really rejected
-//! the paused holders' late writes, and the history checker agrees (naive and lease
-//! histories invalid, fenced and conditional valid); and the fenced path behind HAProxy (`--target` the
+//! `load-test race` with small numbers: the unsafe strategies sell seats twice (a
+//! lock-delay shorter than the pause outlasts the lease too, one longer does not), the
+//! fenced product path and the conditional UPDATE never do; without cooling fencing
+//! really rejected the paused holders' late writes, with it no late write reached the
+//! fence; and the history checker agrees (naive, lease and lock-delay histories invalid,
+//! fenced and conditional valid); and the fenced path behind HAProxy (`--target` the
 //! proxy, three backends) sells no seat twice either.
 
 use std::collections::HashMap;
@@ -21,42 +23,37 @@ const PAUSE_MS: &str = "1500";
 
 #[tokio::test]
 async fn only_fenced_and_conditional_never_sell_a_seat_twice() {
-    let (dir, stdout, report) = run_race(
-        "race",
-        &[
-            "--strategy",
-            "all",
-            "--servers",
-            "2",
-            "--seats",
-            "4",
-            "--hold-ttl-ms",
-            HOLD_TTL_MS,
-            "--pause-ms",
-            PAUSE_MS,
-        ],
-    )
-    .await;
+    let (dir, stdout, report) = run_small_race("race", "all", &[]).await;
     let rows = rows_by_strategy(&report["strategies"]);
     let n = |strategy: &str, field: &str| rows[strategy][field].as_u64().unwrap();
-    for strategy in ["naive", "lease", "fenced", "conditional"] {
+    for strategy in ALL_ROWS {
         assert_eq!(n(strategy, "attempts"), 3 * 4 * 2, "{strategy}");
         assert!(rows[strategy]["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
     }
     assert!(n("naive", "double_sold_seats") > 0, "{stdout}");
     assert!(n("lease", "double_sold_seats") > 0, "{stdout}");
-    for strategy in ["fenced", "conditional"] {
+    assert!(
+        n("lock-delay", "double_sold_seats") > 0,
+        "a pause outlasting the lease by more than the lock-delay: {stdout}"
+    );
+    for strategy in ["fenced-no-cooling", "fenced", "conditional"] {
         assert_sold_once_each(&rows, strategy, &stdout);
     }
     assert!(
-        n("fenced", "stale_rejected") > 0,
+        n("fenced-no-cooling", "stale_rejected") > 0,
         "the pause must really bite: {stdout}"
     );
+    // With cooling nobody else is granted a seat while its stalled confirm is in
+    // flight: that confirm is refused `expired` by its owner check, and no late write
+    // ever meets the fence.
+    assert_eq!(n("fenced", "stale_rejected"), 0, "{stdout}");
     // The history checker judges what happened, operation by operation: it must flag
     // the strategies Postgres shows selling twice, and only those.
     for (strategy, valid) in [
         ("naive", false),
         ("lease", false),
+        ("lock-delay", false),
+        ("fenced-no-cooling", true),
         ("fenced", true),
         ("conditional", true),
     ] {
@@ -77,11 +74,44 @@ async fn only_fenced_and_conditional_never_sell_a_seat_twice() {
     // The leases lapse before the next holder is granted (the pauser outstays its TTL);
     // a lock-free strategy's hold grants no token, so the lock's check has nothing to
     // order and counts none.
-    for strategy in ["fenced", "naive", "conditional"] {
+    for strategy in [
+        "fenced-no-cooling",
+        "fenced",
+        "naive",
+        "lock-delay",
+        "conditional",
+    ] {
         assert_eq!(n(strategy, "double_grants"), 0, "{strategy}: {stdout}");
     }
     let page = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(page.contains("<svg") && page.contains("fenced"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The rows of `load-test race --strategy all`.
+const ALL_ROWS: [&str; 6] = [
+    "naive",
+    "lease",
+    "lock-delay",
+    "fenced-no-cooling",
+    "fenced",
+    "conditional",
+];
+
+/// Chubby's lock-delay is enough when it outlasts the pause: with a delay longer than the
+/// paused holder's write comes after its lease's lapse, its write lands before anyone else
+/// may be granted the seat, and no seat is sold twice (the next buyers find it sold).
+#[tokio::test]
+async fn a_lock_delay_longer_than_the_pause_outlasts_the_lease_sells_no_seat_twice() {
+    let (dir, stdout, report) = run_small_race(
+        "race-lock-delay",
+        "lock-delay",
+        &["--lock-delay-ms", "4000"],
+    )
+    .await;
+    let rows = rows_by_strategy(&report["strategies"]);
+    assert_sold_once_each(&rows, "lock-delay", &stdout);
+    assert_eq!(rows["lock-delay"]["history_valid"].as_bool(), Some(true));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -96,8 +126,11 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
         .settings()
         .await
         .unwrap();
+    // Without cooling, so that the paused holders' late writes reach the fence (with it,
+    // nobody is granted the seat while they pause: `only_fenced_and_conditional_…`).
     let lab = LabSettings {
         purchase_strategy: PurchaseStrategy::Fenced,
+        lab_disable_cooling: true,
         ..LabSettings::enabled()
     };
     let binary = lab_binary().unwrap();
@@ -112,7 +145,7 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
     let hold_ttl_ms = settings.hold_ttl_ms.to_string();
     let args = [
         "--strategy",
-        "fenced",
+        "fenced-no-cooling",
         "--seats",
         "4",
         "--target",
@@ -127,9 +160,12 @@ async fn fenced_behind_haproxy_sells_no_seat_twice() {
     let (dir, stdout, report) = run_race("race-proxy", &args).await;
     println!("{stdout}");
     let rows = rows_by_strategy(&report["strategies"]);
-    assert_sold_once_each(&rows, "fenced", &stdout);
+    assert_sold_once_each(&rows, "fenced-no-cooling", &stdout);
     assert!(
-        rows["fenced"]["stale_rejected"].as_u64().unwrap() > 0,
+        rows["fenced-no-cooling"]["stale_rejected"]
+            .as_u64()
+            .unwrap()
+            > 0,
         "the pause must really bite through the proxy: {stdout}"
     );
     let served = proxy.backends().await.unwrap();
@@ -215,6 +251,29 @@ async fn run_race(name: &str, args: &[&str]) -> (std::path::PathBuf, String, ser
     let mut all = vec!["race", "--buyers", "3", "--rounds", "2"];
     all.extend_from_slice(args);
     common::run_load_test(name, &all).await
+}
+
+/// The strategies' race with small numbers: `strategy` on two servers each, four seats,
+/// [`HOLD_TTL_MS`] and [`PAUSE_MS`], then `extra` ([`run_race`]).
+async fn run_small_race(
+    name: &str,
+    strategy: &str,
+    extra: &[&str],
+) -> (std::path::PathBuf, String, serde_json::Value) {
+    let mut args = vec![
+        "--strategy",
+        strategy,
+        "--servers",
+        "2",
+        "--seats",
+        "4",
+        "--hold-ttl-ms",
+        HOLD_TTL_MS,
+        "--pause-ms",
+        PAUSE_MS,
+    ];
+    args.extend_from_slice(extra);
+    run_race(name, &args).await
 }
 
 /// The rows of a report array (`strategies` or `groups`) by their `strategy` field.

@@ -37,7 +37,7 @@ mod queries;
 mod server;
 mod settings;
 
-pub use settings::{LabSettings, PurchaseStrategy};
+pub use settings::{DEFAULT_LOCK_DELAY_MS, LabSettings, PurchaseStrategy};
 
 use seatlock::app::{Application, Extension};
 use seatlock::config::Settings;
@@ -62,14 +62,16 @@ pub async fn migrate(db: &sqlx::PgPool) -> Result<(), sqlx::migrate::MigrateErro
 }
 
 /// What the lab adds to the product's application: its routes, its strategy's hold and
-/// confirm (none for `fenced`), the failover guard's off switch and the pause seam.
+/// confirm (none for `fenced`), the failover guard's and cooling's off switches and the
+/// pause seam.
 pub fn extension(lab: &LabSettings) -> Extension {
     let strategy = lab.purchase_strategy;
     Extension {
         routes: server::router(lab),
         purchase_routes: (strategy != PurchaseStrategy::Fenced)
-            .then(|| server::purchase_routes(strategy)),
+            .then(|| server::purchase_routes(strategy, lab.lock_delay())),
         no_failover_guard: lab.lab_disable_failover_guard,
+        no_cooling: lab.lab_disable_cooling,
         pauses: lab.enable_race_lab,
     }
 }

@@ -1,6 +1,8 @@
 //! Server side of the race lab: the unsafe strategies' hold and confirm, and
 //! `GET /race-lab`.
 
+use std::time::Duration;
+
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -17,12 +19,21 @@ use crate::{LabSettings, PurchaseStrategy};
 
 /// Hold and confirm under `strategy`, in place of the product's
 /// ([`seatlock::seats::purchase_routes`]); chosen once, by [`seatlock::app::router`].
-pub(crate) fn purchase_routes(strategy: PurchaseStrategy) -> Router<AppState> {
+/// `lock_delay` is `race-lab-lock-delay`'s (`--lab-lock-delay-ms`).
+pub(crate) fn purchase_routes(
+    strategy: PurchaseStrategy,
+    lock_delay: Duration,
+) -> Router<AppState> {
     Router::new()
         .route("/events/{event}/seats/{seat}/hold", post(hold_route))
         .route("/events/{event}/seats/{seat}/confirm", post(confirm_route))
         .layer(Extension(strategy))
+        .layer(Extension(LockDelay(lock_delay)))
 }
+
+/// `race-lab-lock-delay`'s delay after a lapse, for its confirm.
+#[derive(Clone, Copy)]
+struct LockDelay(Duration);
 
 async fn hold_route(
     State(state): State<AppState>,
@@ -37,10 +48,11 @@ async fn hold_route(
 async fn confirm_route(
     State(state): State<AppState>,
     Extension(strategy): Extension<PurchaseStrategy>,
+    Extension(LockDelay(lock_delay)): Extension<LockDelay>,
     buyer: Buyer,
     SeatPost(seat, page): SeatPost,
 ) -> Result<Redirect> {
-    confirm(&state, strategy, &buyer, seat).await?;
+    confirm(&state, strategy, lock_delay, &buyer, seat).await?;
     Ok(page.back(seat))
 }
 
@@ -68,6 +80,7 @@ async fn hold(
 async fn confirm(
     state: &AppState,
     strategy: PurchaseStrategy,
+    lock_delay: Duration,
     buyer: &Buyer,
     seat: SeatRef,
 ) -> Result<i64> {
@@ -95,10 +108,22 @@ async fn confirm(
             )
             .await?)
         }
-        PurchaseStrategy::RaceLabUnfencedLease => {
+        PurchaseStrategy::RaceLabUnfencedLease | PurchaseStrategy::RaceLabLockDelay => {
             let lease = purchase::held_lease(state, buyer, seat)
                 .await?
                 .ok_or_else(|| purchase::no_live_hold(buyer, seat))?;
+            // Chubby's lock-delay: should this lease lapse, nobody is granted the seat
+            // until `lock_delay` after its end. It is the cooling marker, set to last
+            // that long past the lease (docs/time-to-pay.md); the release and the sale's
+            // retire below clear it, as Chubby frees a lock released cleanly at once.
+            if strategy == PurchaseStrategy::RaceLabLockDelay {
+                let key = lease.key().clone();
+                let until_delay_ends = lease.ttl() + lock_delay;
+                state
+                    .leases
+                    .owned_by_paying(&key, buyer.id(), until_delay_ends)
+                    .await?;
+            }
             // The lock check...
             if !state.leases.is_held(&lease).await? {
                 return Err(Refusal::HoldExpired.into());

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 /// The race lab's settings, beside the product's [`seatlock::config::Settings`].
 /// [`LabSettings::default`] is the lab switched off: the product's behaviour.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Args, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Args, Serialize)]
 pub struct LabSettings {
     /// How purchases are made. Only `fenced` is the product; the `race-lab-*` strategies
     /// are unsafe on purpose (they can sell a seat twice), for `load-test race`, and need
@@ -21,6 +21,7 @@ pub struct LabSettings {
             ("race-lab-naive", "enable_race_lab"),
             ("race-lab-unfenced-lease", "enable_race_lab"),
             ("race-lab-conditional", "enable_race_lab"),
+            ("race-lab-lock-delay", "enable_race_lab"),
         ]
     )]
     pub purchase_strategy: PurchaseStrategy,
@@ -39,6 +40,38 @@ pub struct LabSettings {
         requires_if("true", "enable_race_lab")
     )]
     pub lab_disable_failover_guard: bool,
+    /// Lab only, never in production; needs `--enable-race-lab`. Turns cooling off
+    /// ([`lease::LeaseClient::with_cooling`]): a hold that lapses while its confirm is in
+    /// flight is granted to the next buyer at once, and only the fence refuses the late
+    /// write (`make race`'s `fenced` row, docs/time-to-pay.md).
+    #[arg(
+        long,
+        env = "SEATLOCK_LAB_DISABLE_COOLING",
+        requires_if("true", "enable_race_lab")
+    )]
+    pub lab_disable_cooling: bool,
+    /// The lock-delay of `--purchase-strategy race-lab-lock-delay`, in milliseconds:
+    /// after a holder's lease lapses, nobody is granted the seat for this long (Chubby's
+    /// lock-delay). A pause that outlasts the lease by more than this still sells twice.
+    #[arg(long, env = "SEATLOCK_LAB_LOCK_DELAY_MS", default_value_t = DEFAULT_LOCK_DELAY_MS)]
+    pub lab_lock_delay_ms: u64,
+}
+
+/// `--lab-lock-delay-ms`'s default: shorter than `load-test race`'s default pause
+/// outlasts its default lease (600 ms against 300 ms), so its race sells twice.
+pub const DEFAULT_LOCK_DELAY_MS: u64 = 150;
+
+impl Default for LabSettings {
+    /// The lab switched off: the product's behaviour, the flags' defaults.
+    fn default() -> Self {
+        LabSettings {
+            purchase_strategy: PurchaseStrategy::Fenced,
+            enable_race_lab: false,
+            lab_disable_failover_guard: false,
+            lab_disable_cooling: false,
+            lab_lock_delay_ms: DEFAULT_LOCK_DELAY_MS,
+        }
+    }
 }
 
 impl LabSettings {
@@ -48,6 +81,11 @@ impl LabSettings {
             enable_race_lab: true,
             ..LabSettings::default()
         }
+    }
+
+    /// `--lab-lock-delay-ms` as a `Duration`.
+    pub fn lock_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.lab_lock_delay_ms)
     }
 
     /// The lab's flags as a clap command (for `--help` text and the flags' metadata).
@@ -61,12 +99,13 @@ impl LabSettings {
     /// (`SEATLOCK_ENABLE_RACE_LAB=false`), which would let an unsafe strategy start.
     /// Errors: clap's "required arguments were not provided" error naming the flag.
     pub fn refuse_lab_settings_without_the_lab(&self) -> Result<(), clap::Error> {
-        let lab_only =
-            self.purchase_strategy != PurchaseStrategy::Fenced || self.lab_disable_failover_guard;
+        let lab_only = self.purchase_strategy != PurchaseStrategy::Fenced
+            || self.lab_disable_failover_guard
+            || self.lab_disable_cooling;
         if lab_only && !self.enable_race_lab {
             return Err(Self::command().error(
                 clap::error::ErrorKind::MissingRequiredArgument,
-                "the race-lab strategies and --lab-disable-failover-guard need --enable-race-lab \
+                "the race-lab strategies, --lab-disable-failover-guard and --lab-disable-cooling need --enable-race-lab \
                  (SEATLOCK_ENABLE_RACE_LAB=true)",
             ));
         }
@@ -108,6 +147,10 @@ pub enum PurchaseStrategy {
     RaceLabUnfencedLease,
     /// No lock service: one `UPDATE … WHERE sold = false`.
     RaceLabConditional,
+    /// Chubby's answer for a resource that cannot check a sequencer: a Redis lease whose
+    /// lapse is followed by a lock-delay (`--lab-lock-delay-ms`) before anyone else is
+    /// granted the seat, and a write that carries no fencing token.
+    RaceLabLockDelay,
 }
 
 impl PurchaseStrategy {
@@ -118,6 +161,7 @@ impl PurchaseStrategy {
             PurchaseStrategy::RaceLabNaive => "naive",
             PurchaseStrategy::RaceLabUnfencedLease => "lease",
             PurchaseStrategy::RaceLabConditional => "conditional",
+            PurchaseStrategy::RaceLabLockDelay => "lock-delay",
         }
     }
 
@@ -133,14 +177,17 @@ impl PurchaseStrategy {
     pub fn uses_lease(self) -> bool {
         matches!(
             self,
-            PurchaseStrategy::Fenced | PurchaseStrategy::RaceLabUnfencedLease
+            PurchaseStrategy::Fenced
+                | PurchaseStrategy::RaceLabUnfencedLease
+                | PurchaseStrategy::RaceLabLockDelay
         )
     }
 
-    /// All four, in report order.
-    pub const ALL: [PurchaseStrategy; 4] = [
+    /// All five, in report order.
+    pub const ALL: [PurchaseStrategy; 5] = [
         PurchaseStrategy::RaceLabNaive,
         PurchaseStrategy::RaceLabUnfencedLease,
+        PurchaseStrategy::RaceLabLockDelay,
         PurchaseStrategy::Fenced,
         PurchaseStrategy::RaceLabConditional,
     ];
@@ -166,7 +213,9 @@ mod tests {
             &["--purchase-strategy", "race-lab-naive"][..],
             &["--purchase-strategy", "race-lab-unfenced-lease"],
             &["--purchase-strategy", "race-lab-conditional"],
+            &["--purchase-strategy", "race-lab-lock-delay"],
             &["--lab-disable-failover-guard"],
+            &["--lab-disable-cooling"],
         ] {
             let err = serve(lab_only).expect_err("a lab flag alone");
             assert!(err.to_string().contains("--enable-race-lab"), "{err}");
@@ -203,6 +252,8 @@ mod tests {
             purchase_strategy: PurchaseStrategy::RaceLabUnfencedLease,
             enable_race_lab: true,
             lab_disable_failover_guard: true,
+            lab_disable_cooling: true,
+            lab_lock_delay_ms: 1_234,
         };
         let env = settings.to_env();
         assert_eq!(env.len(), LabSettings::command().get_arguments().count());

@@ -146,6 +146,30 @@ pub async fn eviction_risk(
     Ok((policy != "noeviction").then_some(policy))
 }
 
+/// How long `key`'s resource still cools, its lease lapsed under a confirm still paying
+/// ([`LeaseStore::owned_by_paying`](crate::LeaseStore::owned_by_paying)): zero when it
+/// does not, or when it was granted again. For a watcher that heard the lapse
+/// ([`LeaseChange::Expired`]) and shows the resource: a cooling one is not free. One
+/// script, `scripts/cooling.lua`, read-only.
+pub async fn cooling_left(
+    redis: &mut impl redis::aio::ConnectionLike,
+    key: &LeaseKey,
+) -> redis::RedisResult<std::time::Duration> {
+    static COOLING: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+        redis::Script::new(concat!(
+            include_str!("scripts/now_ms.lua"),
+            include_str!("scripts/cooling.lua")
+        ))
+    });
+    let left_ms: u64 = COOLING
+        .key(key.holders_key())
+        .key(key.lease_key())
+        .arg(key.name())
+        .invoke_async(redis)
+        .await?;
+    Ok(std::time::Duration::from_millis(left_ms))
+}
+
 /// Parses one pub/sub message received through [`patterns`] into the change of each
 /// lease it announces: one event for a grant of one resource, a release or an expiry,
 /// one [`LeaseChange::Acquired`] per resource for a group grant (`acquired-group`, one

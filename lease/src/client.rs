@@ -44,6 +44,8 @@ const REDIS_TTL_LIMITS: TtlLimits = TtlLimits {
 pub struct LeaseClient<L> {
     redis: RedisStore,
     fence: Fence<L>,
+    /// Whether [`LeaseStore::owned_by_paying`] marks the lease (on by default).
+    cooling: bool,
 }
 
 impl<L: FenceLedger> LeaseClient<L> {
@@ -52,7 +54,19 @@ impl<L: FenceLedger> LeaseClient<L> {
         LeaseClient {
             redis,
             fence: Fence::new(ledger),
+            cooling: true,
         }
+    }
+
+    /// Turns cooling on or off. It is on by default.
+    ///
+    /// **Off is for the race lab only** (`seatlock-lab serve --lab-disable-cooling`):
+    /// [`LeaseStore::owned_by_paying`] is then [`LeaseStore::owned_by`], and a lease that
+    /// lapses while its holder writes is granted to the next caller at once, as on a
+    /// store without cooling; only the fence stands between the two writes.
+    pub fn with_cooling(mut self, enabled: bool) -> Self {
+        self.cooling = enabled;
+        self
     }
 
     /// Turns the failover guard on or off. It is on by default.
@@ -85,6 +99,29 @@ impl<L: FenceLedger> LeaseClient<L> {
     /// leases' own. Seatlock keeps its browser sessions there.
     pub fn store(&self) -> &RedisStore {
         &self.redis
+    }
+
+    /// `holder`'s live lease on `key` (`scripts/current.lua`); with `cooling`, the same
+    /// script marks it as paying for that long.
+    async fn current_of(
+        &self,
+        key: &LeaseKey,
+        holder: &str,
+        cooling: Option<Duration>,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let sent_at = tokio::time::Instant::now();
+        let paying = cooling.map(|cooling| (holder, cooling));
+        let current = scripts::current(&self.redis, key, paying).await?;
+        Ok(current
+            .filter(|(_, holding, _)| holding.holder == holder)
+            .map(|(owner, holding, now_ms)| Lease {
+                key: key.clone(),
+                owner,
+                fencing_token: holding.fencing_token,
+                ttl: Duration::from_millis(holding.expires_at_ms - now_ms),
+                expires_at_ms: holding.expires_at_ms,
+                sent_at: Some(sent_at),
+            }))
     }
 }
 
@@ -171,6 +208,12 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
                     return Err(LeaseError::OverLimit { held, limit });
                 }
                 AcquireReply::Retired => return Err(LeaseError::Retired),
+                AcquireReply::Cooling { name, remaining_ms } => {
+                    return Err(LeaseError::Cooling {
+                        name,
+                        remaining: Duration::from_millis(remaining_ms),
+                    });
+                }
                 AcquireReply::NotAdmitted => return Err(LeaseError::NotAdmitted),
                 AcquireReply::NotYet { not_before_ms } => {
                     return Err(LeaseError::NotYet { not_before_ms });
@@ -275,18 +318,25 @@ impl<L: FenceLedger + 'static> LeaseStore for LeaseClient<L> {
     /// owner. So use it only where the label is itself authenticated. In seatlock the
     /// label is the buyer id, from a cookie the server signed.
     async fn owned_by(&self, key: &LeaseKey, holder: &str) -> Result<Option<Lease>, LeaseError> {
-        let sent_at = tokio::time::Instant::now();
-        let current = scripts::current(&self.redis, key).await?;
-        Ok(current
-            .filter(|(_, holding, _)| holding.holder == holder)
-            .map(|(owner, holding, now_ms)| Lease {
-                key: key.clone(),
-                owner,
-                fencing_token: holding.fencing_token,
-                ttl: Duration::from_millis(holding.expires_at_ms - now_ms),
-                expires_at_ms: holding.expires_at_ms,
-                sent_at: Some(sent_at),
-            }))
+        self.current_of(key, holder, None).await
+    }
+
+    /// [`LeaseStore::owned_by`] and the paying marker in one script, `scripts/current.lua`:
+    /// one round trip, as `owned_by`'s.
+    async fn owned_by_paying(
+        &self,
+        key: &LeaseKey,
+        holder: &str,
+        cooling: Duration,
+    ) -> Result<Option<Lease>, LeaseError> {
+        self.current_of(key, holder, self.cooling.then_some(cooling))
+            .await
+    }
+
+    /// One script, `scripts/end_paying.lua`: removes the marker if it carries `lease`'s
+    /// fencing token, and announces the resource free if its lease lapsed meanwhile.
+    async fn end_paying(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        scripts::end_paying(&self.redis, lease).await
     }
 
     /// One `GET`, compared here. It checks one instant only. The lease can expire right

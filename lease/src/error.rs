@@ -43,6 +43,20 @@ pub enum LeaseError {
     /// granted again. Nothing was written.
     #[error("the resource is retired: no lease on it is granted again")]
     Retired,
+    /// `name`'s lease lapsed while a confirm was paying for it
+    /// ([`LeaseStore::owned_by_paying`](crate::LeaseStore::owned_by_paying)): the resource
+    /// *cools*, and nobody is granted it for `remaining` more, or until that confirm ends
+    /// ([`LeaseStore::end_paying`](crate::LeaseStore::end_paying)). Nothing was granted
+    /// or written. Redis only (`docs/time-to-pay.md`).
+    #[error(
+        "{name} is cooling: a payment for its lapsed lease is in flight for another {remaining:?}"
+    )]
+    Cooling {
+        /// The resource that cools.
+        name: String,
+        /// The most it cools for from now (the marker's `until_ms` less the Redis time).
+        remaining: Duration,
+    },
     /// A holder limit passed to [`LeaseStore::acquire_all`](crate::LeaseStore::acquire_all) would be exceeded: the
     /// holder has `held` live leases in the group, and the request's keys on top of them
     /// would make more than `limit`. Nothing was granted or written.

@@ -131,6 +131,7 @@
 //! | [`holders`](LeaseStore::holders) | every live lease of a group ([`GroupSnapshot`]) | one pipeline |
 //! | [`held_by`](LeaseStore::held_by) | one holder's live leases in a group (a buyer's cart) | one script |
 //! | [`owned_by`](LeaseStore::owned_by) | the live lease held under a label, owner token included | one script |
+//! | [`owned_by_paying`](LeaseStore::owned_by_paying), [`end_paying`](LeaseStore::end_paying) | `owned_by` that marks the lease as paying: lapsed meanwhile, it *cools* ([`LeaseError::Cooling`]) until the write ends or the cooling time passes; and that end | one script each (Redis only; etcd: `owned_by`, no cooling) |
 //! | [`is_held`](LeaseStore::is_held), [`remaining`](LeaseStore::remaining) | one-instant checks | one command |
 //!
 //! [`changes`] turns a group's pub/sub messages into [`changes::LeaseChange`]s.
@@ -145,7 +146,7 @@
 //! | `lease:{group}:<name>` | string, with PX TTL | the holder's owner token |
 //! | `lease:{group}:~fence` | hash | `counter` (last token issued), `ceiling` (highest token the ledger allows), `server` (identity of the Redis server that installed the block: the failover guard, [`FenceLedger`]) |
 //! | `lease:{group}:~reserving:<nonce>` | string, PX 30 s | a block reservation's marker: the server it was asked on ([`FenceLedger`]) |
-//! | `lease:{group}:~holders` | hash | `<name>` → `"<fencing token> <expires_at_ms> <holder label>"` |
+//! | `lease:{group}:~holders` | hash | `<name>` → `"<fencing token> <expires_at_ms> <holder label>"`; and `~paying:<name>` → `"<fencing token> <until_ms>"`, the cooling marker ([`LeaseStore::owned_by_paying`]) |
 //! | `lease:{group}:~retired` | set | names retired for good ([`LeaseStore::retire`]); no TTL |
 //! | `lease:{group}:~extended:<name>` | string, PX the lease's | the lease's extension record: `"<fencing token> <granted_at_ms> <extensions>"` ([`LeaseStore::extend_all`]) |
 //! | `lease:{group}:~held-by:<holder>` | set, PX the longest lease in it | names granted to `holder` ([`LeaseStore::acquire_all`] counts them under a limit, [`LeaseStore::held_by`] reads them); a member counts while the holders hash gives it to `holder`, unexpired |

@@ -17,6 +17,7 @@
 //! The waiting room's scripts live in `room/`.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, Script};
 
@@ -94,6 +95,10 @@ pub(crate) enum AcquireReply {
     },
     NeedsBlock,
     Retired,
+    Cooling {
+        name: String,
+        remaining_ms: u64,
+    },
     NotAdmitted,
     NotYet {
         not_before_ms: u64,
@@ -144,7 +149,7 @@ pub(crate) async fn acquire(
     for key in &grant.keys {
         invocation.key(key.lease_key()).arg(key.name());
     }
-    let (status, a, b, holder, _name): (String, u64, u64, String, String) =
+    let (status, a, b, holder, name): (String, u64, u64, String, String) =
         redis.fcall("acquire", &GUARDED, &invocation).await?;
     Ok(match status.as_str() {
         "granted" => AcquireReply::Granted {
@@ -156,6 +161,10 @@ pub(crate) async fn acquire(
             remaining_ms: a,
         },
         "retired" => AcquireReply::Retired,
+        "cooling" => AcquireReply::Cooling {
+            name,
+            remaining_ms: a,
+        },
         "over_limit" => AcquireReply::OverLimit { held: a, limit: b },
         "needs_block" => AcquireReply::NeedsBlock,
         "not_admitted" => AcquireReply::NotAdmitted,
@@ -309,7 +318,7 @@ pub(crate) async fn extend(
         }),
         "life_limit" => Err(LeaseError::LifeLimit {
             name,
-            max_life: std::time::Duration::from_millis(a),
+            max_life: Duration::from_millis(a),
         }),
         "not_admitted" => Err(LeaseError::NotAdmitted),
         _ => Err(RedisError::from((
@@ -329,16 +338,22 @@ static CURRENT: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-/// The live lease on `key` with its owner token and holding, if any.
+/// The live lease on `key` with its owner token and holding, if any. With `paying`
+/// (a holder label and a cooling time), the same script marks that holder's live lease
+/// as paying for the cooling time (`current.lua`, docs/time-to-pay.md).
 pub(crate) async fn current(
     redis: &RedisStore,
     key: &LeaseKey,
+    paying: Option<(&str, Duration)>,
 ) -> redis::RedisResult<Option<(OwnerToken, Holding, u64)>> {
     let mut invocation = CURRENT.prepare_invoke();
     invocation
         .key(key.lease_key())
         .key(key.holders_key())
         .arg(key.name());
+    if let Some((holder, cooling)) = paying {
+        invocation.arg(holder).arg(cooling.as_millis() as u64);
+    }
     let (owner, entry, now_ms): (Option<String>, Option<String>, u64) =
         redis.invoke("current", &invocation).await?;
     Ok(match (owner, entry) {
@@ -349,6 +364,25 @@ pub(crate) async fn current(
     })
 }
 
+/// Ends the cooling marker of `lease`'s confirm (`end_paying.lua`): whether this call
+/// removed it.
+static END_PAYING: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/end_paying.lua")));
+
+pub(crate) async fn end_paying(redis: &RedisStore, lease: &Lease) -> Result<bool, LeaseError> {
+    let mut invocation = END_PAYING.prepare_invoke();
+    invocation
+        .key(lease.key.lease_key())
+        .key(lease.key.holders_key())
+        .arg(lease.key.name())
+        .arg(lease.fencing_token.0)
+        .arg(lease.key.events_channel());
+    let ended: i64 = redis.invoke("end_paying", &invocation).await?;
+    Ok(ended == 1)
+}
+
+/// The group's live holdings, and its cooling resources as held until their marker's
+/// `until_ms` (by no holder label: the lease lapsed; `current.lua` writes the marker).
 pub(crate) async fn holders(redis: &RedisStore, group: &str) -> redis::RedisResult<GroupSnapshot> {
     let mut pipe = redis::pipe();
     pipe.cmd("TIME").cmd("HGETALL").arg(holders_key(group));
@@ -359,13 +393,34 @@ pub(crate) async fn holders(redis: &RedisStore, group: &str) -> redis::RedisResu
         })
         .await?;
     let now_ms = secs * 1000 + micros / 1000;
-    let holdings = entries
+    // The hash's `~` fields are the group's bookkeeping, not resources: the cooling
+    // markers, "<token> <until_ms>", which parse as holdings with no holder label.
+    let (markers, entries): (Vec<_>, Vec<_>) = entries
+        .into_iter()
+        .partition(|(name, _)| name.starts_with('~'));
+    let mut holdings: Vec<Holding> = entries
         .into_iter()
         .filter_map(|(name, entry)| parse_holding(name, &entry))
         .filter(|h| h.expires_at_ms > now_ms)
         .collect();
+    // A cooling resource is refused to every acquire until its marker's time, so the
+    // group shows it held until then. A marker on a live lease changes nothing.
+    for (field, marker) in markers {
+        let Some(name) = field.strip_prefix(PAYING_FIELD) else {
+            continue;
+        };
+        if let Some(cooling) = parse_holding(name.to_owned(), &marker)
+            && cooling.expires_at_ms > now_ms
+            && !holdings.iter().any(|h| h.name == cooling.name)
+        {
+            holdings.push(cooling);
+        }
+    }
     Ok(GroupSnapshot { now_ms, holdings })
 }
+
+/// The holders-hash field prefix of a cooling marker: `~paying:<name>`.
+const PAYING_FIELD: &str = "~paying:";
 
 /// One holder's live leases in a group, with the Redis time.
 static HELD_BY: LazyLock<Script> = LazyLock::new(|| {
@@ -426,6 +481,8 @@ mod tests {
             ("renew.lua", include_str!("scripts/renew.lua")),
             ("extend.lua", include_str!("scripts/extend.lua")),
             ("current.lua", include_str!("scripts/current.lua")),
+            ("end_paying.lua", include_str!("scripts/end_paying.lua")),
+            ("cooling.lua", include_str!("scripts/cooling.lua")),
             ("held_by.lua", include_str!("scripts/held_by.lua")),
             ("now_ms.lua", include_str!("scripts/now_ms.lua")),
             (

@@ -202,6 +202,36 @@ pub trait LeaseStore: Send + Sync {
     /// lease's `ttl` is its remaining time.
     async fn owned_by(&self, key: &LeaseKey, holder: &str) -> Result<Option<Lease>, LeaseError>;
 
+    /// [`LeaseStore::owned_by`] for a holder about to make its protected write (seatlock:
+    /// a confirm that pays for the hold), which also marks the lease as *paying* for
+    /// `cooling`. Should the lease lapse before [`LeaseStore::end_paying`] or `cooling`
+    /// runs out, its resource *cools*: every acquire is refused with
+    /// [`LeaseError::Cooling`], so the write in flight finishes or fails before anyone
+    /// else is granted the resource. A release or a retire ends the cooling too; a lapse
+    /// with no marker adds nothing.
+    ///
+    /// The default is `owned_by` and no marker: a store without cooling (etcd,
+    /// `docs/stores.md` says why). Redis writes the marker in `owned_by`'s own script, so
+    /// it costs no round trip.
+    async fn owned_by_paying(
+        &self,
+        key: &LeaseKey,
+        holder: &str,
+        cooling: Duration,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let _ = cooling;
+        self.owned_by(key, holder).await
+    }
+
+    /// Ends the cooling [`LeaseStore::owned_by_paying`] began for `lease`, when the write
+    /// ended without retiring it (refused, failed, or the lease lapsed): `true` if there
+    /// was a marker of `lease`'s fencing token to remove. A marker of a later grant is
+    /// left. A store without cooling answers `false`.
+    async fn end_paying(&self, lease: &Lease) -> Result<bool, LeaseError> {
+        let _ = lease;
+        Ok(false)
+    }
+
     /// Releases the live lease on `key` if its holder label is `holder`, whatever its
     /// owner token. `true` if this call deleted it. `false`, touching nothing, if
     /// `holder` had no live lease on `key`.

@@ -722,3 +722,159 @@ async fn the_holders_set_lives_as_long_as_its_longest_grant() {
         .unwrap();
     assert!(pttl().await > 10_000, "not shortened by the shorter grant");
 }
+
+/// Waits, by reading Redis, until `key`'s lease key has lapsed (it is absent).
+async fn lapsed(client: &LeaseClient<MemoryLedger>, key: &LeaseKey) {
+    for _ in 0..500 {
+        if !exists(client, key).await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{key:?} did not lapse within 5 s");
+}
+
+/// The group's cooling marker of `key` (`~paying:<name>`), if there is one.
+async fn paying_marker(client: &LeaseClient<MemoryLedger>, key: &LeaseKey) -> Option<String> {
+    let mut conn = client.redis().clone();
+    let field = format!("~paying:{}", key.name());
+    conn.hget(key.holders_key(), field).await.unwrap()
+}
+
+/// Cooling adds 0 ms to a lapse with no confirm in flight: a lease never marked, one
+/// whose confirm ended, one released and one retired leave no marker, and the next
+/// acquire right after each (measured by Redis's state: the key is absent) is granted at
+/// its first try, never refused `cooling`.
+#[tokio::test]
+async fn a_clean_lapse_cools_for_0_ms() {
+    let client = client();
+    let short = Duration::from_millis(150);
+    let cooling = Duration::from_secs(30);
+    let mut cooling_refusals = 0;
+    for end in ["never marked", "ended", "released", "retired"] {
+        let key = key("14C");
+        let a = client.acquire(&key, "a", short).await.unwrap();
+        let paying = match end {
+            "never marked" => client.owned_by(&key, "a").await.unwrap(),
+            _ => client.owned_by_paying(&key, "a", cooling).await.unwrap(),
+        };
+        let paying = paying.expect("the holder's own lease");
+        assert_eq!(paying.owner(), a.owner(), "{end}");
+        match end {
+            "ended" => assert!(client.end_paying(&a).await.unwrap()),
+            "released" => assert!(client.release(&a).await.unwrap()),
+            "retired" => assert!(client.retire(&a).await.unwrap()),
+            _ => {}
+        }
+        assert_eq!(paying_marker(&client, &key).await, None, "{end}: no marker");
+        lapsed(&client, &key).await;
+        match client.acquire(&key, "b", short).await {
+            Ok(b) => assert!(b.fencing_token() > a.fencing_token(), "{end}"),
+            Err(LeaseError::Cooling { .. }) => cooling_refusals += 1,
+            Err(LeaseError::Retired) => assert_eq!(end, "retired"),
+            Err(other) => panic!("{end}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        cooling_refusals, 0,
+        "no cooling without a confirm in flight"
+    );
+}
+
+/// A lease that lapses while its confirm is paying cools: the next acquire is refused
+/// `cooling` with the milliseconds left, the group lists the resource as held (by no
+/// label) until then, and once the confirm ends the next acquire is granted. A confirm of
+/// the earlier grant never ends a later grant's cooling.
+#[tokio::test]
+async fn a_lease_that_lapses_while_paying_cools_until_its_confirm_ends() {
+    let client = client();
+    let key = key("14C");
+    let cooling = Duration::from_secs(30);
+    let a = client
+        .acquire(&key, "a", Duration::from_millis(150))
+        .await
+        .unwrap();
+    let paying = client.owned_by_paying(&key, "a", cooling).await.unwrap();
+    assert_eq!(paying.map(|l| l.fencing_token()), Some(a.fencing_token()));
+    assert!(
+        client
+            .owned_by_paying(&key, "b", cooling)
+            .await
+            .unwrap()
+            .is_none(),
+        "another label finds nothing"
+    );
+    lapsed(&client, &key).await;
+    match client.acquire(&key, "b", Duration::from_secs(10)).await {
+        Err(LeaseError::Cooling { name, remaining }) => {
+            assert_eq!(name, "14C");
+            assert!(
+                remaining > Duration::ZERO && remaining <= cooling,
+                "{remaining:?}"
+            );
+        }
+        other => panic!("expected Cooling, got {other:?}"),
+    }
+    let group = client.holders(key.group()).await.unwrap();
+    let shown: Vec<_> = group.holdings.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(
+        shown,
+        ["14C"],
+        "the cooling seat is listed, and no marker field"
+    );
+    assert_eq!(
+        group.holdings[0].holder, "",
+        "held by no label: the lease lapsed"
+    );
+    assert_eq!(group.holdings[0].fencing_token, a.fencing_token());
+    assert!(group.holdings[0].expires_at_ms > group.now_ms);
+    // The confirm ends without a sale: the resource is free at once.
+    assert!(client.end_paying(&a).await.unwrap());
+    assert!(!client.end_paying(&a).await.unwrap(), "once");
+    let b = client
+        .acquire(&key, "b", Duration::from_millis(150))
+        .await
+        .unwrap();
+    assert!(b.fencing_token() > a.fencing_token());
+    // b pays and lapses; a's late end touches nothing of b's.
+    client.owned_by_paying(&key, "b", cooling).await.unwrap();
+    lapsed(&client, &key).await;
+    assert!(!client.end_paying(&a).await.unwrap());
+    assert!(matches!(
+        client.acquire(&key, "c", Duration::from_secs(10)).await,
+        Err(LeaseError::Cooling { .. })
+    ));
+}
+
+/// Cooling lasts at most its time: with no end of the confirm (it crashed), the
+/// resource is granted again once the marker's time has passed.
+#[tokio::test]
+async fn cooling_ends_by_itself_at_its_time() {
+    let client = client();
+    let key = key("7");
+    let a = client
+        .acquire(&key, "a", Duration::from_millis(100))
+        .await
+        .unwrap();
+    client
+        .owned_by_paying(&key, "a", Duration::from_millis(400))
+        .await
+        .unwrap();
+    lapsed(&client, &key).await;
+    let Err(LeaseError::Cooling { remaining, .. }) =
+        client.acquire(&key, "b", Duration::from_secs(10)).await
+    else {
+        panic!("cooling");
+    };
+    tokio::time::sleep(remaining + Duration::from_millis(20)).await;
+    let b = client
+        .acquire(&key, "b", Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(b.fencing_token() > a.fencing_token());
+    assert_eq!(
+        paying_marker(&client, &key).await,
+        None,
+        "the grant dropped it"
+    );
+}

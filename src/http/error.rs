@@ -28,6 +28,16 @@ pub enum Refusal {
         "Someone is buying this seat. It may come free again if they do not complete their purchase."
     )]
     SomeoneIsBuying,
+    /// The seat's hold lapsed while its buyer's confirm was paying for it, and that
+    /// confirm has not ended: the seat *cools*, and nobody is granted it for at most
+    /// `remaining_ms` more (docs/time-to-pay.md): `cooling`. Answered with `Retry-After`.
+    #[error(
+        "Someone's payment for this seat is still going through: their hold ran out while they paid. The seat is not free yet; it may come free within {} seconds ({remaining_ms} ms), when their payment has finished or failed.", .remaining_ms.div_ceil(1000)
+    )]
+    Cooling {
+        /// The most the seat cools for from the refusal, in milliseconds (Redis clock).
+        remaining_ms: u64,
+    },
     /// The buyer's own hold has lapsed (or was lost with Redis): `expired`.
     #[error("Your hold on this seat has expired. Pick the seat again if it is still available.")]
     HoldExpired,
@@ -180,7 +190,7 @@ impl Refusal {
         }
     }
 
-    /// The stable code: `held`, `expired`, `extension_limit`, `hold_life_limit`, `sold`, `event_started`, `stale`,
+    /// The stable code: `held`, `cooling`, `expired`, `extension_limit`, `hold_life_limit`, `sold`, `event_started`, `stale`,
     /// `seat_limit`, `no_block`, `strands_seat`, `blocks_taken`, `holds_lapsed`, `payment_voided`,
     /// `price_changed`, `not_on_sale`, `not_admitted`, `busy`,
     /// `stale_bid_lock`, `auction_changed`, `bid_lock_used`, or a bid rule's
@@ -188,6 +198,7 @@ impl Refusal {
     pub fn code(&self) -> &'static str {
         match self {
             Refusal::SomeoneIsBuying => "held",
+            Refusal::Cooling { .. } => "cooling",
             Refusal::HoldExpired => "expired",
             Refusal::ExtensionLimit { .. } => "extension_limit",
             Refusal::HoldLifeLimit { .. } => "hold_life_limit",
@@ -304,6 +315,10 @@ impl From<LeaseError> for Error {
     fn from(err: LeaseError) -> Self {
         match err {
             LeaseError::Held { .. } => Refusal::SomeoneIsBuying.into(),
+            LeaseError::Cooling { remaining, .. } => Refusal::Cooling {
+                remaining_ms: remaining.as_millis() as u64,
+            }
+            .into(),
             // Only a sold seat is retired (seats::purchase).
             LeaseError::Retired => Refusal::AlreadySold.into(),
             LeaseError::OverLimit { held, limit } => Refusal::SeatLimit { held, limit }.into(),
@@ -461,6 +476,15 @@ impl IntoResponse for Error {
             refusal: refusal.unwrap_or_default(),
         };
         match (refusal, &self) {
+            // A cooling seat may come free within its milliseconds: say when to ask again.
+            (Some(code), Error::Refused(Refusal::Cooling { remaining_ms })) => {
+                let retry = remaining_ms.div_ceil(1000).to_string();
+                let headers = [
+                    (REFUSAL_HEADER, code.to_owned()),
+                    (header::RETRY_AFTER.as_str(), retry),
+                ];
+                (status, headers, page).into_response()
+            }
             (Some(code), _) => (status, [(REFUSAL_HEADER, code)], page).into_response(),
             // A page's script opens its stream again after this many seconds (or its own
             // backoff), and catches up then with a fresh snapshot.

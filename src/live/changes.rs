@@ -45,6 +45,17 @@ pub(super) async fn listen(
     }
 }
 
+/// The page message for a seat whose lease lapsed while its confirm still pays, in place
+/// of `expired`'s (`message`): the seat cools, so it is shown taken, by no one
+/// (docs/time-to-pay.md). The confirm's end announces it released.
+pub(super) fn cooling_message(message: LiveMessage) -> LiveMessage {
+    let seat = message.data["seat"].clone();
+    LiveMessage {
+        event: message.event,
+        data: serde_json::json!({"seat": seat, "state": "held", "holder": ""}),
+    }
+}
+
 /// The page message for a lease event on a seat of an event group `<prefix><event id>`.
 pub(super) fn seat_message(event: &LeaseChange, prefix: &str) -> Option<(String, LiveMessage)> {
     let key = event.key();

@@ -10,7 +10,7 @@ use lease::changes::{self, LeaseChange};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
-use super::changes::seat_message;
+use super::changes::{cooling_message, seat_message};
 use super::lapses::LapseTouches;
 use super::{Feed, LiveHub, LiveMessage};
 
@@ -156,9 +156,20 @@ async fn redis_session(
         }
         // A group grant is one message naming every seat: each seat's change goes out.
         for event in changes::parse(msg.get_channel_name(), &payload) {
-            let Some((topic, message)) = seat_message(&event, prefix) else {
+            let Some((topic, mut message)) = seat_message(&event, prefix) else {
                 continue;
             };
+            // A lapse under a confirm still paying: the seat cools, and stays taken on the
+            // maps until that confirm ends (its end announces a release) or the cooling
+            // runs out (the maps' convergence step). One read per lapse; if it fails, the
+            // lapse is shown, and the convergence step corrects it.
+            if let LeaseChange::Expired { key } = &event
+                && changes::cooling_left(&mut manager, key)
+                    .await
+                    .is_ok_and(|left| !left.is_zero())
+            {
+                message = cooling_message(message);
+            }
             // Its lapse is heard on time, whatever Redis's expiry cycle does.
             if let LeaseChange::Acquired {
                 key, expires_at_ms, ..

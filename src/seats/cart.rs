@@ -146,7 +146,12 @@ pub async fn best_available(
             // It replaces what was known. A seat of the refused block that nobody holds
             // stays free. So no block is placed one seat off a hold that is not there.
             // The next pick is drawn among the best blocks left, not the best alone.
-            Err(refused @ (LeaseError::Held { .. } | LeaseError::Retired)) => {
+            // A cooling seat reads as held there too (docs/time-to-pay.md).
+            Err(
+                refused @ (LeaseError::Held { .. }
+                | LeaseError::Retired
+                | LeaseError::Cooling { .. }),
+            ) => {
                 let collided = std::time::Instant::now();
                 if matches!(refused, LeaseError::Retired) {
                     sold_since.extend(seats);
@@ -263,7 +268,9 @@ async fn checkout_cart(
     let mut bought_already = false;
     let mut refreshed = false;
     loop {
-        let mut holds = held_leases(&state, &buyer, event_id).await?;
+        // Each hold is marked as paying: one that lapses from here cools until this
+        // attempt ends (docs/time-to-pay.md).
+        let mut holds = held_leases(&state, &buyer, event_id, true).await?;
         if let Some(shown) = &shown {
             // The cart the buyer saw, no more and no less.
             // A seat held since, in another tab, stays held.
@@ -281,7 +288,14 @@ async fn checkout_cart(
             ));
         }
         // One all-or-nothing attempt: pay, the fenced writes, the owner checks, commit.
-        let not_ours = match purchase::pay_and_sell_all(&state, &buyer, &holds).await? {
+        let checkout = purchase::pay_and_sell_all(&state, &buyer, &holds).await;
+        // An order ends each seat's cooling in its retire. Any other end ends it here.
+        if !matches!(checkout, Ok(Checkout::Bought(_))) {
+            for (_, lease) in &holds {
+                purchase::end_paying(&state, lease).await;
+            }
+        }
+        let not_ours = match checkout? {
             Checkout::Bought(orders) => return Ok(orders),
             Checkout::NotOurs(not_ours) => not_ours,
             Checkout::BoughtAlready => {
@@ -353,12 +367,14 @@ async fn lapsed_since_shown(
 
 /// The buyer's live holds in `event_id`, in seat order.
 /// They are the seats Redis records under the buyer's id ([`held_seats`]).
-/// Each comes with its lease ([`purchase::held_lease`]).
+/// Each comes with its lease ([`purchase::held_lease`]; with `paying`, a checkout's,
+/// marked as paying: [`purchase::paying_lease`]).
 /// A hold that lapsed in between is left out.
 pub(super) async fn held_leases(
     state: &AppState,
     buyer: &Buyer,
     event_id: i64,
+    paying: bool,
 ) -> Result<Vec<(SeatRef, Lease)>> {
     let seats = held_seats(
         &*state.leases,
@@ -370,7 +386,12 @@ pub(super) async fn held_leases(
     let mut holds = Vec::with_capacity(seats.len());
     for seat_id in seats {
         let seat = SeatRef { event_id, seat_id };
-        if let Some(lease) = purchase::held_lease(state, buyer, seat).await? {
+        let lease = if paying {
+            purchase::paying_lease(state, buyer, seat).await?
+        } else {
+            purchase::held_lease(state, buyer, seat).await?
+        };
+        if let Some(lease) = lease {
             holds.push((seat, lease));
         }
     }

@@ -135,6 +135,34 @@ pub async fn held_lease(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Resul
     Ok(state.leases.owned_by(&key, buyer.id()).await?)
 }
 
+/// [`held_lease`] for a confirm about to pay: the same script also marks the lease as
+/// paying for the request deadline ([`lease::LeaseStore::owned_by_paying`]). Should the
+/// hold lapse before the confirm ends, the seat *cools*: new holds of it are refused
+/// `cooling` until the confirm ends ([`end_paying`]) or the deadline passes, so the
+/// purchase in flight finishes or fails before anyone else is granted the seat
+/// (docs/time-to-pay.md). No round trip more than [`held_lease`]'s.
+pub(super) async fn paying_lease(
+    state: &AppState,
+    buyer: &Buyer,
+    seat: SeatRef,
+) -> Result<Option<Lease>> {
+    let key = super::lease_key(&state.settings.lease_namespace, seat);
+    let cooling = state.settings.request_deadline();
+    Ok(state
+        .leases
+        .owned_by_paying(&key, buyer.id(), cooling)
+        .await?)
+}
+
+/// Ends the cooling [`paying_lease`] began, for a confirm that ended without its sale (a
+/// sale's retire ends it). One round trip, on that path only. Best effort: a marker left
+/// behind ends by its time, the request deadline.
+pub(super) async fn end_paying(state: &AppState, lease: &Lease) {
+    if let Err(err) = state.leases.end_paying(lease).await {
+        tracing::warn!(error = %err, "the seat's cooling could not be ended: it ends by its time");
+    }
+}
+
 /// The refusal for a buyer with no live hold on `seat`.
 /// It is 409 [`Refusal::HoldExpired`] if their browser remembers holding it
 /// ([`Buyer::had_hold`]). Otherwise it is 403, `not_your_hold`.
@@ -209,7 +237,7 @@ pub async fn confirm(state: &AppState, buyer: &Buyer, seat: SeatRef) -> Result<i
 /// tab held the seat again after a lapse. A hold that is gone is 403. The exception is a
 /// submit sent twice: this buyer bought the seat already, so it returns that order.
 async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) -> Result<i64> {
-    let Some(lease) = held_lease(&state, &buyer, seat).await? else {
+    let Some(lease) = paying_lease(&state, &buyer, seat).await? else {
         // No live hold. Perhaps this submit follows a purchase that completed.
         // Else the hold lapsed, if the browser remembers it, or there was none.
         return match queries::order_of(&state.db, seat, buyer.id()).await? {
@@ -223,7 +251,13 @@ async fn purchase_with_live_lease(state: AppState, buyer: Buyer, seat: SeatRef) 
             }
         };
     };
-    if let Some(order_id) = pay_and_sell(&state, &buyer, seat, &lease).await? {
+    let bought = pay_and_sell(&state, &buyer, seat, &lease).await;
+    // An order ends the cooling in its retire. Any other end ends it here: the seat is
+    // free at once if the hold lapsed meanwhile.
+    if !matches!(bought, Ok(Some(_))) {
+        end_paying(&state, &lease).await;
+    }
+    if let Some(order_id) = bought? {
         return Ok(order_id);
     }
     // The hold was not ours at the owner check: it lapsed.

@@ -12,6 +12,7 @@
 mod clocks;
 mod cluster;
 mod connections;
+mod cooling;
 mod crashes;
 mod deployment;
 mod failover;

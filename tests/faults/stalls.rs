@@ -15,7 +15,15 @@ use crate::deployment::*;
 #[tokio::test]
 async fn a_holder_stopped_past_its_lease_is_refused_by_its_fencing_token_when_it_wakes() {
     let d = Deployment::tiny().await;
-    let slow = d.server(|s| s.payment_delay_ms = 3_000).await;
+    // Without cooling: with it the stopped confirm's seat would cool until that confirm's
+    // deadline, and nobody would be granted it meanwhile (tests/faults/cooling.rs). This
+    // is the article's case, a lock service that grants the seat again at the lapse.
+    let slow = d
+        .lab_server(
+            |s| s.payment_delay_ms = 3_000,
+            |lab| lab.lab_disable_cooling = true,
+        )
+        .await;
     let other = d.server(|_| {}).await;
     let seat = d.seats[0];
     let (first, _, first_token) = holder(&d, &slow.address, seat).await;

@@ -325,6 +325,10 @@ impl Stores {
 enum Choice {
     Naive,
     Lease,
+    /// A lease whose lapse is followed by a lock-delay (`--lock-delay-ms`), no fence.
+    LockDelay,
+    /// The product's path with cooling off: only the fence stops the stalled holder.
+    FencedNoCooling,
     Fenced,
     Conditional,
     All,
@@ -335,7 +339,7 @@ enum Choice {
 
 #[derive(clap::Args)]
 struct RaceArgs {
-    /// Which strategy to race (`all`: the four side by side).
+    /// Which strategy to race (`all`: the six rows side by side).
     #[arg(long, value_enum, default_value = "all")]
     strategy: Choice,
     /// Server processes per strategy (buyers of one seat are spread over them).
@@ -354,6 +358,11 @@ struct RaceArgs {
     /// than --hold-ttl-ms, so its lease lapses while it is paused.
     #[arg(long, default_value_t = 600)]
     pause_ms: u64,
+    /// The lock-delay of `--strategy lock-delay`, in ms: after a lease lapses nobody is
+    /// granted the seat for this long. Shorter than the pause outlasts the lease, the
+    /// race still sells twice; longer, it does not.
+    #[arg(long, default_value_t = seatlock_lab::DEFAULT_LOCK_DELAY_MS)]
+    lock_delay_ms: u64,
     /// Simulated payment time on the servers, in ms.
     #[arg(long, default_value_t = 20)]
     payment_delay_ms: u64,
@@ -395,15 +404,56 @@ impl RaceArgs {
     }
 }
 
+/// One row of the race: a purchase strategy, and whether its servers cool a hold that
+/// lapses mid-confirm (docs/time-to-pay.md; only the product's path marks its holds).
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Row {
+    strategy: PurchaseStrategy,
+    cooling: bool,
+}
+
+impl Row {
+    /// The strategy with cooling on, as it ships.
+    fn of(strategy: PurchaseStrategy) -> Row {
+        Row {
+            strategy,
+            cooling: true,
+        }
+    }
+
+    /// The row's name in reports: the strategy's, `fenced-no-cooling` for the product's
+    /// path with cooling off.
+    fn name(self) -> &'static str {
+        match (self.strategy, self.cooling) {
+            (PurchaseStrategy::Fenced, false) => "fenced-no-cooling",
+            (strategy, _) => strategy.short_name(),
+        }
+    }
+}
+
 impl Choice {
-    fn strategies(self) -> Vec<PurchaseStrategy> {
+    fn rows(self) -> Vec<Row> {
+        let fenced_no_cooling = Row {
+            strategy: PurchaseStrategy::Fenced,
+            cooling: false,
+        };
         match self {
-            Choice::All => PurchaseStrategy::ALL.to_vec(),
-            Choice::Naive => vec![PurchaseStrategy::RaceLabNaive],
-            Choice::Lease => vec![PurchaseStrategy::RaceLabUnfencedLease],
+            // Each strategy, and the product's path twice: the fence alone, then with
+            // cooling.
+            Choice::All => PurchaseStrategy::ALL
+                .into_iter()
+                .flat_map(|strategy| match strategy {
+                    PurchaseStrategy::Fenced => vec![fenced_no_cooling, Row::of(strategy)],
+                    _ => vec![Row::of(strategy)],
+                })
+                .collect(),
+            Choice::Naive => vec![Row::of(PurchaseStrategy::RaceLabNaive)],
+            Choice::Lease => vec![Row::of(PurchaseStrategy::RaceLabUnfencedLease)],
+            Choice::LockDelay => vec![Row::of(PurchaseStrategy::RaceLabLockDelay)],
+            Choice::FencedNoCooling => vec![fenced_no_cooling],
             // The group race runs on the product's servers.
-            Choice::Fenced | Choice::Groups => vec![PurchaseStrategy::Fenced],
-            Choice::Conditional => vec![PurchaseStrategy::RaceLabConditional],
+            Choice::Fenced | Choice::Groups => vec![Row::of(PurchaseStrategy::Fenced)],
+            Choice::Conditional => vec![Row::of(PurchaseStrategy::RaceLabConditional)],
         }
     }
 }
@@ -676,7 +726,7 @@ async fn holds(args: HoldsArgs) -> anyhow::Result<()> {
 }
 
 async fn race(args: RaceArgs) -> anyhow::Result<()> {
-    let strategies = args.strategy.strategies();
+    let rows = args.strategy.rows();
     if args.strategy != Choice::Groups && args.pause_ms <= args.hold_ttl_ms() {
         eprintln!(
             "note: --pause-ms is not longer than --hold-ttl-ms, so no lease lapses mid-purchase"
@@ -687,10 +737,10 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         seed(&url, DEMO_VENUES).await?;
         url
     } else {
-        if strategies.len() != 1 {
+        if rows.len() != 1 {
             bail!("with --target, name the one --strategy the targets run");
         }
-        check_targets(&args.target, strategies[0]).await?;
+        check_targets(&args.target, rows[0].strategy).await?;
         args.stores.database_url.clone()
     };
     let db = PgPoolOptions::new()
@@ -714,7 +764,7 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         Some(groups) => (groups.groups() * GroupStrategy::BOTH.len()) as u64,
         None => (config.buyers * config.seats * config.rounds) as u64,
     };
-    let progress = ProgressBar::new(per_strategy * strategies.len() as u64).with_style(
+    let progress = ProgressBar::new(per_strategy * rows.len() as u64).with_style(
         ProgressStyle::with_template(
             "{spinner} {msg:12} [{bar:40}] {pos}/{len} attempts, {elapsed}",
         )
@@ -724,9 +774,10 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
     let mut report = Report::default();
     let history_dir = output_dir(args.json.as_deref(), "target/race");
     let mut disagreements = Vec::new();
-    for strategy in strategies {
+    for row in rows {
+        let strategy = row.strategy;
         if let Some(groups) = &groups {
-            let servers = Servers::start(&server_bin, &args, &database_url, strategy).await?;
+            let servers = Servers::start(&server_bin, &args, &database_url, row).await?;
             for side in GroupStrategy::BOTH {
                 progress.set_message(side.short_name());
                 let label = format!(
@@ -749,10 +800,10 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
             }
             continue;
         }
-        progress.set_message(strategy.short_name());
-        let label = format!("Race lab: {} (seed {})", strategy.short_name(), args.seed);
+        progress.set_message(row.name());
+        let label = format!("Race lab: {} (seed {})", row.name(), args.seed);
         let (event_id, seats) = lab::create_race_event(&db, &label).await?;
-        let servers = Servers::start(&server_bin, &args, &database_url, strategy).await?;
+        let servers = Servers::start(&server_bin, &args, &database_url, row).await?;
         let numbers = lab::race(
             &config,
             strategy,
@@ -766,13 +817,13 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
         let verdict = numbers.judge_history(strategy, &checked);
         let fenced = strategy == PurchaseStrategy::Fenced;
         let (rows, check_ms) = report::linearizability(&numbers.history.ops(), true, fenced);
-        write_history(&history_dir, strategy.short_name(), &numbers.history)?;
+        write_history(&history_dir, row.name(), &numbers.history)?;
         // Two checkers of one race: Postgres's rows and the history. Where they disagree
         // on whether a seat was sold twice, one of them is broken.
         if verdict.valid == (checked.double_sold_seats > 0) {
             disagreements.push(format!(
                 "{}: {} seat(s) sold twice in Postgres, but the history checker found it {} ({})",
-                strategy.short_name(),
+                row.name(),
                 checked.double_sold_seats,
                 if verdict.valid { "valid" } else { "invalid" },
                 verdict
@@ -782,7 +833,7 @@ async fn race(args: RaceArgs) -> anyhow::Result<()> {
             ));
         }
         report.strategies.push(StrategyRow::new(
-            strategy.short_name(),
+            row.name(),
             &numbers,
             checked,
             &verdict,
@@ -822,13 +873,13 @@ struct Servers {
 }
 
 impl Servers {
-    /// `--target`'s addresses, or `--servers` new processes with `strategy` (race lab
-    /// enabled) on one shared Redis namespace and database.
+    /// `--target`'s addresses, or `--servers` new processes with `row`'s strategy and
+    /// cooling (race lab enabled) on one shared Redis namespace and database.
     async fn start(
         binary: &std::path::Path,
         args: &RaceArgs,
         database_url: &str,
-        strategy: PurchaseStrategy,
+        row: Row,
     ) -> anyhow::Result<Servers> {
         if !args.target.is_empty() {
             return Ok(Servers {
@@ -840,7 +891,9 @@ impl Servers {
         settings.hold_ttl_ms = args.hold_ttl_ms();
         settings.payment_delay_ms = args.payment_delay_ms;
         let lab = LabSettings {
-            purchase_strategy: strategy,
+            purchase_strategy: row.strategy,
+            lab_disable_cooling: !row.cooling,
+            lab_lock_delay_ms: args.lock_delay_ms,
             ..LabSettings::enabled()
         };
         let mut processes = Vec::new();

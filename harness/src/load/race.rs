@@ -301,7 +301,9 @@ impl Buyer {
             let hold = hold?;
             match hold.status {
                 StatusCode::SEE_OTHER => {}
-                _ if hold.is_refused(&Refusal::SomeoneIsBuying) && holds_first => {
+                // Held by another, or cooling: its lease lapsed under a confirm still in
+                // flight (or inside a lock-delay). Either may come free: try again.
+                _ if busy(&hold) && holds_first => {
                     if began.elapsed() > self.deadline {
                         return Ok((attempt(None, Outcome::GaveUp), None));
                     }
@@ -328,6 +330,13 @@ impl Buyer {
             return Ok((attempt(Some(held_ms), classify(&confirm)), Some(latency)));
         }
     }
+}
+
+/// Whether a refused hold may come free: held by another buyer, or cooling
+/// (docs/time-to-pay.md).
+fn busy(hold: &Reply) -> bool {
+    hold.is_refused(&Refusal::SomeoneIsBuying)
+        || hold.is_refused(&Refusal::Cooling { remaining_ms: 0 })
 }
 
 /// Reads an outcome from a response: 303 is a purchase; a 409's refusal code says why

@@ -31,7 +31,7 @@ pub(super) fn routes() -> Router<AppState> {
 #[template(path = "lab_challenges.html")]
 struct ListPage {
     challenges: [Challenge; 2],
-    steps: [Step; 6],
+    steps: &'static [Step],
     default_pause_ms: u128,
     seed: u64,
     authenticity_token: String,
@@ -41,7 +41,7 @@ async fn list(State(state): State<AppState>, csrf: FormToken) -> Result<Response
     require_lab(&state)?;
     let page = ListPage {
         challenges: CHALLENGES,
-        steps: Step::ALL,
+        steps: &Step::ALL,
         default_pause_ms: DEFAULT_PAUSE.as_millis(),
         seed: challenge::SEED,
         authenticity_token: csrf.authenticity.clone(),

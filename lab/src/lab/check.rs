@@ -19,6 +19,10 @@ pub(super) enum Action {
     },
     /// `SET … NX` failed: `holder` has the key. Recorded once per server; it retries.
     Refused { holder: String },
+    /// `SET … NX` refused though the key is gone: its lease lapsed, and its lock-delay
+    /// ([`super::LOCK_DELAY`]) lasts this much longer. Recorded once per server; it
+    /// retries.
+    Delayed(Duration),
     /// Refused until [`super::GIVE_UP`]: the server stops trying. `holder` and
     /// `no_expiry` describe the key it kept finding.
     GaveUp { holder: String, no_expiry: bool },
@@ -95,6 +99,10 @@ impl Action {
             Action::Refused { holder } => {
                 format!("SET NX fails: {holder} holds it; \"someone is buying\", retries")
             }
+            Action::Delayed(left) => format!(
+                "is refused: the lease lapsed, but nobody may take it for the lock-delay's {} more; retries",
+                in_secs(*left)
+            ),
             Action::GaveUp { .. } => "gives up: still refused".into(),
             Action::Crashed { .. } => "crashes (no write, no release)".into(),
             Action::Read { sold_to: Some(who) } => format!("reads {SEAT}: sold to {who}; leaves"),

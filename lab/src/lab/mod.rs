@@ -88,6 +88,11 @@ pub const JITTER_MS: u64 = 20;
 pub const DEFAULT_SEED: u32 = 42;
 /// The seat the servers race for (the article's).
 pub const SEAT: &str = "14C";
+/// [`Step::LockDelay`]'s lock-delay: after a lease lapses, nobody is granted the lock
+/// for this long. The default pause outlasts the lease by more (the next holder reads 14C
+/// free before A writes: both writes land, in either order); a pause of 1.5 s does not (A
+/// writes first, and the next holder finds 14C sold).
+pub const LOCK_DELAY: Duration = Duration::from_millis(700);
 
 /// Which of the article's steps a run switches off, or [`Step::Conditional`]: no lock at
 /// all, a read-then-write against the article's lock-free answer.
@@ -106,17 +111,21 @@ pub enum Step {
     Ledger,
     /// No lock: read, pay, write (off) against `UPDATE … WHERE sold = false` (on).
     Conditional,
+    /// Chubby's answer instead of step 4, for a resource that cannot check a sequencer:
+    /// no fence, but after a lease lapses nobody is granted the lock for [`LOCK_DELAY`].
+    LockDelay,
 }
 
 impl Step {
-    /// Every choice, in the article's order.
-    pub const ALL: [Step; 6] = [
+    /// Every choice, in the article's order, then the lock-delay beside the fence.
+    pub const ALL: [Step; 7] = [
         Step::CreateIfAbsent,
         Step::Lease,
         Step::OwnerCheck,
         Step::Fencing,
         Step::Ledger,
         Step::Conditional,
+        Step::LockDelay,
     ];
 
     /// The value in URLs and forms (`create-if-absent`, `lease`, …).
@@ -128,6 +137,7 @@ impl Step {
             Step::Fencing => "fencing",
             Step::Ledger => "ledger",
             Step::Conditional => "conditional",
+            Step::LockDelay => "lock-delay",
         }
     }
 
@@ -140,6 +150,7 @@ impl Step {
             Step::Fencing => "Step 4 off: no fencing token check",
             Step::Ledger => "Step 5 off: tokens kept only in Redis",
             Step::Conditional => "No lock: read, then write",
+            Step::LockDelay => "Step 4 swapped for a lock-delay",
         }
     }
 
@@ -175,6 +186,9 @@ impl Step {
             Step::Conditional => {
                 "Can you avoid the lock? UPDATE seats SET sold = 1 WHERE id = '14C' AND sold = 0 is atomic without any lock service; the lock is only worth it when the work spans several steps or services."
             }
+            Step::LockDelay => {
+                "Chubby's answer for a server that cannot check a sequencer: after a lease lapses, nobody is granted the lock for a lock-delay, so the old holder's work drains first. A pause that outlasts the lease by more than the delay still sells 14C twice; the fence does not care how long the pause was."
+            }
         }
     }
 
@@ -183,7 +197,7 @@ impl Step {
         match self {
             Step::CreateIfAbsent | Step::Conditional => Fault::None,
             Step::Lease => Fault::CrashAfterGrant,
-            Step::OwnerCheck | Step::Fencing => Fault::PauseBeforeWrite,
+            Step::OwnerCheck | Step::Fencing | Step::LockDelay => Fault::PauseBeforeWrite,
             Step::Ledger => Fault::RedisRestart,
         }
     }
@@ -358,6 +372,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The lock-delay's story, wherever A's grant came: with the default pause, the next
+    /// holder's first try after the delay (on the [`RETRY`] grid) reads 14C before A
+    /// writes; with a 1.5 s pause A writes before anyone may be granted the lock.
+    /// [`SLACK`] from each.
+    #[test]
+    fn the_default_pause_outlasts_the_lock_delay_and_a_short_one_does_not() {
+        let a_writes = |pause: Duration| PAYMENT + pause;
+        let delay_ends = LEASE_TTL + LOCK_DELAY;
+        assert!(delay_ends + RETRY + SLACK <= a_writes(DEFAULT_PAUSE));
+        assert!(a_writes(Duration::from_millis(1500)) + SLACK <= delay_ends);
     }
 
     #[test]

@@ -83,8 +83,8 @@ struct LabPage {
     pause_ms: u64,
     seed: u32,
     seat: &'static str,
-    steps: [Step; 6],
-    faults: [Fault; 7],
+    steps: &'static [Step],
+    faults: &'static [Fault],
     recent: Vec<(Run, String)>,
     authenticity_token: String,
 }
@@ -122,8 +122,8 @@ async fn form(
             .min(MAX_PAUSE.as_millis() as u64),
         seed: pre.seed.unwrap_or(DEFAULT_SEED),
         seat: SEAT,
-        steps: Step::ALL,
-        faults: Fault::ALL,
+        steps: &Step::ALL,
+        faults: &Fault::ALL,
         recent,
         authenticity_token: csrf.authenticity.clone(),
     };

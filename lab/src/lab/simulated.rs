@@ -14,7 +14,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use super::check::{Action, WriteRule, why};
 use super::net_delay::DelayedLink;
 use super::unsafe_ops::{self, Observed};
-use super::{Fault, GIVE_UP, LEASE_TTL, PAYMENT, RETRY, Side, Step, TICKET, queries};
+use super::{Fault, GIVE_UP, LEASE_TTL, LOCK_DELAY, PAYMENT, RETRY, Side, Step, TICKET, queries};
 
 /// How one side's servers take, use and give back the lock: every step on, or the
 /// scenario's step off.
@@ -30,6 +30,9 @@ pub(super) struct Protocol {
     pub owner_check: bool,
     /// Step 4: the seat's row checks the token.
     fence: bool,
+    /// [`Step::LockDelay`]: after a lease lapses, nobody is granted the lock for
+    /// [`LOCK_DELAY`] (Chubby's answer instead of the fence).
+    lock_delay: bool,
     /// Step 5: tokens from the Postgres ledger, failover guard on (off: a ledger in the
     /// same Redis, guard off).
     pub durable_tokens: bool,
@@ -49,7 +52,8 @@ impl Protocol {
             nx: on(Step::CreateIfAbsent),
             px: on(Step::Lease),
             owner_check: on(Step::OwnerCheck),
-            fence: lock && on(Step::Fencing),
+            fence: lock && on(Step::Fencing) && on(Step::LockDelay),
+            lock_delay: !on(Step::LockDelay),
             durable_tokens: on(Step::Ledger),
             conditional: !lock && side == Side::On,
         }
@@ -250,9 +254,7 @@ impl Server {
     /// Takes the lock, retrying every [`RETRY`] while another holds it, for
     /// [`GIVE_UP`]; `None` if it gave up.
     async fn take(&self, arena: &Arena) -> anyhow::Result<Option<Lease>> {
-        let first_try = arena.started + self.start;
-        let deadline = first_try + GIVE_UP;
-        let mut refused = false;
+        let (mut refused, mut delayed) = (false, false);
         // Tries on a fixed grid, every RETRY from the first: a slow round trip delays one
         // try, not every later one.
         for attempt in 1.. {
@@ -276,39 +278,65 @@ impl Server {
                     if !arena.protocol.px {
                         unsafe_ops::persist(&arena.redis, &arena.key).await?;
                     }
+                    // The lock-delay: should this lease lapse, nobody is granted the lock
+                    // until LOCK_DELAY after its end. It is the seat picker's cooling
+                    // marker made to last that long past the lease; a release clears it,
+                    // as Chubby frees a lock released cleanly at once.
+                    if arena.protocol.lock_delay {
+                        let until_delay_ends = LEASE_TTL + LOCK_DELAY;
+                        (self.client)
+                            .owned_by_paying(&arena.key, self.name, until_delay_ends)
+                            .await?;
+                    }
                     let token = lease.fencing_token().as_i64();
                     arena
                         .report(self.name, Action::Granted { token, overwrote })
                         .await;
                     return Ok(Some(lease));
                 }
-                Err(LeaseError::Held { holder, .. }) => {
-                    if !refused {
-                        refused = true;
-                        arena
-                            .report(
-                                self.name,
-                                Action::Refused {
-                                    holder: holder.clone(),
-                                },
-                            )
-                            .await;
+                // The key lapsed, and its lock-delay lasts on: said once, then retried.
+                Err(LeaseError::Cooling { remaining, .. }) => {
+                    if !std::mem::replace(&mut delayed, true) {
+                        arena.report(self.name, Action::Delayed(remaining)).await;
                     }
-                    let next_try = first_try + RETRY * attempt;
-                    if next_try > deadline {
-                        let lock = unsafe_ops::observe(&arena.redis, &arena.key).await?;
-                        let no_expiry = lock.pttl_ms == -1;
-                        arena
-                            .report(self.name, Action::GaveUp { holder, no_expiry })
-                            .await;
+                    let holder = "nobody (the lock-delay)".to_owned();
+                    if !self.retry(arena, attempt, holder).await? {
                         return Ok(None);
                     }
-                    sleep_until(next_try).await;
+                }
+                Err(LeaseError::Held { holder, .. }) => {
+                    if !std::mem::replace(&mut refused, true) {
+                        let refusal = Action::Refused {
+                            holder: holder.clone(),
+                        };
+                        arena.report(self.name, refusal).await;
+                    }
+                    if !self.retry(arena, attempt, holder).await? {
+                        return Ok(None);
+                    }
                 }
                 Err(err) => return Err(err).context("the lease store"),
             }
         }
         unreachable!("the attempts never run out")
+    }
+
+    /// After refused try `attempt`: waits for the next try on the [`RETRY`] grid and
+    /// answers `true`, or past [`GIVE_UP`] reports that it gives up (`holder` kept the
+    /// lock) and answers `false`.
+    async fn retry(&self, arena: &Arena, attempt: u32, holder: String) -> anyhow::Result<bool> {
+        let first_try = arena.started + self.start;
+        let next_try = first_try + RETRY * attempt;
+        if next_try > first_try + GIVE_UP {
+            let lock = unsafe_ops::observe(&arena.redis, &arena.key).await?;
+            let no_expiry = lock.pttl_ms == -1;
+            arena
+                .report(self.name, Action::GaveUp { holder, no_expiry })
+                .await;
+            return Ok(false);
+        }
+        sleep_until(next_try).await;
+        Ok(true)
     }
 
     /// Gives the lock back: compare-and-delete (step 3), or a plain `DEL` with it off.

@@ -31,7 +31,7 @@ pub(super) fn routes() -> Router<AppState> {
 #[derive(Template, WebTemplate)]
 #[template(path = "lab_step_new.html")]
 struct ChoosePage {
-    steps: [Step; 6],
+    steps: &'static [Step],
     /// [`stepper::STALLED_HOLDER`], as the buttons say it: "A: take the lock".
     story: Vec<String>,
     chosen: String,
@@ -55,7 +55,7 @@ async fn choose(
         .filter_map(|(server, event)| Some(format!("{server}: {}", Event::parse(event)?.label())))
         .collect();
     let page = ChoosePage {
-        steps: Step::ALL,
+        steps: &stepper::STEPPABLE,
         story,
         chosen: pre.step.unwrap_or_else(|| Step::Fencing.slug().into()),
         authenticity_token: csrf.authenticity.clone(),
@@ -78,7 +78,8 @@ async fn start(
         "none" => None,
         slug => Some(
             Step::parse(slug)
-                .ok_or_else(|| Error::BadRequest("The lab has no such step.".into()))?,
+                .filter(|step| stepper::STEPPABLE.contains(step))
+                .ok_or_else(|| Error::BadRequest("Step mode has no such step.".into()))?,
         ),
     };
     let run_id = stepper::start(&state, step).await.map_err(store_error)?;

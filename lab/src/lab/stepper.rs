@@ -41,6 +41,19 @@ pub(super) const MAX_EVENTS: i32 = 60;
 /// session starts.
 pub(super) const IDLE_AFTER: Duration = Duration::from_secs(30 * 60);
 
+/// The steps step mode can switch off: the article's five and the conditional write.
+/// Not the lock-delay ([`Step::LockDelay`]): it is a wait measured in milliseconds after
+/// a lapse, and step mode moves only when the learner presses, so it is shown in timed
+/// runs only.
+pub const STEPPABLE: [Step; 6] = [
+    Step::CreateIfAbsent,
+    Step::Lease,
+    Step::OwnerCheck,
+    Step::Fencing,
+    Step::Ledger,
+    Step::Conditional,
+];
+
 /// The article's step-4 story as step-mode events, (server, event slug): A takes the
 /// lock, reads the seat free, pays and pauses; its lease lapses; B takes the lock, reads,
 /// pays and writes; A wakes and writes with its older token. With the fence off A's

@@ -11,7 +11,8 @@
 -- They define the functions server_identity() and now_ms() used below.
 --
 -- KEYS[1]  fence hash     lease:{group}:~fence    fields counter, ceiling, server
--- KEYS[2]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>"
+-- KEYS[2]  holders hash   lease:{group}:~holders  <name> -> "<token> <expires_at_ms> <holder>",
+--                         and ~paying:<name> -> "<token> <until_ms>" (current.lua: cooling)
 -- KEYS[3]  reservation    lease:{group}:~reserving:<nonce>  written (PX ARGV[5]) only when a
 --                         block is needed, to this server's identity ('' without the guard)
 -- KEYS[4]  retired set    lease:{group}:~retired  names never leased again (retire.lua)
@@ -44,6 +45,9 @@
 --   {'held', pttl_ms, 0, holder, name}  name is held by another owner (or, after a
 --                                      partial lapse, by this one): nothing granted
 --   {'retired', 0, 0, '', name}        name is retired: nothing granted or written
+--   {'cooling', left_ms, 0, '', name}  name's lease lapsed while a confirm paid for it:
+--                                      nobody is granted it for left_ms more, or until
+--                                      that confirm ends (end_paying.lua)
 --   {'not_yet', not_before, 0, '', ''}  the clock is before ARGV[9]: nothing granted or
 --                                      written
 --   {'not_admitted', 0, 0, '', ''}     ARGV[8] names no live admission: nothing granted
@@ -128,6 +132,17 @@ if blocker then
   return {'held', pttl, 0, by or '', names[blocker]}
 end
 
+-- Cooling (docs/time-to-pay.md). Every key is absent here. One that lapsed while a
+-- confirm paid for it left that confirm's marker: nobody else is granted the name until
+-- the confirm ends or until_ms passes. A lapse with no confirm in flight left none.
+for i = 1, n do
+  local marker = redis.call('HGET', holders_key, '~paying:' .. names[i]) or ''
+  local until_ms = tonumber(string.match(marker, '^%d+ (%d+)$') or '0')
+  if until_ms > now then
+    return {'cooling', until_ms - now, 0, '', names[i]}
+  end
+end
+
 -- The per-holder limit is counted in this same script.
 -- So two concurrent requests cannot both pass it.
 -- Names that lapsed or passed to another holder are pruned as they are counted.
@@ -175,6 +190,8 @@ local expires = now + ttl_ms
 local entry = string.format('%d %d %s', token, expires, holder)
 for _, name in ipairs(names) do
   redis.call('HSET', holders_key, name, entry)
+  -- A cooling marker left of an earlier grant is past its time: the new grant drops it.
+  redis.call('HDEL', holders_key, '~paying:' .. name)
 end
 
 -- Record the grant in the holder's set. The limit counts it.

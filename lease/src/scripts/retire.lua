@@ -4,7 +4,7 @@
 -- and needs no lease: whoever learns that the resource is done may record it.
 --
 -- KEYS[1]  lease key      lease:{group}:<name>
--- KEYS[2]  holders hash   lease:{group}:~holders
+-- KEYS[2]  holders hash   lease:{group}:~holders  (also the field ~paying:<name>)
 -- KEYS[3]  retired set    lease:{group}:~retired  (no TTL: retirement is forever)
 -- ARGV[1]  owner token
 -- ARGV[2]  resource name inside the group
@@ -17,3 +17,7 @@ local retired_key, retired_name = KEYS[3], ARGV[2]
 -- Recorded whatever the owner check below finds: another owner's lease is left to lapse,
 -- but no new grant follows it.
 redis.call('SADD', retired_key, retired_name)
+-- The sale is final, so no confirm of the resource is left to wait for: its cooling
+-- marker goes too, even when the lease lapsed before this retire (release.lua then
+-- finds nothing of the caller's to delete).
+redis.call('HDEL', KEYS[2], '~paying:' .. retired_name)
