@@ -11,11 +11,13 @@ use std::time::Duration;
 use lease::LeaseKey;
 use seatlock::app::Application;
 use seatlock::config::Settings;
+use seatlock::http::error::Refusal;
 use seatlock::seats::{self, SeatRef};
 use seatlock::state::AppState;
 use seatlock_lab::LabSettings;
 use sqlx::PgPool;
 
+use crate::http::HttpBuyer;
 use crate::stores::{TINY_VENUES, fresh_database, seed, store_urls, unique_name};
 
 /// A CSRF secret shared by every server of one test, so forms cross processes.
@@ -297,6 +299,38 @@ impl TestApp {
     /// The lease group of event `event_id`'s seats in this server's namespace.
     pub fn event_group(&self, event_id: i64) -> String {
         seats::event_group(&self.state.settings.lease_namespace, event_id)
+    }
+
+    /// POSTs `action` for `seat` as `buyer` and returns the reply's status (503 when no
+    /// reply came) and whether it is the "someone else holds it" refusal.
+    pub async fn act(
+        &self,
+        buyer: &mut HttpBuyer,
+        event: i64,
+        seat: i64,
+        action: &str,
+    ) -> (reqwest::StatusCode, bool) {
+        match buyer.seat_action(&self.address, event, seat, action).await {
+            Ok(reply) => (reply.status, reply.is_refused(&Refusal::SomeoneIsBuying)),
+            Err(_) => (reqwest::StatusCode::SERVICE_UNAVAILABLE, false),
+        }
+    }
+
+    /// Confirms `seat` for `buyer`, asserting it sold, and returns the new order's path.
+    pub async fn confirm(&self, buyer: &mut HttpBuyer, event: i64, seat: i64) -> String {
+        let reply = buyer
+            .seat_action(&self.address, event, seat, "confirm")
+            .await
+            .unwrap();
+        assert_eq!(
+            reply.status,
+            reqwest::StatusCode::SEE_OTHER,
+            "{}",
+            reply.body
+        );
+        let order = reply.location.unwrap();
+        assert!(order.starts_with("/orders/"), "{order}");
+        order
     }
 }
 
