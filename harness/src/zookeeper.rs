@@ -94,6 +94,18 @@ impl ZooKeeperEnsemble {
         Ok(())
     }
 
+    /// Starts member `index` again after [`ZooKeeperEnsemble::kill`], on its data (it
+    /// rejoins and catches up from the leader), and waits until the ensemble serves.
+    /// Errors: it was not killed, ZooKeeper would not start, or not serving in 30 s.
+    pub async fn restart(&mut self, index: usize) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.members[index].child.is_none(),
+            "member {index} is running"
+        );
+        self.spawn(index)?;
+        self.wait_until_serving().await
+    }
+
     /// Waits (at most 30 s) until a `sync` through the leader answers.
     async fn wait_until_serving(&self) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

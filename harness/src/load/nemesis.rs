@@ -117,6 +117,10 @@ pub enum FaultKind {
     FreezePostgres,
     /// On etcd: SIGKILL the leader of the three members, start it again after a while.
     KillEtcdLeader,
+    /// On ZooKeeper: SIGKILL the leader of the three members, start it again after a
+    /// while.
+    #[serde(rename = "kill_zookeeper_leader")]
+    KillZooKeeperLeader,
 }
 
 /// Where the run keeps its leases (`load-test nemesis --store`).
@@ -127,14 +131,19 @@ pub enum LeaseBackend {
     Redis,
     /// Leases on a three-member etcd; sessions on a Redis of their own.
     Etcd,
+    /// Leases on a three-member ZooKeeper; sessions on a Redis of their own.
+    #[serde(rename = "zookeeper")]
+    #[value(name = "zookeeper")]
+    ZooKeeper,
 }
 
 impl LeaseBackend {
-    /// `redis` or `etcd`, as `--store` takes it.
+    /// `redis`, `etcd` or `zookeeper`, as `--store` takes it.
     pub fn name(self) -> &'static str {
         match self {
             LeaseBackend::Redis => "redis",
             LeaseBackend::Etcd => "etcd",
+            LeaseBackend::ZooKeeper => "zookeeper",
         }
     }
 
@@ -150,6 +159,15 @@ impl LeaseBackend {
                 FaultKind::ClockJump,
                 FaultKind::FreezePostgres,
                 FaultKind::KillEtcdLeader,
+            ],
+            LeaseBackend::ZooKeeper => &[
+                FaultKind::KillServer,
+                FaultKind::PauseServer,
+                FaultKind::PauseRedis,
+                FaultKind::RedisRestartEmpty,
+                FaultKind::ClockJump,
+                FaultKind::FreezePostgres,
+                FaultKind::KillZooKeeperLeader,
             ],
         }
     }
@@ -178,6 +196,7 @@ impl FaultKind {
             FaultKind::ClockJump => "clock_jump",
             FaultKind::FreezePostgres => "freeze_postgres",
             FaultKind::KillEtcdLeader => "kill_etcd_leader",
+            FaultKind::KillZooKeeperLeader => "kill_zookeeper_leader",
         }
     }
 
@@ -239,7 +258,9 @@ pub fn schedule(
                 FaultKind::PauseServer => rng.random_range(500..4_000),
                 FaultKind::PauseRedis => rng.random_range(100..600),
                 FaultKind::ClockJump => rng.random_range(2_000..6_000),
-                FaultKind::KillEtcdLeader => rng.random_range(500..3_000),
+                FaultKind::KillEtcdLeader | FaultKind::KillZooKeeperLeader => {
+                    rng.random_range(500..3_000)
+                }
                 FaultKind::Failover | FaultKind::RedisRestartEmpty | FaultKind::FreezePostgres => 0,
             };
             plan.push(PlannedFault {
@@ -442,6 +463,11 @@ enum LockStore {
         cluster: crate::EtcdCluster,
         sessions: crate::RedisServer,
     },
+    /// Leases on ZooKeeper, sessions on a Redis of their own.
+    ZooKeeper {
+        ensemble: crate::ZooKeeperEnsemble,
+        sessions: crate::RedisServer,
+    },
 }
 
 impl LockStore {
@@ -452,6 +478,10 @@ impl LockStore {
                 cluster: crate::EtcdCluster::start(3).await?,
                 sessions: crate::RedisServer::start().await?,
             },
+            LeaseBackend::ZooKeeper => LockStore::ZooKeeper {
+                ensemble: crate::ZooKeeperEnsemble::start(3).await?,
+                sessions: crate::RedisServer::start().await?,
+            },
         })
     }
 
@@ -459,7 +489,7 @@ impl LockStore {
     async fn settle(&mut self) -> anyhow::Result<()> {
         match self {
             LockStore::Sentinel(topology) => topology.follow_sentinels().await,
-            LockStore::Etcd { .. } => Ok(()),
+            LockStore::Etcd { .. } | LockStore::ZooKeeper { .. } => Ok(()),
         }
     }
 
@@ -467,7 +497,7 @@ impl LockStore {
     fn redis(&self) -> &crate::RedisServer {
         match self {
             LockStore::Sentinel(topology) => &topology.primary,
-            LockStore::Etcd { sessions, .. } => sessions,
+            LockStore::Etcd { sessions, .. } | LockStore::ZooKeeper { sessions, .. } => sessions,
         }
     }
 
@@ -478,6 +508,11 @@ impl LockStore {
             LockStore::Etcd { cluster, sessions } => {
                 let mut settings = crate::test_settings(database_url, &sessions.url());
                 settings.lease_store_url = Some(cluster.url());
+                settings
+            }
+            LockStore::ZooKeeper { ensemble, sessions } => {
+                let mut settings = crate::test_settings(database_url, &sessions.url());
+                settings.lease_store_url = Some(ensemble.url());
                 settings
             }
         }
@@ -549,7 +584,9 @@ impl Stage {
                 let port = store.redis().port;
                 match &mut *store {
                     LockStore::Sentinel(topology) => topology.restart_primary_empty().await?,
-                    LockStore::Etcd { sessions, .. } => sessions.restart_empty().await?,
+                    LockStore::Etcd { sessions, .. } | LockStore::ZooKeeper { sessions, .. } => {
+                        sessions.restart_empty().await?
+                    }
                 }
                 Ok((format!("redis :{port}"), None))
             }
@@ -573,10 +610,30 @@ impl Stage {
                 cluster.restart(leader).await?;
                 Ok((format!("etcd member {leader}"), None))
             }
+            FaultKind::KillZooKeeperLeader => {
+                let mut store = self.store.lock().await;
+                let LockStore::ZooKeeper { ensemble, .. } = &mut *store else {
+                    anyhow::bail!("no ZooKeeper in this run");
+                };
+                // During an election no member says it leads: ask again.
+                let mut leader = ensemble.leader().await;
+                for _ in 0..50 {
+                    if leader.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    leader = ensemble.leader().await;
+                }
+                let leader = leader?;
+                ensemble.kill(leader);
+                tokio::time::sleep(hold).await;
+                ensemble.restart(leader).await?;
+                Ok((format!("zookeeper member {leader}"), None))
+            }
             FaultKind::Failover => {
                 let mut store = self.store.lock().await;
                 let LockStore::Sentinel(topology) = &mut *store else {
-                    anyhow::bail!("no Sentinel in a run on etcd");
+                    anyhow::bail!("no Sentinel in a run on etcd or ZooKeeper");
                 };
                 topology.follow_sentinels().await?;
                 let target = format!("redis primary :{}", topology.primary.port);
@@ -1369,7 +1426,10 @@ fn window(ops: &[Op], report: &WorkloadReport, faults: &[Fault], ttl_ms: f64) ->
     let shake = faults.iter().find(|f| {
         matches!(
             f.kind,
-            FaultKind::Failover | FaultKind::RedisRestartEmpty | FaultKind::KillEtcdLeader
+            FaultKind::Failover
+                | FaultKind::RedisRestartEmpty
+                | FaultKind::KillEtcdLeader
+                | FaultKind::KillZooKeeperLeader
         )
     });
     let (focus, around) = match (violation, shake.or(faults.first())) {
