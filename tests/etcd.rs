@@ -44,51 +44,7 @@ async fn healthy_again(app: &TestApp) {
 async fn a_seat_is_held_and_sold_over_http_with_the_leases_in_etcd() {
     let app = app_on_etcd(etcd_url().unwrap()).await;
     assert_eq!(app.state.leases.name(), "etcd");
-    let (event, seats) = app.first_event_seats().await.unwrap();
-    let (mut alice, mut bob) = (HttpBuyer::new(), HttpBuyer::new());
-    assert_eq!(
-        app.act(&mut alice, event, seats[0], "hold").await.0,
-        StatusCode::SEE_OTHER
-    );
-    let holdings = app
-        .state
-        .leases
-        .holders(&app.event_group(event))
-        .await
-        .unwrap()
-        .holdings;
-    assert_eq!(holdings.len(), 1);
-    assert_eq!(holdings[0].name, seats[0].to_string());
-    let (status, held) = app.act(&mut bob, event, seats[0], "hold").await;
-    assert!(held, "bob is refused while alice holds the seat: {status}");
-    let page = alice
-        .get(&format!("{}/events/{event}", app.address))
-        .await
-        .unwrap();
-    assert!(page.body.contains("held for you until"), "{}", page.body);
-
-    app.confirm(&mut alice, event, seats[0]).await;
-    let sold: bool =
-        sqlx::query_scalar("SELECT sold FROM event_seats WHERE event_id = $1 AND seat_id = $2")
-            .bind(event)
-            .bind(seats[0])
-            .fetch_one(app.db())
-            .await
-            .unwrap();
-    assert!(sold);
-    let (status, _) = app.act(&mut bob, event, seats[0], "hold").await;
-    assert_ne!(
-        status,
-        StatusCode::SEE_OTHER,
-        "a sold seat is not held again"
-    );
-    assert!(
-        check::check(app.db(), event)
-            .await
-            .unwrap()
-            .violations
-            .is_empty()
-    );
+    app.hold_and_sell_one_seat().await;
 }
 
 #[tokio::test]

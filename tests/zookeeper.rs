@@ -24,39 +24,7 @@ fn on_zookeeper(url: String) -> TestAppBuilder {
 async fn a_seat_is_held_and_sold_over_http_with_the_leases_in_zookeeper() {
     let app = on_zookeeper(zk_url().unwrap()).spawn().await.unwrap();
     assert_eq!(app.state.leases.name(), "zookeeper");
-    let (event, seats) = app.first_event_seats().await.unwrap();
-    let (mut alice, mut bob) = (HttpBuyer::new(), HttpBuyer::new());
-    assert_eq!(
-        app.act(&mut alice, event, seats[0], "hold").await.0,
-        StatusCode::SEE_OTHER
-    );
-    let holdings = app
-        .state
-        .leases
-        .holders(&app.event_group(event))
-        .await
-        .unwrap()
-        .holdings;
-    assert_eq!(holdings.len(), 1);
-    assert_eq!(holdings[0].name, seats[0].to_string());
-    let (status, held) = app.act(&mut bob, event, seats[0], "hold").await;
-    assert!(held, "bob is refused while alice holds the seat: {status}");
-    let page = alice
-        .get(&format!("{}/events/{event}", app.address))
-        .await
-        .unwrap();
-    assert!(page.body.contains("held for you until"), "{}", page.body);
-
-    app.confirm(&mut alice, event, seats[0]).await;
-    let (status, _) = app.act(&mut bob, event, seats[0], "hold").await;
-    assert_ne!(
-        status,
-        StatusCode::SEE_OTHER,
-        "a sold seat is not held again"
-    );
-    let report = check::check(app.db(), event).await.unwrap();
-    assert_eq!(report.double_sold_seats, 0);
-    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    app.hold_and_sell_one_seat().await;
 }
 
 /// Eight buyers press "hold" on the same free seat at once, on each of three seats: the

@@ -34,6 +34,7 @@ pub mod etcd;
 pub mod haproxy;
 pub mod history;
 pub mod http;
+pub mod leader;
 pub mod load;
 pub mod pgbouncer;
 pub mod pgwire;

@@ -11,7 +11,7 @@ use lease::LeaseStore;
 use lease::zookeeper::ZooKeeperStore;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::procs::{free_port, port_and_folder};
+use crate::procs::{free_port, loopback_hosts, port_and_folder};
 
 /// Debian's `zookeeper` package: the server's jar, its dependencies on its Class-Path
 /// (scripts/services.sh installs it).
@@ -125,12 +125,8 @@ impl ZooKeeperEnsemble {
 
     /// `zk://127.0.0.1:<client port>,…` naming every member.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("127.0.0.1:{}", m.client_port))
-            .collect();
-        format!("zk://{}", hosts.join(","))
+        let hosts = loopback_hosts(self.members.iter().map(|m| m.client_port));
+        format!("zk://{hosts}")
     }
 
     /// A lease store on the whole ensemble.

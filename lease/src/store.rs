@@ -264,3 +264,37 @@ pub(crate) fn check_one_group(keys: &[LeaseKey]) -> Result<(), LeaseError> {
         Err(LeaseError::NotOneGroup)
     }
 }
+
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+/// What a store without a waiting room checks of every grant before anything is sent:
+/// no admission ([`LeaseError::AdmissionUnchecked`], naming `store`), one group
+/// ([`check_one_group`]), a TTL within `limits` ([`LeaseError::TtlNotExpressible`]).
+pub(crate) fn check_grant_without_room(
+    grant: &crate::lease::Grant,
+    store: &'static str,
+    limits: TtlLimits,
+) -> Result<(), LeaseError> {
+    if grant.admission.is_some() {
+        return Err(LeaseError::AdmissionUnchecked { store });
+    }
+    check_one_group(&grant.keys)?;
+    limits.check(store, grant.ttl)
+}
+
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+/// Records a renewal's outcome on `lease` (its new expiry, and when it was sent) and in
+/// the renewals counter; returns `renewed`.
+pub(crate) fn record_renewal(
+    lease: &mut Lease,
+    renewed: bool,
+    expires_at_ms: u64,
+    sent_at: tokio::time::Instant,
+) -> bool {
+    if renewed {
+        lease.expires_at_ms = expires_at_ms;
+        lease.sent_at = Some(sent_at);
+    }
+    let result = if renewed { "renewed" } else { "not_owner" };
+    metrics::counter!(crate::telemetry::RENEWALS_TOTAL, "result" => result).increment(1);
+    renewed
+}

@@ -54,6 +54,7 @@ use crate::history::linearizability::Linearizable;
 use crate::history::partitions::{self, RowsVerdict};
 use crate::history::{History, Op, OpKind, Outcome, outcome_of, seat_resource};
 use crate::http::page_buyer_id;
+use crate::leader::kill_and_restart_leader;
 use crate::procs::{ServerProcess, libfaketime};
 use crate::sentinel::SentinelTopology;
 use crate::{
@@ -590,45 +591,18 @@ impl Stage {
                 }
                 Ok((format!("redis :{port}"), None))
             }
-            FaultKind::KillEtcdLeader => {
+            FaultKind::KillEtcdLeader | FaultKind::KillZooKeeperLeader => {
                 let mut store = self.store.lock().await;
-                let LockStore::Etcd { cluster, .. } = &mut *store else {
-                    anyhow::bail!("no etcd in a run on Redis");
-                };
-                // Just after an election no member may yet say it leads: ask again.
-                let mut leader = cluster.leader().await;
-                for _ in 0..50 {
-                    if leader.is_ok() {
-                        break;
+                let (name, leader) = match (&mut *store, fault.kind) {
+                    (LockStore::Etcd { cluster, .. }, FaultKind::KillEtcdLeader) => {
+                        ("etcd", kill_and_restart_leader(cluster, hold).await?)
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    leader = cluster.leader().await;
-                }
-                let leader = leader?;
-                cluster.kill(leader);
-                tokio::time::sleep(hold).await;
-                cluster.restart(leader).await?;
-                Ok((format!("etcd member {leader}"), None))
-            }
-            FaultKind::KillZooKeeperLeader => {
-                let mut store = self.store.lock().await;
-                let LockStore::ZooKeeper { ensemble, .. } = &mut *store else {
-                    anyhow::bail!("no ZooKeeper in this run");
-                };
-                // During an election no member says it leads: ask again.
-                let mut leader = ensemble.leader().await;
-                for _ in 0..50 {
-                    if leader.is_ok() {
-                        break;
+                    (LockStore::ZooKeeper { ensemble, .. }, FaultKind::KillZooKeeperLeader) => {
+                        ("zookeeper", kill_and_restart_leader(ensemble, hold).await?)
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    leader = ensemble.leader().await;
-                }
-                let leader = leader?;
-                ensemble.kill(leader);
-                tokio::time::sleep(hold).await;
-                ensemble.restart(leader).await?;
-                Ok((format!("zookeeper member {leader}"), None))
+                    _ => anyhow::bail!("no such cluster in this run: {}", fault.kind.name()),
+                };
+                Ok((format!("{name} member {leader}"), None))
             }
             FaultKind::Failover => {
                 let mut store = self.store.lock().await;

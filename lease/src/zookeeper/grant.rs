@@ -27,8 +27,8 @@ use super::{
     seat_path,
 };
 use crate::error::LeaseError;
-use crate::lease::{Grant, Lease};
-use crate::store::check_one_group;
+use crate::lease::{Grant, Lease, granted};
+use crate::store::check_grant_without_room;
 use crate::token::{FencingToken, OwnerToken};
 
 /// Operations per seat in the grant's `multi`: the retirement check, the hold, the
@@ -42,12 +42,8 @@ pub(super) async fn acquire_all(
     store: &ZooKeeperStore,
     grant: &Grant,
 ) -> Result<Vec<Lease>, LeaseError> {
-    if grant.admission.is_some() {
-        return Err(LeaseError::AdmissionUnchecked { store: "zookeeper" });
-    }
+    check_grant_without_room(grant, "zookeeper", ZK_TTL_LIMITS)?;
     let (keys, ttl, holder) = (&grant.keys, grant.ttl, grant.holder.as_str());
-    check_one_group(keys)?;
-    ZK_TTL_LIMITS.check("zookeeper", ttl)?;
     let group = keys[0].group();
     let seats: Vec<String> = keys.iter().map(seat_path).collect();
     refuse_if_taken(store, &seats).await?;
@@ -129,17 +125,14 @@ pub(super) async fn acquire_all(
         }
         let fencing_token = FencingToken(holds[0].as_ref().map_or(0, |h| h.stat.czxid) as u64);
         store.keep_session(&owner, session.session().clone(), ttl);
-        return Ok(keys
-            .iter()
-            .map(|key| Lease {
-                key: key.clone(),
-                owner: owner.clone(),
-                fencing_token,
-                ttl,
-                expires_at_ms: data.expires_at_ms,
-                sent_at: Some(sent_at),
-            })
-            .collect());
+        return Ok(granted(
+            keys,
+            &owner,
+            fencing_token,
+            ttl,
+            data.expires_at_ms,
+            sent_at,
+        ));
     }
 }
 

@@ -49,7 +49,7 @@ use zookeeper_client::{Acls, Client, CreateMode, MultiReadResult, SessionInfo, S
 use crate::error::LeaseError;
 use crate::keys::LeaseKey;
 use crate::lease::{Extended, Extension, Grant, GroupSnapshot, Holding, Lease, TtlLimits};
-use crate::store::{LeaseChanges, LeaseStore};
+use crate::store::{LeaseChanges, LeaseStore, record_renewal};
 use crate::token::{FencingToken, OwnerToken};
 
 /// ZooKeeper session timeouts as this store asks for them: milliseconds, at least 1 s.
@@ -576,13 +576,7 @@ impl LeaseStore for ZooKeeperStore {
             )) => false,
             Err(err) => return Err(err),
         };
-        if renewed {
-            lease.expires_at_ms = expires_at_ms;
-            lease.sent_at = Some(sent_at);
-        }
-        let result = if renewed { "renewed" } else { "not_owner" };
-        metrics::counter!(crate::telemetry::RENEWALS_TOTAL, "result" => result).increment(1);
-        Ok(renewed)
+        Ok(record_renewal(lease, renewed, expires_at_ms, sent_at))
     }
 
     async fn extend_all(
