@@ -1,8 +1,9 @@
 //! The application with ZooKeeper as its lease store (`--lease-store-url zk://…`): a hold
 //! and a purchase over HTTP on the one-member ZooKeeper of `make test` (`ZK_URL`), a race
-//! of buyers for one seat, a TTL the server would not grant, and a three-member ensemble
-//! whose leader is killed (SIGKILL) under traffic. Sessions stay in Redis; only the leases
-//! move. The paused holder whose session expires is in tests/faults/stalls.rs.
+//! of buyers for one seat, a TTL the server would not grant, who may renew a hold, and a
+//! three-member ensemble whose leader is killed (SIGKILL) under traffic. Sessions stay in
+//! Redis; only the leases move. The paused holder whose session expires is in
+//! tests/faults/stalls.rs.
 
 use std::time::Duration;
 
@@ -150,4 +151,34 @@ async fn killing_the_zookeeper_leader_under_traffic_repeats_no_token() {
         store.acquire(&kept, "bob", ttl).await,
         Err(LeaseError::Held { holder, .. }) if holder == "alice"
     ));
+}
+
+/// A hold's session password stays in the process that granted it: another process (here
+/// another store) reads, releases and recovers the hold, but cannot renew it, and says so
+/// (`SessionElsewhere`) instead of answering that the hold is gone; the granting process
+/// renews it.
+#[tokio::test]
+async fn only_the_granting_process_renews_a_hold() {
+    let url = zk_url().unwrap();
+    let timeout = Duration::from_secs(2);
+    let granting = lease::zookeeper::ZooKeeperStore::connect(&url, timeout)
+        .await
+        .unwrap();
+    let other = lease::zookeeper::ZooKeeperStore::connect(&url, timeout)
+        .await
+        .unwrap();
+    let seat = LeaseKey::new(unique_name("zk_elsewhere"), "1").unwrap();
+    let mut lease = granting
+        .acquire(&seat, "alice", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(other.is_held(&lease).await.unwrap());
+    let mut recovered = other.owned_by(&seat, "alice").await.unwrap().unwrap();
+    assert!(matches!(
+        other.renew(&mut recovered).await,
+        Err(LeaseError::SessionElsewhere { name }) if name == "1"
+    ));
+    assert!(granting.renew(&mut lease).await.unwrap());
+    assert!(other.release(&recovered).await.unwrap());
+    assert!(!granting.renew(&mut lease).await.unwrap());
 }
