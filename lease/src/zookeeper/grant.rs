@@ -104,26 +104,55 @@ pub(super) async fn acquire_all(
             }
             Err(MultiWriteError::RequestFailed { source }) => return Err(source.into()),
         };
-        let ours: Vec<String> = created
+        let ours: Vec<(String, zookeeper_client::Stat)> = created
             .into_iter()
             .skip(1)
             .step_by(OPS_PER_SEAT)
             .take(keys.len())
             .filter_map(|result| match result {
-                MultiWriteResult::Create { path, .. } => Some(path),
+                MultiWriteResult::Create { path, stat } => Some((path, stat)),
                 _ => None,
             })
             .collect();
-        let holds = store.read_holds_on(&session, &seats).await?;
-        let lost = holds.iter().zip(&ours).find_map(|(hold, path)| match hold {
-            Some(hold) if hold.path == *path => None,
-            other => Some(other.clone()),
-        });
-        if let Some(winner) = lost {
-            withdraw(store, &session, &ours, keys, holder, &owner).await?;
+        let paths: Vec<String> = ours.iter().map(|(path, _)| path.clone()).collect();
+        if paths.len() != keys.len() {
+            return Err(LeaseError::ZooKeeper(
+                zookeeper_client::Error::UnexpectedError(format!(
+                    "a grant's multi created {} holds for {} seats",
+                    paths.len(),
+                    keys.len()
+                )),
+            ));
+        }
+        // Ours lowest under every seat: held. Else the winner's hold names the refusal.
+        let lowest = store.lowest_on(&session, &seats).await?;
+        if lowest
+            .iter()
+            .zip(&paths)
+            .any(|(low, ours)| low.as_ref() != Some(ours))
+        {
+            let holds = store.read_holds_on(&session, &seats).await?;
+            let winner = holds
+                .iter()
+                .zip(&paths)
+                .find_map(|(hold, path)| match hold {
+                    Some(hold) if hold.path == *path => None,
+                    other => Some(other.clone()),
+                })
+                .flatten();
+            withdraw(store, &session, &paths, keys, holder, &owner).await?;
             return Err(held(winner.as_ref()));
         }
-        let fencing_token = FencingToken(holds[0].as_ref().map_or(0, |h| h.stat.czxid) as u64);
+        // The create's stat carries the zxid; a server that answers a multi's create
+        // without one (ZOOKEEPER-4026) is asked.
+        let czxid = match ours.first() {
+            Some((_, stat)) if !stat.is_invalid() => stat.czxid,
+            _ => {
+                let stat = store.within(session.check_stat(&paths[0])).await?;
+                stat.map_or(0, |stat| stat.czxid)
+            }
+        };
+        let fencing_token = FencingToken(czxid as u64);
         store.keep_session(&owner, session.session().clone(), ttl);
         return Ok(granted(
             keys,

@@ -403,22 +403,7 @@ impl ZooKeeperStore {
     ) -> Result<Vec<Option<Hold>>, LeaseError> {
         let mut holds = Vec::with_capacity(seats.len());
         for batch in seats.chunks(READ_BATCH) {
-            let mut reader = client.new_multi_reader();
-            for seat in batch {
-                reader.add_get_children(seat)?;
-            }
-            let lowest: Vec<Option<String>> = self
-                .within(reader.commit())
-                .await?
-                .into_iter()
-                .zip(batch)
-                .map(|(answer, seat)| match answer {
-                    MultiReadResult::Children { children } => {
-                        lowest(&children).map(|c| format!("{seat}/{c}"))
-                    }
-                    _ => None,
-                })
-                .collect();
+            let lowest = self.lowest_on(client, batch).await?;
             let mut reader = client.new_multi_reader();
             for path in lowest.iter().flatten() {
                 reader.add_get_data(path)?;
@@ -438,6 +423,31 @@ impl ZooKeeperStore {
             }
         }
         Ok(holds)
+    }
+
+    /// The path of the lowest hold znode under each of `seats` (at most [`READ_BATCH`]),
+    /// in their order, in one `multi-read` on `client`'s session.
+    async fn lowest_on(
+        &self,
+        client: &Client,
+        seats: &[String],
+    ) -> Result<Vec<Option<String>>, LeaseError> {
+        let mut reader = client.new_multi_reader();
+        for seat in seats {
+            reader.add_get_children(seat)?;
+        }
+        Ok(self
+            .within(reader.commit())
+            .await?
+            .into_iter()
+            .zip(seats)
+            .map(|(answer, seat)| match answer {
+                MultiReadResult::Children { children } => {
+                    lowest(&children).map(|c| format!("{seat}/{c}"))
+                }
+                _ => None,
+            })
+            .collect())
     }
 
     /// The live hold on `key`, if any.
