@@ -1,6 +1,7 @@
 # seatlock: two commands.
 #   make demo   private Redis + Postgres (+ etcd), migrate, seed, serve at http://127.0.0.1:3000
 #               (STORE=etcd: the leases in a private one-member etcd instead of Redis;
+#               STORE=zookeeper: in a private one-member ZooKeeper;
 #               STORE=cluster: leases and sessions on a private Redis Cluster, docs/cluster.md)
 #   make test   the same services, every test (unit, integration, end-to-end), fmt, clippy, rustdoc
 #
@@ -26,8 +27,8 @@ export PLAYWRIGHT_SKIP_DRIVER_DOWNLOAD := 1
 CARGO ?= cargo
 # Where cargo puts the release binaries (CARGO_TARGET_DIR when set, as cargo does).
 RELEASE := $(or $(CARGO_TARGET_DIR),target)/release
-# The lease store of `make demo`, `make scale` and `make nemesis`: redis (default) or etcd;
-# `make demo` and `make scale` also take cluster (three masters, three replicas).
+# The lease store of `make demo`, `make scale` and `make nemesis`: redis (default), etcd or
+# zookeeper; `make demo` and `make scale` also take cluster (three masters, three replicas).
 STORE ?= redis
 # The server binary of `make demo` and `make scale`: seatlock (the product, built without the
 # pause seam) or seatlock-lab (the product with the race lab, lab/). Each is its own package.
@@ -49,8 +50,9 @@ define release_server
 	case "$(STORE)" in
 	  redis) ;;
 	  etcd) export SEATLOCK_LEASE_STORE_URL="$${ETCD_URL:?STORE=etcd needs ETCD_URL (scripts/services.sh up starts one)}" ;;
+	  zookeeper) export SEATLOCK_LEASE_STORE_URL="$${ZK_URL:?STORE=zookeeper needs ZK_URL (scripts/services.sh up starts one)}" ;;
 	  cluster) REDIS_URL="$$(scripts/services.sh cluster-up)"; export REDIS_URL ;;
-	  *) echo "STORE=$(STORE): use STORE=redis, STORE=etcd or STORE=cluster" >&2; exit 2 ;;
+	  *) echo "STORE=$(STORE): use STORE=redis, STORE=etcd, STORE=zookeeper or STORE=cluster" >&2; exit 2 ;;
 	esac
 	# One secret across restarts (and processes): buyers are signed cookies.
 	export SEATLOCK_SECRET="$${SEATLOCK_SECRET:-$$(scripts/services.sh secret)}"
@@ -106,7 +108,7 @@ failover: services
 
 # Buyers (two tabs each) and bidders on three lock workloads under a fault schedule drawn
 # from SEED (default: drawn and printed), NEMESIS_SECONDS long (default 180), the leases
-# in STORE (redis under Sentinel, or etcd with three members); every
+# in STORE (redis under Sentinel, or etcd or zookeeper with three members); every
 # operation recorded and checked (docs/nemesis.md); writes target/nemesis/report.json,
 # report.html and the histories; fails if a product workload's history is invalid, the
 # unfenced one's valid, a fault could not be injected, or nothing interesting happened.

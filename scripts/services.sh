@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Private Redis, Postgres and a one-member etcd for seatlock, on loopback ports, under
-# .run/ in the repo.
+# Private Redis, Postgres, a one-member etcd and a one-member ZooKeeper for seatlock, on
+# loopback ports, under .run/ in the repo.
 #
 #   scripts/services.sh up     install if missing (apt, as root), start, migrate-ready;
-#                              writes .run/env (DATABASE_URL, REDIS_URL, ETCD_URL) and
-#                              prints it
+#                              writes .run/env (DATABASE_URL, REDIS_URL, ETCD_URL,
+#                              ZK_URL) and prints it
 #   scripts/services.sh down   stop what `up` started
 #   scripts/services.sh env    print the exports of a running set
 #   scripts/services.sh secret print this checkout's SEATLOCK_SECRET for make demo and
@@ -18,21 +18,25 @@
 #                              install APT_PACKAGE (as root) unless COMMAND exists
 #
 # When DATABASE_URL and REDIS_URL are both set already, `up` starts nothing and writes
-# those into .run/env instead (with ETCD_URL if set). Ports: SEATLOCK_REDIS_PORT (default
-# 16379), SEATLOCK_PG_PORT (default 15432), SEATLOCK_ETCD_PORT (default 12379; its peer
-# port is the next one). etcd keeps its data in .run/etcd across restarts: its
-# revisions are the fencing tokens, which must never go backwards.
+# those into .run/env instead (with ETCD_URL and ZK_URL if set). Ports: SEATLOCK_REDIS_PORT
+# (default 16379), SEATLOCK_PG_PORT (default 15432), SEATLOCK_ETCD_PORT (default 12379; its
+# peer port is the next one), SEATLOCK_ZK_PORT (default 12181). etcd and ZooKeeper keep
+# their data in .run/ across restarts: their revisions and zxids are the fencing tokens,
+# which must never go backwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN="$PWD/.run"
 REDIS_PORT="${SEATLOCK_REDIS_PORT:-16379}"
 PG_PORT="${SEATLOCK_PG_PORT:-15432}"
 ETCD_PORT="${SEATLOCK_ETCD_PORT:-12379}"
+ZK_PORT="${SEATLOCK_ZK_PORT:-12181}"
+# Debian's zookeeper package: the server's jar (its dependencies on its Class-Path).
+ZK_JAR=/usr/share/java/zookeeper.jar
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 PG_PASSWORD=seatlock
 
-need() { # need COMMAND APT_PACKAGE
-  if command -v "$1" >/dev/null 2>&1 || [ -x "$PG_BIN/$1" ]; then return; fi
+need() { # need COMMAND APT_PACKAGE (COMMAND may be a file's absolute path)
+  if command -v "$1" >/dev/null 2>&1 || [ -x "$PG_BIN/$1" ] || [ -f "$1" ]; then return; fi
   if [ "$(id -u)" = 0 ]; then
     echo "installing $2 ..." >&2
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2") >/dev/null
@@ -62,6 +66,7 @@ write_env() {
   mkdir -p "$RUN"
   printf 'export DATABASE_URL=%q\nexport REDIS_URL=%q\n' "$1" "$2" >"$RUN/env"
   if [ -n "${3:-}" ]; then printf 'export ETCD_URL=%q\n' "$3" >>"$RUN/env"; fi
+  if [ -n "${4:-}" ]; then printf 'export ZK_URL=%q\n' "$4" >>"$RUN/env"; fi
   cat "$RUN/env"
 }
 
@@ -156,6 +161,31 @@ up_etcd() {
   echo "etcd did not start: see $dir/etcd.log" >&2; exit 1
 }
 
+# Whether a ZooKeeper answers on loopback port $1 and serves (a member of an ensemble
+# without a quorum says "not currently serving requests").
+zk_serving() {
+  local answer
+  answer="$(timeout 1 bash -c "exec 3<>/dev/tcp/127.0.0.1/$1; echo srvr >&3; cat <&3" 2>/dev/null)" || return 1
+  grep -q '^Mode: ' <<<"$answer"
+}
+
+up_zookeeper() {
+  # The package ships the server as jars (and a JRE as its dependency), no command: the
+  # server is run here from its jar, on its own ports, never as the system's service.
+  need "$ZK_JAR" zookeeper
+  local dir="$RUN/zookeeper"
+  mkdir -p "$dir/data"
+  if zk_serving "$ZK_PORT"; then return; fi
+  { cat scripts/zookeeper.cfg
+    printf 'dataDir=%s\nclientPort=%s\nclientPortAddress=127.0.0.1\n' "$dir/data" "$ZK_PORT"
+  } >"$dir/zoo.cfg"
+  setsid nohup java -Xmx256m -cp "$ZK_JAR" org.apache.zookeeper.server.quorum.QuorumPeerMain \
+    "$dir/zoo.cfg" >"$dir/zookeeper.log" 2>&1 &
+  echo $! >"$dir/zookeeper.pid"
+  for _ in $(seq 200); do zk_serving "$ZK_PORT" && return; sleep 0.1; done
+  echo "zookeeper did not start: see $dir/zookeeper.log" >&2; exit 1
+}
+
 up_postgres() {
   [ -x "$PG_BIN/initdb" ] || need initdb postgresql
   id postgres >/dev/null 2>&1 || need initdb postgresql
@@ -192,19 +222,21 @@ case "${1:-}" in
     need pgbouncer pgbouncer # the connection pooler of the pooler tests
     need protoc protobuf-compiler # the etcd-client crate's build script compiles etcd's protos
     if [ -n "${DATABASE_URL:-}" ] && [ -n "${REDIS_URL:-}" ]; then
-      write_env "$DATABASE_URL" "$REDIS_URL" "${ETCD_URL:-}"; exit 0
+      write_env "$DATABASE_URL" "$REDIS_URL" "${ETCD_URL:-}" "${ZK_URL:-}"; exit 0
     fi
     up_redis
     up_postgres
     up_etcd
+    up_zookeeper
     write_env "postgres://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/seatlock" "redis://127.0.0.1:$REDIS_PORT/" \
-      "etcd://127.0.0.1:$ETCD_PORT"
+      "etcd://127.0.0.1:$ETCD_PORT" "zk://127.0.0.1:$ZK_PORT"
     ;;
   down)
     # Only what this checkout started: the Redis of our pidfile (whatever port the shell
     # names now), the Postgres of our data folder.
     stop_pidfile "$RUN/redis/redis.pid" redis-server
     stop_pidfile "$RUN/etcd/etcd.pid" etcd
+    stop_pidfile "$RUN/zookeeper/zookeeper.pid" QuorumPeerMain
     stop_cluster
     if [ -f "$RUN/pg/data/PG_VERSION" ]; then
       pg pg_ctl -D "$RUN/pg/data" -m fast stop >/dev/null 2>&1 || true

@@ -341,16 +341,17 @@ pub fn router(state: AppState, extension: Extension) -> Router {
 
 /// The lease store `settings` name (`--lease-store-url`, else `--redis-url`): Redis with
 /// the Postgres fence ledger, or etcd (connected lazily, as Redis: the server starts while
-/// it is down, and `/healthz` names it); and
+/// it is down, and `/healthz` names it), or ZooKeeper (a member must answer at start: the
+/// store's own session is made then); and
 /// the sessions' Redis, the lease client's own connection when the leases are in the same
 /// Redis (one healing connection, as before the store could be chosen). Refuses a lease
 /// TTL setting the store cannot express (etcd: whole seconds, at least 2 s, and no
-/// shorter than the etcd in use grants), naming the flag, and more seats per buyer than
-/// one hold on the store takes.
+/// shorter than the etcd in use grants; ZooKeeper: within its server's session
+/// timeouts), naming the flag, and more seats per buyer than one hold on the store takes.
 ///
 /// Also the waiting rooms' store ([`crate::waiting_room`]): the Redis lease client, whose
-/// hold script checks admissions; `None` on etcd, where the server refuses to start with
-/// `--waiting-room-shoppers` set.
+/// hold script checks admissions; `None` on etcd and ZooKeeper, where the server refuses
+/// to start with `--waiting-room-shoppers` set.
 async fn stores(
     settings: &Settings,
     db: &sqlx::PgPool,
@@ -365,37 +366,48 @@ async fn stores(
         anyhow::Ok(SessionRedis::Own(Arc::new(redis)))
     };
     let url = settings.lease_store_url();
-    let (store, redis, room): (Arc<dyn lease::LeaseStore>, _, _) = if settings.leases_on_etcd() {
-        let etcd = lease::etcd::EtcdStore::connect(url, timeout)
-            .await
-            .with_context(|| format!("connecting to the lease store {url}"))?;
-        if settings.waiting_room_shoppers > 0 {
-            anyhow::bail!(
-                "refusing to start: --waiting-room-shoppers needs the Redis lease store \
+    let (store, redis, room): (Arc<dyn lease::LeaseStore>, _, _) =
+        if let Some(name) = settings.consensus_lease_store() {
+            let store: Arc<dyn lease::LeaseStore> = if name == "etcd" {
+                Arc::new(
+                    lease::etcd::EtcdStore::connect(url, timeout)
+                        .await
+                        .with_context(|| format!("connecting to the lease store {url}"))?,
+                )
+            } else {
+                Arc::new(
+                    lease::zookeeper::ZooKeeperStore::connect(url, timeout)
+                        .await
+                        .with_context(|| format!("connecting to the lease store {url}"))?,
+                )
+            };
+            if settings.waiting_room_shoppers > 0 {
+                anyhow::bail!(
+                    "refusing to start: --waiting-room-shoppers needs the Redis lease store \
                  (the queue and its admissions live beside the seat leases, checked by the \
-                 hold's own script); etcd has no waiting room"
-            );
-        }
-        (Arc::new(etcd), own_redis().await?, None)
-    } else {
-        let store = lease::connect_async(url, timeout)
-            .await
-            .context("opening the lease store URL (malformed, or no Sentinel answered)")?;
-        let client = Arc::new(
-            lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
-                .with_failover_guard(!extension.no_failover_guard)
-                .with_cooling(!extension.no_cooling),
-        );
-        let room = Some(client.clone());
-        if url == settings.redis_url {
-            (client.clone(), SessionRedis::Leases(client), room)
+                 hold's own script); {name} has no waiting room"
+                );
+            }
+            (store, own_redis().await?, None)
         } else {
-            (client, own_redis().await?, room)
-        }
-    };
-    // A lease must last what it is asked for: the store's limits, and (etcd) what it
-    // grants when asked (it lengthens a lease below a minimum that depends on its
-    // election timeout).
+            let store = lease::connect_async(url, timeout)
+                .await
+                .context("opening the lease store URL (malformed, or no Sentinel answered)")?;
+            let client = Arc::new(
+                lease::LeaseClient::new(store, PgFenceLedger(db.clone()))
+                    .with_failover_guard(!extension.no_failover_guard)
+                    .with_cooling(!extension.no_cooling),
+            );
+            let room = Some(client.clone());
+            if url == settings.redis_url {
+                (client.clone(), SessionRedis::Leases(client), room)
+            } else {
+                (client, own_redis().await?, room)
+            }
+        };
+    // A lease must last what it is asked for: the store's limits, and (etcd, ZooKeeper)
+    // what it grants when asked (etcd lengthens a lease below a minimum that depends on
+    // its election timeout; ZooKeeper clamps a session to its server's timeouts).
     for (flag, ttl) in settings.lease_ttls() {
         store
             .check_ttl(ttl)

@@ -76,10 +76,11 @@ pub struct Settings {
     pub redis_url: String,
     /// The lease store (seat holds, bid locks, closing leases), chosen at start:
     /// `redis://host:port/db` (default: `--redis-url`; a Sentinel or cluster URL too), or
-    /// `etcd://host:port[,host:port…]` for an etcd cluster, where a grant is committed to
-    /// a majority before it is acknowledged. etcd TTLs are whole seconds of at least 2 s:
-    /// the server refuses to start with a hold, bid lock or closing lease TTL it cannot
-    /// express.
+    /// `etcd://host:port[,host:port…]` for an etcd cluster, or `zk://host:port[,host:port…]`
+    /// for a ZooKeeper ensemble, where a grant is committed to a majority before it is
+    /// acknowledged. etcd TTLs are whole seconds of at least 2 s; ZooKeeper's lie within
+    /// its server's session timeouts: the server refuses to start with a hold, bid lock
+    /// or closing lease TTL the store cannot express (docs/stores.md).
     #[arg(long, env = "SEATLOCK_LEASE_STORE_URL")]
     pub lease_store_url: Option<String>,
     /// Address to listen on; port 0 picks a free port.
@@ -262,9 +263,17 @@ impl Settings {
         self.lease_store_url.as_deref().unwrap_or(&self.redis_url)
     }
 
-    /// Whether the leases are in etcd (`--lease-store-url etcd://…`) rather than Redis.
-    pub fn leases_on_etcd(&self) -> bool {
-        self.lease_store_url().starts_with("etcd://")
+    /// The consensus store the leases are in, by its name: `Some("etcd")` for
+    /// `--lease-store-url etcd://…`, `Some("ZooKeeper")` for `zk://…`; `None` for Redis.
+    pub fn consensus_lease_store(&self) -> Option<&'static str> {
+        let url = self.lease_store_url();
+        if url.starts_with("etcd://") {
+            Some("etcd")
+        } else if url.starts_with("zk://") {
+            Some("ZooKeeper")
+        } else {
+            None
+        }
     }
 
     /// Each lease TTL setting as (flag, `Duration`): what a lease store must be able to

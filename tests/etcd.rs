@@ -9,7 +9,6 @@ use lease::LeaseStore;
 use reqwest::StatusCode;
 use seatlock::auction::close::{self, CloseOutcome};
 use seatlock::auction::queries;
-use seatlock::http::error::Refusal;
 use seatlock_harness::{
     EtcdCluster, HttpBuyer, TestApp, TestAppBuilder, auction_item, check, end_auction_now,
     etcd_url, eventually, proxy::TcpProxy,
@@ -29,33 +28,6 @@ async fn app_on_etcd(url: String) -> TestApp {
     on_etcd(url).spawn().await.expect("test app on etcd")
 }
 
-/// POSTs `action` for `seat` and returns the reply's status and whether it is the
-/// "someone else holds it" refusal.
-async fn act(
-    buyer: &mut HttpBuyer,
-    app: &TestApp,
-    event: i64,
-    seat: i64,
-    action: &str,
-) -> (StatusCode, bool) {
-    match buyer.seat_action(&app.address, event, seat, action).await {
-        Ok(reply) => (reply.status, reply.is_refused(&Refusal::SomeoneIsBuying)),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, false),
-    }
-}
-
-/// Confirms `seat` for `buyer` and returns the new order's path.
-async fn confirm(buyer: &mut HttpBuyer, app: &TestApp, event: i64, seat: i64) -> String {
-    let reply = buyer
-        .seat_action(&app.address, event, seat, "confirm")
-        .await
-        .unwrap();
-    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
-    let order = reply.location.unwrap();
-    assert!(order.starts_with("/orders/"), "{order}");
-    order
-}
-
 /// Waits (at most 20 s) until `app`'s `/healthz` says ok.
 async fn healthy_again(app: &TestApp) {
     let health = format!("{}/healthz", app.address);
@@ -72,51 +44,7 @@ async fn healthy_again(app: &TestApp) {
 async fn a_seat_is_held_and_sold_over_http_with_the_leases_in_etcd() {
     let app = app_on_etcd(etcd_url().unwrap()).await;
     assert_eq!(app.state.leases.name(), "etcd");
-    let (event, seats) = app.first_event_seats().await.unwrap();
-    let (mut alice, mut bob) = (HttpBuyer::new(), HttpBuyer::new());
-    assert_eq!(
-        act(&mut alice, &app, event, seats[0], "hold").await.0,
-        StatusCode::SEE_OTHER
-    );
-    let holdings = app
-        .state
-        .leases
-        .holders(&app.event_group(event))
-        .await
-        .unwrap()
-        .holdings;
-    assert_eq!(holdings.len(), 1);
-    assert_eq!(holdings[0].name, seats[0].to_string());
-    let (status, held) = act(&mut bob, &app, event, seats[0], "hold").await;
-    assert!(held, "bob is refused while alice holds the seat: {status}");
-    let page = alice
-        .get(&format!("{}/events/{event}", app.address))
-        .await
-        .unwrap();
-    assert!(page.body.contains("held for you until"), "{}", page.body);
-
-    confirm(&mut alice, &app, event, seats[0]).await;
-    let sold: bool =
-        sqlx::query_scalar("SELECT sold FROM event_seats WHERE event_id = $1 AND seat_id = $2")
-            .bind(event)
-            .bind(seats[0])
-            .fetch_one(app.db())
-            .await
-            .unwrap();
-    assert!(sold);
-    let (status, _) = act(&mut bob, &app, event, seats[0], "hold").await;
-    assert_ne!(
-        status,
-        StatusCode::SEE_OTHER,
-        "a sold seat is not held again"
-    );
-    assert!(
-        check::check(app.db(), event)
-            .await
-            .unwrap()
-            .violations
-            .is_empty()
-    );
+    app.hold_and_sell_one_seat().await;
 }
 
 #[tokio::test]
@@ -126,11 +54,11 @@ async fn killing_the_etcd_leader_keeps_every_hold_with_its_holder() {
     let (event, seats) = app.first_event_seats().await.unwrap();
     let (mut alice, mut bob, mut carol) = (HttpBuyer::new(), HttpBuyer::new(), HttpBuyer::new());
     assert_eq!(
-        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        app.act(&mut alice, event, seats[0], "hold").await.0,
         StatusCode::SEE_OTHER
     );
     assert_eq!(
-        act(&mut bob, &app, event, seats[1], "hold").await.0,
+        app.act(&mut bob, event, seats[1], "hold").await.0,
         StatusCode::SEE_OTHER
     );
 
@@ -142,13 +70,13 @@ async fn killing_the_etcd_leader_keeps_every_hold_with_its_holder() {
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let (status, _) = act(&mut carol, &app, event, seats[0], "hold").await;
+        let (status, _) = app.act(&mut carol, event, seats[0], "hold").await;
         assert_ne!(
             status,
             StatusCode::SEE_OTHER,
             "alice's seat was granted to carol"
         );
-        if act(&mut carol, &app, event, seats[2], "hold").await.0 == StatusCode::SEE_OTHER {
+        if app.act(&mut carol, event, seats[2], "hold").await.0 == StatusCode::SEE_OTHER {
             break;
         }
         assert!(
@@ -163,11 +91,11 @@ async fn killing_the_etcd_leader_keeps_every_hold_with_its_holder() {
     );
 
     for seat in [seats[0], seats[1]] {
-        let (status, held) = act(&mut carol, &app, event, seat, "hold").await;
+        let (status, held) = app.act(&mut carol, event, seat, "hold").await;
         assert!(held, "seat {seat} is still held by its holder: {status}");
     }
-    let first = confirm(&mut alice, &app, event, seats[0]).await;
-    let second = confirm(&mut bob, &app, event, seats[1]).await;
+    let first = app.confirm(&mut alice, event, seats[0]).await;
+    let second = app.confirm(&mut bob, event, seats[1]).await;
     assert_ne!(first, second);
     let report = check::check(app.db(), event).await.unwrap();
     assert_eq!(report.double_sold_seats, 0);
@@ -232,7 +160,7 @@ async fn a_half_open_connection_to_etcd_is_replaced() {
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut alice = HttpBuyer::new();
     assert_eq!(
-        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        app.act(&mut alice, event, seats[0], "hold").await.0,
         StatusCode::SEE_OTHER
     );
     proxy.freeze_open_connections();
@@ -242,7 +170,9 @@ async fn a_half_open_connection_to_etcd_is_replaced() {
         Duration::from_secs(20),
         "etcd to answer holds again",
         || async {
-            let (status, held) = act(&mut HttpBuyer::new(), &app, event, seats[1], "hold").await;
+            let (status, held) = app
+                .act(&mut HttpBuyer::new(), event, seats[1], "hold")
+                .await;
             status == StatusCode::SEE_OTHER || held
         },
     )
@@ -254,7 +184,9 @@ async fn a_half_open_connection_to_etcd_is_replaced() {
         .live
         .subscribe(&format!("event:{event}"))
         .expect("a place in the stream budget");
-    let (status, _) = act(&mut HttpBuyer::new(), &app, event, seats[2], "hold").await;
+    let (status, _) = app
+        .act(&mut HttpBuyer::new(), event, seats[2], "hold")
+        .await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let seen = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
@@ -283,7 +215,7 @@ async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut alice = HttpBuyer::new();
     assert_eq!(
-        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        app.act(&mut alice, event, seats[0], "hold").await.0,
         StatusCode::SEE_OTHER
     );
     let mut bob = HttpBuyer::new(); // has the page (and its form token) before etcd hangs
@@ -291,7 +223,7 @@ async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
         .await
         .unwrap();
     cluster.signal(0, "STOP").unwrap();
-    let (status, _) = act(&mut bob, &app, event, seats[1], "hold").await;
+    let (status, _) = app.act(&mut bob, event, seats[1], "hold").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     let health = format!("{}/healthz", app.address);
     let reply = HttpBuyer::new().get(&health).await.unwrap();
@@ -300,8 +232,8 @@ async fn etcd_stopped_past_a_holds_ttl_sells_the_seat_at_most_once() {
     tokio::time::sleep(Duration::from_secs(3)).await; // past alice's TTL
     cluster.signal(0, "CONT").unwrap();
 
-    let bob_holds = act(&mut bob, &app, event, seats[0], "hold");
-    let (confirmed, _) = tokio::join!(act(&mut alice, &app, event, seats[0], "confirm"), bob_holds);
+    let bob_holds = app.act(&mut bob, event, seats[0], "hold");
+    let (confirmed, _) = tokio::join!(app.act(&mut alice, event, seats[0], "confirm"), bob_holds);
     assert_ne!(confirmed.0, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(app.orders_for(event, seats[0]).await <= 1);
     assert!(
@@ -326,7 +258,7 @@ async fn a_hung_etcd_leader_is_routed_around() {
     let (event, seats) = app.first_event_seats().await.unwrap();
     let mut alice = HttpBuyer::new();
     assert_eq!(
-        act(&mut alice, &app, event, seats[0], "hold").await.0,
+        app.act(&mut alice, event, seats[0], "hold").await.0,
         StatusCode::SEE_OTHER
     );
     let leader = cluster.leader().await.unwrap();
@@ -335,9 +267,9 @@ async fn a_hung_etcd_leader_is_routed_around() {
     while streak < 10 {
         attempts += 1;
         assert!(attempts <= 40, "no ten grants in a row in 40 attempts");
-        let (status, _) = act(&mut alice, &app, event, seats[1], "hold").await;
+        let (status, _) = app.act(&mut alice, event, seats[1], "hold").await;
         if status == StatusCode::SEE_OTHER
-            && act(&mut alice, &app, event, seats[1], "release").await.0 == StatusCode::SEE_OTHER
+            && app.act(&mut alice, event, seats[1], "release").await.0 == StatusCode::SEE_OTHER
         {
             streak += 1;
         } else {
@@ -353,8 +285,8 @@ async fn a_hung_etcd_leader_is_routed_around() {
         .expect("a place in the stream budget");
     let seen = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
-            act(&mut alice, &app, event, seats[2], "hold").await;
-            act(&mut alice, &app, event, seats[2], "release").await;
+            app.act(&mut alice, event, seats[2], "hold").await;
+            app.act(&mut alice, event, seats[2], "release").await;
             while let Ok(Ok(message)) =
                 tokio::time::timeout(Duration::from_millis(500), page.recv()).await
             {
@@ -581,7 +513,7 @@ async fn etcd_compacts_the_revisions_of_old_holds_and_holds_go_on() {
     let mut buyer = HttpBuyer::new();
     for &seat in &seats[..3] {
         for action in ["hold", "release"] {
-            let (status, _) = act(&mut buyer, &app, event, seat, action).await;
+            let (status, _) = app.act(&mut buyer, event, seat, action).await;
             assert_eq!(status, StatusCode::SEE_OTHER, "{action} {seat}");
         }
     }
@@ -605,7 +537,7 @@ async fn etcd_compacts_the_revisions_of_old_holds_and_holds_go_on() {
         .live
         .subscribe(&format!("event:{event}"))
         .expect("a place in the stream budget");
-    let (status, _) = act(&mut buyer, &app, event, seats[3], "hold").await;
+    let (status, _) = app.act(&mut buyer, event, seats[3], "hold").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
     let message = tokio::time::timeout(Duration::from_secs(10), pushed.recv())
         .await

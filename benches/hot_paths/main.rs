@@ -6,8 +6,9 @@
 //! |---|---|---|
 //! | `lease_pairs_vs_redis_benchmark` | lease acquire + release pairs/s, 64 tasks on one `LeaseClient` | `redis-benchmark -t set -c 64` SET/s |
 //! | `lease_pairs_vs_rslock` | the same | `rslock` lock + unlock pairs/s, 64 tasks on one `LockManager` |
-//! | `etcd{1,3}_pair_ms_vs_redis` | mean ms per lease acquire + release, one caller, on a private etcd of 1 or 3 members ([`etcd`]) | the same on Redis |
+//! | `etcd{1,3}_pair_ms_vs_redis` | mean ms per lease acquire + release, one caller, on a private etcd of 1 or 3 members ([`consensus`]) | the same on Redis |
 //! | `etcd{1,3}_pairs_vs_redis_64` | lease acquire + release pairs/s, 64 tasks on one etcd client | the same on Redis |
+//! | `zk{1,3}_pair_ms_vs_redis`, `zk{1,3}_pairs_vs_redis_64` | the same on a private ZooKeeper of 1 or 3 members ([`consensus`]) | the same on Redis |
 //! | `cluster3_pairs_vs_one_master_64` | lease pairs/s, 64 tasks over 64 events, on a private Redis Cluster of three masters ([`cluster`]) | the same on one private Redis server |
 //! | `cluster3_one_event_pairs_vs_many_64` | the same 64 tasks on one event of that cluster (one slot, one master) | the 64-event figure |
 //! | `lease_redis_cpu_us_per_pair` | Redis CPU per lease pair (`INFO cpu` deltas over the row) | the same per rslock pair |
@@ -27,7 +28,7 @@
 //! | `queue_redis_commands_per_browser_s_{400,4000}` | Redis commands per second per open queue stream ([`queue`]) | the absolute rate per stream |
 //!
 //! `BENCH_SECONDS` (default 5) sets each throughput row's measuring time; `BENCH_ONLY`
-//! (a comma-separated list of `lease`, `etcd`, `cluster`, `http`, `floor`, `trips`, `sizes`,
+//! (a comma-separated list of `lease`, `etcd`, `zookeeper`, `cluster`, `http`, `floor`, `trips`, `sizes`,
 //! `map`, `crowd`, `maps`, `queue`) runs
 //! only those groups, to re-measure one quickly (the report then has only their rows).
 //! `http` is every concurrency level and the floor rows; `floor` is the 64-buyer level
@@ -41,8 +42,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod breakdown;
 mod cluster;
+mod consensus;
 mod crowd;
-mod etcd;
 mod floor;
 mod maps;
 mod queue;
@@ -727,13 +728,19 @@ fn main() -> anyhow::Result<()> {
     if wanted("lease") {
         rt.block_on(lease_rows(&setup, &mut rows, &mut breakdowns))?;
     }
-    if wanted("etcd") {
-        rt.block_on(etcd::rows(
-            &setup.redis_url,
-            &setup.db,
-            setup.seconds,
-            &mut rows,
-        ))?;
+    for (group, store) in [
+        ("etcd", consensus::Consensus::Etcd),
+        ("zookeeper", consensus::Consensus::ZooKeeper),
+    ] {
+        if wanted(group) {
+            rt.block_on(consensus::rows(
+                &setup.redis_url,
+                &setup.db,
+                setup.seconds,
+                store,
+                &mut rows,
+            ))?;
+        }
     }
     if wanted("cluster") {
         rt.block_on(cluster::rows(&setup.db, setup.seconds, &mut rows))?;

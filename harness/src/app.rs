@@ -11,11 +11,13 @@ use std::time::Duration;
 use lease::LeaseKey;
 use seatlock::app::Application;
 use seatlock::config::Settings;
+use seatlock::http::error::Refusal;
 use seatlock::seats::{self, SeatRef};
 use seatlock::state::AppState;
 use seatlock_lab::LabSettings;
 use sqlx::PgPool;
 
+use crate::http::HttpBuyer;
 use crate::stores::{TINY_VENUES, fresh_database, seed, store_urls, unique_name};
 
 /// A CSRF secret shared by every server of one test, so forms cross processes.
@@ -297,6 +299,87 @@ impl TestApp {
     /// The lease group of event `event_id`'s seats in this server's namespace.
     pub fn event_group(&self, event_id: i64) -> String {
         seats::event_group(&self.state.settings.lease_namespace, event_id)
+    }
+
+    /// POSTs `action` for `seat` as `buyer` and returns the reply's status (503 when no
+    /// reply came) and whether it is the "someone else holds it" refusal.
+    pub async fn act(
+        &self,
+        buyer: &mut HttpBuyer,
+        event: i64,
+        seat: i64,
+        action: &str,
+    ) -> (reqwest::StatusCode, bool) {
+        match buyer.seat_action(&self.address, event, seat, action).await {
+            Ok(reply) => (reply.status, reply.is_refused(&Refusal::SomeoneIsBuying)),
+            Err(_) => (reqwest::StatusCode::SERVICE_UNAVAILABLE, false),
+        }
+    }
+
+    /// The first seat of the first event, held and sold over HTTP, asserting each step:
+    /// alice holds it (the store lists her hold), bob is refused, alice's page shows the
+    /// hold, alice buys it (the seat is sold), bob cannot hold it then, and the invariant
+    /// checker finds nothing. Whatever store backs the leases.
+    pub async fn hold_and_sell_one_seat(&self) {
+        use reqwest::StatusCode;
+        let (event, seats) = self.first_event_seats().await.unwrap();
+        let (mut alice, mut bob) = (HttpBuyer::new(), HttpBuyer::new());
+        assert_eq!(
+            self.act(&mut alice, event, seats[0], "hold").await.0,
+            StatusCode::SEE_OTHER
+        );
+        let holdings = self
+            .state
+            .leases
+            .holders(&self.event_group(event))
+            .await
+            .unwrap()
+            .holdings;
+        assert_eq!(holdings.len(), 1);
+        assert_eq!(holdings[0].name, seats[0].to_string());
+        let (status, held) = self.act(&mut bob, event, seats[0], "hold").await;
+        assert!(held, "bob is refused while alice holds the seat: {status}");
+        let page = alice
+            .get(&format!("{}/events/{event}", self.address))
+            .await
+            .unwrap();
+        assert!(page.body.contains("held for you until"), "{}", page.body);
+
+        self.confirm(&mut alice, event, seats[0]).await;
+        let sold: bool =
+            sqlx::query_scalar("SELECT sold FROM event_seats WHERE event_id = $1 AND seat_id = $2")
+                .bind(event)
+                .bind(seats[0])
+                .fetch_one(self.db())
+                .await
+                .unwrap();
+        assert!(sold);
+        let (status, _) = self.act(&mut bob, event, seats[0], "hold").await;
+        assert_ne!(
+            status,
+            StatusCode::SEE_OTHER,
+            "a sold seat is not held again"
+        );
+        let report = crate::check::check(self.db(), event).await.unwrap();
+        assert_eq!(report.double_sold_seats, 0);
+        assert!(report.violations.is_empty(), "{:?}", report.violations);
+    }
+
+    /// Confirms `seat` for `buyer`, asserting it sold, and returns the new order's path.
+    pub async fn confirm(&self, buyer: &mut HttpBuyer, event: i64, seat: i64) -> String {
+        let reply = buyer
+            .seat_action(&self.address, event, seat, "confirm")
+            .await
+            .unwrap();
+        assert_eq!(
+            reply.status,
+            reqwest::StatusCode::SEE_OTHER,
+            "{}",
+            reply.body
+        );
+        let order = reply.location.unwrap();
+        assert!(order.starts_with("/orders/"), "{order}");
+        order
     }
 }
 

@@ -130,12 +130,8 @@ impl EtcdCluster {
 
     /// `etcd://127.0.0.1:<client port>,…` naming every member.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
-            .members
-            .iter()
-            .map(|m| format!("127.0.0.1:{}", m.client_port))
-            .collect();
-        format!("etcd://{}", hosts.join(","))
+        let hosts = crate::procs::loopback_hosts(self.members.iter().map(|m| m.client_port));
+        format!("etcd://{hosts}")
     }
 
     /// A lease store on the whole cluster.

@@ -34,6 +34,7 @@ pub mod etcd;
 pub mod haproxy;
 pub mod history;
 pub mod http;
+pub mod leader;
 pub mod load;
 pub mod pgbouncer;
 pub mod pgwire;
@@ -42,6 +43,7 @@ pub mod proxy;
 pub mod sentinel;
 pub mod stores;
 pub mod tls_proxy;
+pub mod zookeeper;
 
 pub use app::{
     TEST_SECRET, TestApp, TestAppBuilder, auction_item, end_auction_now, eventually, test_settings,
@@ -54,6 +56,7 @@ pub use procs::{PostgresServer, RedisServer, ServerProcess, send_signal};
 pub use proxy::TcpProxy;
 pub use stores::{
     DEMO_VENUES, TINY_VENUES, authority, etcd_url, event_seats, first_event_seats, fresh_database,
-    lapse_lease, orders_for, seed, store_urls, unique_name,
+    lapse_lease, orders_for, seed, store_urls, unique_name, zk_url,
 };
 pub use tls_proxy::TlsProxy;
+pub use zookeeper::ZooKeeperEnsemble;

@@ -22,6 +22,12 @@ pub fn etcd_url() -> anyhow::Result<String> {
     std::env::var("ETCD_URL").context("ETCD_URL is not set: run the tests with `make test`")
 }
 
+/// `ZK_URL` (the one-member ZooKeeper `make test` starts), or an error saying to run
+/// under `make test`.
+pub fn zk_url() -> anyhow::Result<String> {
+    std::env::var("ZK_URL").context("ZK_URL is not set: run the tests with `make test`")
+}
+
 /// A random lowercase name with `prefix`, e.g. `t_3f9a1c20b7`.
 pub fn unique_name(prefix: &str) -> String {
     format!(

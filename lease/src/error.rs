@@ -115,6 +115,34 @@ pub enum LeaseError {
     /// in a txn): "code: message", etcd's words. Nothing was written.
     #[error("etcd refused the request: {0}")]
     EtcdRefused(String),
+    /// ZooKeeper did not answer, or answered with an error
+    /// ([`crate::zookeeper::ZooKeeperStore`]): guarded work must stop.
+    #[cfg(feature = "zookeeper")]
+    #[error("lease store unavailable (ZooKeeper): {0}")]
+    ZooKeeper(#[source] zookeeper_client::Error),
+    /// The store granted another TTL than asked: ZooKeeper negotiates each session's
+    /// timeout within its server's `minSessionTimeout`..`maxSessionTimeout`, and a hold's
+    /// session is its lease. Nothing is held.
+    #[error(
+        "{store} granted a {granted:?} session for a {ttl:?} lease: its server's \
+         minSessionTimeout..maxSessionTimeout does not take that TTL"
+    )]
+    TtlNotGranted {
+        /// The store's name (`"zookeeper"`).
+        store: &'static str,
+        /// The TTL asked for.
+        ttl: Duration,
+        /// The session timeout the server negotiated instead.
+        granted: Duration,
+    },
+    /// A ZooKeeper hold can be renewed or extended only by the process that granted it:
+    /// its session's password is kept there and nowhere else. Nothing was changed; the
+    /// hold lasts until its TTL.
+    #[error("the hold on {name} was granted by another process, which alone can renew its session")]
+    SessionElsewhere {
+        /// The resource whose hold was asked to be renewed.
+        name: String,
+    },
     /// A group hold of more resources than the store takes in one step
     /// ([`LeaseStore::max_keys_per_hold`](crate::LeaseStore::max_keys_per_hold); etcd: its
     /// operations per transaction). Nothing was sent.
@@ -213,5 +241,14 @@ impl From<etcd_client::Error> for LeaseError {
             }
             _ => LeaseError::Etcd(err),
         }
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+impl From<zookeeper_client::Error> for LeaseError {
+    /// [`LeaseError::ZooKeeper`], whatever ZooKeeper answered: a refusal this crate does
+    /// not expect is an answer it cannot act on.
+    fn from(err: zookeeper_client::Error) -> Self {
+        LeaseError::ZooKeeper(err)
     }
 }

@@ -315,3 +315,26 @@ pub(crate) fn extended(leases: &[Lease], extension: &Extension, expiries: &[u64]
         })
         .collect()
 }
+
+/// The leases of one grant of `keys`, in their order: one owner token, one fencing token,
+/// one TTL and expiry (the consensus stores' grants).
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) fn granted(
+    keys: &[LeaseKey],
+    owner: &OwnerToken,
+    fencing_token: FencingToken,
+    ttl: Duration,
+    expires_at_ms: u64,
+    sent_at: tokio::time::Instant,
+) -> Vec<Lease> {
+    keys.iter()
+        .map(|key| Lease {
+            key: key.clone(),
+            owner: owner.clone(),
+            fencing_token,
+            ttl,
+            expires_at_ms,
+            sent_at: Some(sent_at),
+        })
+        .collect()
+}

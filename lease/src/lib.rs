@@ -26,6 +26,8 @@
 //! * `redis/`: the connection to Redis ([`RedisStore`]), its repairs, Sentinel and Cluster.
 //! * `room/`: a waiting room in front of a group, checked by the grant's own script.
 //! * `etcd/`: a [`LeaseStore`] on etcd, behind the `etcd` feature.
+//! * `zookeeper/`: a [`LeaseStore`] on ZooKeeper (its lock recipe), behind the `zookeeper`
+//!   feature.
 //! * `changes.rs`: each grant, release and lapse of a group, as a [`changes::LeaseChange`].
 //! * `backoff.rs`: retrying a busy lease with jittered [`Backoff`].
 //! * `telemetry.rs`: the metrics the crate reports.
@@ -58,7 +60,8 @@
 //!    seatlock). Its docs explain the blocks, the reservation marker and the failover
 //!    guard against a promoted replica. [`connect`] follows a Sentinel failover, or a
 //!    Redis Cluster's slots and failovers ([`RedisStore`]). With the `etcd` feature,
-//!    `etcd::EtcdStore` is a consensus-backed [`LeaseStore`] instead.
+//!    `etcd::EtcdStore` is a consensus-backed [`LeaseStore`] instead; with the
+//!    `zookeeper` feature, `zookeeper::ZooKeeperStore`.
 //!
 //! ## Example
 //!
@@ -116,7 +119,8 @@
 //! ## Operations
 //!
 //! Every operation is a method of the [`LeaseStore`] trait, implemented by
-//! [`LeaseClient`] (Redis) and, with the `etcd` feature, by `etcd::EtcdStore`:
+//! [`LeaseClient`] (Redis) and, with the `etcd` feature, by `etcd::EtcdStore` (with the
+//! `zookeeper` feature, by `zookeeper::ZooKeeperStore`: `docs/stores.md`):
 //!
 //! | operation | what | Redis |
 //! |---|---|---|
@@ -204,6 +208,8 @@ mod store;
 pub mod telemetry;
 mod token;
 mod watchdog;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use crate::backoff::Backoff;
 pub use crate::client::{LeaseClient, connect, connect_async};

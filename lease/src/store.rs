@@ -1,13 +1,15 @@
 //! The [`LeaseStore`] trait: what the application asks of a lease store.
 //!
-//! Two stores implement it. [`LeaseClient`](crate::LeaseClient) is Redis plus a durable
+//! Three stores implement it. [`LeaseClient`](crate::LeaseClient) is Redis plus a durable
 //! fence ledger; the ledger is the Redis side of step 5. With the `etcd` feature,
 //! `etcd::EtcdStore` is etcd. There a majority of the cluster commits each grant before
 //! etcd acknowledges it. Its fencing token is the key's create revision, durable by
-//! construction.
+//! construction. With the `zookeeper` feature, `zookeeper::ZooKeeperStore` is
+//! ZooKeeper's lock recipe: the hold is an ephemeral sequential znode, its lease the
+//! session, its fencing token the znode's creation zxid.
 //!
-//! Both keep the same contract. `lease/tests/contract.rs` checks it against a real Redis
-//! and a real etcd:
+//! All keep the same contract. `lease/tests/contract.rs` checks it against a real Redis,
+//! a real etcd and a real ZooKeeper:
 //!
 //! * A grant is create-if-absent, and all or none for a group hold.
 //! * A grant is labelled with a public holder label and a secret
@@ -19,10 +21,13 @@
 //!
 //! Where the stores differ, they say so:
 //!
-//! * TTLs: Redis counts milliseconds, etcd whole seconds from a minimum ([`TtlLimits`]).
-//! * Clocks: Redis reports its own clock. etcd has no clock to ask, so etcd expiries are
-//!   this process's clock at grant or renewal.
+//! * TTLs: Redis counts milliseconds, etcd whole seconds from a minimum ([`TtlLimits`]),
+//!   ZooKeeper milliseconds within its server's session timeouts.
+//! * Clocks: Redis reports its own clock. etcd and ZooKeeper have no clock to ask, so
+//!   their expiries are this process's clock at grant or renewal.
 //! * Admissions: only Redis checks a waiting room's admission (`Grant::admission`).
+//! * Renewals: on ZooKeeper only the process that granted a hold renews it
+//!   ([`LeaseError::SessionElsewhere`]).
 //! * What a failover can lose: `docs/stores.md`.
 
 use std::pin::Pin;
@@ -67,8 +72,8 @@ impl TtlLimits {
 ///
 /// The trait is object safe. The application keeps an `Arc<dyn LeaseStore>`, chosen at
 /// start by `--lease-store-url`. When the store does not answer, every method fails with
-/// [`LeaseError::Unavailable`] (Redis) or `LeaseError::Etcd` (feature `etcd`). Each
-/// method lists its other errors.
+/// [`LeaseError::Unavailable`] (Redis), `LeaseError::Etcd` (feature `etcd`) or
+/// `LeaseError::ZooKeeper` (feature `zookeeper`). Each method lists its other errors.
 ///
 /// **Reading on from here.** On Redis, each method is implemented by
 /// [`LeaseClient`](crate::LeaseClient) in `client.rs`. It runs one Lua script from
@@ -77,7 +82,8 @@ impl TtlLimits {
 /// A default body below runs only on a store that does not override it.
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
-    /// The store's name, for messages and `/healthz`: `"redis"` or `"etcd"`.
+    /// The store's name, for messages and `/healthz`: `"redis"`, `"etcd"` or
+    /// `"zookeeper"`.
     fn name(&self) -> &'static str;
 
     /// The TTLs this store can express. A grant with any other TTL is refused with
@@ -287,4 +293,38 @@ pub(crate) fn check_one_group(keys: &[LeaseKey]) -> Result<(), LeaseError> {
     } else {
         Err(LeaseError::NotOneGroup)
     }
+}
+
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+/// What a store without a waiting room checks of every grant before anything is sent:
+/// no admission ([`LeaseError::AdmissionUnchecked`], naming `store`), one group
+/// ([`check_one_group`]), a TTL within `limits` ([`LeaseError::TtlNotExpressible`]).
+pub(crate) fn check_grant_without_room(
+    grant: &crate::lease::Grant,
+    store: &'static str,
+    limits: TtlLimits,
+) -> Result<(), LeaseError> {
+    if grant.admission.is_some() {
+        return Err(LeaseError::AdmissionUnchecked { store });
+    }
+    check_one_group(&grant.keys)?;
+    limits.check(store, grant.ttl)
+}
+
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+/// Records a renewal's outcome on `lease` (its new expiry, and when it was sent) and in
+/// the renewals counter; returns `renewed`.
+pub(crate) fn record_renewal(
+    lease: &mut Lease,
+    renewed: bool,
+    expires_at_ms: u64,
+    sent_at: tokio::time::Instant,
+) -> bool {
+    if renewed {
+        lease.expires_at_ms = expires_at_ms;
+        lease.sent_at = Some(sent_at);
+    }
+    let result = if renewed { "renewed" } else { "not_owner" };
+    metrics::counter!(crate::telemetry::RENEWALS_TOTAL, "result" => result).increment(1);
+    renewed
 }

@@ -1,9 +1,10 @@
-//! The lease-store contract ([`lease::LeaseStore`]), the same assertions against both
-//! stores: Redis (`REDIS_URL`, the [`LeaseClient`] with a [`MemoryLedger`]) and, with the
-//! `etcd` feature (`cargo test -p lease --features etcd`), etcd (`ETCD_URL`, a one-member
-//! etcd), both started by `make test` (scripts/services.sh). Each test uses its own random
-//! group, so tests can share the stores. TTLs are 2 s, the shortest etcd keeps as asked
-//! (`lease::etcd::ETCD_TTL_LIMITS`).
+//! The lease-store contract ([`lease::LeaseStore`]), the same assertions against every
+//! store: Redis (`REDIS_URL`, the [`LeaseClient`] with a [`MemoryLedger`]), with the
+//! `etcd` feature etcd (`ETCD_URL`, a one-member etcd), and with the `zookeeper` feature
+//! ZooKeeper (`ZK_URL`, a one-member ZooKeeper), all started by `make test`
+//! (scripts/services.sh; `cargo test -p lease --features etcd,zookeeper`). Each test uses
+//! its own random group, so tests can share the stores. TTLs are 2 s, the shortest etcd
+//! keeps as asked (`lease::etcd::ETCD_TTL_LIMITS`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use rand::Rng;
 
 const TTL: Duration = Duration::from_secs(2);
 
-/// Both stores, Redis first (etcd with the `etcd` feature only).
+/// Every store, Redis first (etcd and ZooKeeper with their features only).
 async fn stores() -> Vec<Arc<dyn LeaseStore>> {
     let redis_url = std::env::var("REDIS_URL").expect("REDIS_URL is set by `make test`");
     let redis = lease::connect(&redis_url, Duration::from_secs(2)).unwrap();
@@ -33,11 +34,19 @@ async fn stores() -> Vec<Arc<dyn LeaseStore>> {
             .unwrap();
         stores.push(Arc::new(etcd));
     }
+    #[cfg(feature = "zookeeper")]
+    {
+        let zk_url = std::env::var("ZK_URL").expect("ZK_URL is set by `make test`");
+        let zookeeper = lease::zookeeper::ZooKeeperStore::connect(&zk_url, Duration::from_secs(2))
+            .await
+            .unwrap();
+        stores.push(Arc::new(zookeeper));
+    }
     stores
 }
 
 /// Runs `check` against every store at once; a failure names the store.
-async fn on_both<F, Fut>(check: F)
+async fn on_every_store<F, Fut>(check: F)
 where
     F: Fn(Arc<dyn LeaseStore>, String) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
@@ -68,7 +77,7 @@ async fn next_change(changes: &mut lease::LeaseChanges) -> LeaseChange {
 
 #[tokio::test]
 async fn one_holder_at_a_time_and_tokens_increase() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seat = key(&group, "14C");
         let alice = store.acquire(&seat, "alice", TTL).await.unwrap();
         match store.acquire(&seat, "bob", TTL).await {
@@ -98,7 +107,7 @@ async fn one_holder_at_a_time_and_tokens_increase() {
 
 #[tokio::test]
 async fn group_holds_are_all_or_none_with_one_token() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seats: Vec<LeaseKey> = ["1", "2", "3"].iter().map(|n| key(&group, n)).collect();
         let held = store
             .acquire_all(&Grant::new(&seats, "alice", TTL))
@@ -153,7 +162,7 @@ async fn group_holds_are_all_or_none_with_one_token() {
 
 #[tokio::test]
 async fn a_holder_limit_counts_the_holders_live_leases() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let pair = [key(&group, "1"), key(&group, "2")];
         let first = store
             .acquire_all(&Grant::new(&pair, "alice", TTL).limit(3))
@@ -191,7 +200,7 @@ async fn held_by(store: &dyn LeaseStore, group: &str, holder: &str) -> Vec<Strin
 
 #[tokio::test]
 async fn held_by_lists_one_holders_live_leases_and_nothing_else() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         assert!(held_by(&*store, &group, "alice").await.is_empty());
         let pair = [key(&group, "1"), key(&group, "2")];
         let alices = store
@@ -234,7 +243,7 @@ async fn held_by_lists_one_holders_live_leases_and_nothing_else() {
 
 #[tokio::test]
 async fn a_retired_resource_is_never_granted_again() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seat = key(&group, "9");
         let sold = store.acquire(&seat, "alice", TTL).await.unwrap();
         assert!(store.retire(&sold).await.unwrap());
@@ -249,7 +258,7 @@ async fn a_retired_resource_is_never_granted_again() {
 
 #[tokio::test]
 async fn renew_remaining_and_recover_by_holder_are_owner_checked() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seat = key(&group, "7");
         let mut lease = store.acquire(&seat, "alice", TTL).await.unwrap();
         let granted_until = lease.expires_at_ms();
@@ -279,7 +288,7 @@ async fn renew_remaining_and_recover_by_holder_are_owner_checked() {
 
 #[tokio::test]
 async fn a_lapsed_lease_passes_on_and_its_holder_is_stale() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seat = key(&group, "3");
         let mut alice = store.acquire(&seat, "alice", TTL).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -297,16 +306,18 @@ async fn a_lapsed_lease_passes_on_and_its_holder_is_stale() {
 }
 
 /// A grant behind a waiting room is never granted on an admission the store did not
-/// check: Redis checks it (none is live in this group), etcd cannot and says so.
+/// check: Redis checks it (none is live in this group), etcd and ZooKeeper cannot and
+/// say so.
 #[tokio::test]
 async fn an_admission_is_checked_or_refused_never_ignored() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seat = key(&group, "1");
         let grant = Grant::new([seat.clone()], "alice", TTL).admission(OwnerToken::random());
         match store.acquire_all(&grant).await {
             Err(LeaseError::NotAdmitted) => assert_eq!(store.name(), "redis"),
             Err(LeaseError::AdmissionUnchecked { store: name }) => {
-                assert_eq!((store.name(), name), ("etcd", "etcd"))
+                assert_ne!(store.name(), "redis");
+                assert_eq!(name, store.name());
             }
             other => panic!("{other:?}"),
         }
@@ -317,7 +328,7 @@ async fn an_admission_is_checked_or_refused_never_ignored() {
 
 #[tokio::test]
 async fn ttls_the_store_cannot_express_are_refused_before_anything_is_sent() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         for ttl_ms in [1_500, 2_000, 3_000] {
             let ttl = Duration::from_millis(ttl_ms);
             let seat = key(&group, &ttl_ms.to_string());
@@ -337,7 +348,7 @@ async fn ttls_the_store_cannot_express_are_refused_before_anything_is_sent() {
 
 #[tokio::test]
 async fn changes_report_grants_releases_and_lapses() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let mut changes = store.changes(&group).await.unwrap();
         let seats = [key(&group, "1"), key(&group, "2")];
         let held = store
@@ -395,7 +406,7 @@ async fn changes_report_grants_releases_and_lapses() {
 /// more often than `--grpc-keepalive-min-time` is cut off after ~4 s).
 #[tokio::test]
 async fn the_change_stream_stays_open_while_nothing_changes() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let mut changes = store.changes(&group).await.unwrap();
         tokio::time::sleep(Duration::from_secs(8)).await;
         let seat = key(&group, "late");
@@ -410,7 +421,7 @@ async fn the_change_stream_stays_open_while_nothing_changes() {
 
 #[tokio::test]
 async fn a_watchdog_keeps_a_lease_past_its_ttl_on_either_store() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seat = key(&group, "closer");
         let lease = store.acquire(&seat, "closer-a", TTL).await.unwrap();
         let watchdog = Watchdog::start(store.clone(), lease);
@@ -431,7 +442,7 @@ async fn a_watchdog_keeps_a_lease_past_its_ttl_on_either_store() {
 /// (`NotYet`) and nothing is written; once the time has passed it is granted.
 #[tokio::test]
 async fn nothing_is_granted_before_its_time_and_then_it_is() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seat = key(&group, "1");
         let now_ms = store.holders(&group).await.unwrap().now_ms;
         let early = Grant::new([seat.clone()], "alice", TTL).not_before(now_ms + 60_000);
@@ -458,7 +469,7 @@ async fn nothing_is_granted_before_its_time_and_then_it_is() {
 /// refused, leaving the lease as it was.
 #[tokio::test]
 async fn an_extension_keeps_the_lease_and_its_token_and_the_eleventh_is_refused() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seats = [key(&group, "1"), key(&group, "2")];
         let grant = Grant::new(&seats, "alice", TTL);
         let leases = store.acquire_all(&grant).await.unwrap();
@@ -499,7 +510,7 @@ async fn an_extension_keeps_the_lease_and_its_token_and_the_eleventh_is_refused(
 /// nothing is left to add, and nothing is extended.
 #[tokio::test]
 async fn an_extension_past_the_life_from_the_grant_is_refused() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let seat = key(&group, "1");
         let lease = store.acquire(&seat, "alice", TTL).await.unwrap();
         let more = Extension {
@@ -521,7 +532,7 @@ async fn an_extension_past_the_life_from_the_grant_is_refused() {
 /// and the holder's other lease in the same request is not extended (all or none).
 #[tokio::test]
 async fn an_extension_after_a_lapse_answers_expired_and_leaves_the_key_absent() {
-    on_both(|store, group| async move {
+    on_every_store(|store, group| async move {
         let (lapsing, kept) = (key(&group, "1"), key(&group, "2"));
         let lapses = store.acquire(&lapsing, "alice", TTL).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

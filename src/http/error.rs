@@ -358,6 +358,12 @@ impl From<LeaseError> for Error {
                 tracing::error!(error = %err, "etcd refused a request");
                 Error::Unavailable("The lock service")
             }
+            LeaseError::ZooKeeper(_) => Error::Unavailable("ZooKeeper"),
+            // A hold on ZooKeeper is renewed by the server that granted it (its session's
+            // password stays there): behind a balancer, another server cannot extend it.
+            LeaseError::SessionElsewhere { .. } => Error::Unavailable(
+                "Extending a hold through another server than the one that took it",
+            ),
             LeaseError::EtcdNoSpace(_) => {
                 Error::Unavailable("etcd, out of space (past its backend quota),")
             }
@@ -365,7 +371,7 @@ impl From<LeaseError> for Error {
                 Error::BadRequest(format!("One hold takes at most {limit} seats."))
             }
             // Application::build refuses to start with a TTL the store cannot express.
-            LeaseError::TtlNotExpressible { .. } => {
+            LeaseError::TtlNotExpressible { .. } | LeaseError::TtlNotGranted { .. } => {
                 tracing::error!(error = %err, "a lease TTL the store cannot express");
                 Error::Unavailable("The lock service")
             }

@@ -185,8 +185,8 @@ struct NemesisArgs {
     /// The servers' hold and bid-lock TTL, in ms.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(200..))]
     hold_ttl_ms: u64,
-    /// Where the leases are: `redis` (under Sentinel, with the sessions) or `etcd`
-    /// (three members; sessions on a Redis of their own).
+    /// Where the leases are: `redis` (under Sentinel, with the sessions), `etcd` or
+    /// `zookeeper` (three members; sessions on a Redis of their own).
     #[arg(long, value_enum, default_value = "redis")]
     store: nemesis_run::LeaseBackend,
     /// Write the report as JSON here; the histories go beside it.

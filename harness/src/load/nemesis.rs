@@ -54,6 +54,7 @@ use crate::history::linearizability::Linearizable;
 use crate::history::partitions::{self, RowsVerdict};
 use crate::history::{History, Op, OpKind, Outcome, outcome_of, seat_resource};
 use crate::http::page_buyer_id;
+use crate::leader::kill_and_restart_leader;
 use crate::procs::{ServerProcess, libfaketime};
 use crate::sentinel::SentinelTopology;
 use crate::{
@@ -117,6 +118,10 @@ pub enum FaultKind {
     FreezePostgres,
     /// On etcd: SIGKILL the leader of the three members, start it again after a while.
     KillEtcdLeader,
+    /// On ZooKeeper: SIGKILL the leader of the three members, start it again after a
+    /// while.
+    #[serde(rename = "kill_zookeeper_leader")]
+    KillZooKeeperLeader,
 }
 
 /// Where the run keeps its leases (`load-test nemesis --store`).
@@ -127,14 +132,19 @@ pub enum LeaseBackend {
     Redis,
     /// Leases on a three-member etcd; sessions on a Redis of their own.
     Etcd,
+    /// Leases on a three-member ZooKeeper; sessions on a Redis of their own.
+    #[serde(rename = "zookeeper")]
+    #[value(name = "zookeeper")]
+    ZooKeeper,
 }
 
 impl LeaseBackend {
-    /// `redis` or `etcd`, as `--store` takes it.
+    /// `redis`, `etcd` or `zookeeper`, as `--store` takes it.
     pub fn name(self) -> &'static str {
         match self {
             LeaseBackend::Redis => "redis",
             LeaseBackend::Etcd => "etcd",
+            LeaseBackend::ZooKeeper => "zookeeper",
         }
     }
 
@@ -150,6 +160,15 @@ impl LeaseBackend {
                 FaultKind::ClockJump,
                 FaultKind::FreezePostgres,
                 FaultKind::KillEtcdLeader,
+            ],
+            LeaseBackend::ZooKeeper => &[
+                FaultKind::KillServer,
+                FaultKind::PauseServer,
+                FaultKind::PauseRedis,
+                FaultKind::RedisRestartEmpty,
+                FaultKind::ClockJump,
+                FaultKind::FreezePostgres,
+                FaultKind::KillZooKeeperLeader,
             ],
         }
     }
@@ -178,6 +197,7 @@ impl FaultKind {
             FaultKind::ClockJump => "clock_jump",
             FaultKind::FreezePostgres => "freeze_postgres",
             FaultKind::KillEtcdLeader => "kill_etcd_leader",
+            FaultKind::KillZooKeeperLeader => "kill_zookeeper_leader",
         }
     }
 
@@ -239,7 +259,9 @@ pub fn schedule(
                 FaultKind::PauseServer => rng.random_range(500..4_000),
                 FaultKind::PauseRedis => rng.random_range(100..600),
                 FaultKind::ClockJump => rng.random_range(2_000..6_000),
-                FaultKind::KillEtcdLeader => rng.random_range(500..3_000),
+                FaultKind::KillEtcdLeader | FaultKind::KillZooKeeperLeader => {
+                    rng.random_range(500..3_000)
+                }
                 FaultKind::Failover | FaultKind::RedisRestartEmpty | FaultKind::FreezePostgres => 0,
             };
             plan.push(PlannedFault {
@@ -442,6 +464,11 @@ enum LockStore {
         cluster: crate::EtcdCluster,
         sessions: crate::RedisServer,
     },
+    /// Leases on ZooKeeper, sessions on a Redis of their own.
+    ZooKeeper {
+        ensemble: crate::ZooKeeperEnsemble,
+        sessions: crate::RedisServer,
+    },
 }
 
 impl LockStore {
@@ -452,6 +479,10 @@ impl LockStore {
                 cluster: crate::EtcdCluster::start(3).await?,
                 sessions: crate::RedisServer::start().await?,
             },
+            LeaseBackend::ZooKeeper => LockStore::ZooKeeper {
+                ensemble: crate::ZooKeeperEnsemble::start(3).await?,
+                sessions: crate::RedisServer::start().await?,
+            },
         })
     }
 
@@ -459,7 +490,7 @@ impl LockStore {
     async fn settle(&mut self) -> anyhow::Result<()> {
         match self {
             LockStore::Sentinel(topology) => topology.follow_sentinels().await,
-            LockStore::Etcd { .. } => Ok(()),
+            LockStore::Etcd { .. } | LockStore::ZooKeeper { .. } => Ok(()),
         }
     }
 
@@ -467,7 +498,7 @@ impl LockStore {
     fn redis(&self) -> &crate::RedisServer {
         match self {
             LockStore::Sentinel(topology) => &topology.primary,
-            LockStore::Etcd { sessions, .. } => sessions,
+            LockStore::Etcd { sessions, .. } | LockStore::ZooKeeper { sessions, .. } => sessions,
         }
     }
 
@@ -478,6 +509,11 @@ impl LockStore {
             LockStore::Etcd { cluster, sessions } => {
                 let mut settings = crate::test_settings(database_url, &sessions.url());
                 settings.lease_store_url = Some(cluster.url());
+                settings
+            }
+            LockStore::ZooKeeper { ensemble, sessions } => {
+                let mut settings = crate::test_settings(database_url, &sessions.url());
+                settings.lease_store_url = Some(ensemble.url());
                 settings
             }
         }
@@ -549,34 +585,29 @@ impl Stage {
                 let port = store.redis().port;
                 match &mut *store {
                     LockStore::Sentinel(topology) => topology.restart_primary_empty().await?,
-                    LockStore::Etcd { sessions, .. } => sessions.restart_empty().await?,
+                    LockStore::Etcd { sessions, .. } | LockStore::ZooKeeper { sessions, .. } => {
+                        sessions.restart_empty().await?
+                    }
                 }
                 Ok((format!("redis :{port}"), None))
             }
-            FaultKind::KillEtcdLeader => {
+            FaultKind::KillEtcdLeader | FaultKind::KillZooKeeperLeader => {
                 let mut store = self.store.lock().await;
-                let LockStore::Etcd { cluster, .. } = &mut *store else {
-                    anyhow::bail!("no etcd in a run on Redis");
-                };
-                // Just after an election no member may yet say it leads: ask again.
-                let mut leader = cluster.leader().await;
-                for _ in 0..50 {
-                    if leader.is_ok() {
-                        break;
+                let (name, leader) = match (&mut *store, fault.kind) {
+                    (LockStore::Etcd { cluster, .. }, FaultKind::KillEtcdLeader) => {
+                        ("etcd", kill_and_restart_leader(cluster, hold).await?)
                     }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    leader = cluster.leader().await;
-                }
-                let leader = leader?;
-                cluster.kill(leader);
-                tokio::time::sleep(hold).await;
-                cluster.restart(leader).await?;
-                Ok((format!("etcd member {leader}"), None))
+                    (LockStore::ZooKeeper { ensemble, .. }, FaultKind::KillZooKeeperLeader) => {
+                        ("zookeeper", kill_and_restart_leader(ensemble, hold).await?)
+                    }
+                    _ => anyhow::bail!("no such cluster in this run: {}", fault.kind.name()),
+                };
+                Ok((format!("{name} member {leader}"), None))
             }
             FaultKind::Failover => {
                 let mut store = self.store.lock().await;
                 let LockStore::Sentinel(topology) = &mut *store else {
-                    anyhow::bail!("no Sentinel in a run on etcd");
+                    anyhow::bail!("no Sentinel in a run on etcd or ZooKeeper");
                 };
                 topology.follow_sentinels().await?;
                 let target = format!("redis primary :{}", topology.primary.port);
@@ -1369,7 +1400,10 @@ fn window(ops: &[Op], report: &WorkloadReport, faults: &[Fault], ttl_ms: f64) ->
     let shake = faults.iter().find(|f| {
         matches!(
             f.kind,
-            FaultKind::Failover | FaultKind::RedisRestartEmpty | FaultKind::KillEtcdLeader
+            FaultKind::Failover
+                | FaultKind::RedisRestartEmpty
+                | FaultKind::KillEtcdLeader
+                | FaultKind::KillZooKeeperLeader
         )
     });
     let (focus, around) = match (violation, shake.or(faults.first())) {

@@ -53,14 +53,14 @@ pub(super) fn router() -> Router<AppState> {
         .route("/lab/runs/{run}/history.json", get(history))
 }
 
-/// 404 unless the leases are in Redis: the lab races Redis leases, and on etcd there is
-/// nothing to switch off. Without `--enable-race-lab` the route never gets here
-/// (`crate::server::router`).
+/// 404 unless the leases are in Redis: the lab races Redis leases, and on etcd or
+/// ZooKeeper there is nothing to switch off. Without `--enable-race-lab` the route never
+/// gets here (`crate::server::router`).
 pub(super) fn require_lab(state: &AppState) -> Result<()> {
-    if state.settings.leases_on_etcd() {
-        return Err(Error::NotFound(
-            "The lab races Redis leases, and this server keeps its leases in etcd.".into(),
-        ));
+    if let Some(store) = state.settings.consensus_lease_store() {
+        return Err(Error::NotFound(format!(
+            "The lab races Redis leases, and this server keeps its leases in {store}."
+        )));
     }
     Ok(())
 }

@@ -21,8 +21,8 @@ use super::{
     now_ms, parse_hold, retired_key,
 };
 use crate::error::LeaseError;
-use crate::lease::{Grant, Lease, TtlLimits};
-use crate::store::check_one_group;
+use crate::lease::{self, Grant, Lease, TtlLimits};
+use crate::store::check_grant_without_room;
 use crate::token::{FencingToken, OwnerToken};
 
 /// [`crate::LeaseStore::acquire_all`] on etcd (see the module docs). The etcd leases
@@ -32,12 +32,8 @@ pub(super) async fn acquire_all(
     store: &EtcdStore,
     grant: &Grant,
 ) -> Result<Vec<Lease>, LeaseError> {
-    if grant.admission.is_some() {
-        return Err(LeaseError::AdmissionUnchecked { store: "etcd" });
-    }
+    check_grant_without_room(grant, "etcd", ETCD_TTL_LIMITS)?;
     let (keys, ttl) = (&grant.keys, grant.ttl);
-    check_one_group(keys)?;
-    ETCD_TTL_LIMITS.check("etcd", ttl)?;
     if keys.len() > ETCD_MAX_KEYS_PER_HOLD {
         return Err(LeaseError::TooManyKeys {
             keys: keys.len(),
@@ -89,17 +85,14 @@ pub(super) async fn acquire_all(
         }
         return Err(answer.unwrap_err());
     };
-    Ok(keys
-        .iter()
-        .map(|key| Lease {
-            key: key.clone(),
-            owner: owner.clone(),
-            fencing_token,
-            ttl,
-            expires_at_ms,
-            sent_at: Some(sent_at),
-        })
-        .collect())
+    Ok(lease::granted(
+        keys,
+        &owner,
+        fencing_token,
+        ttl,
+        expires_at_ms,
+        sent_at,
+    ))
 }
 
 /// `Ok` when etcd granted `granted_secs` for a lease asked for `ttl`; else

@@ -44,7 +44,7 @@ use etcd_client::{
 use crate::error::LeaseError;
 use crate::keys::LeaseKey;
 use crate::lease::{Extended, Extension, Grant, GroupSnapshot, Holding, Lease, TtlLimits};
-use crate::store::{LeaseChanges, LeaseStore};
+use crate::store::{LeaseChanges, LeaseStore, record_renewal};
 use crate::token::{FencingToken, OwnerToken};
 
 /// How often an idle connection to etcd is pinged (HTTP/2 keep-alive), so a member that
@@ -378,13 +378,7 @@ impl LeaseStore for EtcdStore {
             .when([Compare::lease(key.lease_key(), CompareOp::Equal, id)])
             .and_then([rewrite]);
         let renewed = self.txn(txn).await?.succeeded();
-        if renewed {
-            lease.expires_at_ms = expires_at_ms;
-            lease.sent_at = Some(sent_at);
-        }
-        let result = if renewed { "renewed" } else { "not_owner" };
-        metrics::counter!(crate::telemetry::RENEWALS_TOTAL, "result" => result).increment(1);
-        Ok(renewed)
+        Ok(record_renewal(lease, renewed, expires_at_ms, sent_at))
     }
 
     async fn extend_all(
