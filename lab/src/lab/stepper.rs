@@ -45,7 +45,7 @@ pub(super) const IDLE_AFTER: Duration = Duration::from_secs(30 * 60);
 /// Not the lock-delay ([`Step::LockDelay`]): it is a wait measured in milliseconds after
 /// a lapse, and step mode moves only when the learner presses, so it is shown in timed
 /// runs only.
-pub const STEPPABLE: [Step; 6] = [
+pub(super) const STEPPABLE: [Step; 6] = [
     Step::CreateIfAbsent,
     Step::Lease,
     Step::OwnerCheck,
