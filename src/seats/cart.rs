@@ -4,7 +4,7 @@
 //!   ([`lease::LeaseStore::acquire_all`]). It is all or none, with one fencing token for
 //!   the group, in one Redis slot. Two buyers racing for overlapping groups each get a
 //!   whole group or nothing. Nothing can deadlock: no seat is locked one by one.
-//! * [`best_available`]: picks a block ([`crate::venue::best_available`]) and holds it
+//! * [`best_available()`]: picks a block ([`crate::venue::best_available`]) and holds it
 //!   with [`hold_group`], picking again if someone else was faster.
 //! * [`checkout`]: the single-seat confirm's steps ([`super::purchase`]) for every seat
 //!   of the cart at once. Each seat's payment is authorized under its own hold's key.
@@ -30,7 +30,7 @@ use crate::telemetry;
 use crate::venue::best_available::{self, FreeSeat, Pick, Wanted, pick_one_of};
 use crate::waiting_room;
 
-/// How many picks [`best_available`] makes.
+/// How many picks [`best_available()`] makes.
 /// The first pick is from the event's board.
 /// Another buyer may take part of the chosen block. Each later pick then reads the holds
 /// again.
@@ -182,7 +182,7 @@ pub async fn best_available(
 /// `purchase::hold_refused` turns them into the buyer's 409 or 503.
 /// The one error of its own is 404, no such event.
 ///
-/// Used by [`best_available`] and by the race lab's hold of a named group.
+/// Used by [`best_available()`] and by the race lab's hold of a named group.
 pub async fn hold_group(
     state: &AppState,
     buyer: &Buyer,

@@ -55,7 +55,7 @@ async fn choose(
         .filter_map(|(server, event)| Some(format!("{server}: {}", Event::parse(event)?.label())))
         .collect();
     let page = ChoosePage {
-        steps: &stepper::STEPPABLE,
+        steps: stepper::STEPPABLE,
         story,
         chosen: pre.step.unwrap_or_else(|| Step::Fencing.slug().into()),
         authenticity_token: csrf.authenticity.clone(),

@@ -45,14 +45,10 @@ pub(super) const IDLE_AFTER: Duration = Duration::from_secs(30 * 60);
 /// Not the lock-delay ([`Step::LockDelay`]): it is a wait measured in milliseconds after
 /// a lapse, and step mode moves only when the learner presses, so it is shown in timed
 /// runs only.
-pub(super) const STEPPABLE: [Step; 6] = [
-    Step::CreateIfAbsent,
-    Step::Lease,
-    Step::OwnerCheck,
-    Step::Fencing,
-    Step::Ledger,
-    Step::Conditional,
-];
+pub(super) const STEPPABLE: &[Step] = match Step::ALL.split_last() {
+    Some((Step::LockDelay, steppable)) => steppable,
+    _ => panic!("Step::ALL ends with the lock-delay"),
+};
 
 /// The article's step-4 story as step-mode events, (server, event slug): A takes the
 /// lock, reads the seat free, pays and pauses; its lease lapses; B takes the lock, reads,
