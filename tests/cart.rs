@@ -902,6 +902,14 @@ async fn a_block_chosen_from_the_list_is_held_by_best_available_with_its_refusal
         ("https://elsewhere.example/", &*format!("/events/{event}")),
         ("//elsewhere.example/", &*format!("/events/{event}")),
         (&*format!("/events/{event}0"), &*format!("/events/{event}")),
+        (
+            &*format!("/events/{event}/../2"),
+            &*format!("/events/{event}"),
+        ),
+        (
+            &*format!("/events/{event}/%2E%2e/2"),
+            &*format!("/events/{event}"),
+        ),
     ] {
         let reply = a
             .post(
@@ -1059,4 +1067,37 @@ fn page_form_field(page: &str) -> Option<String> {
             .replace("&#x3f;", "?")
             .replace("&#x3d;", "=")
     })
+}
+
+/// A checkout of part of the cart marks as paying (cooling, docs/time-to-pay.md) only the
+/// seats it buys: the others, not being bought, would otherwise cool at their lapse for
+/// a purchase that never meant to buy them.
+#[tokio::test]
+async fn a_checkout_of_part_of_the_cart_marks_only_its_own_seats_paying() {
+    let (app, event, a) = holding_four().await;
+    let (seats, _) = holds(&app, event).await.into_values().next().unwrap();
+    let bought = *seats.first().unwrap();
+    let reply = buy_shown(&app, &a, event, &bought.to_string()).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    assert_eq!(orders_of_event(&app, event).await.len(), 1);
+    let client = redis::Client::open(app.state.settings.redis_url.as_str()).unwrap();
+    let mut redis = client.get_multiplexed_async_connection().await.unwrap();
+    let holders = format!("lease:{{{}}}:~holders", app.event_group(event));
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(&holders)
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    // The three seats not bought are still held (so this is the group's hash)...
+    let unbought = seats.iter().skip(1).map(i64::to_string);
+    assert!(
+        unbought.into_iter().all(|s| fields.contains(&s)),
+        "{fields:?}"
+    );
+    // ... and none of them is marked.
+    let marked: Vec<_> = fields
+        .iter()
+        .filter(|f| f.starts_with("~paying:"))
+        .collect();
+    assert!(marked.is_empty(), "seats marked paying: {marked:?}");
 }

@@ -268,14 +268,13 @@ async fn checkout_cart(
     let mut bought_already = false;
     let mut refreshed = false;
     loop {
-        // Each hold is marked as paying: one that lapses from here cools until this
-        // attempt ends (docs/time-to-pay.md).
-        let mut holds = held_leases(&state, &buyer, event_id, true).await?;
+        // The cart the buyer saw, no more and no less.
+        // A seat held since, in another tab, stays held and is not marked.
+        // Each hold bought is marked as paying: one that lapses from here cools until
+        // this attempt ends (docs/time-to-pay.md).
+        let holds = held_leases(&state, &buyer, event_id, shown.as_deref(), true).await?;
         if let Some(shown) = &shown {
-            // The cart the buyer saw, no more and no less.
-            // A seat held since, in another tab, stays held.
             // A shown seat no longer held is named, and nothing is bought.
-            holds.retain(|(seat, _)| shown.contains(&seat.seat_id));
             lapsed_since_shown(&state, &buyer, event_id, shown, &holds).await?;
         }
         if holds.is_empty() {
@@ -365,15 +364,18 @@ async fn lapsed_since_shown(
     Err(Refusal::HoldsLapsed { seats }.into())
 }
 
-/// The buyer's live holds in `event_id`, in seat order.
+/// The buyer's live holds in `event_id`, in seat order: every one, or only the seats
+/// of `only` (a cart the buyer saw).
 /// They are the seats Redis records under the buyer's id ([`held_seats`]).
 /// Each comes with its lease ([`purchase::held_lease`]; with `paying`, a checkout's,
-/// marked as paying: [`purchase::paying_lease`]).
+/// marked as paying: [`purchase::paying_lease`]). No other hold is marked: it would cool
+/// for a purchase that does not buy it.
 /// A hold that lapsed in between is left out.
 pub(super) async fn held_leases(
     state: &AppState,
     buyer: &Buyer,
     event_id: i64,
+    only: Option<&[i64]>,
     paying: bool,
 ) -> Result<Vec<(SeatRef, Lease)>> {
     let seats = held_seats(
@@ -384,7 +386,8 @@ pub(super) async fn held_leases(
     )
     .await?;
     let mut holds = Vec::with_capacity(seats.len());
-    for seat_id in seats {
+    let wanted = |seat_id: &i64| only.is_none_or(|only| only.contains(seat_id));
+    for seat_id in seats.into_iter().filter(wanted) {
         let seat = SeatRef { event_id, seat_id };
         let lease = if paying {
             purchase::paying_lease(state, buyer, seat).await?

@@ -40,7 +40,7 @@ pub async fn extend(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Ex
     if event.started() {
         return Err(Refusal::EventStarted.into());
     }
-    let holds = cart::held_leases(state, buyer, event_id, false).await?;
+    let holds = cart::held_leases(state, buyer, event_id, None, false).await?;
     if holds.is_empty() {
         // Nothing left to extend: lapsed, if the browser remembers a hold here.
         return Err(if buyer.had_hold_in(event_id) {

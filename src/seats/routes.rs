@@ -102,8 +102,8 @@ struct CartForm {
 impl CartForm {
     /// Back to the cart of the page the form was sent from: `back` when it is a path of
     /// this event's pages (`/events/{id}`, then nothing, a `/…` or a `?…`: the map, a
-    /// section, the list of a choice, the checkout), else the event's page. Never
-    /// another site's address, nor another event's.
+    /// section, the list of a choice, the checkout) with no dot segment, else the
+    /// event's page. Never another site's address, nor another event's.
     fn back_to_cart(&self, event_id: i64) -> Redirect {
         let event = format!("/events/{event_id}");
         let ours = |path: &&str| {
@@ -114,6 +114,10 @@ impl CartForm {
             }) && path
                 .bytes()
                 .all(|b| b.is_ascii_graphic() && b != b'#' && b != b'\\')
+                // No dot segment, plain or escaped: a browser resolves `/events/1/../2`
+                // to another event's page.
+                && !path.contains("/.")
+                && !path.to_ascii_lowercase().contains("%2e")
         };
         let page = self.back.as_deref().filter(ours).unwrap_or(&event);
         Redirect::to(&format!("{page}#cart"))
