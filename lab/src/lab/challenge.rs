@@ -128,7 +128,7 @@ pub(super) async fn attempt(
     tx.commit().await?;
     let mut started = Vec::new();
     for (scenario, side) in runs {
-        let run_id = queries::create_run(&state.db, &scenario).await?;
+        let run_id = queries::create_run(&state.db, &scenario, true).await?;
         sqlx::query(
             "INSERT INTO lab_challenge_runs (attempt_id, run_id, side) VALUES ($1, $2, $3)",
         )
@@ -145,6 +145,13 @@ pub(super) async fn attempt(
             let Ok(permits) = RUNS.acquire_many(batch.len() as u32).await else {
                 return;
             };
+            // Their turn: their clocks start now, not when the answer was sent (a run
+            // page would cut off a run that waited long enough, and delete its keys
+            // while it runs: found by a hostile test).
+            let ids: Vec<i64> = batch.iter().map(|(run_id, _)| *run_id).collect();
+            if let Err(err) = queries::start_clocks(&state.db, &ids).await {
+                tracing::warn!(error = %err, "lab challenge: the runs' clocks not started");
+            }
             let mut going = tokio::task::JoinSet::new();
             for (run_id, scenario) in batch.iter().copied() {
                 going.spawn(super::run::run(state.clone(), run_id, scenario));

@@ -74,15 +74,25 @@ pub(super) struct Row {
 }
 
 /// Records a new run and its two seat rows (14C unsold, no token accepted); returns its id.
-pub(super) async fn create_run(db: &PgPool, scenario: &Scenario) -> sqlx::Result<i64> {
+/// A `queued` run (a challenge's, waiting for its turn among the runs going) starts its
+/// clock only at [`start_clocks`]: until then its `started_at` is `infinity`, so no page
+/// judges it stale and cuts it off while it waits.
+pub(super) async fn create_run(
+    db: &PgPool,
+    scenario: &Scenario,
+    queued: bool,
+) -> sqlx::Result<i64> {
     let mut tx = db.begin().await?;
     let id: i64 = sqlx::query_scalar(
-        "INSERT INTO lab_runs (step, fault, pause_ms, seed) VALUES ($1, $2, $3, $4) RETURNING id",
+        "INSERT INTO lab_runs (step, fault, pause_ms, seed, started_at)
+         VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN 'infinity'::timestamptz ELSE now() END)
+         RETURNING id",
     )
     .bind(scenario.step.slug())
     .bind(scenario.fault.slug())
     .bind(scenario.pause.as_millis() as i32)
     .bind(scenario.seed as i64)
+    .bind(queued)
     .fetch_one(&mut *tx)
     .await?;
     sqlx::query("INSERT INTO lab_seats (run_id, side) VALUES ($1, 'off'), ($1, 'on')")
@@ -91,6 +101,15 @@ pub(super) async fn create_run(db: &PgPool, scenario: &Scenario) -> sqlx::Result
         .await?;
     tx.commit().await?;
     Ok(id)
+}
+
+/// Starts the clocks of the queued runs `ids` ([`create_run`]): their turn has come.
+pub(super) async fn start_clocks(db: &PgPool, ids: &[i64]) -> sqlx::Result<()> {
+    sqlx::query("UPDATE lab_runs SET started_at = now() WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(db)
+        .await
+        .map(drop)
 }
 
 /// Marks run `id` finished and cut off if it is still unfinished [`CUT_OFF_AFTER`] after

@@ -195,7 +195,7 @@ async fn start(
     // Recorded and started on a task of its own: a reader who hangs up between the two
     // must not leave a run that was recorded and never started.
     let run_id = tokio::spawn(async move {
-        let run_id = queries::create_run(&state.db, &scenario).await?;
+        let run_id = queries::create_run(&state.db, &scenario, false).await?;
         tokio::spawn(async move {
             super::run::run(state, run_id, scenario).await;
             drop(permit);
