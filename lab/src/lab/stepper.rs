@@ -41,6 +41,10 @@ pub(super) const MAX_EVENTS: i32 = 60;
 /// session starts.
 pub(super) const IDLE_AFTER: Duration = Duration::from_secs(30 * 60);
 
+/// Presses handled at once, process-wide: each holds at most two pooled Postgres
+/// connections, so two leave the rest of the pool to the product.
+static PRESSES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
 /// The steps step mode can switch off: the article's five and the conditional write.
 /// Not the lock-delay ([`Step::LockDelay`]): it is a wait measured in milliseconds after
 /// a lapse, and step mode moves only when the learner presses, so it is shown in timed
@@ -442,6 +446,11 @@ pub(super) async fn take(
     server: &'static str,
     event: Event,
 ) -> Result<(), Refused> {
+    // Presses wait their turn here, not on the pool (found by a hostile test): a press
+    // holds a pooled connection in its transaction and its event needs a second one, so
+    // a crowd of presses took every connection and each waited for a second, until
+    // they and the product's requests on this server answered 503.
+    let _turn = PRESSES.acquire().await;
     let mut tx = state.db.begin().await?;
     let session = load(&mut tx, run_id, true)
         .await?
