@@ -1,5 +1,5 @@
 # seatlock: two commands.
-#   make demo   private Redis + Postgres (+ etcd), migrate, seed, serve at http://127.0.0.1:3000
+#   make demo   private Redis + Postgres (+ etcd, ZooKeeper), migrate, seed, serve at http://127.0.0.1:3000
 #               (STORE=etcd: the leases in a private one-member etcd instead of Redis;
 #               STORE=zookeeper: in a private one-member ZooKeeper;
 #               STORE=cluster: leases and sessions on a private Redis Cluster, docs/cluster.md)
