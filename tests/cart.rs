@@ -1057,6 +1057,12 @@ async fn need_more_time_after_a_lapse_is_expired_and_recreates_nothing() {
     let stranger = buyer(&app, event).await;
     let reply = post(&app, &stranger, event, "extend").await;
     assert_eq!(reply.status, StatusCode::FORBIDDEN, "{reply:?}");
+    // In words for the whole cart, as the button extends every hold.
+    assert!(
+        reply.body.contains("You hold no seats of this event"),
+        "{}",
+        reply.body
+    );
 }
 
 /// The `back` field of the page's cart forms (templates/cart.html), HTML-unescaped.

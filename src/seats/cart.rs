@@ -282,9 +282,7 @@ async fn checkout_cart(
             if bought_already {
                 return Ok(Vec::new());
             }
-            return Err(Error::Forbidden(
-                "You hold no seats of this event. Pick seats on the seat map first.".into(),
-            ));
+            return Err(no_holds_here());
         }
         // One all-or-nothing attempt: pay, the fenced writes, the owner checks, commit.
         let checkout = purchase::pay_and_sell_all(&state, &buyer, &holds).await;
@@ -362,6 +360,12 @@ async fn lapsed_since_shown(
         "checkout refused: holds lapsed since the cart was shown"
     );
     Err(Refusal::HoldsLapsed { seats }.into())
+}
+
+/// 403 for a cart action (Buy all, Need more time?) by a buyer who holds no seat of the
+/// event.
+pub(super) fn no_holds_here() -> Error {
+    Error::Forbidden("You hold no seats of this event. Pick seats on the seat map first.".into())
 }
 
 /// The buyer's live holds in `event_id`, in seat order: every one, or only the seats

@@ -12,7 +12,6 @@
 use lease::{Extended, Extension};
 
 use super::cart;
-use super::purchase::not_your_hold;
 use crate::http::buyer::Buyer;
 use crate::http::error::{Error, Refusal, Result};
 use crate::state::AppState;
@@ -46,7 +45,7 @@ pub async fn extend(state: &AppState, buyer: &Buyer, event_id: i64) -> Result<Ex
         return Err(if buyer.had_hold_in(event_id) {
             Refusal::HoldExpired.into()
         } else {
-            not_your_hold()
+            cart::no_holds_here()
         });
     }
     let leases: Vec<_> = holds.into_iter().map(|(_, lease)| lease).collect();
