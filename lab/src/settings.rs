@@ -55,6 +55,22 @@ pub struct LabSettings {
     /// lock-delay). A pause that outlasts the lease by more than this still sells twice.
     #[arg(long, env = "SEATLOCK_LAB_LOCK_DELAY_MS", default_value_t = DEFAULT_LOCK_DELAY_MS)]
     pub lab_lock_delay_ms: u64,
+    /// The Redis server binary the lab starts servers of its own from, for the faults
+    /// that happen to the lock server itself (a restart, a failover): a name on `PATH`
+    /// or a path.
+    #[arg(
+        long,
+        env = "SEATLOCK_LAB_REDIS_SERVER",
+        default_value = "redis-server"
+    )]
+    pub lab_redis_server: String,
+    /// A Redis-protocol server binary that runs under libfaketime, for the fault "the
+    /// lock server's clock jumps forward"; without it the lab does not offer that fault.
+    /// Debian's `redis-server` cannot (it is linked against jemalloc, which libfaketime
+    /// cannot start under); `scripts/services.sh clock-server` fetches Valkey's, and
+    /// `make lab` and `make test` pass it.
+    #[arg(long, env = "SEATLOCK_LAB_CLOCK_SERVER")]
+    pub lab_clock_server: Option<String>,
 }
 
 /// `--lab-lock-delay-ms`'s default: shorter than `load-test race`'s default pause
@@ -70,6 +86,8 @@ impl Default for LabSettings {
             lab_disable_failover_guard: false,
             lab_disable_cooling: false,
             lab_lock_delay_ms: DEFAULT_LOCK_DELAY_MS,
+            lab_redis_server: "redis-server".to_owned(),
+            lab_clock_server: None,
         }
     }
 }
@@ -122,6 +140,8 @@ impl LabSettings {
             .filter_map(|arg| {
                 let name = arg.get_env()?.to_str()?.to_owned();
                 let value = match &values[arg.get_id().as_str()] {
+                    // A flag left unset is a variable left unset.
+                    serde_json::Value::Null => return None,
                     serde_json::Value::String(s) => s.clone(),
                     other => other.to_string(),
                 };
@@ -254,6 +274,8 @@ mod tests {
             lab_disable_failover_guard: true,
             lab_disable_cooling: true,
             lab_lock_delay_ms: 1_234,
+            lab_redis_server: "/opt/redis/bin/redis-server".to_owned(),
+            lab_clock_server: Some(".run/bin/valkey-server".to_owned()),
         };
         let env = settings.to_env();
         assert_eq!(env.len(), LabSettings::command().get_arguments().count());
