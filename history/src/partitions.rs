@@ -313,7 +313,7 @@ fn linearized(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::check::{Accepted, accepted_value};
+    use crate::check::{Accepted, accepted_value};
 
     fn op(process: &str, kind: OpKind, at: f64, outcome: Outcome) -> Op {
         Op {

@@ -1,4 +1,4 @@
-//! The history checker: judges a [`History`](super::History) of one workload against a
+//! The history checker: judges the history of one workload (its [`Op`]s) against a
 //! fenced lock and the resource behind it, Jepsen's way (it reads what happened,
 //! operation by operation, not only the final state).
 //!
@@ -40,7 +40,7 @@ pub struct Model {
     /// takes many bids).
     pub exclusive: bool,
     /// Proxy bidding (an auction item with no reserve): the published increment at a
-    /// price ([`seatlock::auction::increments::increment_cents`]), to judge `price_too_high`
+    /// price (the seat picker's `seatlock::auction::increments::increment_cents`), to judge `price_too_high`
     /// on the accepted writes' maxima (their `value`) and prices.
     pub proxy_increment: Option<fn(i64) -> i64>,
 }

@@ -1,83 +1,13 @@
-//! Histories, as Jepsen records them: one line per client operation (who, what, on which
-//! resource, with which fencing token, when it was invoked and when it completed on one
-//! monotonic clock, and how it ended), written by the race lab, the failover lab and the
-//! nemesis run ([`crate::load::nemesis`]), then judged by [`check`] (necessary conditions,
-//! pair by pair) and by a search for a linearization ([`linearizability`], against the
-//! [`models`], one resource at a time: [`partitions`]; cross-checked against Porcupine on
-//! its own test histories: [`porcupine`]).
-//!
-//! The outcome is what the client *knows*: `ok` (the server said yes), `fail` (the
-//! server said no, with a reason), `unknown` (no answer came back: a timeout, a closed
-//! connection, a 5xx). An unknown write may or may not have been applied; the checker
-//! never assumes either way, it asks the resource (a final `read`).
+//! Recording histories (the recorder the loads share: one monotonic clock, operations
+//! invoked and completed by many tasks), over the checker's types and judges in
+//! [`seatlock_history`], re-exported here.
 
-pub mod check;
-pub mod linearizability;
-pub mod models;
-pub mod partitions;
-pub mod porcupine;
+pub use seatlock_history::{
+    Op, OpKind, Outcome, check, linearizability, models, partitions, porcupine, seat_resource,
+};
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-use serde::{Deserialize, Serialize};
-
-/// What an operation did, in the fenced-lock vocabulary (Hazelcast's `FencedMutex`,
-/// the article's steps).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OpKind {
-    /// Take the lease (a seat hold, a bid lock); `ok` carries the fencing token granted.
-    Acquire,
-    /// Extend a lease the holder has.
-    Renew,
-    /// Give the lease back (compare-and-delete on the owner token).
-    Release,
-    /// Write to the resource behind the lease (a purchase, a bid), with the holder's token.
-    Write,
-    /// Read the resource: who it accepted (`value`), e.g. the final state after a run.
-    Read,
-}
-
-/// How an operation ended, as the client saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    /// The server said it was done.
-    Ok,
-    /// The server said it was not done, and why (`Op::reason`).
-    Fail,
-    /// No answer the client can trust: it may or may not have been done.
-    Unknown,
-}
-
-/// One operation of a history: a line of `history.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Op {
-    /// Who sent it: one single-threaded client (a buyer's tab, a bidder), as Jepsen's
-    /// processes are: its operations never overlap.
-    pub process: String,
-    /// Whose lease it is: the buyer (several tabs share one buyer cookie, so one holder).
-    pub holder: String,
-    /// What the operation was: acquire, write, release or a final read.
-    pub op: OpKind,
-    /// The lock's resource: `seat 12`, `item 3`.
-    pub resource: String,
-    /// The fencing token granted (acquire) or carried (write, release), when known.
-    pub fencing_token: Option<i64>,
-    /// A write's or a read's value: what was written (`sold`, a bid's cents), or the
-    /// holders a final read found, comma-separated.
-    pub value: Option<String>,
-    /// When the client sent it, ms on the history's monotonic clock.
-    pub invoke_ms: f64,
-    /// When the client had its answer (or gave up), same clock.
-    pub complete_ms: f64,
-    /// How it ended: ok, failed, or unknown.
-    pub outcome: Outcome,
-    /// Why it failed (the refusal code: `stale`, `expired`, …) or why it is
-    /// unknown (`timeout`, `503`, `hung up`).
-    pub reason: Option<String>,
-}
 
 /// A history being recorded by many tasks at once; cheap to clone (one shared log).
 #[derive(Debug, Clone)]
@@ -301,9 +231,4 @@ impl History {
             .value(check::accepted_value(accepted))
             .complete(Outcome::Ok, None);
     }
-}
-
-/// The resource name of a seat in histories: `seat <id>`.
-pub fn seat_resource(seat: i64) -> String {
-    format!("seat {seat}")
 }
