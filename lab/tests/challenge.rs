@@ -56,10 +56,11 @@ async fn verdict(app: &TestApp, challenge: &str, answer: &str) -> String {
 #[tokio::test]
 async fn a_pause_inside_the_lease_keeps_the_unfenced_lease_from_selling_twice() {
     let app = TestApp::builder().race_lab().spawn().await.unwrap();
-    // A pauses 2.3 s: it wakes after B bought, and its unfenced write sells 14C again.
+    // A pauses 2.3 s: it wakes after B bought, and its unfenced write sells 14C again:
+    // the history checker (the nemesis's) finds the double sale.
     let wrong = verdict(&app, "slow-holder", "2300").await;
     assert!(
-        wrong.starts_with("Fail: 0 of 1 runs passed: 14C sold 2 time(s)"),
+        wrong.starts_with("Fail: 0 of 1 runs passed: 14C sold 2 time(s); 1 violation(s)"),
         "{wrong}"
     );
     // A pauses 0.3 s: it writes inside its lease, and B finds the seat sold.

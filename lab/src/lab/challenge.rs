@@ -1,8 +1,9 @@
 //! The lab's challenges (`GET /lab/challenges`): tasks with a numeric pass or fail, in
 //! the way of Gossip Glomers. The reader gives an answer (A's pause, or which step to
 //! switch off); the answer becomes timed lab runs (`run.rs`, each with its permalink),
-//! and each run is judged on one side by what the lab's checker (`check.rs`) marked and
-//! what seat 14C's row counted: sold exactly once, no violation, no store failure.
+//! and each run is judged on one side by the history checker that judges the nemesis
+//! (`history.rs`, the seatlock-history crate) and by what seat 14C's row counted: sold
+//! exactly once, the history valid, no store failure.
 
 use std::time::Duration;
 
@@ -174,15 +175,26 @@ pub(super) struct Judged {
     pub finished: bool,
     /// How many times seat 14C's row on that side accepted a sale.
     pub sales: i32,
-    /// Rows the checker marked as violations, or as a store that failed, on that side.
-    pub violations: i64,
+    /// The history checker's verdict on that side (`None` until the side ended), and
+    /// the kinds of promise it found broken, comma-separated.
+    pub history_valid: Option<bool>,
+    pub history_anomalies: String,
+    /// Rows marked as a store that failed, on that side.
     pub failures: i64,
 }
 
 impl Judged {
-    /// Passed: finished, sold exactly once, no violation, no failure.
+    /// Passed: finished, sold exactly once, a valid history, no failure.
     pub(super) fn passed(&self) -> bool {
-        self.finished && self.sales == 1 && self.violations == 0 && self.failures == 0
+        self.finished && self.sales == 1 && self.history_valid == Some(true) && self.failures == 0
+    }
+
+    /// How many promises the history checker found broken.
+    pub(super) fn violations(&self) -> usize {
+        self.history_anomalies
+            .split(',')
+            .filter(|k| !k.is_empty())
+            .count()
     }
 
     /// The fault for a person.
@@ -210,7 +222,7 @@ impl Attempt {
     /// The numbers: "6 runs: 14C sold 1, 1, 1, 1, 1, 1 times; 0 violations".
     pub(super) fn numbers(&self) -> String {
         let sales: Vec<String> = self.runs.iter().map(|r| r.sales.to_string()).collect();
-        let violations: i64 = self.runs.iter().map(|r| r.violations).sum();
+        let violations: usize = self.runs.iter().map(Judged::violations).sum();
         let passed = self.runs.iter().filter(|r| r.passed()).count();
         format!(
             "{passed} of {} runs passed: 14C sold {} time(s); {violations} violation(s)",
@@ -235,9 +247,7 @@ pub(super) async fn judge(db: &PgPool, id: i64) -> sqlx::Result<Option<Attempt>>
     };
     let runs = sqlx::query_as(
         "SELECT r.id AS run_id, r.fault, c.side, r.finished_at IS NOT NULL AS finished,
-                s.sales,
-                (SELECT count(*) FROM lab_rows w
-                  WHERE w.run_id = r.id AND w.side = c.side AND w.mark = 'violation') AS violations,
+                s.sales, s.history_valid, s.history_anomalies,
                 (SELECT count(*) FROM lab_rows w
                   WHERE w.run_id = r.id AND w.side = c.side AND w.mark = 'failed') AS failures
            FROM lab_challenge_runs c

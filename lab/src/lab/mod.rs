@@ -28,6 +28,7 @@
 mod challenge;
 mod challenge_routes;
 mod check;
+mod history;
 mod net_delay;
 // The clock-jump fault and the model's replay, which use it, come next.
 #[allow(dead_code)]

@@ -228,6 +228,28 @@ pub(super) async fn insert_row(
     .map(drop)
 }
 
+/// Keeps the history checker's verdict on run `id`'s `side` with its seat row: `valid`,
+/// and the kinds of promise broken (`history.rs`).
+pub(super) async fn keep_verdict(
+    db: &PgPool,
+    id: i64,
+    side: Side,
+    valid: bool,
+    anomalies: &str,
+) -> sqlx::Result<()> {
+    sqlx::query(
+        "UPDATE lab_seats SET history_valid = $3, history_anomalies = $4
+          WHERE run_id = $1 AND side = $2",
+    )
+    .bind(id)
+    .bind(side.as_str())
+    .bind(valid)
+    .bind(anomalies)
+    .execute(db)
+    .await
+    .map(drop)
+}
+
 /// Reads seat 14C of run `id`, side `side`: who it is sold to, if anyone.
 pub(super) async fn read_seat(db: &PgPool, id: i64, side: Side) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar("SELECT sold_to FROM lab_seats WHERE run_id = $1 AND side = $2")

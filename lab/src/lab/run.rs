@@ -13,6 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 use super::check::{Action, Checker, in_secs, why};
+use super::history;
 use super::net_delay::DelayedLink;
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
@@ -151,7 +152,13 @@ impl Prepared {
     async fn race(self, state: &AppState, started: Instant) -> anyhow::Result<()> {
         let (run_id, side) = (self.run_id, self.side);
         let (reports, received) = mpsc::unbounded_channel();
-        let recorder = tokio::spawn(record(state.db.clone(), run_id, side, received));
+        let recorder = tokio::spawn(record(
+            state.db.clone(),
+            run_id,
+            side,
+            self.protocol,
+            received,
+        ));
         let arena = Arc::new(Arena {
             run_id,
             side,
@@ -235,16 +242,20 @@ pub(super) async fn clean_up(state: &AppState, run_id: i64, side: Side) -> anyho
 }
 
 /// Marks each report as it comes ([`Checker`]) and stores it as the side's next row,
-/// until every server of the side has dropped its sender.
+/// until every server of the side has dropped its sender; then has the side's history
+/// judged by the history checker (`history.rs`) and keeps the verdict with its seat row.
 async fn record(
     db: sqlx::PgPool,
     run_id: i64,
     side: Side,
+    protocol: Protocol,
     mut received: UnboundedReceiver<Report>,
 ) {
     let mut checker = Checker::default();
+    let mut ops = Vec::new();
     let (mut seq, mut at_ms) = (0, 0);
     while let Some(report) = received.recv().await {
+        ops.extend(history::operation(&report));
         seq += 1;
         // Two servers' reports can cross on the way here; the table's time never goes back.
         at_ms = at_ms.max(report.at.as_millis() as i64);
@@ -262,5 +273,10 @@ async fn record(
         if let Err(err) = queries::insert_row(&db, run_id, row).await {
             tracing::warn!(run_id, "lab row not recorded: {err}");
         }
+    }
+    let verdict = history::judge(&ops, protocol);
+    let anomalies = history::anomalies(&verdict);
+    if let Err(err) = queries::keep_verdict(&db, run_id, side, verdict.valid, &anomalies).await {
+        tracing::warn!(run_id, "lab run's history verdict not kept: {err}");
     }
 }

@@ -41,6 +41,11 @@ pub(super) struct Protocol {
 }
 
 impl Protocol {
+    /// Whether the seat's row checks the writes' fencing tokens (step 4 on).
+    pub(super) fn fenced(&self) -> bool {
+        self.fence
+    }
+
     /// The protocol of `side` for a run that switches `step` off: every step on, but
     /// `step` on the `off` side; no lock at all for [`Step::Conditional`], whose `on`
     /// side writes with the conditional `UPDATE`.
