@@ -372,17 +372,29 @@ async fn recorded_whole(
             .iter()
             .filter(|r| starts(r, "seat", "accepted"))
             .count() as i32;
-        let sales: i32 =
-            sqlx::query_scalar("SELECT sales FROM lab_seats WHERE run_id = $1 AND side = $2")
-                .bind(run)
-                .bind(side)
-                .fetch_one(app.db())
-                .await
-                .unwrap();
+        let (sales, history_valid, anomalies): (i32, Option<bool>, String) = sqlx::query_as(
+            "SELECT sales, history_valid, history_anomalies FROM lab_seats
+              WHERE run_id = $1 AND side = $2",
+        )
+        .bind(run)
+        .bind(side)
+        .fetch_one(app.db())
+        .await
+        .unwrap();
         assert_eq!(
             accepted, sales,
             "{step} {fault} {side}: the table against the row"
         );
+        // The history checker (the nemesis's) judged the side as it ended, and a seat
+        // sold twice is a double sale to it too.
+        assert!(history_valid.is_some(), "{step} {fault} {side}: not judged");
+        if sales > 1 {
+            assert_eq!(history_valid, Some(false), "{step} {fault} {side}");
+            assert!(
+                anomalies.contains("double_sale"),
+                "{step} {fault} {side}: {anomalies}"
+            );
+        }
     }
     let mut redis = app.state.redis.connection();
     let pattern = format!(

@@ -250,6 +250,25 @@ pub(super) async fn keep_verdict(
     .map(drop)
 }
 
+/// The history checker's verdicts on run `id`'s sides (off, on): whether valid (`None`:
+/// not judged), and what broke ([`keep_verdict`]).
+pub(super) async fn history_verdicts(
+    db: &PgPool,
+    id: i64,
+) -> sqlx::Result<[(Option<bool>, String); 2]> {
+    let mut judged: [(Option<bool>, String); 2] = Default::default();
+    let rows: Vec<(String, Option<bool>, String)> = sqlx::query_as(
+        "SELECT side, history_valid, history_anomalies FROM lab_seats WHERE run_id = $1",
+    )
+    .bind(id)
+    .fetch_all(db)
+    .await?;
+    for (side, valid, anomalies) in rows {
+        judged[usize::from(side == Side::On.as_str())] = (valid, anomalies);
+    }
+    Ok(judged)
+}
+
 /// Reads seat 14C of run `id`, side `side`: who it is sold to, if anyone.
 pub(super) async fn read_seat(db: &PgPool, id: i64, side: Side) -> sqlx::Result<Option<String>> {
     sqlx::query_scalar("SELECT sold_to FROM lab_seats WHERE run_id = $1 AND side = $2")

@@ -260,8 +260,23 @@ const CUT_OFF: &str = "Cut off: the server running it stopped before the run fin
 
 /// Each side's verdict (step off, step on), once the run is finished: the first
 /// violation's sentence, that a store failed, that it was cut off, or that it held; ''
-/// while it runs.
-fn verdicts(run: &Run, rows: &[Row]) -> [String; 2] {
+/// while it runs. Then what the history checker (`history.rs`: the nemesis's judge) found
+/// on the side's whole history, from `judged` (`queries::history_verdicts`).
+fn verdicts(run: &Run, rows: &[Row], judged: &[(Option<bool>, String); 2]) -> [String; 2] {
+    let by_rows = verdicts_by_rows(run, rows);
+    [0, 1].map(|i| match &judged[i] {
+        (Some(true), _) => format!("{} The history checker: valid.", by_rows[i]),
+        (Some(false), broken) => format!(
+            "{} The history checker: not valid ({}).",
+            by_rows[i],
+            broken.replace(',', ", ")
+        ),
+        (None, _) => by_rows[i].clone(),
+    })
+}
+
+/// [`verdicts`] from the rows' marks alone.
+fn verdicts_by_rows(run: &Run, rows: &[Row]) -> [String; 2] {
     [Side::Off, Side::On].map(|side| {
         let rows: Vec<&Row> = rows.iter().filter(|r| r.side == side.as_str()).collect();
         if run.cut_off {
@@ -302,7 +317,8 @@ async fn show(State(state): State<AppState>, Path(run): Path<String>) -> Result<
     let (run, scenario) = find(&state, &run).await?;
     let rows = queries::rows_after(&state.db, run.id, (0, 0)).await?;
     let (off_seen, on_seen) = last_seq(&rows, (0, 0));
-    let [verdict_off, verdict_on] = verdicts(&run, &rows);
+    let judged = queries::history_verdicts(&state.db, run.id).await?;
+    let [verdict_off, verdict_on] = verdicts(&run, &rows, &judged);
     let (off, on): (Vec<Row>, Vec<Row>) = rows.into_iter().partition(|r| r.side == "off");
     let side = |name, title, rows, verdict| SideView {
         name,
@@ -410,7 +426,10 @@ async fn stream(
                     let rows = queries::rows_after(&state.db, run_id, (0, 0))
                         .await
                         .unwrap_or_default();
-                    let [off, on] = verdicts(&run, &rows);
+                    let judged = queries::history_verdicts(&state.db, run_id)
+                        .await
+                        .unwrap_or_default();
+                    let [off, on] = verdicts(&run, &rows, &judged);
                     let done = Event::default()
                         .event("done")
                         .json_data(serde_json::json!({ "off": off, "on": on }))
