@@ -1,7 +1,8 @@
 //! The lab as an instrument the reader acts on (issue 48; docs/race-lab.md, "Step
 //! mode"), in Chromium against the lab's servers and their real Redis and Postgres: the
 //! keyboard alone walks A and B into the double sale with the fence off, sees the fence
-//! refuse it with every step on, scrubs back along the timeline, and passes a challenge. Run as `browser.rs`
+//! refuse it with every step on, scrubs back along the timeline, and passes a challenge;
+//! the faults of the Kleppmann–antirez debate run from the form. Run as `browser.rs`
 //! is (`make test`, or its module docs).
 
 // Each test binary compiles the shared harness and uses a part of it.
@@ -214,6 +215,66 @@ async fn a_write_delayed_in_the_network_sells_twice_unfenced_and_the_fence_refus
             let broken = reader.page.locator("#rows-on tr.violation").count().await?;
             ensure!(broken == 0, "fence on: {broken} violations");
             w.screenshot(&reader, "lab-write-delayed").await?;
+            Ok(())
+        },
+    )
+    .await;
+}
+
+/// Redis's clock jumps forward while A pays, from the form (the lab's server gets its
+/// clock server from `SEATLOCK_LAB_CLOCK_SERVER`, which .run/env exports): with step 4
+/// off A's write with its older token is accepted after the next holder's (sold twice;
+/// without the jump A's lease would outlast its write and nobody else would buy), with
+/// every step on the fence refuses it.
+#[tokio::test]
+async fn a_clock_jump_on_redis_sells_twice_unfenced_and_the_fence_refuses_it() {
+    std::env::var("SEATLOCK_LAB_CLOCK_SERVER")
+        .expect("SEATLOCK_LAB_CLOCK_SERVER (scripts/services.sh up writes it to .run/env)");
+    support::run_lab(
+        "lab_clock",
+        seatlock_lab::LabSettings::enabled(),
+        async |w| {
+            let reader = projector_reader(w).await?;
+            // The fault chosen on the form, step 4 switched off, started by keyboard.
+            reader.open("/lab?step=fencing").await?;
+            reader
+                .page
+                .locator("#fault")
+                .select_option("clock-jump", None)
+                .await?;
+            reader.page.locator("#run").press("Enter", None).await?;
+            expect(reader.page.locator("#lab-run"))
+                .with_timeout(RUN_TIMEOUT)
+                .to_have_attribute("data-state", "done")
+                .await
+                .context("the run did not finish")?;
+            for side in ["off", "on"] {
+                expect(reader.page.locator(format!("#rows-{side}")))
+                    .to_contain_text(
+                        "Redis's clock jumps forward 2.00 s: A's lease ends by Redis's clock",
+                    )
+                    .await
+                    .with_context(|| format!("{side}: Redis's clock did not jump"))?;
+            }
+            expect(
+                reader
+                    .page
+                    .locator("#rows-off tr.violation[data-kind=stale-write-accepted]"),
+            )
+            .to_be_visible()
+            .await
+            .context("fence off: A's write with its older token is not accepted")?;
+            expect(
+                reader
+                    .page
+                    .locator("#rows-on tr.saved[data-kind=stale-write-refused]"),
+            )
+            .to_be_visible()
+            .await
+            .context("fence on: A's write with its older token is not refused")?;
+            let broken = reader.page.locator("#rows-on tr.violation").count().await?;
+            ensure!(broken == 0, "fence on: {broken} violations");
+            w.screenshot(&reader, "lab-clock-jump").await?;
             Ok(())
         },
     )

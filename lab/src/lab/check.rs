@@ -61,6 +61,15 @@ pub(super) enum Action {
     },
     /// Redis lost every key of the lock (`keys` of them).
     StoreLost { keys: usize },
+    /// Redis's wall clock jumped forward `by` while `holder` held the lock with `left`
+    /// to go by its own clock (`None`: no lock is taken); `ended`: its key was gone
+    /// right after (one made without PX stays).
+    ClockJumped {
+        by: Duration,
+        holder: String,
+        left: Option<Duration>,
+        ended: bool,
+    },
     /// A store failed; the server stops.
     Failed(String),
 }
@@ -139,6 +148,22 @@ impl Action {
             Action::Released { .. } => "releases: nothing deleted".into(),
             Action::StoreLost { keys } => {
                 format!("Redis restarts empty: the lock's {keys} keys are lost")
+            }
+            Action::ClockJumped {
+                by,
+                holder,
+                left,
+                ended,
+            } => {
+                let jumps = format!("Redis's clock jumps forward {}", in_secs(*by));
+                match (left, ended) {
+                    (Some(left), true) => format!(
+                        "{jumps}: {holder}'s lease ends by Redis's clock, with {} left by {holder}'s",
+                        in_secs(*left)
+                    ),
+                    (Some(_), false) => format!("{jumps}: {holder}'s key is still there"),
+                    (None, _) => format!("{jumps}: no lock is taken, so none ends"),
+                }
             }
             Action::Failed(why) => format!("stops: {why}"),
         }
