@@ -52,7 +52,7 @@ pub use stepper::STALLED_HOLDER;
 
 /// The lab's routes: the timed runs', step mode's and the challenges' (merged by
 /// `crate::server::router`). `clock_server` is `--lab-clock-server`, for the runs whose
-/// Redis's clock jumps ([`ClockServer`]).
+/// Redis's clock jumps (`ClockServer`).
 pub fn router(clock_server: Option<&str>) -> axum::Router<seatlock::state::AppState> {
     routes::router()
         .merge(step_routes::routes())
@@ -288,7 +288,7 @@ pub enum Fault {
     /// While A pays (slowly: [`SLOW_PAYMENT`]), the wall clock of the run's Redis jumps
     /// forward [`CLOCK_JUMP`]: A's lease ends by Redis's clock while A's own says it has
     /// time left. The run's lock lives on a Redis of its own, under libfaketime
-    /// (`own_redis.rs`); offered only with `--lab-clock-server` ([`ClockServer`]).
+    /// (`own_redis.rs`); offered only with `--lab-clock-server` (`ClockServer`).
     ClockJump,
 }
 
