@@ -554,6 +554,33 @@ mod tests {
         );
     }
 
+    /// The jump's row says what the jump did to the holder's lease, and is not marked:
+    /// what it breaks shows at the writes.
+    #[test]
+    fn a_clock_jump_says_whether_it_ended_the_lease_and_is_not_marked() {
+        let jumped = |left, ended| Action::ClockJumped {
+            by: Duration::from_secs(2),
+            holder: "A".into(),
+            left,
+            ended,
+        };
+        let ends = jumped(Some(Duration::from_millis(1200)), true);
+        assert_eq!(
+            ends.did(),
+            "Redis's clock jumps forward 2.00 s: A's lease ends by Redis's clock, with 1.20 s left by A's"
+        );
+        assert_eq!(kind(Checker::default().mark("lab", &ends)), None);
+        let no_px = jumped(Some(Duration::from_millis(1200)), false);
+        assert_eq!(
+            no_px.did(),
+            "Redis's clock jumps forward 2.00 s: A's key is still there"
+        );
+        assert_eq!(
+            jumped(None, true).did(),
+            "Redis's clock jumps forward 2.00 s: no lock is taken, so none ends"
+        );
+    }
+
     #[test]
     fn a_crash_without_expiry_locks_forever_and_with_it_lapses() {
         let mut check = Checker::default();
