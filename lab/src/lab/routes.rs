@@ -30,7 +30,7 @@ use seatlock::http::ids::parse_id;
 use seatlock::state::AppState;
 
 /// Runs going at once on this server, at most: each holds eight Redis connections (four
-/// a side) for a few seconds.
+/// a side) for a few seconds (a clock jump's, two Redis servers of its own too).
 const MAX_RUNS: usize = 4;
 pub(super) static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
 
