@@ -1,7 +1,8 @@
 //! The lab as an instrument the reader acts on (issue 48; docs/race-lab.md, "Step
 //! mode"), in Chromium against the lab's servers and their real Redis and Postgres: the
 //! keyboard alone walks A and B into the double sale with the fence off, sees the fence
-//! refuse it with every step on, scrubs back along the timeline, and passes a challenge. Run as `browser.rs`
+//! refuse it with every step on, scrubs back along the timeline, and passes a challenge;
+//! the faults of the Kleppmann–antirez debate run from the form. Run as `browser.rs`
 //! is (`make test`, or its module docs).
 
 // Each test binary compiles the shared harness and uses a part of it.
@@ -167,54 +168,83 @@ async fn the_keyboard_steps_a_and_b_into_a_double_sale_the_fence_refuses_it_scru
 /// How long a timed lab run may take here (each takes about 6 s).
 const RUN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Runs `fault` with step 4 switched off from the form (the fault chosen, the run started
+/// by keyboard) and checks the fence decides it: both sides show A's fault happening
+/// (`happened`), the step-off side accepts A's write with its older token (sold twice),
+/// every step on refuses it and breaks nothing. Saves the screenshot `screenshot`.
+async fn the_fence_decides(
+    w: &support::World,
+    fault: &str,
+    happened: &str,
+    screenshot: &str,
+) -> anyhow::Result<()> {
+    let reader = projector_reader(w).await?;
+    reader.open("/lab?step=fencing").await?;
+    reader
+        .page
+        .locator("#fault")
+        .select_option(fault, None)
+        .await?;
+    reader.page.locator("#run").press("Enter", None).await?;
+    expect(reader.page.locator("#lab-run"))
+        .with_timeout(RUN_TIMEOUT)
+        .to_have_attribute("data-state", "done")
+        .await
+        .context("the run did not finish")?;
+    for side in ["off", "on"] {
+        expect(reader.page.locator(format!("#rows-{side}")))
+            .to_contain_text(happened)
+            .await
+            .with_context(|| format!("{side}: A's fault did not happen ({happened})"))?;
+    }
+    expect(
+        reader
+            .page
+            .locator("#rows-off tr.violation[data-kind=stale-write-accepted]"),
+    )
+    .to_be_visible()
+    .await
+    .context("fence off: A's late write is not accepted")?;
+    expect(
+        reader
+            .page
+            .locator("#rows-on tr.saved[data-kind=stale-write-refused]"),
+    )
+    .to_be_visible()
+    .await
+    .context("fence on: A's late write is not refused")?;
+    let broken = reader.page.locator("#rows-on tr.violation").count().await?;
+    ensure!(broken == 0, "fence on: {broken} violations");
+    w.screenshot(&reader, screenshot).await
+}
+
 #[tokio::test]
 async fn a_write_delayed_in_the_network_sells_twice_unfenced_and_the_fence_refuses_it() {
     support::run_lab(
         "lab_delay",
         seatlock_lab::LabSettings::enabled(),
         async |w| {
-            let reader = projector_reader(w).await?;
-            // The fault chosen on the form by keyboard, step 4 switched off.
-            reader.open("/lab?step=fencing").await?;
-            reader
-                .page
-                .locator("#fault")
-                .select_option("write-delayed", None)
-                .await?;
-            reader.page.locator("#run").press("Enter", None).await?;
-            expect(reader.page.locator("#lab-run"))
-                .with_timeout(RUN_TIMEOUT)
-                .to_have_attribute("data-state", "done")
-                .await
-                .context("the run did not finish")?;
-            for side in ["off", "on"] {
-                expect(reader.page.locator(format!("#rows-{side}")))
-                    .to_contain_text(
-                        "sends its write, inside its lease; the network holds it 2.30 s",
-                    )
-                    .await
-                    .with_context(|| format!("{side}: A's write was not sent into the delay"))?;
-            }
-            expect(
-                reader
-                    .page
-                    .locator("#rows-off tr.violation[data-kind=stale-write-accepted]"),
-            )
-            .to_be_visible()
-            .await
-            .context("fence off: A's late write is not accepted")?;
-            expect(
-                reader
-                    .page
-                    .locator("#rows-on tr.saved[data-kind=stale-write-refused]"),
-            )
-            .to_be_visible()
-            .await
-            .context("fence on: A's late write is not refused")?;
-            let broken = reader.page.locator("#rows-on tr.violation").count().await?;
-            ensure!(broken == 0, "fence on: {broken} violations");
-            w.screenshot(&reader, "lab-write-delayed").await?;
-            Ok(())
+            let held = "sends its write, inside its lease; the network holds it 2.30 s";
+            the_fence_decides(w, "write-delayed", held, "lab-write-delayed").await
+        },
+    )
+    .await;
+}
+
+/// Redis's clock jumps forward while A pays, from the form (the lab's server gets its
+/// clock server from `SEATLOCK_LAB_CLOCK_SERVER`, which .run/env exports). Without the
+/// jump A's lease would outlast its write and nobody else would buy: the double sale
+/// with step 4 off is there only if the clock jumped.
+#[tokio::test]
+async fn a_clock_jump_on_redis_sells_twice_unfenced_and_the_fence_refuses_it() {
+    std::env::var("SEATLOCK_LAB_CLOCK_SERVER")
+        .expect("SEATLOCK_LAB_CLOCK_SERVER (scripts/services.sh up writes it to .run/env)");
+    support::run_lab(
+        "lab_clock",
+        seatlock_lab::LabSettings::enabled(),
+        async |w| {
+            let jumped = "Redis's clock jumps forward 2.00 s: A's lease ends by Redis's clock";
+            the_fence_decides(w, "clock-jump", jumped, "lab-clock-jump").await
         },
     )
     .await;

@@ -83,9 +83,14 @@ impl TestAppBuilder {
     }
 
     /// The lab's server (`seatlock-lab serve`), its lab settings changed by `adjust`
-    /// (from [`LabSettings::default`]: the lab off).
+    /// (from [`LabSettings::default`]: the lab off; with the clock server of
+    /// `SEATLOCK_LAB_CLOCK_SERVER`, which `scripts/services.sh up` writes to .run/env, as
+    /// `seatlock-lab serve` reads it).
     pub fn lab(mut self, adjust: impl FnOnce(&mut LabSettings)) -> Self {
-        adjust(self.lab.get_or_insert_with(LabSettings::default));
+        adjust(self.lab.get_or_insert_with(|| LabSettings {
+            lab_clock_server: std::env::var("SEATLOCK_LAB_CLOCK_SERVER").ok(),
+            ..LabSettings::default()
+        }));
         self
     }
 

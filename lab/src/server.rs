@@ -169,7 +169,7 @@ pub(crate) fn router(lab: &LabSettings) -> Router<AppState> {
             "/race-lab/events/{event}/hold-group",
             post(super::group::hold_group_route),
         )
-        .merge(super::lab::router())
+        .merge(super::lab::router(lab.lab_clock_server.as_deref()))
         .layer(Extension(lab.purchase_strategy));
     // Decided once, here: a handler never asks whether the lab is on.
     if lab.enable_race_lab {

@@ -65,7 +65,8 @@ pub struct LabSettings {
     )]
     pub lab_redis_server: String,
     /// A Redis-protocol server binary that runs under libfaketime, for the fault "the
-    /// lock server's clock jumps forward"; without it the lab does not offer that fault.
+    /// lock server's clock jumps forward"; without it the lab's form lists that fault
+    /// disabled, and a run of it is refused.
     /// Debian's `redis-server` cannot (it is linked against jemalloc, which libfaketime
     /// cannot start under); `scripts/services.sh clock-server` fetches Valkey's, and
     /// `make lab` and `make test` pass it.

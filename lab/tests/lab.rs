@@ -142,8 +142,8 @@ async fn a_bad_lab_form_is_refused_with_a_message_and_starts_nothing() {
 
 /// Every combination is allowed, not only each step's own fault: whatever was chosen,
 /// the run ends and is recorded whole (see [`recorded_whole`]), and with every step on
-/// nothing breaks but in the one case of the test below. Four runs at once, as four
-/// readers of the page would start them.
+/// nothing breaks but in the one case of the test below. Five runs, four at once (the
+/// fifth waits for a permit), as readers of the page would start them.
 #[tokio::test]
 async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
     let app = lab_app().await;
@@ -153,11 +153,21 @@ async fn any_step_with_any_fault_is_recorded_whole_and_true_to_the_seats_row() {
         ("fencing", "pause-before-write", "2300"),
         ("conditional", "crash-before-write", "1900"),
         ("lease", "crash-after-grant", "1900"),
+        // A key without expiry outlives Redis's clock jump (needs the clock server).
+        ("lease", "clock-jump", "2300"),
     ] {
         started.push((step, fault, start_run(&app, step, fault, pause_ms).await));
     }
     for (step, fault, run) in started {
         let on = recorded_whole(&app, step, fault, run).await;
+        if fault == "clock-jump" {
+            let off = side_rows(&app, run, "off").await;
+            let kept = "Redis's clock jumps forward 2.00 s: A's key is still there";
+            assert!(
+                off.iter().any(|r| r["did"] == kept),
+                "{step} {fault}: {off:#?}"
+            );
+        }
         // The schedule keeps A's default pause a quarter second from the next holder's
         // write, but four runs on a busy machine can slow one side by more: then A's
         // write lands in the window below, and is judged as there.
@@ -259,6 +269,104 @@ async fn a_pause_longer_than_the_lock_delay_still_sells_twice_and_a_shorter_one_
             "pause {pause_ms} ms: five runs, A never landed where its pause puts it"
         );
     }
+}
+
+/// Redis's clock jumps forward 2 s while A pays (`clock-jump`, on a Redis of the run's
+/// own under libfaketime): A's lease ends by Redis's clock while A's says it has 1.2 s
+/// left, B is granted a newer token and writes, and then A writes with its older one.
+/// With step 4 off the row takes it (sold twice); with every step on the fence refuses
+/// it. Without the jump, A's lease would last past its write and B would find 14C sold:
+/// the off side's double sale is there only if the jump happened. Where the writes land
+/// is up to the machine's timing, so a run whose next holder did not write before A is
+/// started again, up to five times; none landing fails the test.
+#[tokio::test]
+async fn a_clock_jump_sells_twice_without_the_fence_and_the_fence_refuses_it() {
+    std::env::var("SEATLOCK_LAB_CLOCK_SERVER")
+        .expect("SEATLOCK_LAB_CLOCK_SERVER (scripts/services.sh up writes it to .run/env)");
+    let app = lab_app().await;
+    let (step, fault) = ("fencing", "clock-jump");
+    for _ in 0..5 {
+        let run = start_run(&app, step, fault, "2300").await;
+        let on = recorded_whole(&app, step, fault, run).await;
+        let off = side_rows(&app, run, "off").await;
+        for (side, rows) in [("off", &off), ("on", &on)] {
+            let jump = rows
+                .iter()
+                .find(|r| r["server"] == "lab")
+                .unwrap_or_else(|| panic!("run {run} {side}: no jump: {rows:#?}"));
+            assert!(
+                starts(
+                    jump,
+                    "did",
+                    "Redis's clock jumps forward 2.00 s: A's lease ends by Redis's clock, with 1."
+                ),
+                "run {run} {side}: {jump:#?}"
+            );
+        }
+        // Did the next holder write before A, on both sides?
+        let next_wrote_first = |rows: &[serde_json::Value]| {
+            let writers: Vec<&str> = rows
+                .iter()
+                .filter(|r| starts(r, "did", "writes"))
+                .map(|r| r["server"].as_str().unwrap())
+                .collect();
+            writers.len() == 2 && writers[1] == "A"
+        };
+        if !(next_wrote_first(&off) && next_wrote_first(&on)) {
+            continue;
+        }
+        assert_eq!(
+            violations(&off),
+            vec!["stale-write-accepted"],
+            "run {run}: {off:#?}"
+        );
+        assert_eq!(violations(&on), Vec::<&str>::new(), "run {run}: {on:#?}");
+        let refused = on
+            .iter()
+            .filter(|r| r["mark_kind"] == "stale-write-refused" && r["server"] == "A")
+            .count();
+        assert_eq!(refused, 1, "run {run}: {on:#?}");
+        return;
+    }
+    panic!("five runs: the next holder never wrote before A");
+}
+
+/// Without `--lab-clock-server` the form lists the clock jump, disabled, and a run of it
+/// is refused with a 400 that says what is missing; nothing starts.
+#[tokio::test]
+async fn without_a_clock_server_the_clock_jump_is_listed_disabled_and_refused() {
+    let app = TestApp::builder()
+        .lab(|lab| {
+            lab.enable_race_lab = true;
+            lab.lab_clock_server = None;
+        })
+        .spawn()
+        .await
+        .unwrap();
+    let mut reader = HttpBuyer::new();
+    let page = reader.get(&format!("{}/lab", app.address)).await.unwrap();
+    assert_eq!(page.status, StatusCode::OK);
+    let option = page
+        .body
+        .split("<option value=\"clock-jump\"")
+        .nth(1)
+        .and_then(|rest| rest.split_once("</option>"))
+        .map(|(option, _)| option)
+        .unwrap_or_else(|| panic!("no clock-jump option: {}", page.body));
+    assert!(
+        option.starts_with(" disabled>") && option.ends_with("(needs --lab-clock-server)"),
+        "{option}"
+    );
+    let reply = reader
+        .post(
+            &format!("{}/lab/runs", app.address),
+            &form("fencing", "clock-jump"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
+    assert!(reply.body.contains("--lab-clock-server"), "{}", reply.body);
+    assert_eq!(runs(&app).await, 0);
 }
 
 /// The rows of `run`'s `side` (`off` or `on`), in order.

@@ -10,7 +10,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 
 use super::routes::RUNS;
-use super::{DEFAULT_PAUSE, Fault, MAX_PAUSE, Scenario, Side, Step, queries};
+use super::{ClockServer, DEFAULT_PAUSE, Fault, MAX_PAUSE, Scenario, Side, Step, queries};
 use seatlock::state::AppState;
 
 /// The seed of every challenge's runs (B's and C's start offsets).
@@ -64,9 +64,13 @@ impl Challenge {
         CHALLENGES.into_iter().find(|c| c.slug == slug)
     }
 
-    /// The runs `answer` asks for, each with the side it is judged on; or why the answer
-    /// is not one (a sentence for a 400).
-    pub(super) fn runs(&self, answer: &str) -> Result<Vec<(Scenario, Side)>, String> {
+    /// The runs `answer` asks for, each with the side it is judged on, on a server that
+    /// offers `faults`; or why the answer is not one (a sentence for a 400).
+    pub(super) fn runs(
+        &self,
+        answer: &str,
+        faults: &[Fault],
+    ) -> Result<Vec<(Scenario, Side)>, String> {
         match self.answer {
             Answer::PauseMs => {
                 let pause_ms: u64 = answer
@@ -103,7 +107,7 @@ impl Challenge {
                     pause: DEFAULT_PAUSE,
                     seed: SEED,
                 };
-                Ok(Fault::ALL.into_iter().map(|f| (run(f), side)).collect())
+                Ok(faults.iter().map(|f| (run(*f), side)).collect())
             }
         }
     }
@@ -111,12 +115,13 @@ impl Challenge {
 
 /// Records an attempt at `challenge` with `answer` and its runs, and starts the runs in
 /// the background ([`AT_ONCE`] at a time, each with a run permit, waiting for one if
-/// the server is busy). Returns the attempt's id.
+/// the server is busy; `clock` for a clock jump's). Returns the attempt's id.
 pub(super) async fn attempt(
     state: &AppState,
     challenge: Challenge,
     answer: &str,
     runs: Vec<(Scenario, Side)>,
+    clock: ClockServer,
 ) -> sqlx::Result<i64> {
     let mut tx = state.db.begin().await?;
     let id: i64 = sqlx::query_scalar(
@@ -155,7 +160,12 @@ pub(super) async fn attempt(
             }
             let mut going = tokio::task::JoinSet::new();
             for (run_id, scenario) in batch.iter().copied() {
-                going.spawn(super::run::run(state.clone(), run_id, scenario));
+                going.spawn(super::run::run(
+                    state.clone(),
+                    run_id,
+                    scenario,
+                    clock.clone(),
+                ));
             }
             while going.join_next().await.is_some() {}
             drop(permits);
@@ -272,24 +282,34 @@ mod tests {
 
     #[test]
     fn each_answer_asks_for_its_runs_and_a_bad_one_is_refused() {
+        let all = &Fault::ALL;
         let slow = Challenge::find("slow-holder").unwrap();
-        let runs = slow.runs("300").unwrap();
+        let runs = slow.runs("300", all).unwrap();
         assert_eq!(runs.len(), 1);
         assert_eq!(runs[0].0.pause, Duration::from_millis(300));
         assert_eq!(runs[0].1, Side::Off);
-        assert!(slow.runs("10001").unwrap_err().contains("at most"));
-        assert!(slow.runs("soon").is_err());
+        assert!(slow.runs("10001", all).unwrap_err().contains("at most"));
+        assert!(slow.runs("soon", all).is_err());
         let every = Challenge::find("every-fault").unwrap();
-        let all_on = every.runs("none").unwrap();
+        let all_on = every.runs("none", all).unwrap();
         assert_eq!(all_on.len(), Fault::ALL.len());
         assert!(all_on.iter().all(|(_, side)| *side == Side::On));
         assert!(
             every
-                .runs("ledger")
+                .runs("ledger", all)
                 .unwrap()
                 .iter()
                 .all(|(s, side)| { s.step == Step::Ledger && *side == Side::Off })
         );
-        assert!(every.runs("step-9").is_err());
+        assert!(every.runs("step-9", all).is_err());
+        // Without a clock server, every fault but the clock jump.
+        let offered = ClockServer::default().offered();
+        let without_clock = every.runs("none", &offered).unwrap();
+        assert_eq!(without_clock.len(), Fault::ALL.len() - 1);
+        assert!(
+            without_clock
+                .iter()
+                .all(|(s, _)| s.fault != Fault::ClockJump)
+        );
     }
 }

@@ -61,6 +61,15 @@ pub(super) enum Action {
     },
     /// Redis lost every key of the lock (`keys` of them).
     StoreLost { keys: usize },
+    /// Redis's wall clock jumped forward `by` while `holder` held the lock with `left`
+    /// to go by its own clock (`None`: no lock is taken); `ended`: its key was gone
+    /// right after (one made without PX stays).
+    ClockJumped {
+        by: Duration,
+        holder: String,
+        left: Option<Duration>,
+        ended: bool,
+    },
     /// A store failed; the server stops.
     Failed(String),
 }
@@ -139,6 +148,22 @@ impl Action {
             Action::Released { .. } => "releases: nothing deleted".into(),
             Action::StoreLost { keys } => {
                 format!("Redis restarts empty: the lock's {keys} keys are lost")
+            }
+            Action::ClockJumped {
+                by,
+                holder,
+                left,
+                ended,
+            } => {
+                let jumps = format!("Redis's clock jumps forward {}", in_secs(*by));
+                match (left, ended) {
+                    (Some(left), true) => format!(
+                        "{jumps}: {holder}'s lease ends by Redis's clock, with {} left by {holder}'s",
+                        in_secs(*left)
+                    ),
+                    (Some(_), false) => format!("{jumps}: {holder}'s key is still there"),
+                    (None, _) => format!("{jumps}: no lock is taken, so none ends"),
+                }
             }
             Action::Failed(why) => format!("stops: {why}"),
         }
@@ -526,6 +551,33 @@ mod tests {
         assert_eq!(
             kind(check.mark("A", &compare_and_delete)),
             Some("release-refused")
+        );
+    }
+
+    /// The jump's row says what the jump did to the holder's lease, and is not marked:
+    /// what it breaks shows at the writes.
+    #[test]
+    fn a_clock_jump_says_whether_it_ended_the_lease_and_is_not_marked() {
+        let jumped = |left, ended| Action::ClockJumped {
+            by: Duration::from_secs(2),
+            holder: "A".into(),
+            left,
+            ended,
+        };
+        let ends = jumped(Some(Duration::from_millis(1200)), true);
+        assert_eq!(
+            ends.did(),
+            "Redis's clock jumps forward 2.00 s: A's lease ends by Redis's clock, with 1.20 s left by A's"
+        );
+        assert_eq!(kind(Checker::default().mark("lab", &ends)), None);
+        let no_px = jumped(Some(Duration::from_millis(1200)), false);
+        assert_eq!(
+            no_px.did(),
+            "Redis's clock jumps forward 2.00 s: A's key is still there"
+        );
+        assert_eq!(
+            jumped(None, true).did(),
+            "Redis's clock jumps forward 2.00 s: no lock is taken, so none ends"
         );
     }
 

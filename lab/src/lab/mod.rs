@@ -30,7 +30,8 @@ mod challenge_routes;
 mod check;
 mod history;
 mod net_delay;
-// The clock-jump fault and the model's replay, which use it, come next.
+// The clock-jump fault uses `start_with_clock`, `jump_clock` and `url`; `start`,
+// `restart_empty` and `copy_from` are the model's replay's, which comes next.
 #[allow(dead_code)]
 mod own_redis;
 mod queries;
@@ -42,16 +43,61 @@ mod stepper;
 mod unsafe_ops;
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
+
+use seatlock::http::error::{Error, Result};
 
 pub use own_redis::libfaketime;
 pub use stepper::STALLED_HOLDER;
 
-/// The lab's routes: the timed runs', step mode's and the challenges' (merged by `crate::server::router`).
-pub fn router() -> axum::Router<seatlock::state::AppState> {
+/// The lab's routes: the timed runs', step mode's and the challenges' (merged by
+/// `crate::server::router`). `clock_server` is `--lab-clock-server`, for the runs whose
+/// Redis's clock jumps (`ClockServer`).
+pub fn router(clock_server: Option<&str>) -> axum::Router<seatlock::state::AppState> {
     routes::router()
         .merge(step_routes::routes())
         .merge(challenge_routes::routes())
+        .layer(axum::Extension(ClockServer(clock_server.map(Arc::from))))
+}
+
+/// `--lab-clock-server`, as the handlers that start runs see it: the Redis-protocol
+/// server that runs under libfaketime, from which a run with [`Fault::ClockJump`] starts
+/// a Redis of its own (`own_redis.rs`). `None`: this server does not offer that fault.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ClockServer(Option<Arc<str>>);
+
+impl ClockServer {
+    /// Whether this server can run `fault`: every fault, but the clock jump only with a
+    /// clock server.
+    fn offers(&self, fault: Fault) -> bool {
+        fault != Fault::ClockJump || self.0.is_some()
+    }
+
+    /// The faults this server offers, in [`Fault::ALL`]'s order.
+    fn offered(&self) -> Vec<Fault> {
+        Fault::ALL.into_iter().filter(|f| self.offers(*f)).collect()
+    }
+
+    /// A 400 that says what is missing, for a `fault` this server does not offer.
+    fn refuse_unless_offered(&self, fault: Fault) -> Result<()> {
+        if self.offers(fault) {
+            return Ok(());
+        }
+        Err(Error::BadRequest(format!(
+            "\"{}\" needs a Redis whose clock the lab can move, and this server was started \
+             without one: start it with --lab-clock-server (SEATLOCK_LAB_CLOCK_SERVER; \
+             `scripts/services.sh clock-server` fetches it, and `make lab` passes it).",
+            fault.title()
+        )))
+    }
+
+    /// The binary, for a run of [`Fault::ClockJump`]. Errors: there is none.
+    fn binary(&self) -> anyhow::Result<&str> {
+        self.0
+            .as_deref()
+            .ok_or_else(|| anyhow::anyhow!("this server has no --lab-clock-server"))
+    }
 }
 
 /// The simulated servers of each side, by name (each its holder label).
@@ -91,6 +137,14 @@ pub const STAGGER: Duration = Duration::from_millis(140);
 pub const JITTER_MS: u64 = 20;
 /// The seed the form offers.
 pub const DEFAULT_SEED: u32 = 42;
+/// [`Fault::ClockJump`]: how far the wall clock of the run's Redis jumps forward, more
+/// than the whole lease, so that A's lease ends at once by Redis's clock.
+pub const CLOCK_JUMP: Duration = Duration::from_secs(2);
+/// [`Fault::ClockJump`]: A's payment, from its grant to its write (its card is slow).
+/// The jump comes [`PAYMENT`] into it, and A writes [`SLACK`] before its lease ends by
+/// its own clock: after the next holder's write (a test below checks it for every
+/// start delay), and inside the lease as far as A can tell.
+pub const SLOW_PAYMENT: Duration = Duration::from_millis(1550);
 /// The seat the servers race for (the article's).
 pub const SEAT: &str = "14C";
 /// [`Step::LockDelay`]'s lock-delay: after a lease lapses, nobody is granted the lock
@@ -232,11 +286,16 @@ pub enum Fault {
     /// A sends its write inside its lease, and the network holds it for the pause
     /// (`net_delay.rs`: a proxy between A and Postgres).
     WriteDelayed,
+    /// While A pays (slowly: [`SLOW_PAYMENT`]), the wall clock of the run's Redis jumps
+    /// forward [`CLOCK_JUMP`]: A's lease ends by Redis's clock while A's own says it has
+    /// time left. The run's lock lives on a Redis of its own, under libfaketime
+    /// (`own_redis.rs`); offered only with `--lab-clock-server` (`ClockServer`).
+    ClockJump,
 }
 
 impl Fault {
     /// Every choice.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::None,
         Fault::PauseBeforeWrite,
         Fault::PauseBeforeRelease,
@@ -244,6 +303,7 @@ impl Fault {
         Fault::CrashBeforeWrite,
         Fault::RedisRestart,
         Fault::WriteDelayed,
+        Fault::ClockJump,
     ];
 
     /// The value in URLs and forms.
@@ -256,6 +316,7 @@ impl Fault {
             Fault::CrashBeforeWrite => "crash-before-write",
             Fault::RedisRestart => "redis-restart",
             Fault::WriteDelayed => "write-delayed",
+            Fault::ClockJump => "clock-jump",
         }
     }
 
@@ -269,6 +330,7 @@ impl Fault {
             Fault::CrashBeforeWrite => "A crashes before its write",
             Fault::RedisRestart => "Redis restarts empty while A pauses",
             Fault::WriteDelayed => "A's write is delayed in the network",
+            Fault::ClockJump => "Redis's clock jumps forward while A pays",
         }
     }
 
@@ -373,6 +435,46 @@ mod tests {
                         "A granted {late_ms} ms late, jitter {b_ms}/{c_ms}: the next holder \
                          writes at {writes:?}, A wakes at {a_wakes:?}, it releases at \
                          {releases:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The clock jump's story, wherever A's grant came (`late` after the start line) and
+    /// whatever the seed draws for B and C: Redis's clock jumps [`PAYMENT`] after A's
+    /// grant, by more than the lease has left, so the next holder is granted at its first
+    /// try after the jump (on the [`RETRY`] grid) and writes after its payment; A writes
+    /// at the end of its [`SLOW_PAYMENT`]. [`SLACK`] between the next holder's write and
+    /// A's, and between A's write and the end of its lease by its own clock.
+    #[test]
+    fn the_clock_jump_lets_the_next_holder_write_before_a_however_late_a_was() {
+        assert!(CLOCK_JUMP > LEASE_TTL, "the jump ends a whole lease");
+        assert!(
+            SLOW_PAYMENT + SLACK <= LEASE_TTL,
+            "A writes inside its lease"
+        );
+        assert!(
+            PAYMENT + SLACK <= SLOW_PAYMENT,
+            "the jump comes while A pays"
+        );
+        for late_ms in (0..=600).step_by(5) {
+            for b_ms in (0..=JITTER_MS).step_by(4) {
+                for c_ms in (0..=JITTER_MS).step_by(4) {
+                    let late = Duration::from_millis(late_ms);
+                    let jump = late + PAYMENT;
+                    let first_try_after = |start: Duration| {
+                        let mut tries = (0..).map(|n| start + RETRY * n);
+                        tries.find(|t| *t >= jump).unwrap()
+                    };
+                    let b = first_try_after(STAGGER + Duration::from_millis(b_ms));
+                    let c = first_try_after(STAGGER * 2 + Duration::from_millis(c_ms));
+                    let next_writes = b.min(c) + PAYMENT;
+                    let a_writes = late + SLOW_PAYMENT;
+                    assert!(
+                        next_writes + SLACK <= a_writes,
+                        "A granted {late_ms} ms late, jitter {b_ms}/{c_ms}: the next holder \
+                         writes at {next_writes:?}, A at {a_writes:?}"
                     );
                 }
             }

@@ -14,14 +14,15 @@ use axum::extract::{Path, Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use futures_util::Stream;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
 use super::queries::{self, Row, Run};
 use super::{
-    DEFAULT_PAUSE, DEFAULT_SEED, Fault, LEASE_TTL, MAX_PAUSE, SEAT, STAGGER, Scenario, Side, Step,
+    ClockServer, DEFAULT_PAUSE, DEFAULT_SEED, Fault, LEASE_TTL, MAX_PAUSE, SEAT, STAGGER, Scenario,
+    Side, Step,
 };
 use seatlock::http::csrf::{CsrfForm, FormToken};
 use seatlock::http::error::{Error, Result};
@@ -29,7 +30,7 @@ use seatlock::http::ids::parse_id;
 use seatlock::state::AppState;
 
 /// Runs going at once on this server, at most: each holds eight Redis connections (four
-/// a side) for a few seconds.
+/// a side) for a few seconds (a clock jump's, two Redis servers of its own too).
 const MAX_RUNS: usize = 4;
 pub(super) static RUNS: Semaphore = Semaphore::const_new(MAX_RUNS);
 
@@ -84,13 +85,16 @@ struct LabPage {
     seed: u32,
     seat: &'static str,
     steps: &'static [Step],
-    faults: &'static [Fault],
+    /// Every fault, and whether this server offers it (the clock jump needs
+    /// `--lab-clock-server`: listed, but disabled, without it).
+    faults: Vec<(Fault, bool)>,
     recent: Vec<(Run, String)>,
     authenticity_token: String,
 }
 
 async fn form(
     State(state): State<AppState>,
+    Extension(clock): Extension<ClockServer>,
     csrf: FormToken,
     Query(pre): Query<Preselect>,
 ) -> Result<Response> {
@@ -123,7 +127,7 @@ async fn form(
         seed: pre.seed.unwrap_or(DEFAULT_SEED),
         seat: SEAT,
         steps: &Step::ALL,
-        faults: &Fault::ALL,
+        faults: Fault::ALL.map(|f| (f, clock.offers(f))).to_vec(),
         recent,
         authenticity_token: csrf.authenticity.clone(),
     };
@@ -182,13 +186,15 @@ impl RunForm {
 
 /// `POST /lab/runs`: records the run, starts it in the background (it outlives the
 /// request: a reader who closes the page still gets a whole recorded run) and goes to
-/// its page. 503 when [`MAX_RUNS`] are going.
+/// its page. 400 for a fault this server does not offer; 503 when [`MAX_RUNS`] are going.
 async fn start(
     State(state): State<AppState>,
+    Extension(clock): Extension<ClockServer>,
     CsrfForm(form): CsrfForm<RunForm>,
 ) -> Result<Redirect> {
     require_lab(&state)?;
     let scenario = form.scenario()?;
+    clock.refuse_unless_offered(scenario.fault)?;
     let permit = RUNS
         .try_acquire()
         .map_err(|_| Error::Unavailable("The lab (it runs as many races as it may at once)"))?;
@@ -197,7 +203,7 @@ async fn start(
     let run_id = tokio::spawn(async move {
         let run_id = queries::create_run(&state.db, &scenario, false).await?;
         tokio::spawn(async move {
-            super::run::run(state, run_id, scenario).await;
+            super::run::run(state, run_id, scenario, clock).await;
             drop(permit);
         });
         Ok::<_, Error>(run_id)

@@ -15,10 +15,13 @@ use tokio::time::Instant;
 use super::check::{Action, Checker, in_secs, why};
 use super::history;
 use super::net_delay::DelayedLink;
+use super::own_redis::OwnRedis;
 use super::queries::{self, NewRow};
 use super::simulated::{Arena, Protocol, Report, Server};
 use super::unsafe_ops::{self, LedgerInRedis};
-use super::{Fault, JITTER_MS, LEASE_TTL, RUN_LIMIT, SEAT, SERVERS, STAGGER, Scenario, Side};
+use super::{
+    ClockServer, Fault, JITTER_MS, LEASE_TTL, RUN_LIMIT, SEAT, SERVERS, STAGGER, Scenario, Side,
+};
 use seatlock::ledger::PgFenceLedger;
 use seatlock::state::AppState;
 
@@ -28,11 +31,12 @@ const START_LINE: Duration = Duration::from_millis(50);
 /// Runs `scenario` as run `run_id` to its end: the step-off side and the step-on side at
 /// once, on one clock. Errors (a store down) are recorded as rows by the servers; what
 /// fails here is logged, and the run is marked finished whatever happens, so that its
-/// page stops waiting.
-pub(super) async fn run(state: AppState, run_id: i64, scenario: Scenario) {
+/// page stops waiting. `clock` starts each side's Redis of its own for
+/// [`Fault::ClockJump`].
+pub(super) async fn run(state: AppState, run_id: i64, scenario: Scenario, clock: ClockServer) {
     let (off, on) = tokio::join!(
-        prepare(&state, run_id, scenario, Side::Off),
-        prepare(&state, run_id, scenario, Side::On),
+        prepare(&state, run_id, scenario, Side::Off, &clock),
+        prepare(&state, run_id, scenario, Side::On, &clock),
     );
     match (off, on) {
         (Ok(off), Ok(on)) => {
@@ -85,13 +89,15 @@ pub(super) async fn run(state: AppState, run_id: i64, scenario: Scenario) {
 
 /// One side, ready to race: its own lease group (`<namespace>:lab:<run>:<side>`, so
 /// tokens start afresh and nothing else shares its keys), the lab's connection, and three
-/// servers with a connection and a lease client each.
+/// servers with a connection and a lease client each; with [`Fault::ClockJump`], the
+/// side's Redis of its own, which holds its lock.
 struct Prepared {
     run_id: i64,
     side: Side,
     protocol: Protocol,
     key: LeaseKey,
     redis: Arc<RedisStore>,
+    clock: Option<OwnRedis>,
     servers: Vec<Server>,
 }
 
@@ -104,10 +110,22 @@ async fn prepare(
     run_id: i64,
     scenario: Scenario,
     side: Side,
+    clock: &ClockServer,
 ) -> anyhow::Result<Prepared> {
     let protocol = Protocol::of(scenario.step, side);
     let key = lock_key(state, run_id, side);
-    let redis = Arc::new(connect(state)?);
+    // Redis's clock jumps: the side's lock lives on a Redis of its own, under libfaketime,
+    // so that the jump ends no other run's lease and none of the product's. The seat's
+    // row and the fence ledger stay in Postgres.
+    let clock = match scenario.fault {
+        Fault::ClockJump => Some(OwnRedis::start_with_clock(clock.binary()?).await?),
+        _ => None,
+    };
+    let store_url = clock.as_ref().map_or_else(
+        || state.settings.lease_store_url().to_owned(),
+        OwnRedis::url,
+    );
+    let redis = Arc::new(connect_to(state, &store_url)?);
     // B and C start one and two staggers after A, each a little later as the seed draws.
     let mut rng = StdRng::seed_from_u64(scenario.seed);
     let mut servers = Vec::new();
@@ -117,7 +135,7 @@ async fn prepare(
         } else {
             rng.random_range(0..=JITTER_MS)
         };
-        let client = lease_client(state, protocol, &redis)?;
+        let client = lease_client_on(state, &store_url, protocol, &redis)?;
         client.ping().await?;
         // A's write delayed in the network: its own connection to Postgres, through a
         // proxy, made now.
@@ -142,6 +160,7 @@ async fn prepare(
         protocol,
         key,
         redis,
+        clock,
         servers,
     })
 }
@@ -165,6 +184,7 @@ impl Prepared {
             protocol: self.protocol,
             key: self.key.clone(),
             redis: self.redis.clone(),
+            clock: self.clock.map(tokio::sync::Mutex::new),
             db: state.db.clone(),
             started,
             owners: Mutex::new(HashMap::new()),
@@ -194,30 +214,38 @@ impl Prepared {
 
 /// A connection of its own to the server's Redis (the lease store).
 pub(super) fn connect(state: &AppState) -> anyhow::Result<RedisStore> {
-    Ok(lease::connect(
-        state.settings.lease_store_url(),
-        state.settings.store_timeout(),
-    )?)
+    connect_to(state, state.settings.lease_store_url())
 }
 
-/// One server's lease client under `protocol`, on a connection of its own: tokens from
-/// the Postgres ledger with the failover guard (step 5 on), or from a ledger kept in the
-/// lab's Redis `redis`, guard off (step 5 off).
+/// A connection of its own to the Redis at `url` (the server's, or a run's own).
+fn connect_to(state: &AppState, url: &str) -> anyhow::Result<RedisStore> {
+    Ok(lease::connect(url, state.settings.store_timeout())?)
+}
+
+/// One server's lease client under `protocol`, on a connection of its own to the
+/// server's Redis ([`lease_client_on`]).
 pub(super) fn lease_client(
     state: &AppState,
     protocol: Protocol,
     redis: &Arc<RedisStore>,
 ) -> anyhow::Result<Arc<dyn LeaseStore>> {
+    lease_client_on(state, state.settings.lease_store_url(), protocol, redis)
+}
+
+/// One server's lease client under `protocol`, on a connection of its own to the Redis
+/// at `url`: tokens from the Postgres ledger with the failover guard (step 5 on), or
+/// from a ledger kept in the lab's Redis `redis`, guard off (step 5 off).
+fn lease_client_on(
+    state: &AppState,
+    url: &str,
+    protocol: Protocol,
+    redis: &Arc<RedisStore>,
+) -> anyhow::Result<Arc<dyn LeaseStore>> {
+    let store = connect_to(state, url)?;
     Ok(if protocol.durable_tokens {
-        Arc::new(LeaseClient::new(
-            connect(state)?,
-            PgFenceLedger(state.db.clone()),
-        ))
+        Arc::new(LeaseClient::new(store, PgFenceLedger(state.db.clone())))
     } else {
-        Arc::new(
-            LeaseClient::new(connect(state)?, LedgerInRedis(redis.clone()))
-                .with_failover_guard(false),
-        )
+        Arc::new(LeaseClient::new(store, LedgerInRedis(redis.clone())).with_failover_guard(false))
     })
 }
 
@@ -232,7 +260,8 @@ pub(super) fn lock_key(state: &AppState, run_id: i64, side: Side) -> LeaseKey {
 
 /// Deletes what run `run_id`'s `side` left in the stores: the lock's keys in Redis (with
 /// step 2 off, one never expires) and its group's ceiling in the fence ledger. After the
-/// run, and for a run found cut off (its server stopped mid-way). Idempotent.
+/// run, and for a run found cut off (its server stopped mid-way). Idempotent. (A side
+/// with a Redis of its own left no keys in the server's: that Redis died with the run.)
 pub(super) async fn clean_up(state: &AppState, run_id: i64, side: Side) -> anyhow::Result<()> {
     let key = lock_key(state, run_id, side);
     let redis = connect(state)?;

@@ -13,8 +13,12 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 use super::check::{Action, WriteRule, why};
 use super::net_delay::DelayedLink;
+use super::own_redis::OwnRedis;
 use super::unsafe_ops::{self, Observed};
-use super::{Fault, GIVE_UP, LEASE_TTL, LOCK_DELAY, PAYMENT, RETRY, Side, Step, TICKET, queries};
+use super::{
+    CLOCK_JUMP, Fault, GIVE_UP, LEASE_TTL, LOCK_DELAY, PAYMENT, RETRY, SLOW_PAYMENT, Side, Step,
+    TICKET, queries,
+};
 
 /// How one side's servers take, use and give back the lock: every step on, or the
 /// scenario's step off.
@@ -99,6 +103,9 @@ pub(super) struct Arena {
     pub protocol: Protocol,
     pub key: LeaseKey,
     pub redis: Arc<RedisStore>,
+    /// With [`Fault::ClockJump`], the side's Redis of its own, whose clock the fault
+    /// moves; it dies with the arena, once every server is done.
+    pub clock: Option<tokio::sync::Mutex<OwnRedis>>,
     pub db: PgPool,
     pub started: Instant,
     /// Owner token → server name, so the table names a key's holder.
@@ -138,6 +145,19 @@ impl Arena {
             lock_key,
             counter,
         });
+    }
+
+    /// Moves the wall clock of the side's own Redis forward `by`; answers whether the
+    /// key of `owner` (an owner token) was gone right after. Errors: the side has no
+    /// Redis of its own, or it did not answer.
+    async fn jump_clock(&self, by: Duration, owner: &str) -> anyhow::Result<bool> {
+        let clock = self
+            .clock
+            .as_ref()
+            .context("this run has no Redis of its own whose clock could jump")?;
+        clock.lock().await.jump_clock(by).await?;
+        let lock = unsafe_ops::observe(&self.redis, &self.key).await?;
+        Ok(lock.owner.as_deref() != Some(owner))
     }
 
     /// The lock in words: its holder and TTL, "A, 1.21 s left", "A, no expiry", "none".
@@ -189,6 +209,9 @@ impl Server {
         } else {
             None
         };
+        // When the lease began by this server's own clock (the clock jump's row says
+        // what it has left then).
+        let granted_at = Instant::now();
         // A crash leaves everything as it is: no write, no release, the key in Redis
         // (for ever, with step 2 off).
         let crashed = Action::Crashed {
@@ -204,7 +227,12 @@ impl Server {
         let free = sold_to.is_none();
         arena.report(self.name, Action::Read { sold_to }).await;
         if free {
-            sleep(PAYMENT).await;
+            match self.fault {
+                // With the clock jump, A's payment is timed from its grant, as its lease
+                // is: a slow read must not bring the jump nearer A's write.
+                Fault::ClockJump => sleep_until(granted_at + PAYMENT).await,
+                _ => sleep(PAYMENT).await,
+            }
             // A's fault between the payment and the write: where the article's A stalls.
             match self.fault {
                 Fault::PauseBeforeWrite => self.pause_here(arena).await,
@@ -222,6 +250,24 @@ impl Server {
                         link.arm(self.pause).await;
                     }
                     arena.report(self.name, Action::Sent(self.pause)).await;
+                }
+                // A's card is slow: while it pays, Redis's clock jumps past A's lease. A
+                // goes on paying and writes when its payment ends, inside its lease as
+                // far as its own clock tells.
+                Fault::ClockJump => {
+                    let owner = lease.as_ref().map_or("", |l| l.owner().as_str());
+                    let ended = arena.jump_clock(CLOCK_JUMP, owner).await?;
+                    let left = lease
+                        .as_ref()
+                        .map(|_| LEASE_TTL.saturating_sub(granted_at.elapsed()));
+                    let jumped = Action::ClockJumped {
+                        by: CLOCK_JUMP,
+                        holder: self.name.to_string(),
+                        left,
+                        ended,
+                    };
+                    arena.report("lab", jumped).await;
+                    sleep_until(granted_at + SLOW_PAYMENT).await;
                 }
                 _ => {}
             }
