@@ -402,23 +402,7 @@ impl Model for Protocol {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![State {
-            holders: vec![
-                Holder {
-                    phase: Phase::Idle,
-                    grants: 0,
-                };
-                usize::from(self.holders)
-            ],
-            primary: Store::default(),
-            replica: Store::default(),
-            server: 0,
-            ledger: 0,
-            resource: Resource::default(),
-            failovers_left: self.failovers,
-            restarts_left: self.restarts,
-            granted: Vec::new(),
-        }]
+        vec![self.start()]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
@@ -730,6 +714,42 @@ pub fn switched_off() -> Vec<SwitchedOff> {
             story: "A marker copied to the replica installs, after the failover, a block reserved before a newer one the old primary issued from, and the next grant repeats a token.",
         },
     ]
+}
+
+impl Protocol {
+    /// The one initial state: every holder idle, both Redis servers and the ledger empty
+    /// (a cold lease group), the resource never written.
+    pub fn start(&self) -> State {
+        State {
+            holders: vec![
+                Holder {
+                    phase: Phase::Idle,
+                    grants: 0,
+                };
+                usize::from(self.holders)
+            ],
+            primary: Store::default(),
+            replica: Store::default(),
+            server: 0,
+            ledger: 0,
+            resource: Resource::default(),
+            failovers_left: self.failovers,
+            restarts_left: self.restarts,
+            granted: Vec::new(),
+        }
+    }
+
+    /// The `always` properties that `state` breaks (their names, in the order of
+    /// [`Model::properties`]): the model's own judgement, for a state the model reached or
+    /// one built from what a real run showed (the lab's replay).
+    pub fn broken(&self, state: &State) -> Vec<&'static str> {
+        self.properties()
+            .into_iter()
+            .filter(|p| p.expectation == stateright::Expectation::Always)
+            .filter(|p| !(p.condition)(self, state))
+            .map(|p| p.name)
+            .collect()
+    }
 }
 
 /// A shortest counterexample: the trace from the initial state to the first state where

@@ -33,6 +33,8 @@ mod net_delay;
 #[allow(dead_code)]
 mod own_redis;
 mod queries;
+mod replay;
+mod replay_routes;
 mod routes;
 mod run;
 mod simulated;
@@ -46,11 +48,13 @@ use std::time::Duration;
 pub use own_redis::libfaketime;
 pub use stepper::STALLED_HOLDER;
 
-/// The lab's routes: the timed runs', step mode's and the challenges' (merged by `crate::server::router`).
+/// The lab's routes: the timed runs', step mode's, the challenges' and the model's
+/// replay's (merged by `crate::server::router`).
 pub fn router() -> axum::Router<seatlock::state::AppState> {
     routes::router()
         .merge(step_routes::routes())
         .merge(challenge_routes::routes())
+        .merge(replay_routes::routes())
 }
 
 /// The simulated servers of each side, by name (each its holder label).

@@ -201,17 +201,27 @@ pub(super) fn lease_client(
     protocol: Protocol,
     redis: &Arc<RedisStore>,
 ) -> anyhow::Result<Arc<dyn LeaseStore>> {
-    Ok(if protocol.durable_tokens {
-        Arc::new(LeaseClient::new(
-            connect(state)?,
-            PgFenceLedger(state.db.clone()),
-        ))
+    Ok(lease_client_on(state, protocol, connect(state)?, redis))
+}
+
+/// [`lease_client`] on the connection `store` (the replay's: a Redis of the lab's own).
+pub(super) fn lease_client_on(
+    state: &AppState,
+    protocol: Protocol,
+    store: RedisStore,
+    redis: &Arc<RedisStore>,
+) -> Arc<dyn LeaseStore> {
+    if protocol.durable_tokens {
+        Arc::new(
+            LeaseClient::new(store, PgFenceLedger(state.db.clone()))
+                .with_failover_guard(protocol.failover_guard),
+        )
     } else {
         Arc::new(
-            LeaseClient::new(connect(state)?, LedgerInRedis(redis.clone()))
-                .with_failover_guard(false),
+            LeaseClient::new(store, LedgerInRedis(redis.clone()))
+                .with_failover_guard(protocol.failover_guard),
         )
-    })
+    }
 }
 
 /// The lock of run `run_id`'s `side`: 14C in the group `<namespace>:lab:<run>:<side>`.
