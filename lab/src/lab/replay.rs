@@ -96,8 +96,9 @@ pub(super) struct ReplayStep {
     pub real: String,
     /// Whether every observation agrees.
     pub agree: bool,
-    /// The properties the model's state breaks, and the real run's.
+    /// The properties the model's state breaks ([`Model::broken`]).
     pub model_broken: Vec<&'static str>,
+    /// The properties the real run's observations break, by the same judge.
     pub real_broken: Vec<&'static str>,
 }
 
@@ -107,9 +108,11 @@ pub(super) struct Replayed {
     pub run_id: i64,
     /// States the model's search visited.
     pub states_explored: usize,
-    /// Both sides at the start, then after each step.
+    /// The model's initial state.
     pub start_model: String,
+    /// What the real run showed before its first step.
     pub start_real: String,
+    /// Each step, both sides after it.
     pub steps: Vec<ReplayStep>,
     /// The same properties fail first at the same steps on both sides, the listed one
     /// among them at the last step, and every step's observation agrees.
@@ -143,7 +146,23 @@ pub(super) async fn replay(
     drop(real);
     queries::forget_fence_ceiling(&state.db, key.group()).await?;
     let (start_real, steps) = played?;
-    let steps_taken = steps.len();
+    let (agree, verdict) = judge(&steps, property);
+    Ok(Replayed {
+        run_id,
+        states_explored: found.states_explored,
+        start_model: entry.model.start().to_string(),
+        start_real,
+        steps,
+        agree,
+        verdict,
+    })
+}
+
+/// The verdict on a replay's `steps`, and in words: they agree when every step's
+/// observation agrees and each property fails first at the same step on both sides,
+/// `property` (the listed one) at the last.
+fn judge(steps: &[ReplayStep], property: &'static str) -> (bool, String) {
+    // Each property broken, with the first step (from 1) that breaks it.
     let first = |broken: fn(&ReplayStep) -> &Vec<&'static str>| {
         let mut first: Vec<(&'static str, usize)> = Vec::new();
         for (i, step) in steps.iter().enumerate() {
@@ -157,7 +176,7 @@ pub(super) async fn replay(
     };
     let (model_first, real_first) = (first(|s| &s.model_broken), first(|s| &s.real_broken));
     let every_step = steps.iter().all(|s| s.agree);
-    let reproduced = real_first.contains(&(property, steps_taken));
+    let reproduced = real_first.contains(&(property, steps.len()));
     let agree = every_step && reproduced && model_first == real_first;
     let said = |first: &[(&str, usize)]| {
         let list: Vec<String> = first
@@ -172,7 +191,7 @@ pub(super) async fn replay(
     };
     let verdict = if agree {
         format!(
-            "They agree. On both sides {} fails first at step {steps_taken}, and every step's observation agrees.",
+            "They agree. On both sides the properties fail first at the same steps ({}; \u{201c}{property}\u{201d} at the last), and every step's observation agrees.",
             said(&model_first)
         )
     } else {
@@ -186,22 +205,7 @@ pub(super) async fn replay(
             said(&real_first)
         )
     };
-    let start_model = found
-        .trace
-        .clone()
-        .into_states()
-        .first()
-        .map(|s| s.to_string())
-        .unwrap_or_default();
-    Ok(Replayed {
-        run_id,
-        states_explored: found.states_explored,
-        start_model,
-        start_real,
-        steps,
-        agree,
-        verdict,
-    })
+    (agree, verdict)
 }
 
 /// The real side of a replay: the servers, the clients' protocol, and what the run
@@ -432,7 +436,8 @@ impl<'a> Real<'a> {
         let db = &self.state.db;
         let (_, _, sales_before) = queries::seat_row(db, self.run_id, Side::Off).await?;
         let rule = self.protocol.write_rule();
-        queries::write_seat(db, self.run_id, Side::Off, name(h), Some(token), rule).await?;
+        let action =
+            queries::write_seat(db, self.run_id, Side::Off, name(h), Some(token), rule).await?;
         let (_, _, sales_after) = queries::seat_row(db, self.run_id, Side::Off).await?;
         let Phase::Holding {
             wrote,
@@ -454,10 +459,12 @@ impl<'a> Real<'a> {
         } else {
             self.seen.resource.refused.push(write);
         }
+        // The lab's table's words for the write and what the row did with it.
         Ok(format!(
-            "{} wrote the seat's row with token {token} ({rule:?}): {}",
+            "{} {}: {}",
             name(h),
-            if accepted { "accepted" } else { "refused" }
+            action.did(),
+            action.seat(name(h))
         ))
     }
 
@@ -637,5 +644,38 @@ mod tests {
             &granted(&[(1, 0), (2, 1)]),
             &granted(&[(1, 1), (2, 0)])
         ));
+    }
+
+    /// The verdict: the same properties fail first at the same steps on both sides, the
+    /// listed one at the last, and every step agrees; else it says where they part.
+    #[test]
+    fn the_verdict_needs_the_same_first_failures_and_every_step_agreeing() {
+        use seatlock_model::{ONE_HOLDER_PER_TOKEN, TOKENS_GROW};
+        let step = |agree, model: &[&'static str], real: &[&'static str]| ReplayStep {
+            action: String::new(),
+            real_did: String::new(),
+            model: String::new(),
+            real: String::new(),
+            agree,
+            model_broken: model.to_vec(),
+            real_broken: real.to_vec(),
+        };
+        let (p, q) = (TOKENS_GROW, ONE_HOLDER_PER_TOKEN);
+        let (agree, words) = judge(&[step(true, &[], &[]), step(true, &[p], &[p])], p);
+        assert!(agree && words.starts_with("They agree."), "{words}");
+        // The real run keeps the property.
+        let (agree, words) = judge(&[step(true, &[], &[]), step(true, &[p], &[])], p);
+        assert!(
+            !agree && words.contains("in the real run no property fails"),
+            "{words}"
+        );
+        // The same property, first broken a step earlier on one side.
+        assert!(!judge(&[step(true, &[p], &[]), step(true, &[p, q], &[p, q])], q).0);
+        // A step whose observations disagree.
+        let (agree, words) = judge(&[step(false, &[], &[]), step(true, &[p], &[p])], p);
+        assert!(
+            !agree && words.contains("first disagree after step 1"),
+            "{words}"
+        );
     }
 }
