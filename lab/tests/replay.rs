@@ -33,15 +33,6 @@ fn tokens(list: &str) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// Seat 14C's row of replay run `run`: sold to, highest token accepted, sales.
-async fn seat(app: &TestApp, run: i64) -> (Option<String>, i64, i32) {
-    sqlx::query_as("SELECT sold_to, fence_token, sales FROM lab_seats WHERE run_id = $1")
-        .bind(run)
-        .fetch_one(app.db())
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn every_replayable_counterexample_agrees_with_its_real_run_and_really_breaks() {
     let app = TestApp::builder().race_lab().spawn().await.unwrap();
@@ -103,7 +94,7 @@ async fn every_replayable_counterexample_agrees_with_its_real_run_and_really_bre
             entry.property
         );
         let run: i64 = between(&page, "data-run=\"", "\"").parse().unwrap();
-        let (sold_to, highest, sales) = seat(&app, run).await;
+        let (sold_to, highest, sales) = app.lab_seat(run).await;
         let grants = tokens(between(last_real, "grants [", "]"));
         let accepted = tokens(between(last_real, "accepted [", "]"));
         match entry.property {

@@ -841,10 +841,7 @@ impl fmt::Display for State {
             write!(f, "; ")?;
         }
         let writes = |writes: &[Write]| {
-            let list: Vec<String> = writes
-                .iter()
-                .map(|w| format!("{:?}:{}", w.holder, w.token))
-                .collect();
+            let list: Vec<String> = writes.iter().map(Write::to_string).collect();
             list.join(" ")
         };
         write!(
@@ -857,6 +854,13 @@ impl fmt::Display for State {
             writes(&self.resource.accepted),
             writes(&self.resource.refused),
         )
+    }
+}
+
+/// `A:3`: the writer and the token it sent.
+impl fmt::Display for Write {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}:{}", self.holder, self.token)
     }
 }
 

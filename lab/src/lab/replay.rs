@@ -524,11 +524,9 @@ impl<'a> Real<'a> {
             .iter()
             .map(|(token, id)| format!("{id:?}:{token}"))
             .collect();
+        // Written as the model writes its own (`Write`'s Display).
         let writes = |writes: &[Write]| {
-            let list: Vec<String> = writes
-                .iter()
-                .map(|w| format!("{:?}:{}", w.holder, w.token))
-                .collect();
+            let list: Vec<String> = writes.iter().map(Write::to_string).collect();
             list.join(" ")
         };
         Ok(format!(
