@@ -190,9 +190,18 @@ fn judge(steps: &[ReplayStep], property: &'static str) -> (bool, String) {
         }
     };
     let verdict = if agree {
+        let others: Vec<(&str, usize)> = model_first
+            .iter()
+            .filter(|(name, _)| *name != property)
+            .copied()
+            .collect();
+        let too = match others[..] {
+            [] => String::new(),
+            _ => format!(" ({} too)", said(&others)),
+        };
         format!(
-            "They agree. On both sides the properties fail first at the same steps ({}; \u{201c}{property}\u{201d} at the last), and every step's observation agrees.",
-            said(&model_first)
+            "They agree. On both sides \u{201c}{property}\u{201d} fails first at step {}, the last{too}, and every step's observation agrees.",
+            steps.len()
         )
     } else {
         let steps_words = match steps.iter().position(|s| !s.agree) {
