@@ -124,6 +124,7 @@ async fn every_page_passes_axe_core_and_fits_a_phone_and_200_percent_zoom() {
             ),
             ("the lab", "/lab".to_owned()),
             ("the lab's challenges", "/lab/challenges".to_owned()),
+            ("the model's counterexamples", "/lab/replay".to_owned()),
             ("the auctions", "/auctions".to_owned()),
             ("an auction item", w.auction_item().await?.1),
         ] {
@@ -141,6 +142,15 @@ async fn every_page_passes_axe_core_and_fits_a_phone_and_200_percent_zoom() {
             .await
             .context("step mode: A's grant was not taken")?;
         found.extend(check_page(&a, "a step session").await?);
+
+        // A counterexample of the model, replayed on real servers (lab_replay_run.html).
+        a.open("/lab/replay").await?;
+        a.page.locator("#replay-fence-button").click(None).await?;
+        expect(a.page.locator("#replay-verdict"))
+            .to_have_attribute("data-agree", "true")
+            .await
+            .context("the replay of step 4 off did not agree")?;
+        found.extend(check_page(&a, "a replayed counterexample").await?);
 
         // The cart (a section with a hold), the checkout, then the order.
         a.open(&format!("/events/{arena}/sections/101")).await?;

@@ -249,3 +249,51 @@ async fn a_clock_jump_on_redis_sells_twice_unfenced_and_the_fence_refuses_it() {
     )
     .await;
 }
+
+/// The model's counterexample with the failover guard off and today's fence, replayed on
+/// real servers from `GET /lab/replay` by keyboard alone (docs/race-lab.md, "The model's
+/// counterexamples, replayed"): the page says the real run agrees, and its last step shows
+/// both holders' writes accepted under one token.
+#[tokio::test]
+async fn the_keyboard_replays_a_counterexample_of_the_model_and_the_real_run_agrees() {
+    support::run_lab(
+        "lab_replay",
+        seatlock_lab::LabSettings::enabled(),
+        async |w| {
+            let reader = projector_reader(w).await?;
+            reader.open("/lab").await?;
+            let link = reader.page.locator("#replay");
+            link.focus().await?;
+            link.press("Enter", None).await?;
+            let button = reader
+                .page
+                .locator("#replay-failover-guard-todays-fence-button");
+            expect(button.clone())
+                .to_be_visible()
+                .await
+                .context("the list of counterexamples")?;
+            button.focus().await?;
+            button.press("Enter", None).await?;
+            let verdict = reader.page.locator("#replay-verdict");
+            expect(verdict.clone())
+                .to_have_attribute("data-agree", "true")
+                .await
+                .context("the replay did not agree with the model")?;
+            expect(verdict)
+                .to_contain_text("They agree.")
+                .await
+                .context("the verdict in words")?;
+            expect(reader.page.locator("tr[data-agree=false]"))
+                .to_have_count(0)
+                .await
+                .context("a step disagrees")?;
+            expect(reader.page.locator("tbody tr").last())
+                .to_contain_text("breaks:")
+                .await
+                .context("the last step breaks a property on both sides")?;
+            w.screenshot(&reader, "lab-replay").await?;
+            Ok(())
+        },
+    )
+    .await;
+}

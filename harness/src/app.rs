@@ -227,6 +227,16 @@ impl TestApp {
         &self.state.db
     }
 
+    /// Seat 14C's row of lab run `run` with one side (a step session's, or a model
+    /// replay's): sold to whom, the highest token it accepted, how many sales.
+    pub async fn lab_seat(&self, run: i64) -> (Option<String>, i64, i32) {
+        sqlx::query_as("SELECT sold_to, fence_token, sales FROM lab_seats WHERE run_id = $1")
+            .bind(run)
+            .fetch_one(self.db())
+            .await
+            .expect("a lab run with one seat row")
+    }
+
     /// The first event's id and the ids of its seats, in map order.
     pub async fn first_event_seats(&self) -> anyhow::Result<(i64, Vec<i64>)> {
         crate::stores::first_event_seats(self.db()).await

@@ -170,7 +170,9 @@ pub(crate) fn router(lab: &LabSettings) -> Router<AppState> {
             post(super::group::hold_group_route),
         )
         .merge(super::lab::router(lab.lab_clock_server.as_deref()))
-        .layer(Extension(lab.purchase_strategy));
+        .layer(Extension(lab.purchase_strategy))
+        // The lab's own settings, for the pages that start servers of their own.
+        .layer(Extension(lab.clone()));
     // Decided once, here: a handler never asks whether the lab is on.
     if lab.enable_race_lab {
         routes

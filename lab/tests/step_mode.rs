@@ -53,15 +53,6 @@ async fn steps(app: &TestApp, reader: &HttpBuyer, run: i64, events: &[(&str, &st
     }
 }
 
-/// Seat 14C's row of session `run`: sold to, highest token accepted, sales.
-async fn seat(app: &TestApp, run: i64) -> (Option<String>, i64, i32) {
-    sqlx::query_as("SELECT sold_to, fence_token, sales FROM lab_seats WHERE run_id = $1")
-        .bind(run)
-        .fetch_one(app.db())
-        .await
-        .unwrap()
-}
-
 /// The checker's marks on session `run`'s rows, in order.
 async fn marks(app: &TestApp, run: i64) -> Vec<String> {
     sqlx::query_scalar(
@@ -80,7 +71,7 @@ async fn stepping_a_stalled_holder_sells_twice_without_the_fence_and_once_with_i
     let off = start(&app, &reader, "fencing").await;
     steps(&app, &reader, off, &STALLED_HOLDER).await;
     // B bought with token 2; A's write with token 1 was accepted after it.
-    assert_eq!(seat(&app, off).await, (Some("A".into()), 2, 2));
+    assert_eq!(app.lab_seat(off).await, (Some("A".into()), 2, 2));
     let found = marks(&app, off).await;
     assert!(
         found.contains(&"stale-write-accepted".to_string()),
@@ -89,7 +80,7 @@ async fn stepping_a_stalled_holder_sells_twice_without_the_fence_and_once_with_i
 
     let on = start(&app, &reader, "none").await;
     steps(&app, &reader, on, &STALLED_HOLDER).await;
-    assert_eq!(seat(&app, on).await, (Some("B".into()), 2, 1));
+    assert_eq!(app.lab_seat(on).await, (Some("B".into()), 2, 1));
     assert_eq!(marks(&app, on).await, ["stale-write-refused"]);
 
     // The timeline: after B's grant (event 6) the lock was B's with token 2, the seat

@@ -6,8 +6,10 @@
 //! that can fail over or restart empty, the durable fence ledger, and one fenced
 //! resource, and checks the article's invariant in every reachable state: *writes
 //! accepted by the resource come from at most one holder at a time, in token order*.
-//! Each article step is a switch of [`Protocol`]; the tests in `model/tests/protocol.rs`
-//! turn one off at a time and assert the counterexample the checker finds.
+//! Each article step is a switch of [`Protocol`]; [`switched_off`] lists one model per
+//! step switched off, [`counterexample`] finds its shortest counterexample, and the tests
+//! in `model/tests/protocol.rs` assert each one's shape. The lab replays them on real
+//! Redis servers (`GET /lab/replay`, docs/race-lab.md, "The model's counterexamples, replayed").
 //!
 //! ## Actors and their state ([`State`])
 //!
@@ -112,10 +114,11 @@
 //! (10.7 million, 2 min); three holders with one grant each, one failover and one restart
 //! (26.3 million, 6 min), also with today's fence.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
-use stateright::{Model, Property};
+use stateright::{Checker, HasDiscoveries, Model, Path, Property};
 
 /// Steps 1–3: a live lease stays its holder's (so at most one holder has one).
 pub const LEASE_KEPT: &str = "a live lease is never taken from its holder";
@@ -399,23 +402,7 @@ impl Model for Protocol {
     type Action = Action;
 
     fn init_states(&self) -> Vec<State> {
-        vec![State {
-            holders: vec![
-                Holder {
-                    phase: Phase::Idle,
-                    grants: 0,
-                };
-                usize::from(self.holders)
-            ],
-            primary: Store::default(),
-            replica: Store::default(),
-            server: 0,
-            ledger: 0,
-            resource: Resource::default(),
-            failovers_left: self.failovers,
-            restarts_left: self.restarts,
-            granted: Vec::new(),
-        }]
+        vec![self.start()]
     }
 
     fn actions(&self, state: &State, actions: &mut Vec<Action>) {
@@ -658,6 +645,172 @@ impl Protocol {
     }
 }
 
+/// One article step switched off: the model without it, and the property whose
+/// counterexample shows why the step is there. [`switched_off`] lists them all.
+#[derive(Clone, Debug)]
+pub struct SwitchedOff {
+    /// Its name in URLs (`owner-check`, `fence`, …).
+    pub slug: &'static str,
+    /// What is switched off, for a person.
+    pub title: &'static str,
+    /// The model: two holders with one grant each, and only the faults the
+    /// counterexample needs.
+    pub model: Protocol,
+    /// The `always` property that fails without the step (one of the constants above).
+    pub property: &'static str,
+    /// What the counterexample shows, in one sentence.
+    pub story: &'static str,
+}
+
+/// One entry per step the model can switch off, in the article's order, each with the
+/// property that fails without it: step 3's owner check, step 4's fence, step 5's durable
+/// ledger and failover guard, today's fence without the guard, and the guard with markers
+/// that do not name their server. The tests in `model/tests/protocol.rs` check each
+/// counterexample's shape; the lab replays them on real Redis servers.
+pub fn switched_off() -> Vec<SwitchedOff> {
+    vec![
+        SwitchedOff {
+            slug: "owner-check",
+            title: "Step 3 off: release is a plain DEL",
+            model: Protocol::new(2, 1, 0, 0).without_owner_check(),
+            property: LEASE_KEPT,
+            story: "A holder whose lease lapsed while it paused releases, and deletes the live lease of the holder granted after it.",
+        },
+        SwitchedOff {
+            slug: "fence",
+            title: "Step 4 off: the resource accepts every write",
+            model: Protocol::new(2, 1, 0, 0).with_fence(Fence::Off),
+            property: TOKEN_ORDER,
+            story: "A holder pauses past its lease, the next holder writes with a higher token, and the paused holder's late write with the lower token is accepted after it.",
+        },
+        SwitchedOff {
+            slug: "durable-ledger",
+            title: "Step 5 off: tokens from the Redis counter alone",
+            model: Protocol::new(2, 1, 0, 1).without_durable_ledger(),
+            property: TOKENS_GROW,
+            story: "Redis restarts empty, and the next grant repeats a token already granted.",
+        },
+        SwitchedOff {
+            slug: "failover-guard",
+            title: "Step 5's failover guard off",
+            model: Protocol::new(2, 1, 1, 0).with_guard(Guard::Off),
+            property: TOKENS_GROW,
+            story: "The primary grants a token and fails over before its replica saw it; the promoted replica grants the same token again from its older counter.",
+        },
+        SwitchedOff {
+            slug: "failover-guard-todays-fence",
+            title: "The failover guard off, with today's fence (an equal token accepted from anybody)",
+            model: Protocol::new(2, 1, 1, 0)
+                .with_guard(Guard::Off)
+                .with_fence(Fence::AcceptEqual),
+            property: ONE_HOLDER_PER_TOKEN,
+            story: "After the failover the repeated token is granted to a second holder, and the fence accepts its write beside the first holder's: two holders under one token.",
+        },
+        SwitchedOff {
+            slug: "plain-markers",
+            title: "The failover guard with reservation markers that do not name their server",
+            model: Protocol::new(2, 1, 1, 0).with_guard(Guard::StampPlainMarkers),
+            property: TOKENS_GROW,
+            story: "A marker copied to the replica installs, after the failover, a block reserved before a newer one the old primary issued from, and the next grant repeats a token.",
+        },
+    ]
+}
+
+impl Protocol {
+    /// The one initial state: every holder idle, both Redis servers and the ledger empty
+    /// (a cold lease group), the resource never written.
+    pub fn start(&self) -> State {
+        State {
+            holders: vec![
+                Holder {
+                    phase: Phase::Idle,
+                    grants: 0,
+                };
+                usize::from(self.holders)
+            ],
+            primary: Store::default(),
+            replica: Store::default(),
+            server: 0,
+            ledger: 0,
+            resource: Resource::default(),
+            failovers_left: self.failovers,
+            restarts_left: self.restarts,
+            granted: Vec::new(),
+        }
+    }
+
+    /// The `always` properties that `state` breaks (their names, in the order of
+    /// [`Model::properties`]): the model's own judgement, for a state the model reached or
+    /// one built from what a real run showed (the lab's replay).
+    pub fn broken(&self, state: &State) -> Vec<&'static str> {
+        self.properties()
+            .into_iter()
+            .filter(|p| p.expectation == stateright::Expectation::Always)
+            .filter(|p| !(p.condition)(self, state))
+            .map(|p| p.name)
+            .collect()
+    }
+}
+
+/// A shortest counterexample: the trace from the initial state to the first state where
+/// the property fails, and how many states the search visited to find it.
+#[derive(Clone, Debug)]
+pub struct Counterexample {
+    /// The states and the actions between them, from the initial state.
+    pub trace: Path<State, Action>,
+    /// States visited by the breadth-first search (repeats included).
+    pub states_explored: usize,
+}
+
+impl Counterexample {
+    /// The trace's steps as (state before, action, state after), in order.
+    pub fn steps(&self) -> Vec<(State, Action, State)> {
+        let states = self.trace.clone().into_states();
+        let actions = self.trace.clone().into_actions();
+        actions
+            .into_iter()
+            .enumerate()
+            .map(|(i, action)| (states[i].clone(), action, states[i + 1].clone()))
+            .collect()
+    }
+}
+
+/// Searches `model` breadth first until the `always` property named `property` fails, and
+/// returns the first trace where it does: a shortest one, since breadth first visits
+/// every shorter trace before. `None` if no reachable state breaks it (or `model` has no
+/// such property). Takes milliseconds for the bounds of [`switched_off`] (a few thousand
+/// states); it blocks the calling thread, so async code calls it from a blocking task.
+pub fn counterexample(model: &Protocol, property: &'static str) -> Option<Counterexample> {
+    let condition = model
+        .properties()
+        .into_iter()
+        .find(|p| p.name == property)?
+        .condition;
+    // The checker reports that the property failed, not where first: the visitor keeps
+    // the first path (in breadth-first order) whose last state breaks it.
+    let first: Arc<Mutex<Option<Path<State, Action>>>> = Arc::default();
+    let seen = Arc::clone(&first);
+    let judge = model.clone();
+    let checker = model
+        .clone()
+        .checker()
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+        .visitor(move |path: Path<State, Action>| {
+            let mut first = seen.lock().expect("the visitor does not panic");
+            if first.is_none() && !condition(&judge, path.last_state()) {
+                *first = Some(path);
+            }
+        })
+        .spawn_bfs()
+        .join();
+    checker.discovery(property)?;
+    let trace = first.lock().expect("the visitor does not panic").take()?;
+    Some(Counterexample {
+        trace,
+        states_explored: checker.state_count(),
+    })
+}
+
 /// One line per state, for traces: each holder, both Redis servers, the ledger and the
 /// resource.
 impl fmt::Display for State {
@@ -688,10 +841,7 @@ impl fmt::Display for State {
             write!(f, "; ")?;
         }
         let writes = |writes: &[Write]| {
-            let list: Vec<String> = writes
-                .iter()
-                .map(|w| format!("{:?}:{}", w.holder, w.token))
-                .collect();
+            let list: Vec<String> = writes.iter().map(Write::to_string).collect();
             list.join(" ")
         };
         write!(
@@ -704,6 +854,13 @@ impl fmt::Display for State {
             writes(&self.resource.accepted),
             writes(&self.resource.refused),
         )
+    }
+}
+
+/// `A:3`: the writer and the token it sent.
+impl fmt::Display for Write {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}:{}", self.holder, self.token)
     }
 }
 
@@ -722,5 +879,77 @@ impl fmt::Display for Store {
             write!(f, ", marker {holder:?}@s{server}")?;
         }
         write!(f, "}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `model` switches off, against everything on.
+    fn differences(model: &Protocol) -> Vec<&'static str> {
+        let on = Protocol::new(model.holders, model.leases_per_holder, 0, 0);
+        let mut off = Vec::new();
+        if model.owner_check != on.owner_check {
+            off.push("owner check");
+        }
+        match model.fence {
+            Fence::Off => off.push("fence"),
+            Fence::AcceptEqual => off.push("today's fence"),
+            Fence::RefuseEqualFromOther => {}
+        }
+        if model.durable_ledger != on.durable_ledger {
+            off.push("durable ledger");
+        }
+        match model.failover_guard {
+            Guard::Off => off.push("failover guard"),
+            Guard::StampPlainMarkers => off.push("markers naming their server"),
+            Guard::Stamp => {}
+        }
+        off
+    }
+
+    /// One entry per step switched off: each of the model's switches off alone in
+    /// exactly one entry, today's fence only beside the guard it needs, every slug
+    /// distinct, and every property an `always` one of the model.
+    #[test]
+    fn the_listing_has_one_entry_per_step_switched_off() {
+        let listed = switched_off();
+        let off: Vec<Vec<&str>> = listed.iter().map(|s| differences(&s.model)).collect();
+        assert_eq!(
+            off,
+            [
+                vec!["owner check"],
+                vec!["fence"],
+                vec!["durable ledger"],
+                vec!["failover guard"],
+                vec!["today's fence", "failover guard"],
+                vec!["markers naming their server"],
+            ]
+        );
+        let slugs: BTreeSet<&str> = listed.iter().map(|s| s.slug).collect();
+        assert_eq!(slugs.len(), listed.len());
+        for entry in &listed {
+            let property = entry
+                .model
+                .properties()
+                .into_iter()
+                .find(|p| p.name == entry.property);
+            assert!(
+                property.is_some_and(|p| p.expectation == stateright::Expectation::Always),
+                "{}: {} is an always property",
+                entry.slug,
+                entry.property
+            );
+        }
+    }
+
+    #[test]
+    fn with_every_step_on_there_is_no_counterexample() {
+        let model = Protocol::new(2, 1, 0, 1);
+        for property in [LEASE_KEPT, TOKENS_GROW, TOKEN_ORDER, ONE_HOLDER_PER_TOKEN] {
+            assert!(counterexample(&model, property).is_none(), "{property}");
+        }
+        assert!(counterexample(&model, "no such property").is_none());
     }
 }

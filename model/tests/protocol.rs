@@ -7,18 +7,14 @@
 //! and one empty restart. A test that switches a step off uses the same bounds or fewer
 //! faults, so the check with everything on covers every trace it finds.
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use seatlock_model::{
-    Action, Fence, Guard, HolderId, LATE_WRITE_REFUSED, LEASE_KEPT, LOST_LEASE_REGRANTED, LeaseId,
-    ONE_HOLDER_PER_TOKEN, Phase, Protocol, Standing, State, TOKEN_ORDER, TOKENS_GROW,
-    WRITE_AFTER_FAILOVER,
+    Action, Counterexample, Fence, HolderId, LATE_WRITE_REFUSED, LOST_LEASE_REGRANTED, LeaseId,
+    ONE_HOLDER_PER_TOKEN, Phase, Protocol, Standing, State, SwitchedOff, TOKEN_ORDER, TOKENS_GROW,
+    WRITE_AFTER_FAILOVER, switched_off,
 };
-use stateright::{Checker, HasDiscoveries, Model, Path};
-
-type Trace = Path<State, Action>;
+use stateright::{Checker, Model};
 
 /// Explores every reachable state of `model` breadth first.
 fn check_all(name: &str, model: Protocol) -> impl Checker<Protocol> {
@@ -35,54 +31,34 @@ fn check_all(name: &str, model: Protocol) -> impl Checker<Protocol> {
     checker
 }
 
-/// Searches `model` breadth first until `property` fails and returns the first trace
-/// where it does (a shortest one), printed step by step.
-fn counterexample(name: &str, model: Protocol, property: &'static str) -> Trace {
+/// The shortest counterexample of the listed step switched off named `slug`
+/// ([`seatlock_model::counterexample`]), printed step by step; and its model.
+fn counterexample(slug: &str) -> (Counterexample, Protocol) {
+    let SwitchedOff {
+        title,
+        model,
+        property,
+        ..
+    } = switched_off()
+        .into_iter()
+        .find(|s| s.slug == slug)
+        .expect("a listed step");
     let started = Instant::now();
-    let condition = model.property(property).condition;
-    let first: Arc<Mutex<Option<Trace>>> = Arc::default();
-    let seen = Arc::clone(&first);
-    let judge = model.clone();
-    let checker = model
-        .checker()
-        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
-        .visitor(move |path: Trace| {
-            let mut first = seen.lock().unwrap();
-            if first.is_none() && !condition(&judge, path.last_state()) {
-                *first = Some(path);
-            }
-        })
-        .spawn_bfs()
-        .join();
-    assert!(
-        checker.discovery(property).is_some(),
-        "{name}: no counterexample to \"{property}\""
-    );
-    let trace = first.lock().unwrap().take().expect("the visitor saw it");
+    let found = seatlock_model::counterexample(&model, property)
+        .unwrap_or_else(|| panic!("{title}: no counterexample to \"{property}\""));
     println!(
-        "{name}: \"{property}\" fails after {} steps ({} states explored in {:.0?}):",
-        trace.clone().into_actions().len(),
-        checker.state_count(),
+        "{title}: \"{property}\" fails after {} steps ({} states explored in {:.0?}):",
+        found.trace.clone().into_actions().len(),
+        found.states_explored,
         started.elapsed()
     );
-    for (state, action) in trace.clone().into_vec() {
+    for (state, action) in found.trace.clone().into_vec() {
         println!("    {state}");
         if let Some(action) = action {
             println!("  {action:?}");
         }
     }
-    trace
-}
-
-/// The trace's steps as (state before, action, state after).
-fn steps(trace: &Trace) -> Vec<(State, Action, State)> {
-    let states = trace.clone().into_states();
-    let actions = trace.clone().into_actions();
-    actions
-        .into_iter()
-        .enumerate()
-        .map(|(i, action)| (states[i].clone(), action, states[i + 1].clone()))
-        .collect()
+    (found, model)
 }
 
 /// The holder's lease and token, if it is holding.
@@ -140,9 +116,8 @@ fn with_every_step_on_every_property_holds_and_a_write_is_accepted_after_a_failo
 /// on, the resource is still safe: every resource property holds.
 #[test]
 fn without_the_owner_check_a_paused_holder_deletes_the_next_holders_lease() {
-    let model = Protocol::new(2, 1, 0, 0).without_owner_check();
-    let trace = counterexample("no owner check", model.clone(), LEASE_KEPT);
-    let steps = steps(&trace);
+    let (found, model) = counterexample("owner-check");
+    let steps = found.steps();
     let (before, last, after) = steps.last().unwrap();
     let Action::Release(stale) = *last else {
         panic!("ends with a release, not {last:?}")
@@ -180,9 +155,9 @@ fn without_the_owner_check_a_paused_holder_deletes_the_next_holders_lease() {
 /// lower token is accepted after it.
 #[test]
 fn without_the_fence_a_paused_holders_late_write_is_accepted_out_of_token_order() {
-    let model = Protocol::new(2, 1, 0, 0).with_fence(Fence::Off);
-    let trace = counterexample("no fence", model, TOKEN_ORDER);
-    let steps = steps(&trace);
+    let (found, model) = counterexample("fence");
+    assert_eq!(model.fence, Fence::Off);
+    let steps = found.steps();
     let (before, last, after) = steps.last().unwrap();
     let Action::Write(stale) = *last else {
         panic!("ends with a write, not {last:?}")
@@ -206,9 +181,8 @@ fn without_the_fence_a_paused_holders_late_write_is_accepted_out_of_token_order(
 /// refuses an equal token from another holder keeps the resource safe all the same.
 #[test]
 fn without_the_durable_ledger_a_token_repeats_after_redis_restarts_empty() {
-    let model = Protocol::new(2, 1, 0, 1).without_durable_ledger();
-    let trace = counterexample("no durable ledger", model.clone(), TOKENS_GROW);
-    let steps = steps(&trace);
+    let (found, model) = counterexample("durable-ledger");
+    let steps = found.steps();
     let restart = steps
         .iter()
         .position(|(_, a, _)| *a == Action::RestartEmpty)
@@ -242,9 +216,8 @@ fn without_the_durable_ledger_a_token_repeats_after_redis_restarts_empty() {
 /// fence keeps the resource safe all the same.
 #[test]
 fn without_the_failover_guard_a_promoted_replica_repeats_a_token() {
-    let model = Protocol::new(2, 1, 1, 0).with_guard(Guard::Off);
-    let trace = counterexample("no failover guard", model.clone(), TOKENS_GROW);
-    let steps = steps(&trace);
+    let (found, model) = counterexample("failover-guard");
+    let steps = found.steps();
     let (before_failover, _, _) = steps
         .iter()
         .find(|(_, a, _)| *a == Action::Failover)
@@ -276,10 +249,9 @@ fn without_the_failover_guard_a_promoted_replica_repeats_a_token() {
 /// than once (a high bid) cannot tell apart.
 #[test]
 fn without_the_guard_todays_fence_accepts_one_token_from_two_holders() {
-    let model = Protocol::new(2, 1, 1, 0)
-        .with_guard(Guard::Off)
-        .with_fence(Fence::AcceptEqual);
-    let trace = counterexample("today's fence, no guard", model, ONE_HOLDER_PER_TOKEN);
+    let (found, model) = counterexample("failover-guard-todays-fence");
+    assert_eq!(model.fence, Fence::AcceptEqual);
+    let trace = found.trace;
     let actions = trace.clone().into_actions();
     assert!(actions.contains(&Action::Failover), "{actions:?}");
     let accepted = &trace.last_state().resource.accepted;
@@ -306,9 +278,8 @@ fn with_the_guard_todays_fence_accepting_equal_tokens_keeps_every_property() {
 /// backwards; [`TOKENS_GROW`] catches both.) The marker must record its server.
 #[test]
 fn a_guard_with_markers_that_do_not_name_their_server_repeats_a_token() {
-    let model = Protocol::new(2, 1, 1, 0).with_guard(Guard::StampPlainMarkers);
-    let trace = counterexample("plain markers", model, TOKENS_GROW);
-    let steps = steps(&trace);
+    let (found, _) = counterexample("plain-markers");
+    let steps = found.steps();
     let failover = steps
         .iter()
         .position(|(_, a, _)| *a == Action::Failover)

@@ -30,11 +30,10 @@ mod challenge_routes;
 mod check;
 mod history;
 mod net_delay;
-// The clock-jump fault uses `start_with_clock`, `jump_clock` and `url`; `start`,
-// `restart_empty` and `copy_from` are the model's replay's, which comes next.
-#[allow(dead_code)]
 mod own_redis;
 mod queries;
+mod replay;
+mod replay_routes;
 mod routes;
 mod run;
 mod simulated;
@@ -51,13 +50,14 @@ use seatlock::http::error::{Error, Result};
 pub use own_redis::libfaketime;
 pub use stepper::STALLED_HOLDER;
 
-/// The lab's routes: the timed runs', step mode's and the challenges' (merged by
-/// `crate::server::router`). `clock_server` is `--lab-clock-server`, for the runs whose
+/// The lab's routes: the timed runs', step mode's, the challenges' and the model's
+/// replay's (merged by `crate::server::router`). `clock_server` is `--lab-clock-server`, for the runs whose
 /// Redis's clock jumps (`ClockServer`).
 pub fn router(clock_server: Option<&str>) -> axum::Router<seatlock::state::AppState> {
     routes::router()
         .merge(step_routes::routes())
         .merge(challenge_routes::routes())
+        .merge(replay_routes::routes())
         .layer(axum::Extension(ClockServer(clock_server.map(Arc::from))))
 }
 

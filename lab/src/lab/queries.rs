@@ -103,6 +103,30 @@ pub(super) async fn create_run(
     Ok(id)
 }
 
+/// `lab_runs.fault` of a replay of the model's counterexample (`replay.rs`), which no
+/// list of timed runs shows.
+pub(super) const REPLAY: &str = "replay";
+
+/// Records a replay of the counterexample `slug` (finished as it starts: nothing runs in
+/// the background) and its one seat row, on the `off` side; returns its id.
+pub(super) async fn create_replay_run(db: &PgPool, slug: &str) -> sqlx::Result<i64> {
+    let mut tx = db.begin().await?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO lab_runs (step, fault, pause_ms, seed, finished_at)
+         VALUES ($1, $2, 0, 0, now()) RETURNING id",
+    )
+    .bind(slug)
+    .bind(REPLAY)
+    .fetch_one(&mut *tx)
+    .await?;
+    sqlx::query("INSERT INTO lab_seats (run_id, side) VALUES ($1, 'off')")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(id)
+}
+
 /// Starts the clocks of the queued runs `ids` ([`create_run`]): their turn has come.
 pub(super) async fn start_clocks(db: &PgPool, ids: &[i64]) -> sqlx::Result<()> {
     sqlx::query("UPDATE lab_runs SET started_at = now() WHERE id = ANY($1)")
@@ -157,15 +181,17 @@ pub(super) async fn run(db: &PgPool, id: i64) -> sqlx::Result<Option<Run>> {
         .await
 }
 
-/// The latest `limit` timed runs (not step sessions, `stepper.rs`), newest first.
+/// The latest `limit` timed runs (not step sessions, `stepper.rs`, nor replays,
+/// `replay.rs`), newest first.
 pub(super) async fn recent_runs(db: &PgPool, limit: i64) -> sqlx::Result<Vec<Run>> {
     sqlx::query_as(&format!(
         "SELECT {RUN_COLUMNS} FROM lab_runs
-          WHERE id NOT IN (SELECT run_id FROM lab_step_sessions)
+          WHERE id NOT IN (SELECT run_id FROM lab_step_sessions) AND fault <> $3
           ORDER BY id DESC LIMIT $2"
     ))
     .bind(CUT_OFF_AFTER.as_secs_f64())
     .bind(limit)
+    .bind(REPLAY)
     .fetch_all(db)
     .await
 }
@@ -276,6 +302,22 @@ pub(super) async fn read_seat(db: &PgPool, id: i64, side: Side) -> sqlx::Result<
         .bind(side.as_str())
         .fetch_one(db)
         .await
+}
+
+/// Seat 14C's row of run `id`, side `side`: sold to whom, the highest token it accepted
+/// (0: none yet), and how many writes it accepted.
+pub(super) async fn seat_row(
+    db: &PgPool,
+    id: i64,
+    side: Side,
+) -> sqlx::Result<(Option<String>, i64, i32)> {
+    sqlx::query_as(
+        "SELECT sold_to, fence_token, sales FROM lab_seats WHERE run_id = $1 AND side = $2",
+    )
+    .bind(id)
+    .bind(side.as_str())
+    .fetch_one(db)
+    .await
 }
 
 /// Writes "14C sold to `server`" to the seat's row under `rule`, with `token` (the

@@ -135,7 +135,7 @@ async fn prepare(
         } else {
             rng.random_range(0..=JITTER_MS)
         };
-        let client = lease_client_on(state, &store_url, protocol, &redis)?;
+        let client = lease_client_on(state, protocol, connect_to(state, &store_url)?, &redis);
         client.ping().await?;
         // A's write delayed in the network: its own connection to Postgres, through a
         // proxy, made now.
@@ -218,7 +218,7 @@ pub(super) fn connect(state: &AppState) -> anyhow::Result<RedisStore> {
 }
 
 /// A connection of its own to the Redis at `url` (the server's, or a run's own).
-fn connect_to(state: &AppState, url: &str) -> anyhow::Result<RedisStore> {
+pub(super) fn connect_to(state: &AppState, url: &str) -> anyhow::Result<RedisStore> {
     Ok(lease::connect(url, state.settings.store_timeout())?)
 }
 
@@ -229,24 +229,28 @@ pub(super) fn lease_client(
     protocol: Protocol,
     redis: &Arc<RedisStore>,
 ) -> anyhow::Result<Arc<dyn LeaseStore>> {
-    lease_client_on(state, state.settings.lease_store_url(), protocol, redis)
+    Ok(lease_client_on(state, protocol, connect(state)?, redis))
 }
 
-/// One server's lease client under `protocol`, on a connection of its own to the Redis
-/// at `url`: tokens from the Postgres ledger with the failover guard (step 5 on), or
-/// from a ledger kept in the lab's Redis `redis`, guard off (step 5 off).
-fn lease_client_on(
+/// [`lease_client`] on the connection `store` (a Redis of the lab's own: a clock-jump
+/// run's, the replay's).
+pub(super) fn lease_client_on(
     state: &AppState,
-    url: &str,
     protocol: Protocol,
+    store: RedisStore,
     redis: &Arc<RedisStore>,
-) -> anyhow::Result<Arc<dyn LeaseStore>> {
-    let store = connect_to(state, url)?;
-    Ok(if protocol.durable_tokens {
-        Arc::new(LeaseClient::new(store, PgFenceLedger(state.db.clone())))
+) -> Arc<dyn LeaseStore> {
+    if protocol.durable_tokens {
+        Arc::new(
+            LeaseClient::new(store, PgFenceLedger(state.db.clone()))
+                .with_failover_guard(protocol.failover_guard),
+        )
     } else {
-        Arc::new(LeaseClient::new(store, LedgerInRedis(redis.clone())).with_failover_guard(false))
-    })
+        Arc::new(
+            LeaseClient::new(store, LedgerInRedis(redis.clone()))
+                .with_failover_guard(protocol.failover_guard),
+        )
+    }
 }
 
 /// The lock of run `run_id`'s `side`: 14C in the group `<namespace>:lab:<run>:<side>`.

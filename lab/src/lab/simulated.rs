@@ -40,6 +40,10 @@ pub(super) struct Protocol {
     /// Step 5: tokens from the Postgres ledger, failover guard on (off: a ledger in the
     /// same Redis, guard off).
     pub durable_tokens: bool,
+    /// Step 5's failover guard ([`lease::LeaseClient::with_failover_guard`]): on with the
+    /// durable tokens, off with them; off alone only in the model's replay
+    /// ([`Protocol::without_failover_guard`]).
+    pub failover_guard: bool,
     /// The conditional `UPDATE` (only for [`Step::Conditional`], on side).
     conditional: bool,
 }
@@ -64,7 +68,17 @@ impl Protocol {
             fence: lock && on(Step::Fencing) && on(Step::LockDelay),
             lock_delay: !on(Step::LockDelay),
             durable_tokens: on(Step::Ledger),
+            failover_guard: on(Step::Ledger),
             conditional: !lock && side == Side::On,
+        }
+    }
+
+    /// This protocol with the failover guard off and everything else as it was: the
+    /// model's counterexamples without the guard keep the durable ledger (`replay.rs`).
+    pub(super) fn without_failover_guard(self) -> Protocol {
+        Protocol {
+            failover_guard: false,
+            ..self
         }
     }
 

@@ -20,11 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lease::{FencingToken, Lease, LeaseError, LeaseKey, OwnerToken, RedisStore};
-use redis::Script;
 use seatlock::state::AppState;
 use sqlx::{PgPool, Postgres, Transaction};
 
-use super::check::{Action, Checker, Lapse, Mark};
+use super::check::{Action, Checker, Mark};
 use super::queries::{self, NewRow};
 use super::run::{clean_up, connect, lease_client, lock_key};
 use super::simulated::Protocol;
@@ -598,20 +597,7 @@ async fn operate(
         }
         Event::Lapse => {
             let owner = me.lease.as_ref().map(|(o, _)| o.as_str()).unwrap_or("");
-            let lapsed: i64 = Script::new(include_str!("lapse.lua"))
-                .key(key.lease_key())
-                .arg(owner)
-                .invoke_async(&mut redis.connection())
-                .await?;
-            let lapse = match lapsed {
-                1 => {
-                    // Redis expires a key once its PTTL passes: 1 ms, and a little more.
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    Lapse::Expired
-                }
-                -1 => Lapse::NoExpiry,
-                _ => Lapse::NotHeld,
-            };
+            let lapse = unsafe_ops::lapse(redis, key, owner).await?;
             Done::acted("lapse", Action::Lapsed(lapse))
         }
     })
@@ -626,13 +612,8 @@ async fn observe(
     server: &str,
     done: &Done,
 ) -> anyhow::Result<StepState> {
-    let (seat_sold_to, seat_token, seat_sales): (Option<String>, i64, i32) = sqlx::query_as(
-        "SELECT sold_to, fence_token, sales FROM lab_seats WHERE run_id = $1 AND side = $2",
-    )
-    .bind(session.run_id)
-    .bind(session.side.as_str())
-    .fetch_one(db)
-    .await?;
+    let (seat_sold_to, seat_token, seat_sales) =
+        queries::seat_row(db, session.run_id, session.side).await?;
     let lock = if session.protocol.lock {
         unsafe_ops::observe(redis, key).await?
     } else {

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use lease::{FenceLedger, LeaseKey, RedisStore};
 use redis::{AsyncCommands, RedisResult, Script};
 
+use super::check::Lapse;
+
 /// What the lab reads of the lock right after an operation, for the table's columns.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Observed {
@@ -46,6 +48,26 @@ pub(super) async fn delete_unchecked(
         .key(key.lease_key())
         .invoke_async(&mut redis.connection())
         .await
+}
+
+/// The holder's lease runs out now (`lapse.lua`): given 1 ms left, and Redis expires it
+/// as it would any key; `owner` is the holder's owner token. Only its own key, and only
+/// one with a TTL (a key made without `PX` never lapses).
+pub(super) async fn lapse(redis: &RedisStore, key: &LeaseKey, owner: &str) -> RedisResult<Lapse> {
+    let lapsed: i64 = Script::new(include_str!("lapse.lua"))
+        .key(key.lease_key())
+        .arg(owner)
+        .invoke_async(&mut redis.connection())
+        .await?;
+    Ok(match lapsed {
+        1 => {
+            // Redis expires a key once its PTTL passes: 1 ms, and a little more.
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            Lapse::Expired
+        }
+        -1 => Lapse::NoExpiry,
+        _ => Lapse::NotHeld,
+    })
 }
 
 /// Step 2 off: `PERSIST` removes the TTL the grant set, so the key never expires.
