@@ -19,14 +19,9 @@ pub(crate) fn dies_with_parent(command: &mut std::process::Command) -> &mut std:
     unsafe { command.pre_exec(die_with_parent) }
 }
 
-/// The `pre_exec` hook of [`dies_with_parent`], for `tokio::process::Command` too.
-fn die_with_parent() -> std::io::Result<()> {
-    // SAFETY: prctl with these arguments reads and writes no memory of ours.
-    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } == -1 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
+/// The `pre_exec` hook of [`dies_with_parent`], for `tokio::process::Command` too: the
+/// lab's, which starts servers of its own with it.
+use seatlock_lab::lab::die_with_parent;
 
 /// A free loopback port (free when asked: the kernel picks it for a listener that is
 /// closed at once).

@@ -131,8 +131,9 @@ impl OwnRedis {
 
     async fn launch(binary: &str, faketime: Option<String>) -> anyhow::Result<OwnRedis> {
         let port = free_port()?;
+        remove_folders_of_dead_labs();
         let dir =
-            std::env::temp_dir().join(format!("seatlock-lab-redis-{}-{port}", std::process::id()));
+            std::env::temp_dir().join(format!("{FOLDER_PREFIX}{}-{port}", std::process::id()));
         tokio::fs::create_dir_all(&dir).await?;
         let clock_offset = faketime.map(|_| Duration::ZERO);
         if clock_offset.is_some() {
@@ -156,6 +157,43 @@ impl Drop for OwnRedis {
         let _ = self.child.start_kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The start of each server's folder name in the temporary folder, before
+/// `<lab's pid>-<port>`.
+const FOLDER_PREFIX: &str = "seatlock-lab-redis-";
+
+/// Removes the folders that labs no longer running left behind (a lab killed with SIGKILL
+/// runs no destructor; its servers died with it, [`die_with_parent`]).
+fn remove_folders_of_dead_labs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(FOLDER_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Makes a child process die (SIGKILL) when the thread that started it ends (Linux's
+/// `PR_SET_PDEATHSIG`), as a `pre_exec` hook: a lab, test or `load-test` killed with
+/// SIGKILL, whose destructors never run, leaves no server of its own behind. Tokio's
+/// worker threads live as long as its runtime. Errors: prctl's.
+pub fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl with these arguments reads and writes no memory of ours.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The libfaketime preload library (Debian package `faketime`, which
@@ -185,6 +223,9 @@ fn spawn(binary: &str, port: u16, dir: &std::path::Path, faketime: bool) -> anyh
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true);
+    // SAFETY: between fork and exec the hook only calls prctl, which is
+    // async-signal-safe.
+    unsafe { command.pre_exec(die_with_parent) };
     if faketime {
         command
             .env("LD_PRELOAD", libfaketime()?)
@@ -331,6 +372,22 @@ mod tests {
         // It stands alone: it takes writes of its own.
         set(&replica, "its-own", 600_000).await;
         assert_eq!(get(&replica, "its-own").await.as_deref(), Some("v"));
+    }
+
+    /// A folder a lab killed with SIGKILL left goes at the next start; a living lab's stays.
+    #[test]
+    fn the_folders_of_labs_no_longer_running_are_removed_and_no_other() {
+        let tmp = std::env::temp_dir();
+        // Above the kernel's pid_max (at most 2^22): no process has it.
+        let dead = tmp.join(format!("{FOLDER_PREFIX}4999999-1"));
+        let alive = tmp.join(format!("{FOLDER_PREFIX}{}-1", std::process::id()));
+        for dir in [&dead, &alive] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        remove_folders_of_dead_labs();
+        assert!(!dead.exists());
+        assert!(alive.exists());
+        std::fs::remove_dir_all(alive).unwrap();
     }
 
     #[test]
