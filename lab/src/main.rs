@@ -55,10 +55,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(serve) => {
             // Clap's own refusal, with its usage text and exit code.
-            serve
-                .lab
-                .refuse_lab_settings_without_the_lab()
-                .unwrap_or_else(|err| err.exit());
+            serve.lab.check().unwrap_or_else(|err| err.exit());
             let app = seatlock_lab::build(serve.settings, &serve.lab).await?;
             app.serve_until_signalled("seatlock-lab").await?;
         }

@@ -112,6 +112,44 @@ impl LabSettings {
         Self::augment_args(clap::Command::new("serve"))
     }
 
+    /// The checks after parsing, both: [`LabSettings::refuse_lab_settings_without_the_lab`]
+    /// and [`LabSettings::refuse_a_missing_clock_server`]. Errors: clap's, naming the flag.
+    pub fn check(&self) -> Result<(), clap::Error> {
+        self.refuse_lab_settings_without_the_lab()?;
+        self.refuse_a_missing_clock_server()
+    }
+
+    /// Refuses a `--lab-clock-server` that names no executable file (a path, or a name on
+    /// `PATH`): the lab would offer the clock jump and every run of it would fail. Errors:
+    /// clap's "invalid value" error naming the flag and where to get one.
+    pub fn refuse_a_missing_clock_server(&self) -> Result<(), clap::Error> {
+        let Some(binary) = &self.lab_clock_server else {
+            return Ok(());
+        };
+        let executable = |path: &std::path::Path| {
+            use std::os::unix::fs::PermissionsExt;
+            path.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        let found = if binary.contains('/') {
+            executable(std::path::Path::new(binary))
+        } else {
+            std::env::var_os("PATH").is_some_and(|paths| {
+                std::env::split_paths(&paths).any(|dir| executable(&dir.join(binary)))
+            })
+        };
+        if found {
+            return Ok(());
+        }
+        Err(Self::command().error(
+            clap::error::ErrorKind::InvalidValue,
+            format!(
+                "--lab-clock-server (SEATLOCK_LAB_CLOCK_SERVER) names no executable file: \
+                 {binary}. `scripts/services.sh clock-server` fetches one and prints its path."
+            ),
+        ))
+    }
+
     /// Refuses the lab-only settings without `--enable-race-lab`, after parsing. Clap's
     /// `requires` (above) refuses them on the command line. But it counts a flag set in
     /// the environment as given even when its value is `false`
@@ -255,6 +293,27 @@ mod tests {
         assert!(err.to_string().contains("--enable-race-lab"), "{err}");
         settings.enable_race_lab = true;
         assert!(settings.refuse_lab_settings_without_the_lab().is_ok());
+    }
+
+    #[test]
+    fn a_clock_server_that_is_not_an_executable_file_is_refused_at_the_start() {
+        let with = |binary: &str| LabSettings {
+            lab_clock_server: Some(binary.to_owned()),
+            ..LabSettings::enabled()
+        };
+        // A file that is there but cannot be run.
+        let plain = std::env::temp_dir().join(format!("not-a-server-{}", std::process::id()));
+        std::fs::write(&plain, "").unwrap();
+        let plain_path = plain.display().to_string();
+        for missing in ["/nope/valkey-server", "no-such-server-on-path", &plain_path] {
+            let err = with(missing).check().expect_err(missing);
+            assert!(err.to_string().contains("--lab-clock-server"), "{err}");
+            assert!(err.to_string().contains(missing), "{err}");
+        }
+        std::fs::remove_file(plain).unwrap();
+        assert!(with("/bin/sh").check().is_ok());
+        assert!(with("sh").check().is_ok());
+        assert!(LabSettings::enabled().check().is_ok());
     }
 
     #[test]

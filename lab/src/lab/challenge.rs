@@ -54,7 +54,7 @@ pub(super) const CHALLENGES: [Challenge; 2] = [
         slug: "every-fault",
         task: "Sell 14C exactly once under every fault (seed 21): choose the one step you may switch off, or none.",
         answer: Answer::Step,
-        hint: "Each fault breaks some step: the answer is checked against every one.",
+        hint: "Each fault breaks some step: the answer is checked against every one. What is judged is the seat (sold once, a valid history), not the lock.",
     },
 ];
 
@@ -189,6 +189,10 @@ pub(super) struct Judged {
     /// the kinds of promise it found broken, comma-separated.
     pub history_valid: Option<bool>,
     pub history_anomalies: String,
+    /// Leases the checker saw granted while another holder's may still have run: a lock
+    /// broken (step 3 off) or a lease lost with Redis. Counted, not judged: the fence
+    /// is there for them.
+    pub history_double_grants: i32,
     /// Rows marked as a store that failed, on that side.
     pub failures: i64,
 }
@@ -257,7 +261,7 @@ pub(super) async fn judge(db: &PgPool, id: i64) -> sqlx::Result<Option<Attempt>>
     };
     let runs = sqlx::query_as(
         "SELECT r.id AS run_id, r.fault, c.side, r.finished_at IS NOT NULL AS finished,
-                s.sales, s.history_valid, s.history_anomalies,
+                s.sales, s.history_valid, s.history_anomalies, s.history_double_grants,
                 (SELECT count(*) FROM lab_rows w
                   WHERE w.run_id = r.id AND w.side = c.side AND w.mark = 'failed') AS failures
            FROM lab_challenge_runs c

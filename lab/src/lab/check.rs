@@ -115,7 +115,7 @@ impl Action {
             Action::GaveUp { .. } => "gives up: still refused".into(),
             Action::Crashed { .. } => "crashes (no write, no release)".into(),
             Action::Read { sold_to: Some(who) } => format!("reads {SEAT}: sold to {who}; leaves"),
-            Action::Read { sold_to: None } => format!("reads {SEAT}: free; pays"),
+            Action::Read { sold_to: None } => format!("reads {SEAT}: free; goes on to pay"),
             Action::Paused(pause) => format!("pauses {}", in_secs(*pause)),
             Action::Sent(delay) => format!(
                 "sends its write, inside its lease; the network holds it {}",

@@ -169,6 +169,45 @@ mod tests {
         assert_eq!(anomalies(&verdict), "");
     }
 
+    /// Step 3 off: B's lock deleted by A's late plain `DEL`, C granted beside B. The
+    /// checker counts the double grant and judges the seat: B's sale stands, C reads 14C
+    /// sold and leaves, and the history is valid.
+    #[test]
+    fn a_double_grant_is_counted_and_the_seat_is_what_is_judged() {
+        let granted = |token| Action::Granted {
+            token,
+            overwrote: None,
+        };
+        let ops: Vec<Op> = [
+            report(0, "A", granted(2)),
+            report(1900, "B", granted(3)),
+            report(2500, "B", wrote(3, true)),
+            report(
+                2900,
+                "A",
+                Action::Released {
+                    deleted: true,
+                    whose: Some("B".into()),
+                },
+            ),
+            report(3000, "C", granted(4)),
+            report(
+                3100,
+                "C",
+                Action::Read {
+                    sold_to: Some("B".into()),
+                },
+            ),
+        ]
+        .iter()
+        .filter_map(operation)
+        .collect();
+        let verdict = judge(&ops, Protocol::of(Step::OwnerCheck, Side::Off));
+        assert!(verdict.valid, "{verdict:?}");
+        assert_eq!(verdict.double_grants, 1, "{verdict:?}");
+        assert_eq!(anomalies(&verdict), "");
+    }
+
     #[test]
     fn only_the_lock_and_the_resource_make_operations() {
         assert!(operation(&report(0, "A", Action::Read { sold_to: None })).is_none());

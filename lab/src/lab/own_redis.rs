@@ -139,7 +139,13 @@ impl OwnRedis {
         if clock_offset.is_some() {
             tokio::fs::write(dir.join("clock"), "+0").await?;
         }
-        let child = spawn(binary, port, &dir, clock_offset.is_some())?;
+        let child = match spawn(binary, port, &dir, clock_offset.is_some()) {
+            Ok(child) => child,
+            Err(err) => {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+                return Err(err);
+            }
+        };
         let server = OwnRedis {
             binary: binary.to_owned(),
             port,

@@ -254,23 +254,24 @@ pub(super) async fn insert_row(
     .map(drop)
 }
 
-/// Keeps the history checker's verdict on run `id`'s `side` with its seat row: `valid`,
-/// and the kinds of promise broken (`history.rs`).
+/// Keeps the history checker's `verdict` on run `id`'s `side` with its seat row: valid,
+/// the kinds of promise broken (`history::anomalies`) and the double grants counted.
 pub(super) async fn keep_verdict(
     db: &PgPool,
     id: i64,
     side: Side,
-    valid: bool,
-    anomalies: &str,
+    verdict: &seatlock_history::check::Verdict,
 ) -> sqlx::Result<()> {
     sqlx::query(
-        "UPDATE lab_seats SET history_valid = $3, history_anomalies = $4
+        "UPDATE lab_seats
+            SET history_valid = $3, history_anomalies = $4, history_double_grants = $5
           WHERE run_id = $1 AND side = $2",
     )
     .bind(id)
     .bind(side.as_str())
-    .bind(valid)
-    .bind(anomalies)
+    .bind(verdict.valid)
+    .bind(super::history::anomalies(verdict))
+    .bind(verdict.double_grants as i32)
     .execute(db)
     .await
     .map(drop)

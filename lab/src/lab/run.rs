@@ -308,8 +308,7 @@ async fn record(
         }
     }
     let verdict = history::judge(&ops, protocol);
-    let anomalies = history::anomalies(&verdict);
-    if let Err(err) = queries::keep_verdict(&db, run_id, side, verdict.valid, &anomalies).await {
+    if let Err(err) = queries::keep_verdict(&db, run_id, side, &verdict).await {
         tracing::warn!(run_id, "lab run's history verdict not kept: {err}");
     }
 }
