@@ -113,41 +113,42 @@ impl LabSettings {
     }
 
     /// The checks after parsing, both: [`LabSettings::refuse_lab_settings_without_the_lab`]
-    /// and [`LabSettings::refuse_a_missing_clock_server`]. Errors: clap's, naming the flag.
+    /// and [`LabSettings::refuse_missing_servers`]. Errors: clap's, naming the flag.
     pub fn check(&self) -> Result<(), clap::Error> {
         self.refuse_lab_settings_without_the_lab()?;
-        self.refuse_a_missing_clock_server()
+        self.refuse_missing_servers()
     }
 
-    /// Refuses a `--lab-clock-server` that names no executable file (a path, or a name on
-    /// `PATH`): the lab would offer the clock jump and every run of it would fail. Errors:
-    /// clap's "invalid value" error naming the flag and where to get one.
-    pub fn refuse_a_missing_clock_server(&self) -> Result<(), clap::Error> {
-        let Some(binary) = &self.lab_clock_server else {
-            return Ok(());
-        };
-        let executable = |path: &std::path::Path| {
-            use std::os::unix::fs::PermissionsExt;
-            path.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        };
-        let found = if binary.contains('/') {
-            executable(std::path::Path::new(binary))
-        } else {
-            std::env::var_os("PATH").is_some_and(|paths| {
-                std::env::split_paths(&paths).any(|dir| executable(&dir.join(binary)))
-            })
-        };
-        if found {
+    /// With the lab on, refuses a `--lab-clock-server` or a `--lab-redis-server` that
+    /// names no executable file (a path, or a name on `PATH`): the lab would offer the
+    /// clock jump or the replays, and every one would fail (found by a hostile test).
+    /// Errors: clap's "invalid value" error naming the flag and where to get one.
+    pub fn refuse_missing_servers(&self) -> Result<(), clap::Error> {
+        if !self.enable_race_lab {
             return Ok(());
         }
-        Err(Self::command().error(
-            clap::error::ErrorKind::InvalidValue,
-            format!(
-                "--lab-clock-server (SEATLOCK_LAB_CLOCK_SERVER) names no executable file: \
-                 {binary}. `scripts/services.sh clock-server` fetches one and prints its path."
+        let servers = [
+            (
+                "--lab-clock-server (SEATLOCK_LAB_CLOCK_SERVER)",
+                self.lab_clock_server.as_deref(),
+                "`scripts/services.sh clock-server` fetches one and prints its path",
             ),
-        ))
+            (
+                "--lab-redis-server (SEATLOCK_LAB_REDIS_SERVER)",
+                Some(self.lab_redis_server.as_str()),
+                "`apt-get install redis-server` installs one",
+            ),
+        ];
+        for (flag, binary, remedy) in servers {
+            let Some(binary) = binary else { continue };
+            if !executable_file(binary) {
+                return Err(Self::command().error(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!("{flag} names no executable file: {binary}. {remedy}."),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Refuses the lab-only settings without `--enable-race-lab`, after parsing. Clap's
@@ -188,6 +189,20 @@ impl LabSettings {
             })
             .collect()
     }
+}
+
+/// Whether `binary` names an executable file: a path, or a name found on `PATH`.
+fn executable_file(binary: &str) -> bool {
+    let executable = |path: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        path.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if binary.contains('/') {
+        return executable(std::path::Path::new(binary));
+    }
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| executable(&dir.join(binary))))
 }
 
 /// How a server makes a purchase (`--purchase-strategy`). Only `Fenced` is the product;
@@ -296,7 +311,7 @@ mod tests {
     }
 
     #[test]
-    fn a_clock_server_that_is_not_an_executable_file_is_refused_at_the_start() {
+    fn a_server_binary_that_is_not_an_executable_file_is_refused_at_the_start() {
         let with = |binary: &str| LabSettings {
             lab_clock_server: Some(binary.to_owned()),
             ..LabSettings::enabled()
@@ -313,7 +328,18 @@ mod tests {
         std::fs::remove_file(plain).unwrap();
         assert!(with("/bin/sh").check().is_ok());
         assert!(with("sh").check().is_ok());
-        assert!(LabSettings::enabled().check().is_ok());
+        let redis = LabSettings {
+            lab_redis_server: "/nope/redis-server".into(),
+            ..LabSettings::enabled()
+        };
+        let err = redis.check().unwrap_err().to_string();
+        assert!(err.contains("--lab-redis-server"), "{err}");
+        // The lab off: no page of its starts a server, so nothing is checked.
+        let off = LabSettings {
+            enable_race_lab: false,
+            ..with("/nope")
+        };
+        assert!(off.check().is_ok());
     }
 
     #[test]

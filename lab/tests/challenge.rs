@@ -137,3 +137,56 @@ async fn a_bad_answer_is_refused_with_a_message_and_starts_nothing() {
         .unwrap();
     assert_eq!(attempts, 0);
 }
+
+/// An attempt whose server stopped before its runs' turn came (their clocks never
+/// started: `started_at` infinity) still comes to a verdict: a run queued 15 minutes
+/// after its attempt was sent is cut off when the attempt's page is read, and fails; one
+/// queued for less still waits.
+#[tokio::test]
+async fn an_attempt_whose_server_stopped_before_its_runs_turn_fails_instead_of_running_forever() {
+    let app = TestApp::builder().race_lab().spawn().await.unwrap();
+    let queued = |minutes_ago: i32| {
+        let db = app.db().clone();
+        async move {
+            let attempt: i64 = sqlx::query_scalar(
+                "INSERT INTO lab_challenge_attempts (challenge, answer, created_at)
+                 VALUES ('slow-holder', '300', now() - make_interval(mins => $1)) RETURNING id",
+            )
+            .bind(minutes_ago)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            let run: i64 = sqlx::query_scalar(
+                "INSERT INTO lab_runs (step, fault, pause_ms, seed, started_at)
+                 VALUES ('fencing', 'pause-before-write', 300, 21, 'infinity') RETURNING id",
+            )
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            for query in [
+                "INSERT INTO lab_seats (run_id, side) VALUES ($1, 'off'), ($1, 'on')",
+                "INSERT INTO lab_challenge_runs (attempt_id, run_id, side) VALUES ($2, $1, 'off')",
+            ] {
+                sqlx::query(query)
+                    .bind(run)
+                    .bind(attempt)
+                    .execute(&db)
+                    .await
+                    .unwrap();
+            }
+            attempt
+        }
+    };
+    let page = |attempt: i64| {
+        let url = format!("{}/lab/challenges/attempts/{attempt}", app.address);
+        async move { reqwest::get(&url).await.unwrap().text().await.unwrap() }
+    };
+    let abandoned = page(queued(16).await).await;
+    assert!(abandoned.contains("data-state=\"done\""), "{abandoned}");
+    assert!(
+        abandoned.contains("Fail: 0 of 1 runs passed"),
+        "{abandoned}"
+    );
+    let waiting = page(queued(1).await).await;
+    assert!(waiting.contains("data-state=\"running\""), "{waiting}");
+}

@@ -357,6 +357,22 @@ async fn without_a_clock_server_the_clock_jump_is_listed_disabled_and_refused() 
         option.starts_with(" disabled>") && option.ends_with("(needs --lab-clock-server)"),
         "{option}"
     );
+    // Asked for by a link, it is not preselected (a disabled option is not sent): the
+    // step's own fault is.
+    let linked = reader
+        .get(&format!(
+            "{}/lab?step=fencing&fault=clock-jump",
+            app.address
+        ))
+        .await
+        .unwrap();
+    assert!(
+        linked
+            .body
+            .contains("<option value=\"pause-before-write\" selected"),
+        "{}",
+        linked.body
+    );
     let reply = reader
         .post(
             &format!("{}/lab/runs", app.address),

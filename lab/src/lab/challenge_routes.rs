@@ -11,7 +11,7 @@ use axum::{Extension, Router};
 use serde::Deserialize;
 
 use super::challenge::{self, Answer, Attempt, CHALLENGES, Challenge};
-use super::routes::require_lab;
+use super::routes::{current_run, require_lab};
 use super::{ClockServer, DEFAULT_PAUSE, Step};
 use seatlock::http::csrf::{CsrfForm, FormToken};
 use seatlock::http::error::{Error, Result};
@@ -87,6 +87,21 @@ async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Result<R
     let attempt = challenge::judge(&state.db, id)
         .await?
         .ok_or_else(|| Error::NotFound("The lab has no such attempt.".into()))?;
+    // A run whose server stopped (mid-way, or before its turn) is cut off as its own
+    // page would cut it off, so that the attempt still comes to a verdict.
+    let mut cut_off = false;
+    for run in attempt.runs.iter().filter(|r| !r.finished) {
+        cut_off |= current_run(&state, run.run_id)
+            .await?
+            .is_some_and(|r| r.cut_off);
+    }
+    let attempt = if cut_off {
+        challenge::judge(&state.db, id)
+            .await?
+            .ok_or_else(|| Error::NotFound("The lab has no such attempt.".into()))?
+    } else {
+        attempt
+    };
     let verdict = attempt.verdict();
     Ok(AttemptPage {
         id,

@@ -7,9 +7,29 @@ use sqlx::PgPool;
 use super::check::{Action, Mark, WriteRule};
 use super::{CUT_OFF_AFTER, Fault, Scenario, Side, Step};
 
+/// When a run is taken for one whose server stopped, in SQL on `lab_runs` (`$1` is
+/// [`CUT_OFF_AFTER`] in seconds): unfinished, and started more than that ago; or a
+/// challenge's run still waiting for its turn (`started_at` is infinity until
+/// [`start_clocks`]) 15 minutes after its attempt was sent. The turns are handed out by
+/// the process that took the attempt, so a server that stopped leaves its queued runs
+/// waiting for good (found by a hostile test); 15 minutes is far more than a full queue
+/// of four runs at a time takes.
+macro_rules! stale {
+    () => {
+        "finished_at IS NULL AND (started_at < now() - make_interval(secs => $1)
+          OR (started_at = 'infinity' AND EXISTS (
+                SELECT 1 FROM lab_challenge_runs c
+                  JOIN lab_challenge_attempts a ON a.id = c.attempt_id
+                 WHERE c.run_id = lab_runs.id AND a.created_at < now() - interval '15 minutes')))"
+    };
+}
+
 /// The columns of a [`Run`]; `$1` is [`CUT_OFF_AFTER`] in seconds.
-const RUN_COLUMNS: &str = "id, step, fault, pause_ms, seed, finished_at IS NOT NULL AS finished,
-    cut_off, finished_at IS NULL AND started_at < now() - make_interval(secs => $1) AS stale";
+const RUN_COLUMNS: &str = concat!(
+    "id, step, fault, pause_ms, seed, finished_at IS NOT NULL AS finished, cut_off, ",
+    stale!(),
+    " AS stale"
+);
 
 /// A recorded run, as its page and its history show it.
 #[derive(Clone, Debug, Serialize, sqlx::FromRow)]
@@ -136,17 +156,16 @@ pub(super) async fn start_clocks(db: &PgPool, ids: &[i64]) -> sqlx::Result<()> {
         .map(drop)
 }
 
-/// Marks run `id` finished and cut off if it is still unfinished [`CUT_OFF_AFTER`] after
-/// it started (its server stopped mid-way); returns whether this call did, so that the
+/// Marks run `id` finished and cut off if it is stale ([`stale!`]: its server stopped
+/// mid-way, or before its turn came); returns whether this call did, so that the
 /// one caller that did cleans up after it.
 pub(super) async fn cut_off_if_stale(db: &PgPool, id: i64) -> sqlx::Result<bool> {
-    sqlx::query(
-        "UPDATE lab_runs SET finished_at = now(), cut_off = true
-          WHERE id = $1 AND finished_at IS NULL
-            AND started_at < now() - make_interval(secs => $2)",
-    )
-    .bind(id)
+    sqlx::query(concat!(
+        "UPDATE lab_runs SET finished_at = now(), cut_off = true WHERE id = $2 AND ",
+        stale!()
+    ))
     .bind(CUT_OFF_AFTER.as_secs_f64())
+    .bind(id)
     .execute(db)
     .await
     .map(|done| done.rows_affected() == 1)

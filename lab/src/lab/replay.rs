@@ -52,8 +52,10 @@ pub(super) const INSTALL_NAME: &str = "install-block";
 /// A grant's TTL in a replay: long enough that only the model's `Expire` ends a lease.
 const REPLAY_LEASE_TTL: Duration = Duration::from_secs(600);
 
-/// Replays at once, process-wide: each starts two or three Redis servers.
-static REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+/// Replays at once, process-wide: each starts two or three Redis servers. A replay asked
+/// for past it is refused (503), not queued: a crowd would otherwise wait in line for
+/// minutes (found by a hostile test).
+pub(super) static REPLAYS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 /// The lab's protocol for the model's switches, or why there is no real code path. The
 /// lab's [`Step`]s switch one article step off ([`Protocol::of`]); the failover guard
@@ -121,7 +123,8 @@ pub(super) struct Replayed {
     pub verdict: String,
 }
 
-/// Replays the counterexample of `entry` on servers of `binary` (`--lab-redis-server`).
+/// Replays the counterexample of `entry` on servers of `binary` (`--lab-redis-server`),
+/// holding one of [`REPLAYS`]' permits (the caller's).
 /// Errors: no counterexample (a model that keeps its property), no real code path
 /// ([`lab_protocol`]'s why), a server that does not start, a store that fails.
 pub(super) async fn replay(
@@ -136,7 +139,6 @@ pub(super) async fn replay(
         tokio::task::spawn_blocking(move || seatlock_model::counterexample(&model, property))
             .await?
             .with_context(|| format!("the model has no counterexample to \"{property}\""))?;
-    let _turn = REPLAYS.acquire().await?;
     let run_id = queries::create_replay_run(&state.db, entry.slug).await?;
     let key = lock_key(state, run_id, Side::Off);
     let mut real = Real::start(&entry.model, state, binary, protocol, run_id, key.clone()).await?;

@@ -79,11 +79,22 @@ async fn run(
             "This counterexample cannot be replayed. {why}"
         )));
     }
-    let replayed = replay::replay(&state, &lab.lab_redis_server, &entry)
-        .await
-        .map_err(|err| {
-            tracing::warn!("lab replay of {slug}: {err:#}");
-            Error::Unavailable("The lab's replay (its own Redis servers, or Postgres)")
-        })?;
+    let turn = replay::REPLAYS
+        .try_acquire()
+        .map_err(|_| Error::Unavailable("The lab's replay (two go at once)"))?;
+    // On a task of its own, so that a reader who hangs up does not cut it short before
+    // it deletes what it wrote to the stores (found by a hostile test).
+    let (task_state, task_entry) = (state.clone(), entry.clone());
+    let replayed = tokio::spawn(async move {
+        let _turn = turn;
+        replay::replay(&task_state, &lab.lab_redis_server, &task_entry).await
+    })
+    .await
+    .map_err(anyhow::Error::from)
+    .and_then(|replayed| replayed)
+    .map_err(|err| {
+        tracing::warn!("lab replay of {slug}: {err:#}");
+        Error::Unavailable("The lab's replay (its own Redis servers, or Postgres)")
+    })?;
     Ok(RunPage { entry, replayed }.into_response())
 }

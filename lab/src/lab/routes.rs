@@ -104,10 +104,13 @@ async fn form(
         .as_deref()
         .and_then(Step::parse)
         .unwrap_or(Step::Fencing);
+    // A fault this server does not offer is not preselected: a disabled option is not
+    // sent, and the form would come back without one.
     let fault = pre
         .fault
         .as_deref()
         .and_then(Fault::parse)
+        .filter(|f| clock.offers(*f))
         .unwrap_or(step.default_fault());
     let recent = queries::recent_runs(&state.db, 10)
         .await?
@@ -351,7 +354,7 @@ async fn show(State(state): State<AppState>, Path(run): Path<String>) -> Result<
 /// Run `id` as it stands, if it exists. A run found unfinished long after its limit (its
 /// server stopped mid-way) is marked cut off here, once, and what it left in the stores
 /// deleted: every reader of a run (its page, its history, an open stream) sees it end.
-async fn current_run(state: &AppState, id: i64) -> Result<Option<Run>> {
+pub(super) async fn current_run(state: &AppState, id: i64) -> Result<Option<Run>> {
     let run = queries::run(&state.db, id).await?;
     if !run.as_ref().is_some_and(|r| r.stale) {
         return Ok(run);
