@@ -273,13 +273,22 @@ pub(super) async fn insert_row(
     .map(drop)
 }
 
-/// Keeps the history checker's `verdict` on run `id`'s `side` with its seat row: valid,
-/// the kinds of promise broken (`history::anomalies`) and the double grants counted.
+/// What the history checker found on one side of a run (`history.rs`), as its seat row
+/// keeps it.
+pub(super) struct HistoryVerdict {
+    pub valid: bool,
+    /// The kinds of promise broken, comma-separated.
+    pub anomalies: String,
+    /// Leases granted while another holder's may still have run.
+    pub double_grants: i32,
+}
+
+/// Keeps `verdict` on run `id`'s `side` with its seat row.
 pub(super) async fn keep_verdict(
     db: &PgPool,
     id: i64,
     side: Side,
-    verdict: &seatlock_history::check::Verdict,
+    verdict: &HistoryVerdict,
 ) -> sqlx::Result<()> {
     sqlx::query(
         "UPDATE lab_seats
@@ -289,8 +298,8 @@ pub(super) async fn keep_verdict(
     .bind(id)
     .bind(side.as_str())
     .bind(verdict.valid)
-    .bind(super::history::anomalies(verdict))
-    .bind(verdict.double_grants as i32)
+    .bind(&verdict.anomalies)
+    .bind(verdict.double_grants)
     .execute(db)
     .await
     .map(drop)

@@ -308,7 +308,12 @@ async fn record(
         }
     }
     let verdict = history::judge(&ops, protocol);
-    if let Err(err) = queries::keep_verdict(&db, run_id, side, &verdict).await {
+    let kept = queries::HistoryVerdict {
+        valid: verdict.valid,
+        anomalies: history::anomalies(&verdict),
+        double_grants: verdict.double_grants as i32,
+    };
+    if let Err(err) = queries::keep_verdict(&db, run_id, side, &kept).await {
         tracing::warn!(run_id, "lab run's history verdict not kept: {err}");
     }
 }
