@@ -144,7 +144,7 @@ impl LabSettings {
             if !executable_file(binary) {
                 return Err(Self::command().error(
                     clap::error::ErrorKind::InvalidValue,
-                    format!("{flag} names no executable file: {binary}. {remedy}."),
+                    format!("{flag} names no executable file: {binary:?}. {remedy}."),
                 ));
             }
         }

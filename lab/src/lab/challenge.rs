@@ -154,12 +154,19 @@ pub(super) async fn attempt(
             // Their turn: their clocks start now, not when the answer was sent (a run
             // page would cut off a run that waited long enough, and delete its keys
             // while it runs: found by a hostile test).
+            // A run cut off while it waited has its verdict and does not run.
             let ids: Vec<i64> = batch.iter().map(|(run_id, _)| *run_id).collect();
-            if let Err(err) = queries::start_clocks(&state.db, &ids).await {
-                tracing::warn!(error = %err, "lab challenge: the runs' clocks not started");
-            }
+            let started = queries::start_clocks(&state.db, &ids)
+                .await
+                .unwrap_or_else(|err| {
+                    tracing::warn!(error = %err, "lab challenge: the runs' clocks not started");
+                    Vec::new()
+                });
             let mut going = tokio::task::JoinSet::new();
             for (run_id, scenario) in batch.iter().copied() {
+                if !started.contains(&run_id) {
+                    continue;
+                }
                 going.spawn(super::run::run(
                     state.clone(),
                     run_id,
