@@ -128,16 +128,36 @@ impl RedisServer {
     /// [`RedisServer::start`] with extra `redis-server` arguments, e.g.
     /// `["--maxmemory-policy", "volatile-lru"]` or `["--rename-command", "CONFIG", ""]` (a
     /// managed Redis that refuses `CONFIG`).
+    ///
+    /// The port is free when picked, and may be taken before the server binds it; a
+    /// cluster node also needs its bus port, 10,000 above, which the system may have
+    /// handed to a connection meanwhile (seen once in CI). So a server that does not
+    /// start is tried again on another port, three times in all.
     pub async fn start_with(extra: &[&str]) -> anyhow::Result<RedisServer> {
-        let (port, dir) = port_and_folder("seatlock-redis")?;
-        let mut server = RedisServer {
-            port,
-            dir,
-            child: None,
-            extra: extra.iter().map(|a| a.to_string()).collect(),
-        };
-        server.launch().await?;
-        Ok(server)
+        let cluster = extra.contains(&"--cluster-enabled");
+        let mut failed = 0;
+        loop {
+            let (port, dir) = port_and_folder("seatlock-redis")?;
+            // A cluster node's bus port must exist and be free too.
+            if cluster
+                && (port > u16::MAX - 10_000
+                    || std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_err())
+            {
+                let _ = std::fs::remove_dir_all(&dir);
+                continue;
+            }
+            let mut server = RedisServer {
+                port,
+                dir,
+                child: None,
+                extra: extra.iter().map(|a| a.to_string()).collect(),
+            };
+            match server.launch().await {
+                Ok(()) => return Ok(server),
+                Err(err) if failed == 2 => return Err(err),
+                Err(_) => failed += 1,
+            }
+        }
     }
 
     /// `redis://127.0.0.1:PORT/`.
