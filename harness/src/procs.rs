@@ -23,13 +23,8 @@ pub(crate) fn dies_with_parent(command: &mut std::process::Command) -> &mut std:
 /// lab's, which starts servers of its own with it.
 use seatlock_lab::lab::die_with_parent;
 
-/// A free loopback port (free when asked: the kernel picks it for a listener that is
-/// closed at once).
-pub(crate) fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
+/// A free loopback port: the lab's, which starts servers of its own on them too.
+pub(crate) use seatlock_lab::lab::free_port;
 
 /// Waits (at most 10 s) until something accepts connections on loopback `port`; fails
 /// with `what` and the text of `log` (the process's stderr) otherwise.

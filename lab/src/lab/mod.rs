@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use seatlock::http::error::{Error, Result};
 
-pub use own_redis::{die_with_parent, libfaketime};
+pub use own_redis::{die_with_parent, free_port, libfaketime};
 pub use stepper::STALLED_HOLDER;
 
 /// The lab's routes: the timed runs', step mode's, the challenges' and the model's

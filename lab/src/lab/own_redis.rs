@@ -243,8 +243,9 @@ fn spawn(binary: &str, port: u16, dir: &std::path::Path, faketime: bool) -> anyh
         .with_context(|| format!("starting {binary} for the lab"))
 }
 
-/// A free loopback port, as the kernel hands one out.
-fn free_port() -> anyhow::Result<u16> {
+/// A free loopback port (free when asked: the kernel picks it for a listener that is
+/// closed at once). The harness's servers take theirs here too.
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
